@@ -1,0 +1,153 @@
+//! Batches and their ordered stages: the order barrier (SPEC B).
+
+use std::{fmt, str::FromStr};
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Error, Result};
+
+/// A batch id, unique within its queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct BatchId(pub i64);
+
+impl fmt::Display for BatchId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// A handle to an open batch: its queue and its id.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Batch {
+    /// The queue the batch and all its jobs belong to.
+    pub queue: String,
+    /// The batch's id within that queue.
+    pub id: BatchId,
+}
+
+impl fmt::Display for Batch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "batch {} of queue {:?}", self.id, self.queue)
+    }
+}
+
+/// What a dead job does to the rest of its batch (SPEC B6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnFailure {
+    /// Dead jobs count as finished; later stages still run.
+    #[default]
+    Continue,
+    /// A dead job cancels every not-started job of later stages; the batch fails.
+    Halt,
+}
+
+impl OnFailure {
+    /// The lower-case name used in storage and output.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Continue => "continue",
+            Self::Halt => "halt",
+        }
+    }
+}
+
+impl FromStr for OnFailure {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "continue" => Ok(Self::Continue),
+            "halt" => Ok(Self::Halt),
+            _ => Err(Error::invalid(
+                "on_failure",
+                format!("expected \"continue\" or \"halt\", got {s:?}"),
+            )),
+        }
+    }
+}
+
+/// Job counts of one stage (SPEC B5). `pending` covers scheduled, ready, blocked and
+/// retrying jobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct StageProgress {
+    /// The stage.
+    pub stage: i32,
+    /// Not yet started, or waiting to retry.
+    pub pending: u64,
+    /// Running now.
+    pub running: u64,
+    /// Succeeded.
+    pub succeeded: u64,
+    /// Dead.
+    pub dead: u64,
+    /// Cancelled.
+    pub cancelled: u64,
+}
+
+impl StageProgress {
+    /// Jobs not yet finished.
+    #[must_use]
+    pub fn unfinished(&self) -> u64 {
+        self.pending + self.running
+    }
+
+    /// All jobs of the stage.
+    #[must_use]
+    pub fn total(&self) -> u64 {
+        self.unfinished() + self.succeeded + self.dead + self.cancelled
+    }
+}
+
+/// Progress of a batch (SPEC B5, M1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchProgress {
+    /// The batch.
+    pub batch: Batch,
+    /// Its failure policy.
+    pub on_failure: OnFailure,
+    /// Whether it is sealed (no more jobs).
+    pub sealed: bool,
+    /// Whether a `Halt` batch saw a dead job.
+    pub failed: bool,
+    /// The highest stage released so far, if any job was added.
+    pub released_stage: Option<i32>,
+    /// Counts per stage, ascending by stage.
+    pub stages: Vec<StageProgress>,
+}
+
+impl BatchProgress {
+    /// Whether every job of `stage` and of all stages below it is finished.
+    #[must_use]
+    pub fn stage_finished(&self, stage: i32) -> bool {
+        self.stages
+            .iter()
+            .filter(|s| s.stage <= stage)
+            .all(|s| s.unfinished() == 0)
+    }
+
+    /// Whether the batch is sealed and all its jobs are finished.
+    #[must_use]
+    pub fn is_finished(&self) -> bool {
+        self.sealed && self.stages.iter().all(|s| s.unfinished() == 0)
+    }
+
+    /// Whether `target` is reached.
+    #[must_use]
+    pub fn reached(&self, target: WaitFor) -> bool {
+        match target {
+            WaitFor::Stage(s) => self.stage_finished(s),
+            WaitFor::Batch => self.is_finished(),
+        }
+    }
+}
+
+/// What [`OrderBarrier::wait`](crate::OrderBarrier::wait) waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitFor {
+    /// Every job of this stage and of all lower stages is finished.
+    Stage(i32),
+    /// The batch is sealed and every job in it is finished.
+    Batch,
+}

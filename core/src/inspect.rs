@@ -1,0 +1,159 @@
+//! What monitoring reads: counts, jobs with their attempt log, running jobs (SPEC L5, M).
+
+use std::{collections::BTreeMap, fmt, time::Duration};
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::{BatchId, JobId, JobState};
+
+/// Jobs per state in one queue, plus its settings (SPEC M1, C6).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct QueueStats {
+    /// The queue.
+    pub queue: String,
+    /// Count of jobs per state; states with no job are absent.
+    pub counts: BTreeMap<JobState, u64>,
+    /// Whether claims are paused.
+    pub paused: bool,
+    /// The queue's concurrency limit, if any.
+    pub max_running: Option<u32>,
+}
+
+impl QueueStats {
+    /// The number of jobs in `state`.
+    #[must_use]
+    pub fn count(&self, state: JobState) -> u64 {
+        self.counts.get(&state).copied().unwrap_or(0)
+    }
+
+    /// The number of jobs in all states.
+    #[must_use]
+    pub fn total(&self) -> u64 {
+        self.counts.values().sum()
+    }
+}
+
+/// How an attempt ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttemptOutcome {
+    /// Still running.
+    Running,
+    /// Completed.
+    Succeeded,
+    /// Failed (the job retries or is dead).
+    Failed,
+    /// Released; the attempt was not counted.
+    Released,
+    /// The lease ran out before the worker settled it.
+    Expired,
+    /// The job was cancelled while running.
+    Cancelled,
+}
+
+impl AttemptOutcome {
+    /// The lower-case name used in storage and output.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Succeeded => "succeeded",
+            Self::Failed => "failed",
+            Self::Released => "released",
+            Self::Expired => "expired",
+            Self::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl fmt::Display for AttemptOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One attempt in the execution log (SPEC L5).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptRecord {
+    /// The attempt number.
+    pub attempt: u32,
+    /// The worker that ran it.
+    pub worker: String,
+    /// When it was claimed (server time).
+    pub started_at: DateTime<Utc>,
+    /// When it ended, if it has.
+    pub ended_at: Option<DateTime<Utc>>,
+    /// How it ended.
+    pub outcome: AttemptOutcome,
+    /// The error text, for failures and expiries.
+    pub error: Option<String>,
+}
+
+/// A job with its attempt log (SPEC M1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobInfo {
+    /// Its id.
+    pub id: JobId,
+    /// Its queue.
+    pub queue: String,
+    /// Its state now.
+    pub state: JobState,
+    /// Its payload.
+    pub payload: Vec<u8>,
+    /// Its priority.
+    pub priority: i16,
+    /// When it may (next) run.
+    pub run_at: DateTime<Utc>,
+    /// Attempts counted so far.
+    pub attempts: u32,
+    /// Attempts it gets in all.
+    pub max_attempts: u16,
+    /// Its group.
+    pub group: Option<String>,
+    /// Its batch.
+    pub batch: Option<BatchId>,
+    /// Its stage.
+    pub stage: Option<i32>,
+    /// Its dedupe key.
+    pub dedupe_key: Option<String>,
+    /// Who enqueued it.
+    pub enqueued_by: Option<String>,
+    /// When it was enqueued.
+    pub created_at: DateTime<Utc>,
+    /// When it finished, if it has.
+    pub finished_at: Option<DateTime<Utc>>,
+    /// The last error text.
+    pub last_error: Option<String>,
+    /// Every attempt, oldest first.
+    pub attempt_log: Vec<AttemptRecord>,
+}
+
+/// A job running now: what, where, since when (SPEC L5).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunningJob {
+    /// The job.
+    pub id: JobId,
+    /// The worker holding it.
+    pub worker: String,
+    /// The attempt number.
+    pub attempt: u32,
+    /// When the attempt started.
+    pub started_at: DateTime<Utc>,
+    /// When its lease runs out.
+    pub lease_expires_at: DateTime<Utc>,
+}
+
+/// Default retention of finished jobs (SPEC M3).
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// What a maintenance pass did (SPEC C5, M3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Maintenance {
+    /// Running jobs whose lease had expired and that were made claimable again.
+    pub requeued: u64,
+    /// Running jobs whose lease had expired with no attempts left, now dead.
+    pub dead: u64,
+    /// Finished jobs removed because they were older than the retention.
+    pub pruned: u64,
+}

@@ -1,0 +1,120 @@
+//! Claims and the leases they hand out (SPEC C, L).
+
+use std::{fmt, time::Duration};
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::{BatchId, JobId};
+
+/// A random 128-bit token fencing one claim of one job (SPEC C1, L1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct LeaseToken(pub Uuid);
+
+impl LeaseToken {
+    /// A fresh random token.
+    #[must_use]
+    pub fn random() -> Self {
+        Self(Uuid::new_v4())
+    }
+}
+
+impl fmt::Display for LeaseToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// A request to claim up to `limit` jobs of `queue` for `worker` (SPEC C1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimRequest {
+    /// The queue to claim from.
+    pub queue: String,
+    /// Who claims: recorded in the execution log (SPEC L5).
+    pub worker: String,
+    /// 1..=1000.
+    pub limit: u32,
+    /// How long the lease lasts before another claimer may take the job over.
+    pub lease: Duration,
+}
+
+impl ClaimRequest {
+    /// A claim of up to `limit` jobs of `queue` by `worker`, leased for `lease`.
+    pub fn new(
+        queue: impl Into<String>,
+        worker: impl Into<String>,
+        limit: u32,
+        lease: Duration,
+    ) -> Self {
+        Self {
+            queue: queue.into(),
+            worker: worker.into(),
+            limit,
+            lease,
+        }
+    }
+}
+
+/// The right to settle one attempt of one job. Hand it back to complete, fail, heartbeat
+/// or release the job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    /// The job's queue.
+    pub queue: String,
+    /// The job.
+    pub job: JobId,
+    /// The token that fences this attempt.
+    pub token: LeaseToken,
+    /// The attempt number, 1 on first claim.
+    pub attempt: u32,
+    /// When the lease runs out unless heartbeated (server time).
+    pub expires_at: DateTime<Utc>,
+    /// The worker that holds it.
+    pub worker: String,
+}
+
+/// A job handed to a worker by a claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimedJob {
+    /// The lease under which the job runs.
+    pub lease: Lease,
+    /// The job's payload.
+    pub payload: Vec<u8>,
+    /// Its priority.
+    pub priority: i16,
+    /// When it was due (its order-key time).
+    pub run_at: DateTime<Utc>,
+    /// How many attempts it gets in all.
+    pub max_attempts: u16,
+    /// Its group, if any.
+    pub group: Option<String>,
+    /// Its batch, if any.
+    pub batch: Option<BatchId>,
+    /// Its stage, if in a batch.
+    pub stage: Option<i32>,
+    /// Who enqueued it.
+    pub enqueued_by: Option<String>,
+}
+
+impl ClaimedJob {
+    /// The job's id.
+    #[must_use]
+    pub fn id(&self) -> JobId {
+        self.lease.job
+    }
+
+    /// The attempt number (1 on first claim).
+    #[must_use]
+    pub fn attempt(&self) -> u32 {
+        self.lease.attempt
+    }
+
+    /// Deserializes the payload as JSON.
+    ///
+    /// # Errors
+    /// The JSON error when the payload is not a `T`.
+    pub fn json<T: serde::de::DeserializeOwned>(&self) -> serde_json::Result<T> {
+        serde_json::from_slice(&self.payload)
+    }
+}

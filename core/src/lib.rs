@@ -1,0 +1,75 @@
+//! # relayq-core
+//!
+//! The core of relayq, a job queue for ordered parallel work: the types, the backend
+//! traits every storage engine implements, the in-memory reference backend and the
+//! worker runtime.
+//!
+//! - **Types**: [`NewJob`] (what to run), [`ClaimedJob`] and its [`Lease`] (the right
+//!   to settle one attempt), [`Settle`] outcomes, [`Batch`] and its progress, and the
+//!   one [`Error`] type.
+//! - **Traits**: [`Enqueue`], [`Claim`], [`Complete`], [`OrderBarrier`], [`Inspect`],
+//!   [`Admin`] and [`Events`], summed up by [`Backend`]; all object-safe, so
+//!   `Arc<dyn Backend>` works. Each method documents its `# Behavior`, citing the SPEC
+//!   rules the conformance suite (`relayq-conformance`) tests.
+//! - **Validation** ([`validate`]) happens here, once, for every backend.
+//! - **[`memory::MemoryBackend`]**: the reference model, every rule of the SPEC.
+//! - **[`worker::Worker`]**: claims into free slots, heartbeats, settles in batches,
+//!   wakes on backend events, shuts down gracefully.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> relayq_core::Result<()> {
+//! use std::{sync::Arc, time::Duration};
+//! use relayq_core::{memory::MemoryBackend, worker::{JobError, Worker}, *};
+//!
+//! let backend = Arc::new(MemoryBackend::new());
+//! let batch = backend.open_batch("build", OnFailure::Halt).await?;
+//! backend
+//!     .enqueue(vec![
+//!         NewJob::new("build", b"compile a".to_vec()).in_batch(batch.id, 100),
+//!         NewJob::new("build", b"compile b".to_vec()).in_batch(batch.id, 100),
+//!         NewJob::new("build", b"link".to_vec()).in_batch(batch.id, 200),
+//!     ])
+//!     .await?;
+//! backend.seal(&batch).await?;
+//!
+//! let worker = Worker::builder(backend.clone(), ["build"])
+//!     .concurrency(4)
+//!     .handler(|job: ClaimedJob| async move {
+//!         // Stage 200 starts only after both stage-100 jobs finished.
+//!         let _step = String::from_utf8_lossy(&job.payload);
+//!         Ok::<_, JobError>(())
+//!     })
+//!     .build()?;
+//! let running = worker.spawn();
+//!
+//! let progress = backend.wait(&batch, WaitFor::Batch, Duration::from_secs(10)).await?;
+//! assert_eq!(progress.stages.iter().map(|s| s.succeeded).sum::<u64>(), 3);
+//! running.shutdown().await?;
+//! # Ok(()) }
+//! ```
+
+mod barrier;
+mod batch;
+mod error;
+mod events;
+mod inspect;
+mod job;
+mod lease;
+pub mod memory;
+pub mod settle;
+mod traits;
+pub mod validate;
+pub mod worker;
+
+pub use barrier::{POLL_INTERVAL, wait_polling};
+pub use batch::{Batch, BatchId, BatchProgress, OnFailure, StageProgress, WaitFor};
+pub use error::{Error, Result};
+pub use events::{Event, EventKind};
+pub use inspect::{
+    AttemptOutcome, AttemptRecord, DEFAULT_RETENTION, JobInfo, Maintenance, QueueStats, RunningJob,
+};
+pub use job::{DEFAULT_MAX_ATTEMPTS, Enqueued, JobId, JobState, NewJob, RunAt};
+pub use lease::{ClaimRequest, ClaimedJob, Lease, LeaseToken};
+pub use settle::{Outcome, Retry, Settle, Settled};
+pub use traits::{Admin, Backend, Claim, Complete, Enqueue, Events, Inspect, OrderBarrier};
+pub use validate::Limits;

@@ -1,0 +1,277 @@
+//! The in-memory backend: the reference model of the SPEC.
+//!
+//! Every rule (E, C, L, G, B, M) is implemented as plainly as possible over one mutex,
+//! so that other backends can be compared with it. State lives only in this process;
+//! clones of a [`MemoryBackend`] share it (they are separate "handles" to one store, the
+//! way several connections share one database).
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> relayq_core::Result<()> {
+//! use std::time::Duration;
+//! use relayq_core::{memory::MemoryBackend, Claim, ClaimRequest, Complete, Enqueue, NewJob};
+//!
+//! let backend = MemoryBackend::new();
+//! backend.enqueue_one(NewJob::new("mail", b"hi".to_vec())).await?;
+//! let jobs = backend.claim(ClaimRequest::new("mail", "worker-1", 10, Duration::from_secs(30))).await?;
+//! backend.complete(&jobs[0].lease).await?;
+//! # Ok(()) }
+//! ```
+
+mod clock;
+mod store;
+mod view;
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, MutexGuard, PoisonError},
+    time::Duration,
+};
+
+use async_trait::async_trait;
+use chrono::{DateTime, TimeDelta, Utc};
+use tokio::sync::broadcast;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+use store::QueueState;
+
+use crate::{
+    Admin, Batch, BatchProgress, Claim, ClaimRequest, ClaimedJob, Complete, Enqueue, Enqueued,
+    Error, Event, EventKind, Events, Inspect, JobId, JobInfo, Lease, Limits, Maintenance, NewJob,
+    OnFailure, OrderBarrier, QueueStats, Result, RunningJob, Settle, Settled, validate,
+};
+
+/// The in-memory reference backend. Cheap to clone; clones share one store.
+#[derive(Debug, Clone)]
+pub struct MemoryBackend {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    queues: Mutex<HashMap<String, QueueState>>,
+    clock: Arc<dyn Clock>,
+    limits: Limits,
+    events: broadcast::Sender<Event>,
+}
+
+impl Default for MemoryBackend {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemoryBackend {
+    /// A backend on the system clock with default limits.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::with(Arc::new(SystemClock), Limits::default())
+    }
+
+    /// A backend on `clock` with `limits`.
+    #[must_use]
+    pub fn with(clock: Arc<dyn Clock>, limits: Limits) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                queues: Mutex::new(HashMap::new()),
+                clock,
+                limits,
+                events: broadcast::channel(1024).0,
+            }),
+        }
+    }
+
+    fn now(&self) -> DateTime<Utc> {
+        self.inner.clock.now()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, QueueState>> {
+        // A panic while holding the lock cannot leave a half-applied change: every
+        // mutation checks before it writes. So a poisoned lock is still usable.
+        self.inner.queues.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs `f` on the queue's state, creating it on first use.
+    fn with_queue<T>(&self, queue: &str, f: impl FnOnce(&mut QueueState, DateTime<Utc>) -> T) -> Result<T> {
+        validate::queue_name(queue)?;
+        let now = self.now();
+        let mut queues = self.lock();
+        Ok(f(queues.entry(queue.to_owned()).or_default(), now))
+    }
+
+    fn notify(&self, queue: &str, kind: EventKind) {
+        // No receiver is fine: events are only hints.
+        let _ = self.inner.events.send(Event {
+            queue: Arc::from(queue),
+            kind,
+        });
+    }
+}
+
+impl Events for MemoryBackend {
+    fn subscribe(&self) -> Option<broadcast::Receiver<Event>> {
+        Some(self.inner.events.subscribe())
+    }
+}
+
+#[async_trait]
+impl Enqueue for MemoryBackend {
+    async fn enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
+        validate::new_jobs(&jobs, &self.inner.limits)?;
+        let Some(queue) = jobs.first().map(|j| j.queue.clone()) else {
+            return Ok(Vec::new());
+        };
+        let out = self.with_queue(&queue, |q, now| q.enqueue(jobs, now))??;
+        self.notify(&queue, EventKind::Ready);
+        Ok(out)
+    }
+}
+
+#[async_trait]
+impl Claim for MemoryBackend {
+    async fn claim(&self, req: ClaimRequest) -> Result<Vec<ClaimedJob>> {
+        validate::claim(&req)?;
+        self.with_queue(&req.queue, |q, now| q.claim(&req.queue, &req, now))
+    }
+}
+
+#[async_trait]
+impl Complete for MemoryBackend {
+    async fn settle_many(&self, mut settles: Vec<Settle>) -> Result<Vec<Result<Settled>>> {
+        validate::settles(&mut settles)?;
+        let now = self.now();
+        let mut queues = self.lock();
+        let mut finished = Vec::new();
+        let out = settles
+            .into_iter()
+            .map(|s| {
+                let queue = s.lease.queue.clone();
+                let res = queues.entry(queue.clone()).or_default().settle(s, now);
+                if res.is_ok() {
+                    finished.push(queue);
+                }
+                res
+            })
+            .collect();
+        drop(queues);
+        finished.dedup();
+        for queue in finished {
+            self.notify(&queue, EventKind::Finished);
+            self.notify(&queue, EventKind::Ready);
+        }
+        Ok(out)
+    }
+
+    async fn heartbeat(&self, lease: &Lease, extend: Duration) -> Result<DateTime<Utc>> {
+        validate::lease_length("extend", extend)?;
+        self.with_queue(&lease.queue, |q, now| {
+            let until = now + TimeDelta::from_std(extend).unwrap_or(TimeDelta::MAX);
+            q.heartbeat(lease, until, now)
+        })?
+    }
+}
+
+#[async_trait]
+impl OrderBarrier for MemoryBackend {
+    async fn open_batch(&self, queue: &str, on_failure: OnFailure) -> Result<Batch> {
+        let id = self.with_queue(queue, |q, _| q.open_batch(on_failure))?;
+        Ok(Batch {
+            queue: queue.to_owned(),
+            id,
+        })
+    }
+
+    async fn seal(&self, batch: &Batch) -> Result<()> {
+        self.with_queue(&batch.queue, |q, _| q.seal(batch.id, &batch.queue))??;
+        self.notify(&batch.queue, EventKind::Finished);
+        Ok(())
+    }
+
+    async fn batch_progress(&self, batch: &Batch) -> Result<BatchProgress> {
+        self.with_queue(&batch.queue, |q, now| q.batch_progress(batch, now))?
+    }
+}
+
+#[async_trait]
+impl Inspect for MemoryBackend {
+    async fn queue_stats(&self, queue: &str) -> Result<QueueStats> {
+        self.with_queue(queue, |q, now| q.stats(queue, now))
+    }
+
+    async fn job(&self, queue: &str, id: JobId) -> Result<JobInfo> {
+        self.with_queue(queue, |q, now| q.job_info(id, queue, now))?
+    }
+
+    async fn running(&self, queue: &str) -> Result<Vec<RunningJob>> {
+        self.with_queue(queue, |q, _| q.running())
+    }
+
+    async fn dead_jobs(&self, queue: &str, limit: u32) -> Result<Vec<JobInfo>> {
+        if !(1..=1000).contains(&limit) {
+            return Err(Error::invalid("limit", format!("must be 1..=1000, got {limit}")));
+        }
+        self.with_queue(queue, |q, now| q.dead_jobs(queue, limit as usize, now))
+    }
+}
+
+#[async_trait]
+impl Admin for MemoryBackend {
+    async fn pause(&self, queue: &str) -> Result<()> {
+        self.with_queue(queue, |q, _| q.paused = true)
+    }
+
+    async fn resume(&self, queue: &str) -> Result<()> {
+        self.with_queue(queue, |q, _| q.paused = false)?;
+        self.notify(queue, EventKind::Ready);
+        Ok(())
+    }
+
+    async fn set_max_running(&self, queue: &str, max_running: Option<u32>) -> Result<()> {
+        if max_running == Some(0) {
+            return Err(Error::invalid("max_running", "must be at least 1; use pause to stop a queue"));
+        }
+        self.with_queue(queue, |q, _| q.max_running = max_running)?;
+        self.notify(queue, EventKind::Ready);
+        Ok(())
+    }
+
+    async fn cancel_job(&self, queue: &str, id: JobId) -> Result<bool> {
+        let changed = self.with_queue(queue, |q, now| q.cancel_job(id, queue, now))??;
+        if changed {
+            self.notify(queue, EventKind::Finished);
+            self.notify(queue, EventKind::Ready);
+        }
+        Ok(changed)
+    }
+
+    async fn cancel_batch(&self, batch: &Batch) -> Result<u64> {
+        let n = self.with_queue(&batch.queue, |q, now| q.cancel_batch(batch, now))??;
+        self.notify(&batch.queue, EventKind::Finished);
+        Ok(n)
+    }
+
+    async fn retry_dead(&self, queue: &str, ids: Option<&[JobId]>) -> Result<u64> {
+        let n = self.with_queue(queue, |q, now| q.retry_dead(ids, now))?;
+        self.notify(queue, EventKind::Ready);
+        Ok(n)
+    }
+
+    async fn maintain(&self, queue: &str, retention: Duration) -> Result<Maintenance> {
+        let report = self.with_queue(queue, |q, now| {
+            let (requeued, dead) = q.expire_leases(now);
+            let cutoff = TimeDelta::from_std(retention)
+                .ok()
+                .and_then(|r| now.checked_sub_signed(r))
+                .unwrap_or(DateTime::<Utc>::MIN_UTC);
+            Maintenance {
+                requeued,
+                dead,
+                pruned: q.prune(cutoff),
+            }
+        })?;
+        if report.requeued + report.dead > 0 {
+            self.notify(queue, EventKind::Finished);
+            self.notify(queue, EventKind::Ready);
+        }
+        Ok(report)
+    }
+}

@@ -1,0 +1,541 @@
+//! The memory backend's data and every state change, as plain synchronous functions of
+//! "now". The caller holds the lock; nothing here awaits.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use chrono::{DateTime, TimeDelta, Utc};
+
+use super::view::{OrderKey, View};
+use crate::{
+    AttemptOutcome, AttemptRecord, BatchId, BatchProgress, ClaimRequest, ClaimedJob, Enqueued,
+    Error, JobId, JobInfo, JobState, Lease, LeaseToken, NewJob, OnFailure, Outcome, QueueStats,
+    Result, RunningJob, Settle, Settled, StageProgress,
+};
+
+/// Where a job is in its life, as stored. Ready, scheduled and blocked are all
+/// `Waiting`; which one a caller sees is derived by [`View`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Phase {
+    Waiting,
+    Running {
+        token: LeaseToken,
+        expires_at: DateTime<Utc>,
+        worker: String,
+    },
+    Retrying,
+    Finished(JobState),
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Job {
+    pub(crate) id: i64,
+    payload: Vec<u8>,
+    priority: i16,
+    pub(crate) run_at: DateTime<Utc>,
+    max_attempts: u16,
+    /// Attempts counted so far; a claim adds one, a release takes it back.
+    attempts: u32,
+    pub(crate) group: Option<String>,
+    pub(crate) batch: Option<i64>,
+    pub(crate) stage: Option<i32>,
+    dedupe_key: Option<String>,
+    enqueued_by: Option<String>,
+    created_at: DateTime<Utc>,
+    finished_at: Option<DateTime<Utc>>,
+    last_error: Option<String>,
+    log: Vec<AttemptRecord>,
+    pub(crate) phase: Phase,
+}
+
+impl Job {
+    pub(crate) fn order_key(&self) -> OrderKey {
+        (self.priority, self.run_at, self.id)
+    }
+
+    /// Closes the open attempt of the execution log (SPEC L5).
+    fn close_attempt(&mut self, now: DateTime<Utc>, outcome: AttemptOutcome, error: Option<&str>) {
+        if let Some(rec) = self.log.last_mut().filter(|r| r.ended_at.is_none()) {
+            rec.ended_at = Some(now);
+            rec.outcome = outcome;
+            rec.error = error.map(str::to_owned);
+        }
+    }
+
+    /// The lease fields when `lease` still holds this job: same token, not expired.
+    fn holds(&self, lease: &Lease, now: DateTime<Utc>) -> bool {
+        matches!(&self.phase, Phase::Running { token, expires_at, .. }
+            if *token == lease.token && *expires_at > now)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct BatchState {
+    on_failure: OnFailure,
+    sealed: bool,
+    failed: bool,
+    /// High-water mark of released stages (SPEC B3).
+    released: Option<i32>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct QueueState {
+    next_id: i64,
+    next_batch: i64,
+    jobs: BTreeMap<i64, Job>,
+    /// Ids of unfinished jobs.
+    open: BTreeSet<i64>,
+    /// Dedupe key → unfinished job holding it (SPEC E3).
+    dedupe: HashMap<String, i64>,
+    pub(crate) paused: bool,
+    pub(crate) max_running: Option<u32>,
+    batches: BTreeMap<i64, BatchState>,
+}
+
+fn after(now: DateTime<Utc>, d: std::time::Duration) -> DateTime<Utc> {
+    now + TimeDelta::from_std(d).unwrap_or(TimeDelta::MAX)
+}
+
+impl QueueState {
+    pub(crate) fn open_jobs(&self) -> impl Iterator<Item = &Job> {
+        self.open.iter().map(|id| &self.jobs[id])
+    }
+
+    fn batch(&self, id: BatchId, queue: &str) -> Result<&BatchState> {
+        self.batches
+            .get(&id.0)
+            .ok_or_else(|| Error::not_found(format!("batch {id} in queue {queue:?}")))
+    }
+
+    /// SPEC E1–E4, B3: checks everything first, then stores all jobs.
+    pub(crate) fn enqueue(&mut self, jobs: Vec<NewJob>, now: DateTime<Utc>) -> Result<Vec<Enqueued>> {
+        for job in &jobs {
+            let Some(b) = job.batch else { continue };
+            let batch = self
+                .batches
+                .get(&b.0)
+                .ok_or_else(|| Error::invalid("batch", format!("batch {b} is unknown in this queue")))?;
+            if batch.sealed {
+                return Err(Error::invalid("batch", format!("batch {b} is sealed")));
+            }
+            if batch.failed {
+                return Err(Error::invalid("batch", format!("batch {b} halted after a dead job")));
+            }
+            let stage = job.stage.unwrap_or(0);
+            if let Some(released) = batch.released.filter(|r| stage < *r) {
+                return Err(Error::StageClosed { stage, released });
+            }
+        }
+        let mut out = Vec::with_capacity(jobs.len());
+        let mut touched = BTreeSet::new();
+        for new in jobs {
+            if let Some(existing) = new.dedupe_key.as_ref().and_then(|k| self.dedupe.get(k)) {
+                out.push(Enqueued { id: JobId(*existing), deduplicated: true });
+                continue;
+            }
+            self.next_id += 1;
+            let id = self.next_id;
+            if let Some(key) = &new.dedupe_key {
+                self.dedupe.insert(key.clone(), id);
+            }
+            if let Some(b) = new.batch {
+                touched.insert(b.0);
+            }
+            self.jobs.insert(
+                id,
+                Job {
+                    id,
+                    run_at: new.run_at.resolve(now),
+                    stage: new.batch.map(|_| new.stage.unwrap_or(0)),
+                    batch: new.batch.map(|b| b.0),
+                    payload: new.payload,
+                    priority: new.priority,
+                    max_attempts: new.max_attempts,
+                    attempts: 0,
+                    group: new.group,
+                    dedupe_key: new.dedupe_key,
+                    enqueued_by: new.enqueued_by,
+                    created_at: now,
+                    finished_at: None,
+                    last_error: None,
+                    log: Vec::new(),
+                    phase: Phase::Waiting,
+                },
+            );
+            self.open.insert(id);
+            out.push(Enqueued { id: JobId(id), deduplicated: false });
+        }
+        for b in touched {
+            self.bump_released(b);
+        }
+        Ok(out)
+    }
+
+    /// Raises the batch's released high-water mark to its lowest unfinished stage.
+    fn bump_released(&mut self, batch: i64) {
+        let floor = self
+            .open_jobs()
+            .filter(|j| j.batch == Some(batch))
+            .filter_map(|j| j.stage)
+            .min();
+        if let (Some(floor), Some(b)) = (floor, self.batches.get_mut(&batch)) {
+            b.released = Some(b.released.map_or(floor, |r| r.max(floor)));
+        }
+    }
+
+    /// Moves a job to a finished state and applies what follows from it: dedupe key
+    /// freed, batch high-water raised, and for a dead job in a `Halt` batch, later stages
+    /// cancelled (SPEC B6).
+    fn finish(&mut self, id: i64, state: JobState, now: DateTime<Utc>) {
+        let Some(job) = self.jobs.get_mut(&id) else { return };
+        job.phase = Phase::Finished(state);
+        job.finished_at = Some(now);
+        self.open.remove(&id);
+        if let Some(key) = job.dedupe_key.clone() {
+            if self.dedupe.get(&key) == Some(&id) {
+                self.dedupe.remove(&key);
+            }
+        }
+        let (Some(batch), stage) = (job.batch, job.stage) else { return };
+        if state == JobState::Dead {
+            if let Some(b) = self.batches.get_mut(&batch).filter(|b| b.on_failure == OnFailure::Halt) {
+                b.failed = true;
+                let later: Vec<i64> = self
+                    .open_jobs()
+                    .filter(|j| j.batch == Some(batch) && j.stage > stage && j.phase == Phase::Waiting)
+                    .map(|j| j.id)
+                    .collect();
+                for id in later {
+                    self.finish(id, JobState::Cancelled, now);
+                }
+            }
+        }
+        self.bump_released(batch);
+    }
+
+    /// SPEC C5: expired leases end; the job retries in place or is dead.
+    pub(crate) fn expire_leases(&mut self, now: DateTime<Utc>) -> (u64, u64) {
+        let expired: Vec<i64> = self
+            .open_jobs()
+            .filter(|j| matches!(j.phase, Phase::Running { expires_at, .. } if expires_at <= now))
+            .map(|j| j.id)
+            .collect();
+        let (mut requeued, mut dead) = (0, 0);
+        for id in expired {
+            let job = self.jobs.get_mut(&id).expect("open job exists");
+            job.close_attempt(now, AttemptOutcome::Expired, Some("lease expired"));
+            job.last_error = Some("lease expired".into());
+            if job.attempts < u32::from(job.max_attempts) {
+                // Keeps its run_at, so it keeps its place; still holds group and stage.
+                job.phase = Phase::Retrying;
+                requeued += 1;
+            } else {
+                self.finish(id, JobState::Dead, now);
+                dead += 1;
+            }
+        }
+        (requeued, dead)
+    }
+
+    fn running_count(&self) -> u32 {
+        let n = self
+            .open_jobs()
+            .filter(|j| matches!(j.phase, Phase::Running { .. }))
+            .count();
+        u32::try_from(n).unwrap_or(u32::MAX)
+    }
+
+    /// SPEC C1–C6 with groups and stages.
+    pub(crate) fn claim(&mut self, queue: &str, req: &ClaimRequest, now: DateTime<Utc>) -> Vec<ClaimedJob> {
+        self.expire_leases(now);
+        if self.paused {
+            return Vec::new();
+        }
+        let room = self
+            .max_running
+            .map_or(u32::MAX, |max| max.saturating_sub(self.running_count()));
+        let take = req.limit.min(room) as usize;
+        if take == 0 {
+            return Vec::new();
+        }
+        let mut chosen: Vec<OrderKey> = {
+            let view = View::new(self, now);
+            self.open_jobs()
+                .filter(|j| view.claimable(j))
+                .map(Job::order_key)
+                .collect()
+        };
+        chosen.sort_unstable();
+        chosen.truncate(take);
+        let expires_at = after(now, req.lease);
+        chosen
+            .into_iter()
+            .map(|(_, _, id)| {
+                let job = self.jobs.get_mut(&id).expect("open job exists");
+                let token = LeaseToken::random();
+                job.attempts += 1;
+                job.phase = Phase::Running {
+                    token,
+                    expires_at,
+                    worker: req.worker.clone(),
+                };
+                job.log.push(AttemptRecord {
+                    attempt: job.attempts,
+                    worker: req.worker.clone(),
+                    started_at: now,
+                    ended_at: None,
+                    outcome: AttemptOutcome::Running,
+                    error: None,
+                });
+                ClaimedJob {
+                    lease: Lease {
+                        queue: queue.to_owned(),
+                        job: JobId(id),
+                        token,
+                        attempt: job.attempts,
+                        expires_at,
+                        worker: req.worker.clone(),
+                    },
+                    payload: job.payload.clone(),
+                    priority: job.priority,
+                    run_at: job.run_at,
+                    max_attempts: job.max_attempts,
+                    group: job.group.clone(),
+                    batch: job.batch.map(BatchId),
+                    stage: job.stage,
+                    enqueued_by: job.enqueued_by.clone(),
+                }
+            })
+            .collect()
+    }
+
+    /// SPEC L1, L2, L4 for one lease.
+    pub(crate) fn settle(&mut self, s: Settle, now: DateTime<Utc>) -> Result<Settled> {
+        let id = s.lease.job.0;
+        let job = self
+            .jobs
+            .get_mut(&id)
+            .filter(|j| j.holds(&s.lease, now))
+            .ok_or(Error::StaleLease)?;
+        match s.outcome {
+            Outcome::Complete => {
+                job.close_attempt(now, AttemptOutcome::Succeeded, None);
+                self.finish(id, JobState::Succeeded, now);
+                Ok(Settled::Completed)
+            }
+            Outcome::Fail { error, retry } => {
+                job.close_attempt(now, AttemptOutcome::Failed, Some(&error));
+                job.last_error = Some(error);
+                let delay = retry.delay(job.attempts, now);
+                match delay.filter(|_| job.attempts < u32::from(job.max_attempts)) {
+                    Some(d) => {
+                        job.phase = Phase::Retrying;
+                        job.run_at = after(now, d);
+                        Ok(Settled::Retrying { at: job.run_at })
+                    }
+                    None => {
+                        self.finish(id, JobState::Dead, now);
+                        Ok(Settled::Dead)
+                    }
+                }
+            }
+            Outcome::Release => {
+                job.close_attempt(now, AttemptOutcome::Released, None);
+                job.attempts -= 1;
+                job.phase = Phase::Waiting;
+                Ok(Settled::Released)
+            }
+        }
+    }
+
+    /// SPEC L3.
+    pub(crate) fn heartbeat(&mut self, lease: &Lease, until: DateTime<Utc>, now: DateTime<Utc>) -> Result<DateTime<Utc>> {
+        let job = self
+            .jobs
+            .get_mut(&lease.job.0)
+            .filter(|j| j.holds(lease, now))
+            .ok_or(Error::StaleLease)?;
+        if let Phase::Running { expires_at, .. } = &mut job.phase {
+            *expires_at = until;
+        }
+        Ok(until)
+    }
+
+    pub(crate) fn open_batch(&mut self, on_failure: OnFailure) -> BatchId {
+        self.next_batch += 1;
+        self.batches.insert(
+            self.next_batch,
+            BatchState { on_failure, sealed: false, failed: false, released: None },
+        );
+        BatchId(self.next_batch)
+    }
+
+    pub(crate) fn seal(&mut self, id: BatchId, queue: &str) -> Result<()> {
+        self.batch(id, queue)?;
+        self.batches.get_mut(&id.0).expect("checked").sealed = true;
+        Ok(())
+    }
+
+    pub(crate) fn batch_progress(&self, batch: &crate::Batch, now: DateTime<Utc>) -> Result<BatchProgress> {
+        let b = self.batch(batch.id, &batch.queue)?;
+        let view = View::new(self, now);
+        let mut stages: BTreeMap<i32, StageProgress> = BTreeMap::new();
+        for job in self.jobs.values().filter(|j| j.batch == Some(batch.id.0)) {
+            let stage = job.stage.unwrap_or(0);
+            let p = stages.entry(stage).or_insert(StageProgress { stage, ..Default::default() });
+            match view.state(job) {
+                JobState::Running => p.running += 1,
+                JobState::Succeeded => p.succeeded += 1,
+                JobState::Dead => p.dead += 1,
+                JobState::Cancelled => p.cancelled += 1,
+                _ => p.pending += 1,
+            }
+        }
+        Ok(BatchProgress {
+            batch: batch.clone(),
+            on_failure: b.on_failure,
+            sealed: b.sealed,
+            failed: b.failed,
+            released_stage: b.released,
+            stages: stages.into_values().collect(),
+        })
+    }
+
+    /// SPEC B7: cancels one unfinished job; false when already finished.
+    pub(crate) fn cancel_job(&mut self, id: JobId, queue: &str, now: DateTime<Utc>) -> Result<bool> {
+        let job = self
+            .jobs
+            .get_mut(&id.0)
+            .ok_or_else(|| Error::not_found(format!("job {id} in queue {queue:?}")))?;
+        if matches!(job.phase, Phase::Finished(_)) {
+            return Ok(false);
+        }
+        job.close_attempt(now, AttemptOutcome::Cancelled, None);
+        self.finish(id.0, JobState::Cancelled, now);
+        Ok(true)
+    }
+
+    pub(crate) fn cancel_batch(&mut self, batch: &crate::Batch, now: DateTime<Utc>) -> Result<u64> {
+        self.seal(batch.id, &batch.queue)?;
+        let ids: Vec<i64> = self
+            .open_jobs()
+            .filter(|j| j.batch == Some(batch.id.0))
+            .map(|j| j.id)
+            .collect();
+        for id in &ids {
+            self.cancel_job(JobId(*id), &batch.queue, now)?;
+        }
+        Ok(ids.len() as u64)
+    }
+
+    /// SPEC M2. Jobs of a batch are left dead: reviving one would run it after later
+    /// stages already started, breaking the order barrier. A job whose dedupe key is
+    /// now held by another unfinished job stays dead too.
+    pub(crate) fn retry_dead(&mut self, ids: Option<&[JobId]>, now: DateTime<Utc>) -> u64 {
+        let wanted: Vec<i64> = match ids {
+            Some(ids) => ids.iter().map(|id| id.0).collect(),
+            None => self.jobs.keys().copied().collect(),
+        };
+        let mut n = 0;
+        for id in wanted {
+            let Some(job) = self.jobs.get_mut(&id) else { continue };
+            if job.phase != Phase::Finished(JobState::Dead) || job.batch.is_some() {
+                continue;
+            }
+            if let Some(key) = &job.dedupe_key {
+                if self.dedupe.contains_key(key) {
+                    continue;
+                }
+                self.dedupe.insert(key.clone(), id);
+            }
+            job.phase = Phase::Waiting;
+            job.attempts = 0;
+            job.finished_at = None;
+            job.run_at = now;
+            self.open.insert(id);
+            n += 1;
+        }
+        n
+    }
+
+    /// SPEC M3: deletes finished jobs older than `cutoff`, and sealed batches left
+    /// with no job.
+    pub(crate) fn prune(&mut self, cutoff: DateTime<Utc>) -> u64 {
+        let before = self.jobs.len();
+        self.jobs
+            .retain(|_, j| !j.finished_at.is_some_and(|t| t <= cutoff));
+        let pruned = (before - self.jobs.len()) as u64;
+        let live: BTreeSet<i64> = self.jobs.values().filter_map(|j| j.batch).collect();
+        self.batches
+            .retain(|id, b| !b.sealed || live.contains(id));
+        pruned
+    }
+
+    pub(crate) fn stats(&self, queue: &str, now: DateTime<Utc>) -> QueueStats {
+        let view = View::new(self, now);
+        let mut stats = QueueStats {
+            queue: queue.to_owned(),
+            paused: self.paused,
+            max_running: self.max_running,
+            ..QueueStats::default()
+        };
+        for job in self.jobs.values() {
+            *stats.counts.entry(view.state(job)).or_default() += 1;
+        }
+        stats
+    }
+
+    pub(crate) fn job_info(&self, id: JobId, queue: &str, now: DateTime<Utc>) -> Result<JobInfo> {
+        let job = self
+            .jobs
+            .get(&id.0)
+            .ok_or_else(|| Error::not_found(format!("job {id} in queue {queue:?}")))?;
+        Ok(self.info(job, queue, &View::new(self, now)))
+    }
+
+    fn info(&self, job: &Job, queue: &str, view: &View<'_>) -> JobInfo {
+        JobInfo {
+            id: JobId(job.id),
+            queue: queue.to_owned(),
+            state: view.state(job),
+            payload: job.payload.clone(),
+            priority: job.priority,
+            run_at: job.run_at,
+            attempts: job.attempts,
+            max_attempts: job.max_attempts,
+            group: job.group.clone(),
+            batch: job.batch.map(BatchId),
+            stage: job.stage,
+            dedupe_key: job.dedupe_key.clone(),
+            enqueued_by: job.enqueued_by.clone(),
+            created_at: job.created_at,
+            finished_at: job.finished_at,
+            last_error: job.last_error.clone(),
+            attempt_log: job.log.clone(),
+        }
+    }
+
+    pub(crate) fn dead_jobs(&self, queue: &str, limit: usize, now: DateTime<Utc>) -> Vec<JobInfo> {
+        let view = View::new(self, now);
+        self.jobs
+            .values()
+            .filter(|j| j.phase == Phase::Finished(JobState::Dead))
+            .take(limit)
+            .map(|j| self.info(j, queue, &view))
+            .collect()
+    }
+
+    pub(crate) fn running(&self) -> Vec<RunningJob> {
+        self.open_jobs()
+            .filter_map(|j| match &j.phase {
+                Phase::Running { expires_at, worker, .. } => Some(RunningJob {
+                    id: JobId(j.id),
+                    worker: worker.clone(),
+                    attempt: j.attempts,
+                    started_at: j.log.last().map_or(j.created_at, |r| r.started_at),
+                    lease_expires_at: *expires_at,
+                }),
+                _ => None,
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,163 @@
+//! How a leased attempt ends: complete, fail (with retry policy) or release (SPEC L).
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use crate::Lease;
+
+/// Default base of the exponential retry backoff (SPEC L2).
+pub const DEFAULT_BACKOFF_BASE: Duration = Duration::from_secs(1);
+/// Default cap of the exponential retry backoff (SPEC L2).
+pub const DEFAULT_BACKOFF_CAP: Duration = Duration::from_secs(3600);
+/// Longest error text kept per attempt; longer text is cut at a character boundary.
+pub const MAX_ERROR_BYTES: usize = 64 * 1024;
+
+/// When a failed job may run again (SPEC L2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Retry {
+    /// Exponential backoff with jitter: base 1 s, doubling per attempt, capped at 1 h.
+    #[default]
+    Backoff,
+    /// After this long (server time).
+    After(Duration),
+    /// Not before this instant.
+    At(DateTime<Utc>),
+    /// Never: the failure is permanent and the job becomes `dead`.
+    Never,
+}
+
+impl Retry {
+    /// The delay before the next attempt after attempt `attempt` failed, or `None` when
+    /// the failure is permanent. [`Retry::At`] resolves against the server's `now`.
+    #[must_use]
+    pub fn delay(self, attempt: u32, now: DateTime<Utc>) -> Option<Duration> {
+        match self {
+            Self::Backoff => Some(backoff(attempt, DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_CAP)),
+            Self::After(d) => Some(d),
+            Self::At(t) => Some((t - now).to_std().unwrap_or(Duration::ZERO)),
+            Self::Never => None,
+        }
+    }
+}
+
+/// Exponential backoff with "equal jitter": half of `min(cap, base * 2^(attempt-1))`
+/// fixed, the other half random, so retries of many jobs failing together spread out
+/// while each still waits at least half the nominal delay.
+#[must_use]
+pub fn backoff(attempt: u32, base: Duration, cap: Duration) -> Duration {
+    let exp = attempt.saturating_sub(1).min(32);
+    let nominal = base.saturating_mul(1u32 << exp.min(31)).min(cap);
+    let half = nominal / 2;
+    let jitter_nanos = u64::try_from(half.as_nanos()).unwrap_or(u64::MAX);
+    half + Duration::from_nanos(fastrand::u64(0..=jitter_nanos))
+}
+
+/// The outcome a worker reports for one lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The job succeeded (SPEC L1).
+    Complete,
+    /// The attempt failed (SPEC L2).
+    Fail {
+        /// The error text, kept in the execution log.
+        error: String,
+        /// When to try again, if attempts are left.
+        retry: Retry,
+    },
+    /// Give the job back without counting the attempt (SPEC L4).
+    Release,
+}
+
+/// One lease and its outcome, for [`Complete::settle_many`](crate::Complete::settle_many).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settle {
+    /// The lease being settled.
+    pub lease: Lease,
+    /// What happened.
+    pub outcome: Outcome,
+}
+
+impl Settle {
+    /// Completes `lease`.
+    #[must_use]
+    pub fn complete(lease: Lease) -> Self {
+        Self {
+            lease,
+            outcome: Outcome::Complete,
+        }
+    }
+
+    /// Fails `lease` with `error`, retrying per `retry`.
+    pub fn fail(lease: Lease, error: impl Into<String>, retry: Retry) -> Self {
+        Self {
+            lease,
+            outcome: Outcome::Fail {
+                error: error.into(),
+                retry,
+            },
+        }
+    }
+
+    /// Releases `lease`.
+    #[must_use]
+    pub fn release(lease: Lease) -> Self {
+        Self {
+            lease,
+            outcome: Outcome::Release,
+        }
+    }
+}
+
+/// What a settled lease led to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    /// The job is `succeeded`.
+    Completed,
+    /// The job is `retrying` until this instant.
+    Retrying {
+        /// When it may run again (server time).
+        at: DateTime<Utc>,
+    },
+    /// The job is `dead`.
+    Dead,
+    /// The job is back to `ready`.
+    Released,
+}
+
+/// Makes handler error text safe to store everywhere: NUL (which PostgreSQL text
+/// rejects) becomes U+FFFD and the text is cut to [`MAX_ERROR_BYTES`].
+#[must_use]
+pub fn clean_error_text(text: &str) -> String {
+    let mut end = text.len().min(MAX_ERROR_BYTES);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].replace('\0', "\u{FFFD}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_and_is_capped() {
+        let base = Duration::from_secs(1);
+        let cap = Duration::from_secs(3600);
+        for attempt in 1..=40 {
+            let nominal = base.saturating_mul(1u32 << (attempt - 1).min(31)).min(cap);
+            let d = backoff(attempt, base, cap);
+            assert!(d >= nominal / 2 && d <= nominal, "attempt {attempt}: {d:?}");
+        }
+        assert!(backoff(40, base, cap) <= cap);
+    }
+
+    #[test]
+    fn error_text_is_cleaned() {
+        assert_eq!(clean_error_text("a\0b"), "a\u{FFFD}b");
+        let long = "é".repeat(MAX_ERROR_BYTES);
+        let cut = clean_error_text(&long);
+        assert!(cut.len() <= MAX_ERROR_BYTES);
+        assert!(cut.chars().all(|c| c == 'é'));
+    }
+}

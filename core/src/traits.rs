@@ -1,0 +1,268 @@
+//! The backend traits: one per concern, object-safe, summed up by [`Backend`].
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use tokio::sync::broadcast;
+
+use crate::{
+    Batch, BatchProgress, ClaimRequest, ClaimedJob, Enqueued, Error, Event, JobId, JobInfo, Lease,
+    Maintenance, NewJob, OnFailure, QueueStats, Result, Retry, RunningJob, Settle, Settled,
+    WaitFor,
+};
+
+/// Wake-up hints from the backend (SPEC W2, B5).
+pub trait Events: Send + Sync {
+    /// A receiver of [`Event`]s, or `None` when the backend cannot notify (callers then
+    /// poll).
+    ///
+    /// # Behavior
+    /// - Events are hints only: a missed or lagged event must never lose a job, so
+    ///   callers re-check state after waking and poll as a fallback.
+    /// - A backend that returns `Some` sends [`EventKind::Ready`](crate::EventKind) when
+    ///   jobs become claimable by enqueue or release, and
+    ///   [`EventKind::Finished`](crate::EventKind) when a job finishes.
+    fn subscribe(&self) -> Option<broadcast::Receiver<Event>> {
+        None
+    }
+}
+
+/// Storing new jobs (SPEC E).
+#[async_trait]
+pub trait Enqueue: Send + Sync {
+    /// Stores `jobs`, all of one queue, atomically; returns their ids in input order.
+    ///
+    /// # Behavior
+    /// - All jobs are stored or none; the ids come back in input order and increase in
+    ///   enqueue order within the queue (SPEC E1).
+    /// - A job with `run_at` in the future is not claimable before then, by server time
+    ///   (SPEC E2).
+    /// - With a `dedupe_key` held by an unfinished job of the queue (or by an earlier job
+    ///   of the same call), the existing id comes back flagged `deduplicated` and nothing
+    ///   is stored for that job (SPEC E3).
+    /// - Invalid input — queue name, payload over the limit, `max_attempts` outside
+    ///   1..=1000, a stage without a batch, jobs of different queues, a batch that is
+    ///   unknown, of another queue, sealed or halted — is [`Error::InvalidInput`] naming
+    ///   the field, and nothing of the call is stored (SPEC E4, X2).
+    /// - A stage lower than the batch's highest released stage is
+    ///   [`Error::StageClosed`], and nothing of the call is stored (SPEC B3).
+    /// - Names, keys and payloads are bound as parameters, never spliced into SQL or
+    ///   scripts: hostile text is stored verbatim (SPEC X2).
+    async fn enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>>;
+
+    /// Stores one job; see [`Enqueue::enqueue`].
+    async fn enqueue_one(&self, job: NewJob) -> Result<Enqueued> {
+        let mut out = self.enqueue(vec![job]).await?;
+        out.pop()
+            .ok_or_else(|| Error::backend("enqueue returned no id for one job"))
+    }
+}
+
+/// Taking jobs to run (SPEC C).
+#[async_trait]
+pub trait Claim: Events {
+    /// Claims up to `req.limit` claimable jobs of `req.queue` for `req.worker`.
+    ///
+    /// # Behavior
+    /// - Returns at most `limit` jobs (`limit` in 1..=1000, else
+    ///   [`Error::InvalidInput`] on `limit`), each with a fresh random token, its attempt
+    ///   number (1 on first claim) and its lease expiry; a zero lease is
+    ///   [`Error::InvalidInput`] on `lease` (SPEC C1).
+    /// - No job is returned to two claimers while a lease on it holds, however many
+    ///   claimers run at once (SPEC C2).
+    /// - Returns the earliest claimable jobs by `(priority, run_at, id)`, sorted so
+    ///   (SPEC C3).
+    /// - Never waits for another claimer, and answers at once on an empty queue
+    ///   (SPEC C4).
+    /// - A running job whose lease expired is claimable again with attempt + 1 when it
+    ///   has attempts left; otherwise it becomes `dead` with error "lease expired"
+    ///   (SPEC C5).
+    /// - Never lets a queue run more than its `max_running`; a paused queue returns
+    ///   nothing (SPEC C6).
+    /// - Respects groups (SPEC G1–G4) and stages (SPEC B2): jobs that must wait are
+    ///   skipped and the limit is filled from other eligible jobs.
+    async fn claim(&self, req: ClaimRequest) -> Result<Vec<ClaimedJob>>;
+}
+
+/// Settling leases (SPEC L).
+#[async_trait]
+pub trait Complete: Send + Sync {
+    /// Settles many leases in one call and one round trip (SPEC L6).
+    ///
+    /// # Behavior
+    /// - Each lease is judged on its own token exactly as [`complete`](Self::complete),
+    ///   [`fail`](Self::fail) and [`release`](Self::release) describe; the result vector
+    ///   has one entry per input, in input order, and a stale token yields
+    ///   [`Error::StaleLease`] for its entry only (SPEC L6).
+    /// - More than 1000 leases, or a bad queue name or retry time, is
+    ///   [`Error::InvalidInput`] for the whole call and nothing is settled.
+    /// - Finishing a job releases what waited for it: the next job of its group (SPEC G2)
+    ///   and, when it was the last unfinished job of its stage, the next stage of its
+    ///   batch (SPEC B2); a dead job in a `Halt` batch cancels later stages (SPEC B6).
+    /// - Every settled attempt is closed in the execution log (SPEC L5).
+    async fn settle_many(&self, settles: Vec<Settle>) -> Result<Vec<Result<Settled>>>;
+
+    /// Moves the lease's expiry to server now + `extend` (SPEC L3).
+    ///
+    /// # Behavior
+    /// - While the token holds the job, returns the new expiry (SPEC L3).
+    /// - Otherwise [`Error::StaleLease`] and nothing changes (SPEC L3).
+    /// - `extend` of zero or over 7 days is [`Error::InvalidInput`] on `extend`.
+    async fn heartbeat(&self, lease: &Lease, extend: Duration) -> Result<DateTime<Utc>>;
+
+    /// Marks the job `succeeded`.
+    ///
+    /// # Behavior
+    /// - Succeeds only while the job is `running` under this exact token; otherwise
+    ///   [`Error::StaleLease`] and nothing changes. A second complete of the same lease
+    ///   is `StaleLease` (SPEC L1).
+    /// - A lease past its expiry still holds until another claimer takes the job over
+    ///   or a maintenance pass ends it: finished work is not thrown away needlessly.
+    async fn complete(&self, lease: &Lease) -> Result<()> {
+        self.settle_one(Settle::complete(lease.clone())).await.map(|_| ())
+    }
+
+    /// Records a failed attempt.
+    ///
+    /// # Behavior
+    /// - With attempts left and `retry` not [`Retry::Never`], the job becomes `retrying`
+    ///   until server now + the retry delay, then claimable again; otherwise it becomes
+    ///   `dead`. The error text is kept (SPEC L2).
+    /// - A stale token is [`Error::StaleLease`] and nothing changes (SPEC L1).
+    async fn fail(&self, lease: &Lease, error: &str, retry: Retry) -> Result<Settled> {
+        self.settle_one(Settle::fail(lease.clone(), error, retry)).await
+    }
+
+    /// Gives the job back: `ready` again, the attempt not counted (SPEC L4).
+    ///
+    /// # Behavior
+    /// - The next claim of the job gets the same attempt number again (SPEC L4).
+    /// - A stale token is [`Error::StaleLease`] and nothing changes (SPEC L1).
+    async fn release(&self, lease: &Lease) -> Result<()> {
+        self.settle_one(Settle::release(lease.clone())).await.map(|_| ())
+    }
+
+    /// Settles one lease through [`settle_many`](Self::settle_many).
+    async fn settle_one(&self, settle: Settle) -> Result<Settled> {
+        self.settle_many(vec![settle])
+            .await?
+            .pop()
+            .unwrap_or_else(|| Err(Error::backend("settle_many returned no result")))
+    }
+}
+
+/// Batches and ordered stages: the order barrier (SPEC B).
+#[async_trait]
+pub trait OrderBarrier: Events {
+    /// Opens a batch in `queue` (SPEC B1).
+    ///
+    /// # Behavior
+    /// - Returns a new batch, unsealed, with no jobs (SPEC B1).
+    /// - A bad queue name is [`Error::InvalidInput`] on `queue`.
+    async fn open_batch(&self, queue: &str, on_failure: OnFailure) -> Result<Batch>;
+
+    /// Seals the batch: no more jobs (SPEC B4).
+    ///
+    /// # Behavior
+    /// - Later enqueues into it are [`Error::InvalidInput`] on `batch` (SPEC B3).
+    /// - Sealing twice is fine; an unknown batch is [`Error::NotFound`].
+    async fn seal(&self, batch: &Batch) -> Result<()>;
+
+    /// The batch's progress: counts per stage, sealed, failed (SPEC B5, M1).
+    ///
+    /// # Behavior
+    /// - Counts every job of the batch exactly once, by stage and state (SPEC B5).
+    /// - An unknown batch is [`Error::NotFound`].
+    async fn batch_progress(&self, batch: &Batch) -> Result<BatchProgress>;
+
+    /// Waits until `target` is reached or `timeout` passes (SPEC B5).
+    ///
+    /// # Behavior
+    /// - Returns the progress once the stage (and every stage below it) is finished, or
+    ///   once the sealed batch is finished (SPEC B5).
+    /// - After `timeout`, [`Error::Timeout`] (SPEC B5).
+    /// - Polls the server no faster than every 100 ms, and wakes on the backend's
+    ///   `Finished` events where it has them (SPEC B5).
+    async fn wait(&self, batch: &Batch, target: WaitFor, timeout: Duration) -> Result<BatchProgress> {
+        crate::wait_polling(self, batch, target, timeout).await
+    }
+}
+
+/// Reading state for monitoring (SPEC L5, M1, M2).
+#[async_trait]
+pub trait Inspect: Send + Sync {
+    /// Counts per state, pause flag and `max_running` of `queue` (SPEC M1).
+    ///
+    /// # Behavior
+    /// - Every stored job of the queue is counted once, in its current state (SPEC M1).
+    /// - A queue never used has all counts zero.
+    async fn queue_stats(&self, queue: &str) -> Result<QueueStats>;
+
+    /// One job with its attempt log (SPEC L5, M1).
+    ///
+    /// # Behavior
+    /// - Every attempt is listed with worker, start, end, outcome and error (SPEC L5).
+    /// - An unknown id, or one of another queue, is [`Error::NotFound`].
+    async fn job(&self, queue: &str, id: JobId) -> Result<JobInfo>;
+
+    /// What runs now in `queue`: job, worker, attempt, since when (SPEC L5).
+    async fn running(&self, queue: &str) -> Result<Vec<RunningJob>>;
+
+    /// Up to `limit` dead jobs of `queue`, oldest first (SPEC M2).
+    async fn dead_jobs(&self, queue: &str, limit: u32) -> Result<Vec<JobInfo>>;
+}
+
+/// Operating queues (SPEC C6, B7, M2, M3).
+#[async_trait]
+pub trait Admin: Send + Sync {
+    /// Stops claims of `queue` until [`resume`](Self::resume) (SPEC C6).
+    async fn pause(&self, queue: &str) -> Result<()>;
+
+    /// Lets claims of `queue` go on (SPEC C6).
+    async fn resume(&self, queue: &str) -> Result<()>;
+
+    /// Sets (or with `None` lifts) the limit of running jobs of `queue` (SPEC C6).
+    ///
+    /// # Behavior
+    /// - The number of running jobs of the queue never exceeds it, across all workers
+    ///   (SPEC C6).
+    /// - Zero is [`Error::InvalidInput`] on `max_running`: use [`pause`](Self::pause).
+    async fn set_max_running(&self, queue: &str, max_running: Option<u32>) -> Result<()>;
+
+    /// Cancels one job (SPEC B7).
+    ///
+    /// # Behavior
+    /// - A job not started, or retrying, becomes `cancelled`; a running job becomes
+    ///   `cancelled` and its lease is revoked: its `complete` gets
+    ///   [`Error::StaleLease`] (SPEC B7).
+    /// - Returns false when the job was already finished; an unknown job is
+    ///   [`Error::NotFound`].
+    /// - Cancelling releases what waited for the job, as finishing does (SPEC G2, B2).
+    async fn cancel_job(&self, queue: &str, id: JobId) -> Result<bool>;
+
+    /// Cancels every unfinished job of the batch and seals it (SPEC B7); returns how many
+    /// jobs were cancelled.
+    async fn cancel_batch(&self, batch: &Batch) -> Result<u64>;
+
+    /// Puts dead jobs back to `ready` with attempts reset: those in `ids`, or every dead
+    /// job of the queue when `ids` is `None` (SPEC M2). Returns how many.
+    ///
+    /// # Behavior
+    /// - Only dead jobs move; others named in `ids` are left alone (SPEC M2).
+    async fn retry_dead(&self, queue: &str, ids: Option<&[JobId]>) -> Result<u64>;
+
+    /// A maintenance pass over `queue` (SPEC C5, M3).
+    ///
+    /// # Behavior
+    /// - Running jobs with expired leases are made claimable again, or `dead` ("lease
+    ///   expired") when out of attempts (SPEC C5).
+    /// - Finished jobs that finished more than `retention` ago are deleted, with their
+    ///   attempt log; unfinished jobs are never touched (SPEC M3).
+    async fn maintain(&self, queue: &str, retention: Duration) -> Result<Maintenance>;
+}
+
+/// A whole backend: every trait above, usable as `Arc<dyn Backend>`.
+pub trait Backend: Enqueue + Claim + Complete + OrderBarrier + Inspect + Admin {}
+
+impl<T: Enqueue + Claim + Complete + OrderBarrier + Inspect + Admin + ?Sized> Backend for T {}

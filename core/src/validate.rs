@@ -1,0 +1,257 @@
+//! Input validation, done once here for every backend (SPEC E4, C1, X2).
+//!
+//! Each backend calls these before any I/O, so bad input is rejected with
+//! [`Error::InvalidInput`] naming the field, and nothing is stored.
+
+use std::time::Duration;
+
+use chrono::{DateTime, TimeZone, Utc};
+
+use crate::{ClaimRequest, Error, NewJob, Outcome, Result, Retry, RunAt, Settle};
+
+/// Default payload limit: 1 MiB.
+pub const DEFAULT_MAX_PAYLOAD: usize = 1024 * 1024;
+/// Most jobs one enqueue call may carry (keeps every backend's one statement or script
+/// within its parameter limits).
+pub const MAX_JOBS_PER_ENQUEUE: usize = 10_000;
+/// Most jobs one claim may return (SPEC C1).
+pub const MAX_CLAIM_LIMIT: u32 = 1000;
+/// Most leases one settle call may carry.
+pub const MAX_SETTLE: usize = 1000;
+/// Longest lease or heartbeat extension.
+pub const MAX_LEASE: Duration = Duration::from_secs(7 * 24 * 3600);
+/// Longest queue name, in bytes.
+pub const MAX_QUEUE_NAME: usize = 128;
+/// Longest group, dedupe key, worker or `enqueued_by` text, in bytes.
+pub const MAX_LABEL: usize = 255;
+/// Furthest delay accepted for `run_at` or a retry: 100 years.
+const MAX_DELAY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// Limits a backend is configured with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest payload accepted, in bytes. Default 1 MiB.
+    pub max_payload: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_payload: DEFAULT_MAX_PAYLOAD,
+        }
+    }
+}
+
+/// Checks a queue name: 1 to 128 bytes of `A-Z a-z 0-9 _ - . :`.
+///
+/// # Errors
+/// [`Error::InvalidInput`] on field `queue`.
+pub fn queue_name(name: &str) -> Result<()> {
+    if name.is_empty() || name.len() > MAX_QUEUE_NAME {
+        return Err(Error::invalid(
+            "queue",
+            format!("must be 1 to {MAX_QUEUE_NAME} bytes, got {}", name.len()),
+        ));
+    }
+    if let Some(bad) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':')))
+    {
+        return Err(Error::invalid(
+            "queue",
+            format!("may hold only A-Z a-z 0-9 _ - . : but has {bad:?}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks free text stored as a label (group, dedupe key, worker, `enqueued_by`): 1 to
+/// 255 bytes, no control characters. Quotes, brackets and braces are stored verbatim.
+///
+/// # Errors
+/// [`Error::InvalidInput`] on `field`.
+pub fn label(field: &'static str, text: &str) -> Result<()> {
+    if text.is_empty() || text.len() > MAX_LABEL {
+        return Err(Error::invalid(
+            field,
+            format!("must be 1 to {MAX_LABEL} bytes, got {}", text.len()),
+        ));
+    }
+    if text.chars().any(char::is_control) {
+        return Err(Error::invalid(field, "must not contain control characters (NUL, newline, ...)"));
+    }
+    Ok(())
+}
+
+fn delay(field: &'static str, d: Duration) -> Result<()> {
+    if d > MAX_DELAY {
+        return Err(Error::invalid(field, "is more than 100 years away"));
+    }
+    Ok(())
+}
+
+fn instant(field: &'static str, t: DateTime<Utc>) -> Result<()> {
+    let low = Utc.timestamp_opt(0, 0).single().expect("epoch is valid");
+    let high = Utc
+        .with_ymd_and_hms(9999, 12, 31, 0, 0, 0)
+        .single()
+        .expect("year 9999 is valid");
+    if t < low || t > high {
+        return Err(Error::invalid(field, "must lie between 1970 and 9999"));
+    }
+    Ok(())
+}
+
+/// Checks one job against `limits`.
+///
+/// # Errors
+/// [`Error::InvalidInput`] naming the first bad field.
+pub fn new_job(job: &NewJob, limits: &Limits) -> Result<()> {
+    queue_name(&job.queue)?;
+    if job.payload.len() > limits.max_payload {
+        return Err(Error::invalid(
+            "payload",
+            format!(
+                "is {} bytes, more than the limit of {}",
+                job.payload.len(),
+                limits.max_payload
+            ),
+        ));
+    }
+    if !(1..=1000).contains(&job.max_attempts) {
+        return Err(Error::invalid(
+            "max_attempts",
+            format!("must be 1..=1000, got {}", job.max_attempts),
+        ));
+    }
+    match job.run_at {
+        RunAt::Now => {}
+        RunAt::After(d) => delay("run_at", d)?,
+        RunAt::At(t) => instant("run_at", t)?,
+    }
+    if job.stage.is_some() && job.batch.is_none() {
+        return Err(Error::invalid("stage", "a stage needs a batch"));
+    }
+    if let Some(group) = &job.group {
+        label("group", group)?;
+    }
+    if let Some(key) = &job.dedupe_key {
+        label("dedupe_key", key)?;
+    }
+    if let Some(who) = &job.enqueued_by {
+        label("enqueued_by", who)?;
+    }
+    Ok(())
+}
+
+/// Checks the jobs of one enqueue call: each job, their count, and that they share one
+/// queue (one call is atomic, which Redis Cluster can promise only within one queue).
+///
+/// # Errors
+/// [`Error::InvalidInput`] naming the first bad field.
+pub fn new_jobs(jobs: &[NewJob], limits: &Limits) -> Result<()> {
+    if jobs.len() > MAX_JOBS_PER_ENQUEUE {
+        return Err(Error::invalid(
+            "jobs",
+            format!("at most {MAX_JOBS_PER_ENQUEUE} jobs per call, got {}", jobs.len()),
+        ));
+    }
+    for job in jobs {
+        new_job(job, limits)?;
+        if job.queue != jobs[0].queue {
+            return Err(Error::invalid(
+                "queue",
+                "all jobs of one enqueue call must share one queue",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Checks a lease length or heartbeat extension.
+///
+/// # Errors
+/// [`Error::InvalidInput`] on `field`.
+pub fn lease_length(field: &'static str, d: Duration) -> Result<()> {
+    if d < Duration::from_millis(1) || d > MAX_LEASE {
+        return Err(Error::invalid(
+            field,
+            format!("must be 1 ms to 7 days, got {d:?}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a claim request (SPEC C1).
+///
+/// # Errors
+/// [`Error::InvalidInput`] naming the first bad field.
+pub fn claim(req: &ClaimRequest) -> Result<()> {
+    queue_name(&req.queue)?;
+    label("worker", &req.worker)?;
+    if !(1..=MAX_CLAIM_LIMIT).contains(&req.limit) {
+        return Err(Error::invalid(
+            "limit",
+            format!("must be 1..={MAX_CLAIM_LIMIT}, got {}", req.limit),
+        ));
+    }
+    lease_length("lease", req.lease)
+}
+
+/// Checks a settle call and cleans each failure's error text (see
+/// [`clean_error_text`](crate::settle::clean_error_text)).
+///
+/// # Errors
+/// [`Error::InvalidInput`] naming the first bad field; nothing is settled then.
+pub fn settles(settles: &mut [Settle]) -> Result<()> {
+    if settles.len() > MAX_SETTLE {
+        return Err(Error::invalid(
+            "settles",
+            format!("at most {MAX_SETTLE} per call, got {}", settles.len()),
+        ));
+    }
+    for s in settles {
+        queue_name(&s.lease.queue)?;
+        if let Outcome::Fail { error, retry } = &mut s.outcome {
+            *error = crate::settle::clean_error_text(error);
+            match *retry {
+                Retry::After(d) => delay("retry", d)?,
+                Retry::At(t) => instant("retry", t)?,
+                Retry::Backoff | Retry::Never => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queue_names() {
+        assert!(queue_name("a").is_ok());
+        assert!(queue_name("Az09_-.:").is_ok());
+        assert!(queue_name(&"q".repeat(128)).is_ok());
+        for bad in ["", "a b", "a{b}", "é", "a\0", "'; DROP TABLE x;--", "]"] {
+            assert_eq!(queue_name(bad).unwrap_err().invalid_field(), Some("queue"), "{bad:?}");
+        }
+        assert!(queue_name(&"q".repeat(129)).is_err());
+    }
+
+    #[test]
+    fn labels_keep_hostile_text_but_not_controls() {
+        assert!(label("group", "'; DROP TABLE x;--").is_ok());
+        assert!(label("group", "{a}]").is_ok());
+        assert_eq!(label("group", "a\0b").unwrap_err().invalid_field(), Some("group"));
+        assert!(label("group", &"x".repeat(10_000)).is_err());
+        assert!(label("group", "").is_err());
+    }
+
+    #[test]
+    fn jobs_of_one_call_share_a_queue() {
+        let jobs = [NewJob::new("a", vec![]), NewJob::new("b", vec![])];
+        let err = new_jobs(&jobs, &Limits::default()).unwrap_err();
+        assert_eq!(err.invalid_field(), Some("queue"));
+    }
+}
