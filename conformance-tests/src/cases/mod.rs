@@ -1,0 +1,3 @@
+//! The cases, one module per SPEC section. Each case cites its rule.
+
+pub mod enqueue;
