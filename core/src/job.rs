@@ -37,7 +37,9 @@ impl RunAt {
     pub fn resolve(self, now: DateTime<Utc>) -> DateTime<Utc> {
         match self {
             Self::Now => now,
-            Self::After(d) => now + chrono::TimeDelta::from_std(d).unwrap_or(chrono::TimeDelta::MAX),
+            Self::After(d) => {
+                now + chrono::TimeDelta::from_std(d).unwrap_or(chrono::TimeDelta::MAX)
+            }
             Self::At(t) => t,
         }
     }

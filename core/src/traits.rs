@@ -120,7 +120,9 @@ pub trait Complete: Send + Sync {
     /// - A lease past its expiry still holds until another claimer takes the job over
     ///   or a maintenance pass ends it: finished work is not thrown away needlessly.
     async fn complete(&self, lease: &Lease) -> Result<()> {
-        self.settle_one(Settle::complete(lease.clone())).await.map(|_| ())
+        self.settle_one(Settle::complete(lease.clone()))
+            .await
+            .map(|_| ())
     }
 
     /// Records a failed attempt.
@@ -131,7 +133,8 @@ pub trait Complete: Send + Sync {
     ///   `dead`. The error text is kept (SPEC L2).
     /// - A stale token is [`Error::StaleLease`] and nothing changes (SPEC L1).
     async fn fail(&self, lease: &Lease, error: &str, retry: Retry) -> Result<Settled> {
-        self.settle_one(Settle::fail(lease.clone(), error, retry)).await
+        self.settle_one(Settle::fail(lease.clone(), error, retry))
+            .await
     }
 
     /// Gives the job back: `ready` again, the attempt not counted (SPEC L4).
@@ -140,7 +143,9 @@ pub trait Complete: Send + Sync {
     /// - The next claim of the job gets the same attempt number again (SPEC L4).
     /// - A stale token is [`Error::StaleLease`] and nothing changes (SPEC L1).
     async fn release(&self, lease: &Lease) -> Result<()> {
-        self.settle_one(Settle::release(lease.clone())).await.map(|_| ())
+        self.settle_one(Settle::release(lease.clone()))
+            .await
+            .map(|_| ())
     }
 
     /// Settles one lease through [`settle_many`](Self::settle_many).
@@ -184,7 +189,12 @@ pub trait OrderBarrier: Events {
     /// - After `timeout`, [`Error::Timeout`] (SPEC B5).
     /// - Polls the server no faster than every 100 ms, and wakes on the backend's
     ///   `Finished` events where it has them (SPEC B5).
-    async fn wait(&self, batch: &Batch, target: WaitFor, timeout: Duration) -> Result<BatchProgress> {
+    async fn wait(
+        &self,
+        batch: &Batch,
+        target: WaitFor,
+        timeout: Duration,
+    ) -> Result<BatchProgress> {
         crate::wait_polling(self, batch, target, timeout).await
     }
 }

@@ -78,7 +78,10 @@ pub fn label(field: &'static str, text: &str) -> Result<()> {
         ));
     }
     if text.chars().any(char::is_control) {
-        return Err(Error::invalid(field, "must not contain control characters (NUL, newline, ...)"));
+        return Err(Error::invalid(
+            field,
+            "must not contain control characters (NUL, newline, ...)",
+        ));
     }
     Ok(())
 }
@@ -153,7 +156,10 @@ pub fn new_jobs(jobs: &[NewJob], limits: &Limits) -> Result<()> {
     if jobs.len() > MAX_JOBS_PER_ENQUEUE {
         return Err(Error::invalid(
             "jobs",
-            format!("at most {MAX_JOBS_PER_ENQUEUE} jobs per call, got {}", jobs.len()),
+            format!(
+                "at most {MAX_JOBS_PER_ENQUEUE} jobs per call, got {}",
+                jobs.len()
+            ),
         ));
     }
     for job in jobs {
@@ -234,7 +240,11 @@ mod tests {
         assert!(queue_name("Az09_-.:").is_ok());
         assert!(queue_name(&"q".repeat(128)).is_ok());
         for bad in ["", "a b", "a{b}", "é", "a\0", "'; DROP TABLE x;--", "]"] {
-            assert_eq!(queue_name(bad).unwrap_err().invalid_field(), Some("queue"), "{bad:?}");
+            assert_eq!(
+                queue_name(bad).unwrap_err().invalid_field(),
+                Some("queue"),
+                "{bad:?}"
+            );
         }
         assert!(queue_name(&"q".repeat(129)).is_err());
     }
@@ -243,7 +253,10 @@ mod tests {
     fn labels_keep_hostile_text_but_not_controls() {
         assert!(label("group", "'; DROP TABLE x;--").is_ok());
         assert!(label("group", "{a}]").is_ok());
-        assert_eq!(label("group", "a\0b").unwrap_err().invalid_field(), Some("group"));
+        assert_eq!(
+            label("group", "a\0b").unwrap_err().invalid_field(),
+            Some("group")
+        );
         assert!(label("group", &"x".repeat(10_000)).is_err());
         assert!(label("group", "").is_err());
     }

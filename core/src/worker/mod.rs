@@ -1,1 +1,268 @@
-//! Worker runtime.
+//! The worker runtime, generic over backends (SPEC W1–W5).
+//!
+//! A [`Worker`] serves one or more queues with a fixed number of slots
+//! (`concurrency`):
+//! - it claims up to its free slots in one call, taking queues in turn so a busy queue
+//!   cannot starve another (W1, W5);
+//! - runs the handler of each job in its own task, heartbeating the lease every
+//!   lease/3 while it runs; a handler error fails the job (retryable unless
+//!   permanent), a panic fails it with the panic text, a handler past its timeout is
+//!   failed (W3);
+//! - hands outcomes to a settler that acknowledges many in one `settle_many` call,
+//!   flushed after a few milliseconds or when enough wait (W1);
+//! - claims again as soon as a slot frees; when idle it waits for the backend's
+//!   events, and polls with bounded backoff (at most 1 s by default) as a fallback (W2);
+//! - on shutdown stops claiming, lets running handlers finish until a deadline, then
+//!   releases what is left (W4).
+
+mod handler;
+mod job;
+mod run;
+mod settler;
+mod stats;
+
+use std::{sync::Arc, time::Duration};
+
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+pub use handler::{Handler, JobError};
+pub use stats::WorkerReport;
+
+use crate::{Backend, Error, Result, validate};
+
+/// Settings of a worker; see the [`WorkerBuilder`] setters for defaults.
+#[derive(Debug, Clone)]
+struct Config {
+    name: String,
+    concurrency: u32,
+    lease: Duration,
+    heartbeat: Option<Duration>,
+    timeout: Option<Duration>,
+    shutdown_timeout: Duration,
+    settle_batch: usize,
+    settle_delay: Duration,
+    poll_min: Duration,
+    poll_max: Duration,
+}
+
+/// A worker: build it with [`Worker::builder`], then [`run`](Worker::run) or
+/// [`spawn`](Worker::spawn) it.
+pub struct Worker {
+    backend: Arc<dyn Backend>,
+    queues: Vec<String>,
+    handler: Arc<dyn Handler>,
+    config: Config,
+}
+
+/// Builds a [`Worker`].
+pub struct WorkerBuilder {
+    backend: Arc<dyn Backend>,
+    queues: Vec<String>,
+    handler: Option<Arc<dyn Handler>>,
+    config: Config,
+}
+
+impl Worker {
+    /// A builder for a worker serving `queues` from `backend`.
+    pub fn builder<I, S>(backend: Arc<dyn Backend>, queues: I) -> WorkerBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        WorkerBuilder {
+            backend,
+            queues: queues.into_iter().map(Into::into).collect(),
+            handler: None,
+            config: Config {
+                name: format!("worker-{}-{:04x}", std::process::id(), fastrand::u16(..)),
+                concurrency: 8,
+                lease: Duration::from_secs(30),
+                heartbeat: None,
+                timeout: None,
+                shutdown_timeout: Duration::from_secs(30),
+                settle_batch: 128,
+                settle_delay: Duration::from_millis(2),
+                poll_min: Duration::from_millis(10),
+                poll_max: Duration::from_secs(1),
+            },
+        }
+    }
+
+    /// The worker's name, as recorded in the execution log.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    /// Runs until `shutdown` is cancelled, then shuts down gracefully (SPEC W4).
+    ///
+    /// # Errors
+    /// None today; the result leaves room for fatal setup errors of future backends.
+    /// Backend errors while running are logged and retried, never fatal.
+    pub async fn run(self, shutdown: CancellationToken) -> Result<WorkerReport> {
+        run::Runner::new(self).run(shutdown).await
+    }
+
+    /// Runs on a new task; the returned handle stops it.
+    #[must_use]
+    pub fn spawn(self) -> RunningWorker {
+        let token = CancellationToken::new();
+        let task = tokio::spawn(self.run(token.clone()));
+        RunningWorker { token, task }
+    }
+}
+
+/// A worker running on its own task.
+#[derive(Debug)]
+pub struct RunningWorker {
+    token: CancellationToken,
+    task: JoinHandle<Result<WorkerReport>>,
+}
+
+impl RunningWorker {
+    /// Shuts the worker down gracefully and waits for it (SPEC W4).
+    ///
+    /// # Errors
+    /// [`Error::Backend`] if the worker task itself panicked.
+    pub async fn shutdown(self) -> Result<WorkerReport> {
+        self.token.cancel();
+        self.task.await.map_err(Error::backend)?
+    }
+}
+
+impl WorkerBuilder {
+    /// The handler every job runs (required).
+    #[must_use]
+    pub fn handler(mut self, handler: impl Handler) -> Self {
+        self.handler = Some(Arc::new(handler));
+        self
+    }
+
+    /// The worker's name in the execution log. Default `worker-<pid>-<random>`.
+    #[must_use]
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.config.name = name.into();
+        self
+    }
+
+    /// How many jobs run at once (1..=1000). Default 8.
+    #[must_use]
+    pub fn concurrency(mut self, n: u32) -> Self {
+        self.config.concurrency = n;
+        self
+    }
+
+    /// Lease length of each claim, renewed by heartbeats. Default 30 s.
+    #[must_use]
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.config.lease = lease;
+        self
+    }
+
+    /// Heartbeat interval. Default lease / 3.
+    #[must_use]
+    pub fn heartbeat(mut self, every: Duration) -> Self {
+        self.config.heartbeat = Some(every);
+        self
+    }
+
+    /// Fails a handler still running after `timeout` (SPEC W3). Default none.
+    #[must_use]
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.config.timeout = Some(timeout);
+        self
+    }
+
+    /// How long shutdown lets running handlers finish before releasing them. Default
+    /// 30 s.
+    #[must_use]
+    pub fn shutdown_timeout(mut self, d: Duration) -> Self {
+        self.config.shutdown_timeout = d;
+        self
+    }
+
+    /// Settle in one call once this many outcomes wait (1..=1000). Default 128.
+    #[must_use]
+    pub fn settle_batch(mut self, n: usize) -> Self {
+        self.config.settle_batch = n;
+        self
+    }
+
+    /// Longest an outcome waits for others before it is settled. Default 2 ms.
+    #[must_use]
+    pub fn settle_delay(mut self, d: Duration) -> Self {
+        self.config.settle_delay = d;
+        self
+    }
+
+    /// Shortest idle poll interval. Default 10 ms.
+    #[must_use]
+    pub fn poll_min(mut self, d: Duration) -> Self {
+        self.config.poll_min = d;
+        self
+    }
+
+    /// Longest idle poll interval, the fallback when no event arrives (SPEC W2).
+    /// Default 1 s.
+    #[must_use]
+    pub fn poll_max(mut self, d: Duration) -> Self {
+        self.config.poll_max = d;
+        self
+    }
+
+    /// Checks the settings and builds the worker.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] naming the bad setting: no queue or a bad queue name
+    /// (`queues`/`queue`), `concurrency` outside 1..=1000, a bad `lease`, `heartbeat` not
+    /// shorter than the lease, `settle_batch` outside 1..=1000, a bad `name`, or no
+    /// `handler`.
+    pub fn build(self) -> Result<Worker> {
+        let c = &self.config;
+        if self.queues.is_empty() {
+            return Err(Error::invalid(
+                "queues",
+                "a worker needs at least one queue",
+            ));
+        }
+        for q in &self.queues {
+            validate::queue_name(q)?;
+        }
+        validate::label("name", &c.name)?;
+        if !(1..=1000).contains(&c.concurrency) {
+            return Err(Error::invalid(
+                "concurrency",
+                format!("must be 1..=1000, got {}", c.concurrency),
+            ));
+        }
+        validate::lease_length("lease", c.lease)?;
+        if c.heartbeat.is_some_and(|h| h.is_zero() || h >= c.lease) {
+            return Err(Error::invalid(
+                "heartbeat",
+                "must be above zero and shorter than the lease",
+            ));
+        }
+        if !(1..=validate::MAX_SETTLE).contains(&c.settle_batch) {
+            return Err(Error::invalid("settle_batch", "must be 1..=1000"));
+        }
+        if c.poll_min.is_zero() || c.poll_min > c.poll_max {
+            return Err(Error::invalid(
+                "poll_min",
+                "must be above zero and at most poll_max",
+            ));
+        }
+        if c.timeout.is_some_and(|t| t.is_zero()) {
+            return Err(Error::invalid("timeout", "must be above zero"));
+        }
+        let handler = self
+            .handler
+            .ok_or_else(|| Error::invalid("handler", "a worker needs a handler"))?;
+        Ok(Worker {
+            backend: self.backend,
+            queues: self.queues,
+            handler,
+            config: self.config,
+        })
+    }
+}

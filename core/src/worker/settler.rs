@@ -1,0 +1,79 @@
+//! Settles finished jobs in batches through `settle_many` (SPEC W1, L6).
+//!
+//! One commit per job caps a database backend at a fraction of what batching reaches,
+//! so outcomes are collected until `max_batch` wait or `delay` passes, then sent in one
+//! call. Backend errors are retried a few times; if they persist the leases simply
+//! expire and the jobs are claimed again (SPEC X3): nothing is lost.
+
+use std::{sync::Arc, time::Duration};
+
+use backon::{ExponentialBuilder, Retryable};
+use tokio::{sync::mpsc, time::Instant};
+
+use super::stats::Stats;
+use crate::{Backend, Error, Outcome, Settle, Settled};
+
+pub(super) struct Settler {
+    pub(super) backend: Arc<dyn Backend>,
+    pub(super) max_batch: usize,
+    pub(super) delay: Duration,
+    pub(super) stats: Arc<Stats>,
+}
+
+impl Settler {
+    pub(super) async fn run(self, mut rx: mpsc::Receiver<Settle>) {
+        while let Some(first) = rx.recv().await {
+            let mut batch = vec![first];
+            let deadline = Instant::now() + self.delay;
+            while batch.len() < self.max_batch {
+                match tokio::time::timeout_at(deadline, rx.recv()).await {
+                    Ok(Some(s)) => batch.push(s),
+                    Ok(None) | Err(_) => break,
+                }
+            }
+            self.flush(batch).await;
+        }
+    }
+
+    async fn flush(&self, batch: Vec<Settle>) {
+        let n = batch.len();
+        let attempt = || self.backend.settle_many(batch.clone());
+        let results = attempt
+            .retry(
+                ExponentialBuilder::default()
+                    .with_min_delay(Duration::from_millis(10))
+                    .with_max_times(5),
+            )
+            .when(|e| matches!(e, Error::Backend { .. }))
+            .await;
+        match results {
+            Ok(results) => {
+                for (settle, result) in batch.iter().zip(results) {
+                    self.record(settle, &result);
+                }
+            }
+            Err(e) => {
+                self.stats.add_lost(n);
+                tracing::error!(error = %e, jobs = n, "could not settle; their leases will expire and the jobs run again");
+            }
+        }
+    }
+
+    fn record(&self, settle: &Settle, result: &crate::Result<Settled>) {
+        let lease = &settle.lease;
+        match result {
+            Ok(Settled::Completed) => self.stats.add_succeeded(),
+            Ok(Settled::Retrying { .. } | Settled::Dead) => self.stats.add_failed(),
+            Ok(Settled::Released) => self.stats.add_released(),
+            Err(e) => {
+                self.stats.add_lost(1);
+                let outcome = match settle.outcome {
+                    Outcome::Complete => "complete",
+                    Outcome::Fail { .. } => "fail",
+                    Outcome::Release => "release",
+                };
+                tracing::warn!(queue = %lease.queue, job = %lease.job, attempt = lease.attempt, outcome, error = %e, "settle refused");
+            }
+        }
+    }
+}

@@ -1,0 +1,463 @@
+//! The worker runtime on the memory backend (SPEC W1–W5).
+
+use std::{
+    collections::HashSet,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
+
+use relayq_core::{
+    memory::MemoryBackend,
+    worker::{JobError, Worker, WorkerBuilder},
+    *,
+};
+use tokio::time::{Instant, sleep};
+
+const DEADLINE: Duration = Duration::from_secs(15);
+
+fn queue() -> String {
+    format!("w.{}", uuid::Uuid::new_v4().simple())
+}
+
+fn builder(backend: &Arc<MemoryBackend>, q: &str) -> WorkerBuilder {
+    Worker::builder(backend.clone(), [q.to_owned()])
+}
+
+async fn enqueue_n(b: &MemoryBackend, q: &str, n: u8, max_attempts: u16) -> Vec<JobId> {
+    let jobs = (0..n)
+        .map(|i| NewJob::new(q, vec![i]).max_attempts(max_attempts))
+        .collect();
+    b.enqueue(jobs)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.id)
+        .collect()
+}
+
+/// Polls `check` until true, failing the test after [`DEADLINE`].
+async fn until<F: AsyncFnMut() -> bool>(what: &str, mut check: F) {
+    let deadline = Instant::now() + DEADLINE;
+    while !check().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn state(b: &MemoryBackend, q: &str, id: JobId) -> JobState {
+    b.job(q, id).await.unwrap().state
+}
+
+#[tokio::test]
+async fn w1_claims_free_slots_in_one_call_and_settles_in_batches() {
+    let b = Arc::new(MemoryBackend::new());
+    let q = queue();
+    let ids = enqueue_n(&b, &q, 40, 3).await;
+    let w = builder(&b, &q)
+        .concurrency(40)
+        .settle_delay(Duration::from_millis(20))
+        .handler(|_job: ClaimedJob| async { Ok::<_, JobError>(()) })
+        .build()
+        .unwrap()
+        .spawn();
+    until("all jobs succeeded", async || {
+        b.queue_stats(&q).await.unwrap().count(JobState::Succeeded) == 40
+    })
+    .await;
+    let report = w.shutdown().await.unwrap();
+    assert_eq!(report.succeeded, 40);
+    assert_eq!(report.claimed, 40);
+    // The memory backend stamps one server time per call, so equal times mean one call.
+    let mut starts = HashSet::new();
+    let mut ends = HashSet::new();
+    for id in ids {
+        let log = b.job(&q, id).await.unwrap().attempt_log;
+        starts.insert(log[0].started_at);
+        ends.insert(log[0].ended_at.unwrap());
+    }
+    assert_eq!(
+        starts.len(),
+        1,
+        "40 free slots should be filled by one claim"
+    );
+    assert!(
+        ends.len() < 10,
+        "40 outcomes took {} settle calls",
+        ends.len()
+    );
+}
+
+#[tokio::test]
+async fn w3_handler_errors_fail_retryable_or_permanent() {
+    let b = Arc::new(MemoryBackend::new());
+    let q = queue();
+    let retry = b
+        .enqueue_one(NewJob::new(&q, b"retry".to_vec()))
+        .await
+        .unwrap()
+        .id;
+    let perm = b
+        .enqueue_one(NewJob::new(&q, b"perm".to_vec()))
+        .await
+        .unwrap()
+        .id;
+    let w = builder(&b, &q)
+        .handler(|job: ClaimedJob| async move {
+            match (&job.payload[..], job.attempt()) {
+                (b"retry", 1) => {
+                    Err(JobError::retryable("flaky").retry_after(Duration::from_millis(50)))
+                }
+                (b"retry", _) => Ok(()),
+                _ => Err(JobError::permanent("bad input")),
+            }
+        })
+        .build()
+        .unwrap()
+        .spawn();
+    until("retried job succeeded", async || {
+        state(&b, &q, retry).await == JobState::Succeeded
+    })
+    .await;
+    until("permanent failure dead", async || {
+        state(&b, &q, perm).await == JobState::Dead
+    })
+    .await;
+    w.shutdown().await.unwrap();
+    let retried = b.job(&q, retry).await.unwrap();
+    assert_eq!(retried.attempts, 2);
+    assert_eq!(retried.attempt_log[0].outcome, AttemptOutcome::Failed);
+    assert_eq!(retried.attempt_log[0].error.as_deref(), Some("flaky"));
+    let dead = b.job(&q, perm).await.unwrap();
+    assert_eq!(dead.attempts, 1, "a permanent failure is not retried");
+    assert_eq!(dead.last_error.as_deref(), Some("bad input"));
+}
+
+#[tokio::test]
+async fn w3_std_errors_convert_with_question_mark() {
+    let b = Arc::new(MemoryBackend::new());
+    let q = queue();
+    let id = enqueue_n(&b, &q, 1, 1).await[0];
+    let w = builder(&b, &q)
+        .handler(|job: ClaimedJob| async move {
+            let _n: u32 = std::str::from_utf8(&job.payload)?.parse()?;
+            Ok::<_, JobError>(())
+        })
+        .build()
+        .unwrap()
+        .spawn();
+    until("job dead", async || {
+        state(&b, &q, id).await == JobState::Dead
+    })
+    .await;
+    w.shutdown().await.unwrap();
+    let err = b.job(&q, id).await.unwrap().last_error.unwrap();
+    assert!(err.contains("invalid digit"), "{err}");
+}
+
+#[tokio::test]
+async fn w3_panic_fails_the_job_with_its_message() {
+    let b = Arc::new(MemoryBackend::new());
+    let q = queue();
+    let id = enqueue_n(&b, &q, 1, 1).await[0];
+    let w = builder(&b, &q)
+        .handler(|job: ClaimedJob| async move {
+            assert!(job.payload.is_empty(), "boom in handler");
+            Ok::<_, JobError>(())
+        })
+        .build()
+        .unwrap()
+        .spawn();
+    until("job dead", async || {
+        state(&b, &q, id).await == JobState::Dead
+    })
+    .await;
+    let report = w.shutdown().await.unwrap();
+    assert_eq!(report.failed, 1);
+    let err = b.job(&q, id).await.unwrap().last_error.unwrap();
+    assert!(err.contains("boom in handler"), "{err}");
+}
+
+#[tokio::test]
+async fn w3_handler_past_its_timeout_is_failed() {
+    let b = Arc::new(MemoryBackend::new());
+    let q = queue();
+    let id = enqueue_n(&b, &q, 1, 1).await[0];
+    let w = builder(&b, &q)
+        .timeout(Duration::from_millis(100))
+        .handler(|_job: ClaimedJob| async move {
+            sleep(Duration::from_secs(60)).await;
+            Ok::<_, JobError>(())
+        })
+        .build()
+        .unwrap()
+        .spawn();
+    until("job dead", async || {
+        state(&b, &q, id).await == JobState::Dead
+    })
+    .await;
+    w.shutdown().await.unwrap();
+    let err = b.job(&q, id).await.unwrap().last_error.unwrap();
+    assert!(err.contains("timed out"), "{err}");
+}
+
+#[tokio::test]
+async fn w1_heartbeat_keeps_a_long_job_alive_past_its_first_lease() {
+    let b = Arc::new(MemoryBackend::new());
+    let q = queue();
+    let id = enqueue_n(&b, &q, 1, 3).await[0];
+    let lease = Duration::from_millis(300);
+    let w = builder(&b, &q)
+        .lease(lease)
+        .handler(|_job: ClaimedJob| async move {
+            sleep(Duration::from_millis(1200)).await;
+            Ok::<_, JobError>(())
+        })
+        .build()
+        .unwrap()
+        .spawn();
+    until("job running", async || {
+        state(&b, &q, id).await == JobState::Running
+    })
+    .await;
+    // While the handler runs for four leases' worth, nobody else may take the job.
+    while state(&b, &q, id).await == JobState::Running {
+        let other = b
+            .claim(ClaimRequest::new(&q, "thief", 1, lease))
+            .await
+            .unwrap();
+        assert!(other.is_empty(), "job was taken over while heartbeated");
+        sleep(Duration::from_millis(50)).await;
+    }
+    until("job succeeded", async || {
+        state(&b, &q, id).await == JobState::Succeeded
+    })
+    .await;
+    w.shutdown().await.unwrap();
+    let info = b.job(&q, id).await.unwrap();
+    assert_eq!(info.attempts, 1);
+    assert_eq!(info.attempt_log.len(), 1);
+}
+
+#[tokio::test]
+async fn w1_a_revoked_lease_stops_the_handler() {
+    struct Flag(Arc<AtomicBool>);
+    impl Drop for Flag {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+    let b = Arc::new(MemoryBackend::new());
+    let q = queue();
+    let id = enqueue_n(&b, &q, 1, 3).await[0];
+    let stopped = Arc::new(AtomicBool::new(false));
+    let flag = stopped.clone();
+    let w = builder(&b, &q)
+        .lease(Duration::from_millis(300))
+        .handler(move |_job: ClaimedJob| {
+            let guard = Flag(flag.clone());
+            async move {
+                sleep(Duration::from_secs(60)).await;
+                drop(guard);
+                Ok::<_, JobError>(())
+            }
+        })
+        .build()
+        .unwrap()
+        .spawn();
+    until("job running", async || {
+        state(&b, &q, id).await == JobState::Running
+    })
+    .await;
+    assert!(b.cancel_job(&q, id).await.unwrap());
+    until("handler stopped", async || stopped.load(Ordering::SeqCst)).await;
+    w.shutdown().await.unwrap();
+    assert_eq!(state(&b, &q, id).await, JobState::Cancelled);
+}
+
+#[tokio::test]
+async fn w4_shutdown_lets_running_jobs_finish() {
+    let b = Arc::new(MemoryBackend::new());
+    let q = queue();
+    let ids = enqueue_n(&b, &q, 3, 3).await;
+    let w = builder(&b, &q)
+        .concurrency(3)
+        .handler(|_job: ClaimedJob| async move {
+            sleep(Duration::from_millis(300)).await;
+            Ok::<_, JobError>(())
+        })
+        .build()
+        .unwrap()
+        .spawn();
+    until("3 running", async || {
+        b.running(&q).await.unwrap().len() == 3
+    })
+    .await;
+    let report = w.shutdown().await.unwrap();
+    assert_eq!(report.succeeded, 3);
+    for id in ids {
+        assert_eq!(state(&b, &q, id).await, JobState::Succeeded);
+    }
+}
+
+#[tokio::test]
+async fn w4_shutdown_releases_jobs_past_the_deadline() {
+    let b = Arc::new(MemoryBackend::new());
+    let q = queue();
+    let ids = enqueue_n(&b, &q, 4, 3).await;
+    let w = builder(&b, &q)
+        .concurrency(2)
+        .shutdown_timeout(Duration::from_millis(200))
+        .handler(|_job: ClaimedJob| async move {
+            sleep(Duration::from_secs(60)).await;
+            Ok::<_, JobError>(())
+        })
+        .build()
+        .unwrap()
+        .spawn();
+    until("2 running", async || {
+        b.running(&q).await.unwrap().len() == 2
+    })
+    .await;
+    let report = w.shutdown().await.unwrap();
+    assert_eq!(report.released, 2);
+    assert!(
+        b.running(&q).await.unwrap().is_empty(),
+        "nothing left running"
+    );
+    let stats = b.queue_stats(&q).await.unwrap();
+    assert_eq!(stats.count(JobState::Ready), 4, "{stats:?}");
+    for id in ids {
+        let info = b.job(&q, id).await.unwrap();
+        assert_eq!(info.attempts, 0, "a released attempt is not counted");
+    }
+}
+
+#[tokio::test]
+async fn w2_idle_worker_wakes_on_enqueue_without_waiting_for_a_poll() {
+    let b = Arc::new(MemoryBackend::new());
+    let q = queue();
+    let started = Arc::new(Mutex::new(Vec::new()));
+    let seen = started.clone();
+    // Polling alone would take 60 s to notice a job once the worker is idle.
+    let w = builder(&b, &q)
+        .poll_min(Duration::from_secs(60))
+        .poll_max(Duration::from_secs(60))
+        .settle_delay(Duration::from_millis(50))
+        .handler(move |job: ClaimedJob| {
+            seen.lock().unwrap().push((job.id(), Instant::now()));
+            async { Ok::<_, JobError>(()) }
+        })
+        .build()
+        .unwrap()
+        .spawn();
+    // The worker claims again as soon as the first job's handler returns, finds the
+    // queue empty and goes idle; the outcome is settled only after the 50 ms settle
+    // delay, so by the time it shows as succeeded the worker is asleep.
+    let first = enqueue_n(&b, &q, 1, 1).await[0];
+    until("first job succeeded", async || {
+        state(&b, &q, first).await == JobState::Succeeded
+    })
+    .await;
+    let enqueued = Instant::now();
+    let second = enqueue_n(&b, &q, 1, 1).await[0];
+    until("second job started", async || {
+        started.lock().unwrap().len() == 2
+    })
+    .await;
+    let (id, at) = started.lock().unwrap()[1];
+    assert_eq!(id, second);
+    assert!(
+        at - enqueued < Duration::from_secs(5),
+        "woke after {:?}",
+        at - enqueued
+    );
+    w.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn w5_queues_are_served_in_turn() {
+    let b = Arc::new(MemoryBackend::new());
+    let (busy, quiet) = (queue(), queue());
+    enqueue_n(&b, &busy, 200, 1).await;
+    enqueue_n(&b, &quiet, 5, 1).await;
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let seen = order.clone();
+    let w = Worker::builder(b.clone(), [busy.clone(), quiet.clone()])
+        .concurrency(1)
+        .handler(move |job: ClaimedJob| {
+            seen.lock().unwrap().push(job.lease.queue.clone());
+            async { Ok::<_, JobError>(()) }
+        })
+        .build()
+        .unwrap()
+        .spawn();
+    until("quiet queue drained", async || {
+        b.queue_stats(&quiet)
+            .await
+            .unwrap()
+            .count(JobState::Succeeded)
+            == 5
+    })
+    .await;
+    w.shutdown().await.unwrap();
+    let order = order.lock().unwrap();
+    let last_quiet = order.iter().rposition(|q| *q == quiet).unwrap();
+    assert!(
+        last_quiet < 12,
+        "quiet queue waited behind the busy one: {last_quiet}"
+    );
+}
+
+#[test]
+fn build_rejects_bad_settings() {
+    let b: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
+    let ok = |_job: ClaimedJob| async { Ok::<_, JobError>(()) };
+    let field = |r: Result<Worker>| r.err().and_then(|e| e.invalid_field());
+    assert_eq!(
+        field(Worker::builder(b.clone(), ["q"]).build()),
+        Some("handler")
+    );
+    assert_eq!(
+        field(
+            Worker::builder(b.clone(), Vec::<String>::new())
+                .handler(ok)
+                .build()
+        ),
+        Some("queues")
+    );
+    assert_eq!(
+        field(Worker::builder(b.clone(), ["a b"]).handler(ok).build()),
+        Some("queue")
+    );
+    assert_eq!(
+        field(
+            Worker::builder(b.clone(), ["q"])
+                .concurrency(0)
+                .handler(ok)
+                .build()
+        ),
+        Some("concurrency")
+    );
+    assert_eq!(
+        field(
+            Worker::builder(b.clone(), ["q"])
+                .lease(Duration::ZERO)
+                .handler(ok)
+                .build()
+        ),
+        Some("lease")
+    );
+    assert_eq!(
+        field(
+            Worker::builder(b, ["q"])
+                .lease(Duration::from_secs(1))
+                .heartbeat(Duration::from_secs(2))
+                .handler(ok)
+                .build()
+        ),
+        Some("heartbeat")
+    );
+}
