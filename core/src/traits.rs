@@ -106,7 +106,8 @@ pub trait Complete: Send + Sync {
     /// Moves the lease's expiry to server now + `extend` (SPEC L3).
     ///
     /// # Behavior
-    /// - While the token holds the job, returns the new expiry (SPEC L3).
+    /// - While the token holds the job (and the lease has not expired), returns the new
+    ///   expiry (SPEC L3).
     /// - Otherwise [`Error::StaleLease`] and nothing changes (SPEC L3).
     /// - `extend` of zero or over 7 days is [`Error::InvalidInput`] on `extend`.
     async fn heartbeat(&self, lease: &Lease, extend: Duration) -> Result<DateTime<Utc>>;
@@ -117,8 +118,9 @@ pub trait Complete: Send + Sync {
     /// - Succeeds only while the job is `running` under this exact token; otherwise
     ///   [`Error::StaleLease`] and nothing changes. A second complete of the same lease
     ///   is `StaleLease` (SPEC L1).
-    /// - A lease past its expiry still holds until another claimer takes the job over
-    ///   or a maintenance pass ends it: finished work is not thrown away needlessly.
+    /// - A lease past its expiry no longer holds, even before another claimer takes the
+    ///   job over: validity is judged by server time alone, the same on every backend
+    ///   (SPEC C2, C5). Workers keep leases alive with [`heartbeat`](Self::heartbeat).
     async fn complete(&self, lease: &Lease) -> Result<()> {
         self.settle_one(Settle::complete(lease.clone()))
             .await
