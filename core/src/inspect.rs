@@ -67,6 +67,24 @@ impl AttemptOutcome {
     }
 }
 
+impl std::str::FromStr for AttemptOutcome {
+    type Err = crate::Error;
+
+    fn from_str(s: &str) -> crate::Result<Self> {
+        [
+            Self::Running,
+            Self::Succeeded,
+            Self::Failed,
+            Self::Released,
+            Self::Expired,
+            Self::Cancelled,
+        ]
+        .into_iter()
+        .find(|o| o.as_str() == s)
+        .ok_or_else(|| crate::Error::invalid("outcome", format!("unknown attempt outcome {s:?}")))
+    }
+}
+
 impl fmt::Display for AttemptOutcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())

@@ -1,0 +1,241 @@
+//! SPEC C6, B7, M2, M3: operating queues.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, TimeDelta, Utc};
+use relayq_core::{
+    Admin, AttemptOutcome, Batch, Error, EventKind, JobId, JobState, Maintenance, Result, validate,
+};
+
+use crate::{Conn, SqliteBackend, claim, db, log_attempt, promote, us};
+
+impl SqliteBackend {
+    async fn set_queue(&self, queue: &str, paused: Option<bool>, max: Option<Option<u32>>) -> Result<()> {
+        validate::queue_name(queue)?;
+        sqlx::query(
+            "INSERT INTO relayq_queues (queue, paused, max_running) VALUES (?1, COALESCE(?2, 0), ?4)
+             ON CONFLICT (queue) DO UPDATE SET
+                 paused = COALESCE(?2, paused),
+                 max_running = CASE WHEN ?3 THEN ?4 ELSE max_running END",
+        )
+        .bind(queue)
+        .bind(paused)
+        .bind(max.is_some())
+        .bind(max.flatten().map(i64::from))
+        .execute(self.pool_ref())
+        .await
+        .map_err(db)?;
+        self.notify(queue, EventKind::Ready);
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Admin for SqliteBackend {
+    async fn pause(&self, queue: &str) -> Result<()> {
+        self.set_queue(queue, Some(true), None).await
+    }
+
+    async fn resume(&self, queue: &str) -> Result<()> {
+        self.set_queue(queue, Some(false), None).await
+    }
+
+    async fn set_max_running(&self, queue: &str, max_running: Option<u32>) -> Result<()> {
+        if max_running == Some(0) {
+            return Err(Error::invalid(
+                "max_running",
+                "must be at least 1; use pause to stop a queue",
+            ));
+        }
+        self.set_queue(queue, None, Some(max_running)).await
+    }
+
+    async fn cancel_job(&self, queue: &str, id: JobId) -> Result<bool> {
+        validate::queue_name(queue)?;
+        let mut tx = self.write().await?;
+        let changed = cancel(&mut tx, queue, id.0, Utc::now()).await?;
+        tx.commit().await.map_err(db)?;
+        if changed {
+            self.notify(queue, EventKind::Finished);
+            self.notify(queue, EventKind::Ready);
+        }
+        Ok(changed)
+    }
+
+    async fn cancel_batch(&self, batch: &Batch) -> Result<u64> {
+        validate::queue_name(&batch.queue)?;
+        let now = Utc::now();
+        let mut tx = self.write().await?;
+        let found = sqlx::query("UPDATE relayq_batches SET sealed = 1 WHERE id = ?1 AND queue = ?2")
+            .bind(batch.id.0)
+            .bind(&batch.queue)
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?
+            .rows_affected();
+        if found == 0 {
+            return Err(Error::not_found(batch.to_string()));
+        }
+        // Highest stage first, so cancelling a stage never promotes the next one.
+        let ids: Vec<i64> = sqlx::query_scalar(
+            "SELECT id FROM relayq_jobs WHERE batch_id = ?1
+               AND state IN ('ready', 'blocked', 'running', 'retrying')
+             ORDER BY stage DESC, id DESC",
+        )
+        .bind(batch.id.0)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db)?;
+        let mut n = 0;
+        for id in ids {
+            n += u64::from(cancel(&mut tx, &batch.queue, id, now).await?);
+        }
+        tx.commit().await.map_err(db)?;
+        self.notify(&batch.queue, EventKind::Finished);
+        Ok(n)
+    }
+
+    async fn retry_dead(&self, queue: &str, ids: Option<&[JobId]>) -> Result<u64> {
+        validate::queue_name(queue)?;
+        let wanted = ids.map(|ids| {
+            let list: Vec<String> = ids.iter().map(|id| id.0.to_string()).collect();
+            format!("[{}]", list.join(","))
+        });
+        let mut tx = self.write().await?;
+        // Jobs of a batch stay dead: reviving one after later stages started would break
+        // the order barrier. So does a job whose dedupe key another job now holds.
+        let dead: Vec<(i64, Option<String>)> = sqlx::query_as(
+            "SELECT id, group_key FROM relayq_jobs j
+             WHERE queue = ?1 AND state = 'dead' AND batch_id IS NULL
+               AND (?2 IS NULL OR id IN (SELECT value FROM json_each(?2)))
+               AND (dedupe_key IS NULL OR NOT EXISTS (
+                    SELECT 1 FROM relayq_jobs o WHERE o.queue = j.queue
+                      AND o.dedupe_key = j.dedupe_key
+                      AND o.state IN ('ready', 'blocked', 'running', 'retrying')))
+             ORDER BY id",
+        )
+        .bind(queue)
+        .bind(wanted)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db)?;
+        let now = us(Utc::now());
+        for (id, group) in &dead {
+            sqlx::query(
+                "UPDATE relayq_jobs SET state = ?2, attempts = 0, finished_at = NULL, run_at = ?3
+                 WHERE id = ?1",
+            )
+            .bind(id)
+            .bind(if group.is_some() { "blocked" } else { "ready" })
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
+            if let Some(group) = group {
+                promote::settle_group(&mut tx, queue, group).await?;
+            }
+        }
+        tx.commit().await.map_err(db)?;
+        self.notify(queue, EventKind::Ready);
+        Ok(dead.len() as u64)
+    }
+
+    async fn maintain(&self, queue: &str, retention: Duration) -> Result<Maintenance> {
+        validate::queue_name(queue)?;
+        let now = Utc::now();
+        let cutoff = TimeDelta::from_std(retention)
+            .ok()
+            .and_then(|r| now.checked_sub_signed(r))
+            .unwrap_or(DateTime::<Utc>::MIN_UTC);
+        let mut tx = self.write().await?;
+        let (requeued, dead) = claim::expire(&mut tx, queue, now).await?;
+        sqlx::query(
+            "DELETE FROM relayq_attempts WHERE job_id IN (
+                 SELECT id FROM relayq_jobs WHERE queue = ?1
+                   AND state IN ('succeeded', 'dead', 'cancelled') AND finished_at <= ?2)",
+        )
+        .bind(queue)
+        .bind(us(cutoff))
+        .execute(&mut *tx)
+        .await
+        .map_err(db)?;
+        let pruned = sqlx::query(
+            "DELETE FROM relayq_jobs WHERE queue = ?1
+               AND state IN ('succeeded', 'dead', 'cancelled') AND finished_at <= ?2",
+        )
+        .bind(queue)
+        .bind(us(cutoff))
+        .execute(&mut *tx)
+        .await
+        .map_err(db)?
+        .rows_affected();
+        sqlx::query(
+            "DELETE FROM relayq_batches WHERE queue = ?1 AND sealed = 1
+               AND NOT EXISTS (SELECT 1 FROM relayq_jobs WHERE batch_id = relayq_batches.id)",
+        )
+        .bind(queue)
+        .execute(&mut *tx)
+        .await
+        .map_err(db)?;
+        tx.commit().await.map_err(db)?;
+        if requeued + dead > 0 {
+            self.notify(queue, EventKind::Finished);
+            self.notify(queue, EventKind::Ready);
+        }
+        Ok(Maintenance { requeued, dead, pruned })
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct Current {
+    state: String,
+    group_key: Option<String>,
+    batch_id: Option<i64>,
+    stage: Option<i64>,
+    attempts: i64,
+    worker: Option<String>,
+    started_at: Option<i64>,
+}
+
+/// SPEC B7: cancels one job inside the caller's transaction; false if already finished.
+async fn cancel(c: &mut Conn, queue: &str, id: i64, now: DateTime<Utc>) -> Result<bool> {
+    let row: Option<Current> = sqlx::query_as(
+        "SELECT state, group_key, batch_id, stage, attempts, worker, started_at
+         FROM relayq_jobs WHERE id = ?1 AND queue = ?2",
+    )
+    .bind(id)
+    .bind(queue)
+    .fetch_optional(&mut *c)
+    .await
+    .map_err(db)?;
+    let row = row.ok_or_else(|| Error::not_found(format!("job {id} in queue {queue:?}")))?;
+    let state: JobState = row.state.parse()?;
+    if state.is_finished() {
+        return Ok(false);
+    }
+    sqlx::query(
+        "UPDATE relayq_jobs SET state = 'cancelled', finished_at = ?2,
+             lease_token = NULL, lease_expires_at = NULL
+         WHERE id = ?1",
+    )
+    .bind(id)
+    .bind(us(now))
+    .execute(&mut *c)
+    .await
+    .map_err(db)?;
+    if state == JobState::Running {
+        let worker = row.worker.as_deref().unwrap_or_default();
+        let started = row.started_at.unwrap_or_default();
+        log_attempt(c, id, row.attempts, worker, started, now, AttemptOutcome::Cancelled, None).await?;
+    }
+    let finished = promote::Finished {
+        queue,
+        group: row.group_key.as_deref(),
+        batch: row.batch_id,
+        stage: row.stage,
+        state: JobState::Cancelled,
+    };
+    promote::on_finish(c, &finished, now).await?;
+    Ok(true)
+}

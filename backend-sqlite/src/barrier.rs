@@ -1,0 +1,96 @@
+//! SPEC B: batches and their stages.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use chrono::Utc;
+use relayq_core::{
+    Batch, BatchId, BatchProgress, Error, EventKind, JobState, OnFailure, OrderBarrier, Result,
+    StageProgress, validate,
+};
+
+use crate::{SqliteBackend, db, us};
+
+#[async_trait]
+impl OrderBarrier for SqliteBackend {
+    async fn open_batch(&self, queue: &str, on_failure: OnFailure) -> Result<Batch> {
+        validate::queue_name(queue)?;
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO relayq_batches (queue, on_failure, created_at) VALUES (?1, ?2, ?3)
+             RETURNING id",
+        )
+        .bind(queue)
+        .bind(on_failure.as_str())
+        .bind(us(Utc::now()))
+        .fetch_one(self.pool_ref())
+        .await
+        .map_err(db)?;
+        Ok(Batch {
+            queue: queue.to_owned(),
+            id: BatchId(id),
+        })
+    }
+
+    async fn seal(&self, batch: &Batch) -> Result<()> {
+        validate::queue_name(&batch.queue)?;
+        let n = sqlx::query("UPDATE relayq_batches SET sealed = 1 WHERE id = ?1 AND queue = ?2")
+            .bind(batch.id.0)
+            .bind(&batch.queue)
+            .execute(self.pool_ref())
+            .await
+            .map_err(db)?
+            .rows_affected();
+        if n == 0 {
+            return Err(Error::not_found(batch.to_string()));
+        }
+        self.notify(&batch.queue, EventKind::Finished);
+        Ok(())
+    }
+
+    async fn batch_progress(&self, batch: &Batch) -> Result<BatchProgress> {
+        validate::queue_name(&batch.queue)?;
+        let row: Option<(String, bool, bool, Option<i64>)> = sqlx::query_as(
+            "SELECT on_failure, sealed, failed, released_stage FROM relayq_batches
+             WHERE id = ?1 AND queue = ?2",
+        )
+        .bind(batch.id.0)
+        .bind(&batch.queue)
+        .fetch_optional(self.pool_ref())
+        .await
+        .map_err(db)?;
+        let (on_failure, sealed, failed, released) =
+            row.ok_or_else(|| Error::not_found(batch.to_string()))?;
+        let counts: Vec<(i64, String, i64)> = sqlx::query_as(
+            "SELECT stage, state, COUNT(*) FROM relayq_jobs WHERE batch_id = ?1
+             GROUP BY stage, state",
+        )
+        .bind(batch.id.0)
+        .fetch_all(self.pool_ref())
+        .await
+        .map_err(db)?;
+        let mut stages: BTreeMap<i32, StageProgress> = BTreeMap::new();
+        for (stage, state, n) in counts {
+            let stage = i32::try_from(stage).map_err(Error::backend)?;
+            let n = u64::try_from(n).map_err(Error::backend)?;
+            let p = stages.entry(stage).or_insert(StageProgress {
+                stage,
+                ..StageProgress::default()
+            });
+            match state.parse::<JobState>()? {
+                JobState::Running => p.running += n,
+                JobState::Succeeded => p.succeeded += n,
+                JobState::Dead => p.dead += n,
+                JobState::Cancelled => p.cancelled += n,
+                _ => p.pending += n,
+            }
+        }
+        Ok(BatchProgress {
+            batch: batch.clone(),
+            on_failure: on_failure.parse()?,
+            sealed,
+            failed,
+            released_stage: released.map(i32::try_from).transpose().map_err(Error::backend)?,
+            stages: stages.into_values().collect(),
+        })
+    }
+}

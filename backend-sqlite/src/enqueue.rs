@@ -1,0 +1,116 @@
+//! SPEC E: storing jobs in one write transaction.
+
+use std::collections::{BTreeSet, HashMap};
+
+use async_trait::async_trait;
+use chrono::Utc;
+use relayq_core::{Enqueue, Enqueued, Error, EventKind, JobId, NewJob, Result, validate};
+
+use crate::{Conn, SqliteBackend, db, promote, us};
+
+#[async_trait]
+impl Enqueue for SqliteBackend {
+    async fn enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
+        validate::new_jobs(&jobs, &self.inner.limits)?;
+        let Some(queue) = jobs.first().map(|j| j.queue.clone()) else {
+            return Ok(Vec::new());
+        };
+        let now = Utc::now();
+        let mut tx = self.write().await?;
+        check_batches(&mut tx, &queue, &jobs).await?;
+        let mut out = Vec::with_capacity(jobs.len());
+        let (mut groups, mut batches) = (BTreeSet::new(), BTreeSet::new());
+        for job in &jobs {
+            if let Some(key) = &job.dedupe_key {
+                let existing: Option<i64> = sqlx::query_scalar(
+                    "SELECT id FROM relayq_jobs WHERE queue = ?1 AND dedupe_key = ?2
+                     AND state IN ('ready', 'blocked', 'running', 'retrying')",
+                )
+                .bind(&queue)
+                .bind(key)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db)?;
+                if let Some(id) = existing {
+                    out.push(Enqueued { id: JobId(id), deduplicated: true });
+                    continue;
+                }
+            }
+            // Jobs with a group or a batch start blocked; promotion below decides.
+            let free = job.group.is_none() && job.batch.is_none();
+            let id: i64 = sqlx::query_scalar(
+                "INSERT INTO relayq_jobs (queue, state, payload, priority, run_at, max_attempts,
+                     group_key, batch_id, stage, dedupe_key, enqueued_by, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) RETURNING id",
+            )
+            .bind(&queue)
+            .bind(if free { "ready" } else { "blocked" })
+            .bind(&job.payload)
+            .bind(i64::from(job.priority))
+            .bind(us(job.run_at.resolve(now)))
+            .bind(i64::from(job.max_attempts))
+            .bind(job.group.as_deref())
+            .bind(job.batch.map(|b| b.0))
+            .bind(job.batch.map(|_| i64::from(job.stage.unwrap_or(0))))
+            .bind(job.dedupe_key.as_deref())
+            .bind(job.enqueued_by.as_deref())
+            .bind(us(now))
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(db)?;
+            if let Some(g) = &job.group {
+                groups.insert(g.clone());
+            }
+            if let Some(b) = job.batch {
+                batches.insert(b.0);
+            }
+            out.push(Enqueued { id: JobId(id), deduplicated: false });
+        }
+        for batch in batches {
+            promote::release_stage(&mut tx, batch).await?;
+        }
+        for group in groups {
+            promote::settle_group(&mut tx, &queue, &group).await?;
+        }
+        tx.commit().await.map_err(db)?;
+        self.notify(&queue, EventKind::Ready);
+        Ok(out)
+    }
+}
+
+/// SPEC E4, B3: every batch named exists in this queue, is open, not halted, and no
+/// job goes below its released stage. Checked before anything is written.
+async fn check_batches(c: &mut Conn, queue: &str, jobs: &[NewJob]) -> Result<()> {
+    let mut released: HashMap<i64, Option<i64>> = HashMap::new();
+    for job in jobs {
+        let Some(batch) = job.batch else { continue };
+        if !released.contains_key(&batch.0) {
+            let row: Option<(String, bool, bool, Option<i64>)> = sqlx::query_as(
+                "SELECT queue, sealed, failed, released_stage FROM relayq_batches WHERE id = ?1",
+            )
+            .bind(batch.0)
+            .fetch_optional(&mut *c)
+            .await
+            .map_err(db)?;
+            let (owner, sealed, failed, stage) = row
+                .filter(|r| r.0 == queue)
+                .ok_or_else(|| Error::invalid("batch", format!("batch {batch} is unknown in this queue")))?;
+            debug_assert_eq!(owner, queue);
+            if sealed {
+                return Err(Error::invalid("batch", format!("batch {batch} is sealed")));
+            }
+            if failed {
+                return Err(Error::invalid("batch", format!("batch {batch} halted after a dead job")));
+            }
+            released.insert(batch.0, stage);
+        }
+        let stage = job.stage.unwrap_or(0);
+        if let Some(r) = released[&batch.0].filter(|r| i64::from(stage) < *r) {
+            return Err(Error::StageClosed {
+                stage,
+                released: i32::try_from(r).unwrap_or(i32::MAX),
+            });
+        }
+    }
+    Ok(())
+}

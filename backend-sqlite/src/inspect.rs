@@ -1,0 +1,196 @@
+//! SPEC L5, M1, M2: reading jobs, counts and the execution log.
+
+use async_trait::async_trait;
+use chrono::Utc;
+use relayq_core::{
+    AttemptOutcome, AttemptRecord, BatchId, Error, Inspect, JobId, JobInfo, JobState,
+    QueueStats, Result, RunningJob, validate,
+};
+
+use crate::{SqliteBackend, at, db, us};
+
+#[derive(sqlx::FromRow)]
+struct JobRow {
+    id: i64,
+    state: String,
+    payload: Vec<u8>,
+    priority: i64,
+    run_at: i64,
+    attempts: i64,
+    max_attempts: i64,
+    group_key: Option<String>,
+    batch_id: Option<i64>,
+    stage: Option<i64>,
+    dedupe_key: Option<String>,
+    enqueued_by: Option<String>,
+    created_at: i64,
+    finished_at: Option<i64>,
+    last_error: Option<String>,
+    worker: Option<String>,
+    started_at: Option<i64>,
+}
+
+#[derive(sqlx::FromRow)]
+struct AttemptRow {
+    attempt: i64,
+    worker: String,
+    started_at: i64,
+    ended_at: i64,
+    outcome: String,
+    error: Option<String>,
+}
+
+fn num<T: TryFrom<i64>>(v: i64) -> Result<T>
+where
+    T::Error: std::error::Error + Send + Sync + 'static,
+{
+    T::try_from(v).map_err(Error::backend)
+}
+
+#[async_trait]
+impl Inspect for SqliteBackend {
+    async fn queue_stats(&self, queue: &str) -> Result<QueueStats> {
+        validate::queue_name(queue)?;
+        let rows: Vec<(String, bool, i64)> = sqlx::query_as(
+            "SELECT state, state = 'ready' AND run_at > ?2, COUNT(*) FROM relayq_jobs
+             WHERE queue = ?1 GROUP BY 1, 2",
+        )
+        .bind(queue)
+        .bind(us(Utc::now()))
+        .fetch_all(self.pool_ref())
+        .await
+        .map_err(db)?;
+        let settings: Option<(bool, Option<i64>)> =
+            sqlx::query_as("SELECT paused, max_running FROM relayq_queues WHERE queue = ?1")
+                .bind(queue)
+                .fetch_optional(self.pool_ref())
+                .await
+                .map_err(db)?;
+        let (paused, max_running) = settings.unwrap_or((false, None));
+        let mut stats = QueueStats {
+            queue: queue.to_owned(),
+            paused,
+            max_running: max_running.map(num).transpose()?,
+            ..QueueStats::default()
+        };
+        for (state, future, n) in rows {
+            let state = if future { JobState::Scheduled } else { state.parse()? };
+            *stats.counts.entry(state).or_default() += num::<u64>(n)?;
+        }
+        Ok(stats)
+    }
+
+    async fn job(&self, queue: &str, id: JobId) -> Result<JobInfo> {
+        validate::queue_name(queue)?;
+        let row: Option<JobRow> = sqlx::query_as(
+            "SELECT id, state, payload, priority, run_at, attempts, max_attempts, group_key,
+                    batch_id, stage, dedupe_key, enqueued_by, created_at, finished_at,
+                    last_error, worker, started_at
+             FROM relayq_jobs WHERE id = ?1 AND queue = ?2",
+        )
+        .bind(id.0)
+        .bind(queue)
+        .fetch_optional(self.pool_ref())
+        .await
+        .map_err(db)?;
+        let row = row.ok_or_else(|| Error::not_found(format!("job {id} in queue {queue:?}")))?;
+        let attempts: Vec<AttemptRow> = sqlx::query_as(
+            "SELECT attempt, worker, started_at, ended_at, outcome, error FROM relayq_attempts
+             WHERE job_id = ?1 ORDER BY id",
+        )
+        .bind(id.0)
+        .fetch_all(self.pool_ref())
+        .await
+        .map_err(db)?;
+        let mut log = attempts
+            .into_iter()
+            .map(|a| {
+                Ok(AttemptRecord {
+                    attempt: num(a.attempt)?,
+                    worker: a.worker,
+                    started_at: at(a.started_at),
+                    ended_at: Some(at(a.ended_at)),
+                    outcome: a.outcome.parse()?,
+                    error: a.error,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut state: JobState = row.state.parse()?;
+        if state == JobState::Running {
+            // The running attempt lives on the job row until it ends.
+            log.push(AttemptRecord {
+                attempt: num(row.attempts)?,
+                worker: row.worker.unwrap_or_default(),
+                started_at: at(row.started_at.unwrap_or(row.created_at)),
+                ended_at: None,
+                outcome: AttemptOutcome::Running,
+                error: None,
+            });
+        }
+        if state == JobState::Ready && at(row.run_at) > Utc::now() {
+            state = JobState::Scheduled;
+        }
+        Ok(JobInfo {
+            id: JobId(row.id),
+            queue: queue.to_owned(),
+            state,
+            payload: row.payload,
+            priority: num(row.priority)?,
+            run_at: at(row.run_at),
+            attempts: num(row.attempts)?,
+            max_attempts: num(row.max_attempts)?,
+            group: row.group_key,
+            batch: row.batch_id.map(BatchId),
+            stage: row.stage.map(num).transpose()?,
+            dedupe_key: row.dedupe_key,
+            enqueued_by: row.enqueued_by,
+            created_at: at(row.created_at),
+            finished_at: row.finished_at.map(at),
+            last_error: row.last_error,
+            attempt_log: log,
+        })
+    }
+
+    async fn running(&self, queue: &str) -> Result<Vec<RunningJob>> {
+        validate::queue_name(queue)?;
+        let rows: Vec<(i64, String, i64, i64, i64)> = sqlx::query_as(
+            "SELECT id, worker, attempts, started_at, lease_expires_at FROM relayq_jobs
+             WHERE queue = ?1 AND state = 'running' ORDER BY id",
+        )
+        .bind(queue)
+        .fetch_all(self.pool_ref())
+        .await
+        .map_err(db)?;
+        rows.into_iter()
+            .map(|(id, worker, attempt, started, expires)| {
+                Ok(RunningJob {
+                    id: JobId(id),
+                    worker,
+                    attempt: num(attempt)?,
+                    started_at: at(started),
+                    lease_expires_at: at(expires),
+                })
+            })
+            .collect()
+    }
+
+    async fn dead_jobs(&self, queue: &str, limit: u32) -> Result<Vec<JobInfo>> {
+        validate::queue_name(queue)?;
+        if !(1..=1000).contains(&limit) {
+            return Err(Error::invalid("limit", format!("must be 1..=1000, got {limit}")));
+        }
+        let ids: Vec<i64> = sqlx::query_scalar(
+            "SELECT id FROM relayq_jobs WHERE queue = ?1 AND state = 'dead' ORDER BY id LIMIT ?2",
+        )
+        .bind(queue)
+        .bind(i64::from(limit))
+        .fetch_all(self.pool_ref())
+        .await
+        .map_err(db)?;
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            out.push(self.job(queue, JobId(id)).await?);
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,159 @@
+//! Promotion: what finishing (or adding) a job releases. Runs inside the caller's write
+//! transaction, so the invariants below hold at every commit:
+//!
+//! - per (queue, group), at most one job is `ready`, `running` or `retrying`: the
+//!   group's holder; the others are `blocked` (SPEC G1);
+//! - the holder, when not yet started, is the group's earliest job (order key) whose
+//!   stage is released (SPEC G2, G4);
+//! - a batch job is `ready`, `running` or `retrying` only if no unfinished job of its
+//!   batch has a lower stage (SPEC B2).
+
+use chrono::{DateTime, Utc};
+use relayq_core::{JobState, Result};
+
+use crate::{Conn, db, us};
+
+/// Where a job that just finished sat.
+pub(crate) struct Finished<'a> {
+    pub(crate) queue: &'a str,
+    pub(crate) group: Option<&'a str>,
+    pub(crate) batch: Option<i64>,
+    pub(crate) stage: Option<i64>,
+    pub(crate) state: JobState,
+}
+
+/// Applies what follows from a finished job: a `Halt` batch fails and cancels its later
+/// stages (SPEC B6), the next stage is released (SPEC B2), and the group gets its next
+/// holder (SPEC G2).
+pub(crate) async fn on_finish(c: &mut Conn, job: &Finished<'_>, now: DateTime<Utc>) -> Result<()> {
+    if let (Some(batch), Some(stage)) = (job.batch, job.stage) {
+        if job.state == JobState::Dead {
+            halt(c, batch, stage, now).await?;
+        }
+        release_stage(c, batch).await?;
+    }
+    if let Some(group) = job.group {
+        settle_group(c, job.queue, group).await?;
+    }
+    Ok(())
+}
+
+/// SPEC B6: in a `Halt` batch, a dead job fails the batch and cancels every job of a
+/// later stage (none of which can have started).
+async fn halt(c: &mut Conn, batch: i64, stage: i64, now: DateTime<Utc>) -> Result<()> {
+    let halted = sqlx::query(
+        "UPDATE relayq_batches SET failed = 1 WHERE id = ?1 AND on_failure = 'halt'",
+    )
+    .bind(batch)
+    .execute(&mut *c)
+    .await
+    .map_err(db)?
+    .rows_affected();
+    if halted > 0 {
+        sqlx::query(
+            "UPDATE relayq_jobs SET state = 'cancelled', finished_at = ?3
+             WHERE batch_id = ?1 AND stage > ?2 AND state IN ('ready', 'blocked')",
+        )
+        .bind(batch)
+        .bind(stage)
+        .bind(us(now))
+        .execute(&mut *c)
+        .await
+        .map_err(db)?;
+    }
+    Ok(())
+}
+
+/// Releases the batch's lowest unfinished stage: raises the high-water mark, makes its
+/// ungrouped jobs ready and lets each of its groups pick a holder.
+pub(crate) async fn release_stage(c: &mut Conn, batch: i64) -> Result<()> {
+    let floor: Option<i64> = sqlx::query_scalar(
+        "SELECT MIN(stage) FROM relayq_jobs
+         WHERE batch_id = ?1 AND state IN ('ready', 'blocked', 'running', 'retrying')",
+    )
+    .bind(batch)
+    .fetch_one(&mut *c)
+    .await
+    .map_err(db)?;
+    let Some(floor) = floor else { return Ok(()) };
+    sqlx::query(
+        "UPDATE relayq_batches SET released_stage = MAX(COALESCE(released_stage, ?2), ?2)
+         WHERE id = ?1",
+    )
+    .bind(batch)
+    .bind(floor)
+    .execute(&mut *c)
+    .await
+    .map_err(db)?;
+    sqlx::query(
+        "UPDATE relayq_jobs SET state = 'ready'
+         WHERE batch_id = ?1 AND stage = ?2 AND state = 'blocked' AND group_key IS NULL",
+    )
+    .bind(batch)
+    .bind(floor)
+    .execute(&mut *c)
+    .await
+    .map_err(db)?;
+    let groups: Vec<(String, String)> = sqlx::query_as(
+        "SELECT DISTINCT queue, group_key FROM relayq_jobs
+         WHERE batch_id = ?1 AND stage = ?2 AND state = 'blocked' AND group_key IS NOT NULL",
+    )
+    .bind(batch)
+    .bind(floor)
+    .fetch_all(&mut *c)
+    .await
+    .map_err(db)?;
+    for (queue, group) in groups {
+        settle_group(c, &queue, &group).await?;
+    }
+    Ok(())
+}
+
+/// Makes the group's holder right: if no job of the group is running or retrying, its
+/// earliest stage-released job is the one `ready` job and every other is `blocked`.
+pub(crate) async fn settle_group(c: &mut Conn, queue: &str, group: &str) -> Result<()> {
+    let busy: Option<i64> = sqlx::query_scalar(
+        "SELECT id FROM relayq_jobs
+         WHERE queue = ?1 AND group_key = ?2 AND state IN ('running', 'retrying') LIMIT 1",
+    )
+    .bind(queue)
+    .bind(group)
+    .fetch_optional(&mut *c)
+    .await
+    .map_err(db)?;
+    if busy.is_some() {
+        return Ok(());
+    }
+    let head: Option<i64> = sqlx::query_scalar(
+        "SELECT j.id FROM relayq_jobs j
+         WHERE j.queue = ?1 AND j.group_key = ?2 AND j.state IN ('ready', 'blocked')
+           AND (j.batch_id IS NULL OR j.stage <= (
+                SELECT MIN(s.stage) FROM relayq_jobs s
+                WHERE s.batch_id = j.batch_id
+                  AND s.state IN ('ready', 'blocked', 'running', 'retrying')))
+         ORDER BY j.priority, j.run_at, j.id LIMIT 1",
+    )
+    .bind(queue)
+    .bind(group)
+    .fetch_optional(&mut *c)
+    .await
+    .map_err(db)?;
+    sqlx::query(
+        "UPDATE relayq_jobs SET state = 'blocked'
+         WHERE queue = ?1 AND group_key = ?2 AND state = 'ready' AND id IS NOT ?3",
+    )
+    .bind(queue)
+    .bind(group)
+    .bind(head)
+    .execute(&mut *c)
+    .await
+    .map_err(db)?;
+    if let Some(head) = head {
+        sqlx::query("UPDATE relayq_jobs SET state = 'ready' WHERE id = ?1 AND state = 'blocked'")
+            .bind(head)
+            .execute(&mut *c)
+            .await
+            .map_err(db)?;
+    }
+    Ok(())
+}
