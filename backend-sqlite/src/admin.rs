@@ -11,7 +11,12 @@ use relayq_core::{
 use crate::{Conn, SqliteBackend, claim, db, log_attempt, promote, us};
 
 impl SqliteBackend {
-    async fn set_queue(&self, queue: &str, paused: Option<bool>, max: Option<Option<u32>>) -> Result<()> {
+    async fn set_queue(
+        &self,
+        queue: &str,
+        paused: Option<bool>,
+        max: Option<Option<u32>>,
+    ) -> Result<()> {
         validate::queue_name(queue)?;
         sqlx::query(
             "INSERT INTO relayq_queues (queue, paused, max_running) VALUES (?1, COALESCE(?2, 0), ?4)
@@ -67,13 +72,14 @@ impl Admin for SqliteBackend {
         validate::queue_name(&batch.queue)?;
         let now = Utc::now();
         let mut tx = self.write().await?;
-        let found = sqlx::query("UPDATE relayq_batches SET sealed = 1 WHERE id = ?1 AND queue = ?2")
-            .bind(batch.id.0)
-            .bind(&batch.queue)
-            .execute(&mut *tx)
-            .await
-            .map_err(db)?
-            .rows_affected();
+        let found =
+            sqlx::query("UPDATE relayq_batches SET sealed = 1 WHERE id = ?1 AND queue = ?2")
+                .bind(batch.id.0)
+                .bind(&batch.queue)
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?
+                .rows_affected();
         if found == 0 {
             return Err(Error::not_found(batch.to_string()));
         }
@@ -183,7 +189,11 @@ impl Admin for SqliteBackend {
             self.notify(queue, EventKind::Finished);
             self.notify(queue, EventKind::Ready);
         }
-        Ok(Maintenance { requeued, dead, pruned })
+        Ok(Maintenance {
+            requeued,
+            dead,
+            pruned,
+        })
     }
 }
 
@@ -227,7 +237,17 @@ async fn cancel(c: &mut Conn, queue: &str, id: i64, now: DateTime<Utc>) -> Resul
     if state == JobState::Running {
         let worker = row.worker.as_deref().unwrap_or_default();
         let started = row.started_at.unwrap_or_default();
-        log_attempt(c, id, row.attempts, worker, started, now, AttemptOutcome::Cancelled, None).await?;
+        log_attempt(
+            c,
+            id,
+            row.attempts,
+            worker,
+            started,
+            now,
+            AttemptOutcome::Cancelled,
+            None,
+        )
+        .await?;
     }
     let finished = promote::Finished {
         queue,

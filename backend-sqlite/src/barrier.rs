@@ -89,7 +89,10 @@ impl OrderBarrier for SqliteBackend {
             on_failure: on_failure.parse()?,
             sealed,
             failed,
-            released_stage: released.map(i32::try_from).transpose().map_err(Error::backend)?,
+            released_stage: released
+                .map(i32::try_from)
+                .transpose()
+                .map_err(Error::backend)?,
             stages: stages.into_values().collect(),
         })
     }

@@ -95,7 +95,11 @@ impl Claim for SqliteBackend {
                     max_attempts: u16::try_from(r.max_attempts).map_err(Error::backend)?,
                     group: r.group_key,
                     batch: r.batch_id.map(BatchId),
-                    stage: r.stage.map(i32::try_from).transpose().map_err(Error::backend)?,
+                    stage: r
+                        .stage
+                        .map(i32::try_from)
+                        .transpose()
+                        .map_err(Error::backend)?,
                     enqueued_by: r.enqueued_by,
                 })
             })
@@ -130,7 +134,17 @@ pub(crate) async fn expire(c: &mut Conn, queue: &str, now: DateTime<Utc>) -> Res
     let (mut requeued, mut dead) = (0, 0);
     for e in expired {
         let error = "lease expired";
-        log_attempt(c, e.id, e.attempts, &e.worker, e.started_at, now, AttemptOutcome::Expired, Some(error)).await?;
+        log_attempt(
+            c,
+            e.id,
+            e.attempts,
+            &e.worker,
+            e.started_at,
+            now,
+            AttemptOutcome::Expired,
+            Some(error),
+        )
+        .await?;
         let retry = e.attempts < e.max_attempts;
         sqlx::query(
             "UPDATE relayq_jobs SET state = ?2, last_error = ?3, finished_at = ?4,

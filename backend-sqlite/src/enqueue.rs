@@ -4,7 +4,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use async_trait::async_trait;
 use chrono::Utc;
-use relayq_core::{Enqueue, Enqueued, Error, EventKind, JobId, NewJob, Result, validate};
+use relayq_core::{BatchId, Enqueue, Enqueued, Error, EventKind, JobId, NewJob, Result, validate};
 
 use crate::{Conn, SqliteBackend, db, promote, us};
 
@@ -32,7 +32,10 @@ impl Enqueue for SqliteBackend {
                 .await
                 .map_err(db)?;
                 if let Some(id) = existing {
-                    out.push(Enqueued { id: JobId(id), deduplicated: true });
+                    out.push(Enqueued {
+                        id: JobId(id),
+                        deduplicated: true,
+                    });
                     continue;
                 }
             }
@@ -64,7 +67,10 @@ impl Enqueue for SqliteBackend {
             if let Some(b) = job.batch {
                 batches.insert(b.0);
             }
-            out.push(Enqueued { id: JobId(id), deduplicated: false });
+            out.push(Enqueued {
+                id: JobId(id),
+                deduplicated: false,
+            });
         }
         for batch in batches {
             promote::release_stage(&mut tx, batch).await?;
@@ -81,31 +87,36 @@ impl Enqueue for SqliteBackend {
 /// SPEC E4, B3: every batch named exists in this queue, is open, not halted, and no
 /// job goes below its released stage. Checked before anything is written.
 async fn check_batches(c: &mut Conn, queue: &str, jobs: &[NewJob]) -> Result<()> {
-    let mut released: HashMap<i64, Option<i64>> = HashMap::new();
+    let named: BTreeSet<BatchId> = jobs.iter().filter_map(|j| j.batch).collect();
+    let mut released: HashMap<BatchId, Option<i64>> = HashMap::new();
+    for batch in named {
+        let row: Option<(bool, bool, Option<i64>)> = sqlx::query_as(
+            "SELECT sealed, failed, released_stage FROM relayq_batches
+             WHERE id = ?1 AND queue = ?2",
+        )
+        .bind(batch.0)
+        .bind(queue)
+        .fetch_optional(&mut *c)
+        .await
+        .map_err(db)?;
+        let (sealed, failed, stage) = row.ok_or_else(|| {
+            Error::invalid("batch", format!("batch {batch} is unknown in this queue"))
+        })?;
+        if sealed {
+            return Err(Error::invalid("batch", format!("batch {batch} is sealed")));
+        }
+        if failed {
+            return Err(Error::invalid(
+                "batch",
+                format!("batch {batch} halted after a dead job"),
+            ));
+        }
+        released.insert(batch, stage);
+    }
     for job in jobs {
         let Some(batch) = job.batch else { continue };
-        if !released.contains_key(&batch.0) {
-            let row: Option<(String, bool, bool, Option<i64>)> = sqlx::query_as(
-                "SELECT queue, sealed, failed, released_stage FROM relayq_batches WHERE id = ?1",
-            )
-            .bind(batch.0)
-            .fetch_optional(&mut *c)
-            .await
-            .map_err(db)?;
-            let (owner, sealed, failed, stage) = row
-                .filter(|r| r.0 == queue)
-                .ok_or_else(|| Error::invalid("batch", format!("batch {batch} is unknown in this queue")))?;
-            debug_assert_eq!(owner, queue);
-            if sealed {
-                return Err(Error::invalid("batch", format!("batch {batch} is sealed")));
-            }
-            if failed {
-                return Err(Error::invalid("batch", format!("batch {batch} halted after a dead job")));
-            }
-            released.insert(batch.0, stage);
-        }
         let stage = job.stage.unwrap_or(0);
-        if let Some(r) = released[&batch.0].filter(|r| i64::from(stage) < *r) {
+        if let Some(r) = released[&batch].filter(|r| i64::from(stage) < *r) {
             return Err(Error::StageClosed {
                 stage,
                 released: i32::try_from(r).unwrap_or(i32::MAX),

@@ -3,8 +3,8 @@
 use async_trait::async_trait;
 use chrono::Utc;
 use relayq_core::{
-    AttemptOutcome, AttemptRecord, BatchId, Error, Inspect, JobId, JobInfo, JobState,
-    QueueStats, Result, RunningJob, validate,
+    AttemptOutcome, AttemptRecord, BatchId, Error, Inspect, JobId, JobInfo, JobState, QueueStats,
+    Result, RunningJob, validate,
 };
 
 use crate::{SqliteBackend, at, db, us};
@@ -74,7 +74,11 @@ impl Inspect for SqliteBackend {
             ..QueueStats::default()
         };
         for (state, future, n) in rows {
-            let state = if future { JobState::Scheduled } else { state.parse()? };
+            let state = if future {
+                JobState::Scheduled
+            } else {
+                state.parse()?
+            };
             *stats.counts.entry(state).or_default() += num::<u64>(n)?;
         }
         Ok(stats)
@@ -177,7 +181,10 @@ impl Inspect for SqliteBackend {
     async fn dead_jobs(&self, queue: &str, limit: u32) -> Result<Vec<JobInfo>> {
         validate::queue_name(queue)?;
         if !(1..=1000).contains(&limit) {
-            return Err(Error::invalid("limit", format!("must be 1..=1000, got {limit}")));
+            return Err(Error::invalid(
+                "limit",
+                format!("must be 1..=1000, got {limit}"),
+            ));
         }
         let ids: Vec<i64> = sqlx::query_scalar(
             "SELECT id FROM relayq_jobs WHERE queue = ?1 AND state = 'dead' ORDER BY id LIMIT ?2",

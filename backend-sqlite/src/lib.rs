@@ -151,8 +151,7 @@ impl Events for SqliteBackend {
 /// One event channel per database file in this process, so every handle on one file
 /// wakes the others' workers.
 fn shared_events(path: PathBuf) -> broadcast::Sender<Event> {
-    static CHANNELS: OnceLock<Mutex<HashMap<PathBuf, broadcast::Sender<Event>>>> =
-        OnceLock::new();
+    static CHANNELS: OnceLock<Mutex<HashMap<PathBuf, broadcast::Sender<Event>>>> = OnceLock::new();
     let key = std::fs::canonicalize(&path).unwrap_or(path);
     CHANNELS
         .get_or_init(Default::default)

@@ -41,14 +41,13 @@ pub(crate) async fn on_finish(c: &mut Conn, job: &Finished<'_>, now: DateTime<Ut
 /// SPEC B6: in a `Halt` batch, a dead job fails the batch and cancels every job of a
 /// later stage (none of which can have started).
 async fn halt(c: &mut Conn, batch: i64, stage: i64, now: DateTime<Utc>) -> Result<()> {
-    let halted = sqlx::query(
-        "UPDATE relayq_batches SET failed = 1 WHERE id = ?1 AND on_failure = 'halt'",
-    )
-    .bind(batch)
-    .execute(&mut *c)
-    .await
-    .map_err(db)?
-    .rows_affected();
+    let halted =
+        sqlx::query("UPDATE relayq_batches SET failed = 1 WHERE id = ?1 AND on_failure = 'halt'")
+            .bind(batch)
+            .execute(&mut *c)
+            .await
+            .map_err(db)?
+            .rows_affected();
     if halted > 0 {
         sqlx::query(
             "UPDATE relayq_jobs SET state = 'cancelled', finished_at = ?3

@@ -117,7 +117,11 @@ async fn settle_one(c: &mut Conn, s: &Settle, now: DateTime<Utc>) -> Result<Resu
     };
     let (outcome, attempt, settled) = match (&s.outcome, row.state.as_str()) {
         (Outcome::Complete, _) => (AttemptOutcome::Succeeded, row.attempts, Settled::Completed),
-        (Outcome::Release, _) => (AttemptOutcome::Released, row.attempts + 1, Settled::Released),
+        (Outcome::Release, _) => (
+            AttemptOutcome::Released,
+            row.attempts + 1,
+            Settled::Released,
+        ),
         (Outcome::Fail { .. }, "retrying") => (
             AttemptOutcome::Failed,
             row.attempts,
@@ -125,7 +129,17 @@ async fn settle_one(c: &mut Conn, s: &Settle, now: DateTime<Utc>) -> Result<Resu
         ),
         (Outcome::Fail { .. }, _) => (AttemptOutcome::Failed, row.attempts, Settled::Dead),
     };
-    log_attempt(c, s.lease.job.0, attempt, &row.worker, row.started_at, now, outcome, error).await?;
+    log_attempt(
+        c,
+        s.lease.job.0,
+        attempt,
+        &row.worker,
+        row.started_at,
+        now,
+        outcome,
+        error,
+    )
+    .await?;
     let finished = match settled {
         Settled::Completed => Some(JobState::Succeeded),
         Settled::Dead => Some(JobState::Dead),

@@ -21,7 +21,9 @@ async fn url() -> &'static str {
 
 async fn env() -> Option<Env> {
     let url = url().await;
-    let backend = SqliteBackend::open(url).await.expect("open SQLite database");
+    let backend = SqliteBackend::open(url)
+        .await
+        .expect("open SQLite database");
     Some(Env::new(backend, move || async move {
         let handle: Arc<dyn Backend> = Arc::new(SqliteBackend::open(url).await?);
         Ok(handle)
