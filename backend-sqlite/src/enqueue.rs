@@ -85,38 +85,22 @@ impl Enqueue for SqliteBackend {
 }
 
 /// SPEC E4, B3: every batch named exists in this queue, is open, not halted, and no
-/// job goes below its released stage. Checked before anything is written.
+/// job goes below its released stage. Checked before anything is written, job by job
+/// in input order, so the first bad job names the error (as on every backend).
 async fn check_batches(c: &mut Conn, queue: &str, jobs: &[NewJob]) -> Result<()> {
-    let named: BTreeSet<BatchId> = jobs.iter().filter_map(|j| j.batch).collect();
     let mut released: HashMap<BatchId, Option<i64>> = HashMap::new();
-    for batch in named {
-        let row: Option<(bool, bool, Option<i64>)> = sqlx::query_as(
-            "SELECT sealed, failed, released_stage FROM relayq_batches
-             WHERE id = ?1 AND queue = ?2",
-        )
-        .bind(batch.0)
-        .bind(queue)
-        .fetch_optional(&mut *c)
-        .await
-        .map_err(db)?;
-        let (sealed, failed, stage) = row.ok_or_else(|| {
-            Error::invalid("batch", format!("batch {batch} is unknown in this queue"))
-        })?;
-        if sealed {
-            return Err(Error::invalid("batch", format!("batch {batch} is sealed")));
-        }
-        if failed {
-            return Err(Error::invalid(
-                "batch",
-                format!("batch {batch} halted after a dead job"),
-            ));
-        }
-        released.insert(batch, stage);
-    }
     for job in jobs {
         let Some(batch) = job.batch else { continue };
+        let high = match released.get(&batch) {
+            Some(high) => *high,
+            None => {
+                let high = open_batch_stage(c, queue, batch).await?;
+                released.insert(batch, high);
+                high
+            }
+        };
         let stage = job.stage.unwrap_or(0);
-        if let Some(r) = released[&batch].filter(|r| i64::from(stage) < *r) {
+        if let Some(r) = high.filter(|r| i64::from(stage) < *r) {
             return Err(Error::StageClosed {
                 stage,
                 released: i32::try_from(r).unwrap_or(i32::MAX),
@@ -124,4 +108,25 @@ async fn check_batches(c: &mut Conn, queue: &str, jobs: &[NewJob]) -> Result<()>
         }
     }
     Ok(())
+}
+
+/// The released stage of `batch`, if it can take jobs.
+async fn open_batch_stage(c: &mut Conn, queue: &str, batch: BatchId) -> Result<Option<i64>> {
+    let row: Option<(bool, bool, Option<i64>)> = sqlx::query_as(
+        "SELECT sealed, failed, released_stage FROM relayq_batches WHERE id = ?1 AND queue = ?2",
+    )
+    .bind(batch.0)
+    .bind(queue)
+    .fetch_optional(&mut *c)
+    .await
+    .map_err(db)?;
+    let (sealed, failed, stage) = row
+        .ok_or_else(|| Error::invalid("batch", format!("batch {batch} is unknown in this queue")))?;
+    if sealed {
+        return Err(Error::invalid("batch", format!("batch {batch} is sealed")));
+    }
+    if failed {
+        return Err(Error::invalid("batch", format!("batch {batch} halted after a dead job")));
+    }
+    Ok(stage)
 }

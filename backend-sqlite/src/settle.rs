@@ -145,6 +145,11 @@ async fn settle_one(c: &mut Conn, s: &Settle, now: DateTime<Utc>) -> Result<Resu
         Settled::Dead => Some(JobState::Dead),
         Settled::Retrying { .. } | Settled::Released => None,
     };
+    if let (Settled::Released, Some(group)) = (settled, row.group_key.as_deref()) {
+        // A released job no longer holds its group: an earlier job of the group whose
+        // stage was released meanwhile goes first (SPEC G2).
+        promote::settle_group(c, &s.lease.queue, group).await?;
+    }
     if let Some(state) = finished {
         let f = promote::Finished {
             queue: &s.lease.queue,

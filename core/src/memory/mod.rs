@@ -87,11 +87,18 @@ impl MemoryBackend {
     fn lock(&self) -> MutexGuard<'_, HashMap<String, QueueState>> {
         // A panic while holding the lock cannot leave a half-applied change: every
         // mutation checks before it writes. So a poisoned lock is still usable.
-        self.inner.queues.lock().unwrap_or_else(PoisonError::into_inner)
+        self.inner
+            .queues
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Runs `f` on the queue's state, creating it on first use.
-    fn with_queue<T>(&self, queue: &str, f: impl FnOnce(&mut QueueState, DateTime<Utc>) -> T) -> Result<T> {
+    fn with_queue<T>(
+        &self,
+        queue: &str,
+        f: impl FnOnce(&mut QueueState, DateTime<Utc>) -> T,
+    ) -> Result<T> {
         validate::queue_name(queue)?;
         let now = self.now();
         let mut queues = self.lock();
@@ -207,7 +214,10 @@ impl Inspect for MemoryBackend {
 
     async fn dead_jobs(&self, queue: &str, limit: u32) -> Result<Vec<JobInfo>> {
         if !(1..=1000).contains(&limit) {
-            return Err(Error::invalid("limit", format!("must be 1..=1000, got {limit}")));
+            return Err(Error::invalid(
+                "limit",
+                format!("must be 1..=1000, got {limit}"),
+            ));
         }
         self.with_queue(queue, |q, now| q.dead_jobs(queue, limit as usize, now))
     }
@@ -227,7 +237,10 @@ impl Admin for MemoryBackend {
 
     async fn set_max_running(&self, queue: &str, max_running: Option<u32>) -> Result<()> {
         if max_running == Some(0) {
-            return Err(Error::invalid("max_running", "must be at least 1; use pause to stop a queue"));
+            return Err(Error::invalid(
+                "max_running",
+                "must be at least 1; use pause to stop a queue",
+            ));
         }
         self.with_queue(queue, |q, _| q.max_running = max_running)?;
         self.notify(queue, EventKind::Ready);

@@ -107,18 +107,24 @@ impl QueueState {
     }
 
     /// SPEC E1–E4, B3: checks everything first, then stores all jobs.
-    pub(crate) fn enqueue(&mut self, jobs: Vec<NewJob>, now: DateTime<Utc>) -> Result<Vec<Enqueued>> {
+    pub(crate) fn enqueue(
+        &mut self,
+        jobs: Vec<NewJob>,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<Enqueued>> {
         for job in &jobs {
             let Some(b) = job.batch else { continue };
-            let batch = self
-                .batches
-                .get(&b.0)
-                .ok_or_else(|| Error::invalid("batch", format!("batch {b} is unknown in this queue")))?;
+            let batch = self.batches.get(&b.0).ok_or_else(|| {
+                Error::invalid("batch", format!("batch {b} is unknown in this queue"))
+            })?;
             if batch.sealed {
                 return Err(Error::invalid("batch", format!("batch {b} is sealed")));
             }
             if batch.failed {
-                return Err(Error::invalid("batch", format!("batch {b} halted after a dead job")));
+                return Err(Error::invalid(
+                    "batch",
+                    format!("batch {b} halted after a dead job"),
+                ));
             }
             let stage = job.stage.unwrap_or(0);
             if let Some(released) = batch.released.filter(|r| stage < *r) {
@@ -129,7 +135,10 @@ impl QueueState {
         let mut touched = BTreeSet::new();
         for new in jobs {
             if let Some(existing) = new.dedupe_key.as_ref().and_then(|k| self.dedupe.get(k)) {
-                out.push(Enqueued { id: JobId(*existing), deduplicated: true });
+                out.push(Enqueued {
+                    id: JobId(*existing),
+                    deduplicated: true,
+                });
                 continue;
             }
             self.next_id += 1;
@@ -162,7 +171,10 @@ impl QueueState {
                 },
             );
             self.open.insert(id);
-            out.push(Enqueued { id: JobId(id), deduplicated: false });
+            out.push(Enqueued {
+                id: JobId(id),
+                deduplicated: false,
+            });
         }
         for b in touched {
             self.bump_released(b);
@@ -182,31 +194,46 @@ impl QueueState {
         }
     }
 
-    /// Moves a job to a finished state and applies what follows from it: dedupe key
-    /// freed, batch high-water raised, and for a dead job in a `Halt` batch, later stages
-    /// cancelled (SPEC B6).
-    fn finish(&mut self, id: i64, state: JobState, now: DateTime<Utc>) {
-        let Some(job) = self.jobs.get_mut(&id) else { return };
+    /// Marks one job finished: phase, time, open set and dedupe key.
+    fn mark_finished(&mut self, id: i64, state: JobState, now: DateTime<Utc>) {
+        let Some(job) = self.jobs.get_mut(&id) else {
+            return;
+        };
         job.phase = Phase::Finished(state);
         job.finished_at = Some(now);
         self.open.remove(&id);
-        if let Some(key) = job.dedupe_key.clone() {
-            if self.dedupe.get(&key) == Some(&id) {
-                self.dedupe.remove(&key);
-            }
+        if let Some(key) = job.dedupe_key.clone()
+            && self.dedupe.get(&key) == Some(&id)
+        {
+            self.dedupe.remove(&key);
         }
-        let (Some(batch), stage) = (job.batch, job.stage) else { return };
-        if state == JobState::Dead {
-            if let Some(b) = self.batches.get_mut(&batch).filter(|b| b.on_failure == OnFailure::Halt) {
-                b.failed = true;
-                let later: Vec<i64> = self
-                    .open_jobs()
-                    .filter(|j| j.batch == Some(batch) && j.stage > stage && j.phase == Phase::Waiting)
-                    .map(|j| j.id)
-                    .collect();
-                for id in later {
-                    self.finish(id, JobState::Cancelled, now);
-                }
+    }
+
+    /// Moves a job to a finished state and applies what follows from it: dedupe key
+    /// freed, batch high-water raised, and for a dead job in a `Halt` batch, later stages
+    /// cancelled (SPEC B6) — those stages never ran, so they do not count as released.
+    fn finish(&mut self, id: i64, state: JobState, now: DateTime<Utc>) {
+        self.mark_finished(id, state, now);
+        let Some(job) = self.jobs.get(&id) else {
+            return;
+        };
+        let (Some(batch), stage) = (job.batch, job.stage) else {
+            return;
+        };
+        if state == JobState::Dead
+            && let Some(b) = self
+                .batches
+                .get_mut(&batch)
+                .filter(|b| b.on_failure == OnFailure::Halt)
+        {
+            b.failed = true;
+            let later: Vec<i64> = self
+                .open_jobs()
+                .filter(|j| j.batch == Some(batch) && j.stage > stage && j.phase == Phase::Waiting)
+                .map(|j| j.id)
+                .collect();
+            for id in later {
+                self.mark_finished(id, JobState::Cancelled, now);
             }
         }
         self.bump_released(batch);
@@ -245,7 +272,12 @@ impl QueueState {
     }
 
     /// SPEC C1–C6 with groups and stages.
-    pub(crate) fn claim(&mut self, queue: &str, req: &ClaimRequest, now: DateTime<Utc>) -> Vec<ClaimedJob> {
+    pub(crate) fn claim(
+        &mut self,
+        queue: &str,
+        req: &ClaimRequest,
+        now: DateTime<Utc>,
+    ) -> Vec<ClaimedJob> {
         self.expire_leases(now);
         if self.paused {
             return Vec::new();
@@ -348,7 +380,12 @@ impl QueueState {
     }
 
     /// SPEC L3.
-    pub(crate) fn heartbeat(&mut self, lease: &Lease, until: DateTime<Utc>, now: DateTime<Utc>) -> Result<DateTime<Utc>> {
+    pub(crate) fn heartbeat(
+        &mut self,
+        lease: &Lease,
+        until: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<DateTime<Utc>> {
         let job = self
             .jobs
             .get_mut(&lease.job.0)
@@ -364,7 +401,12 @@ impl QueueState {
         self.next_batch += 1;
         self.batches.insert(
             self.next_batch,
-            BatchState { on_failure, sealed: false, failed: false, released: None },
+            BatchState {
+                on_failure,
+                sealed: false,
+                failed: false,
+                released: None,
+            },
         );
         BatchId(self.next_batch)
     }
@@ -375,13 +417,20 @@ impl QueueState {
         Ok(())
     }
 
-    pub(crate) fn batch_progress(&self, batch: &crate::Batch, now: DateTime<Utc>) -> Result<BatchProgress> {
+    pub(crate) fn batch_progress(
+        &self,
+        batch: &crate::Batch,
+        now: DateTime<Utc>,
+    ) -> Result<BatchProgress> {
         let b = self.batch(batch.id, &batch.queue)?;
         let view = View::new(self, now);
         let mut stages: BTreeMap<i32, StageProgress> = BTreeMap::new();
         for job in self.jobs.values().filter(|j| j.batch == Some(batch.id.0)) {
             let stage = job.stage.unwrap_or(0);
-            let p = stages.entry(stage).or_insert(StageProgress { stage, ..Default::default() });
+            let p = stages.entry(stage).or_insert(StageProgress {
+                stage,
+                ..Default::default()
+            });
             match view.state(job) {
                 JobState::Running => p.running += 1,
                 JobState::Succeeded => p.succeeded += 1,
@@ -401,7 +450,12 @@ impl QueueState {
     }
 
     /// SPEC B7: cancels one unfinished job; false when already finished.
-    pub(crate) fn cancel_job(&mut self, id: JobId, queue: &str, now: DateTime<Utc>) -> Result<bool> {
+    pub(crate) fn cancel_job(
+        &mut self,
+        id: JobId,
+        queue: &str,
+        now: DateTime<Utc>,
+    ) -> Result<bool> {
         let job = self
             .jobs
             .get_mut(&id.0)
@@ -437,7 +491,9 @@ impl QueueState {
         };
         let mut n = 0;
         for id in wanted {
-            let Some(job) = self.jobs.get_mut(&id) else { continue };
+            let Some(job) = self.jobs.get_mut(&id) else {
+                continue;
+            };
             if job.phase != Phase::Finished(JobState::Dead) || job.batch.is_some() {
                 continue;
             }
@@ -462,11 +518,10 @@ impl QueueState {
     pub(crate) fn prune(&mut self, cutoff: DateTime<Utc>) -> u64 {
         let before = self.jobs.len();
         self.jobs
-            .retain(|_, j| !j.finished_at.is_some_and(|t| t <= cutoff));
+            .retain(|_, j| j.finished_at.is_none_or(|t| t > cutoff));
         let pruned = (before - self.jobs.len()) as u64;
         let live: BTreeSet<i64> = self.jobs.values().filter_map(|j| j.batch).collect();
-        self.batches
-            .retain(|id, b| !b.sealed || live.contains(id));
+        self.batches.retain(|id, b| !b.sealed || live.contains(id));
         pruned
     }
 
@@ -527,7 +582,9 @@ impl QueueState {
     pub(crate) fn running(&self) -> Vec<RunningJob> {
         self.open_jobs()
             .filter_map(|j| match &j.phase {
-                Phase::Running { expires_at, worker, .. } => Some(RunningJob {
+                Phase::Running {
+                    expires_at, worker, ..
+                } => Some(RunningJob {
                     id: JobId(j.id),
                     worker: worker.clone(),
                     attempt: j.attempts,

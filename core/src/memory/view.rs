@@ -40,7 +40,9 @@ impl<'a> View<'a> {
             head: HashMap::new(),
         };
         for job in q.open_jobs() {
-            let Some(group) = job.group.as_deref() else { continue };
+            let Some(group) = job.group.as_deref() else {
+                continue;
+            };
             if matches!(job.phase, Phase::Running { .. } | Phase::Retrying) {
                 view.holder.insert(group, job.id);
             }
@@ -65,7 +67,9 @@ impl<'a> View<'a> {
 
     /// The group lets this job start: nobody holds it and the job is its head.
     fn group_free_for(&self, job: &Job) -> bool {
-        let Some(group) = job.group.as_deref() else { return true };
+        let Some(group) = job.group.as_deref() else {
+            return true;
+        };
         match self.holder.get(group) {
             Some(holder) => *holder == job.id,
             None => self.head.get(group) == Some(&job.order_key()),
