@@ -120,13 +120,17 @@ async fn open_batch_stage(c: &mut Conn, queue: &str, batch: BatchId) -> Result<O
     .fetch_optional(&mut *c)
     .await
     .map_err(db)?;
-    let (sealed, failed, stage) = row
-        .ok_or_else(|| Error::invalid("batch", format!("batch {batch} is unknown in this queue")))?;
+    let (sealed, failed, stage) = row.ok_or_else(|| {
+        Error::invalid("batch", format!("batch {batch} is unknown in this queue"))
+    })?;
     if sealed {
         return Err(Error::invalid("batch", format!("batch {batch} is sealed")));
     }
     if failed {
-        return Err(Error::invalid("batch", format!("batch {batch} halted after a dead job")));
+        return Err(Error::invalid(
+            "batch",
+            format!("batch {batch} halted after a dead job"),
+        ));
     }
     Ok(stage)
 }

@@ -48,10 +48,11 @@ use std::{
     time::Duration,
 };
 
+use backon::{ExponentialBuilder, Retryable};
 use chrono::{DateTime, Utc};
 use relayq_core::{Error, Event, EventKind, Events, Limits, Result};
 use sqlx::{
-    SqliteConnection, SqlitePool,
+    Connection, SqliteConnection, SqlitePool,
     sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous},
 };
 use tokio::sync::broadcast;
@@ -93,9 +94,9 @@ impl SqliteBackend {
     pub async fn open_with(options: SqliteConnectOptions, limits: Limits) -> Result<Self> {
         let options = options
             .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(BUSY_TIMEOUT);
+        enable_wal(&options).await?;
         let events = shared_events(options.get_filename().to_path_buf());
         let pool = SqlitePoolOptions::new()
             .max_connections(4)
@@ -163,6 +164,28 @@ fn shared_events(path: PathBuf) -> broadcast::Sender<Event> {
 }
 
 type Conn = SqliteConnection;
+
+/// Puts the file in WAL mode, once. WAL is a property of the file, and switching to it
+/// takes an exclusive lock that `busy_timeout` does not wait for, so handles opening a
+/// new file at the same time could fail; this retries with backoff instead. The pool's
+/// connections then find the file in WAL mode already.
+async fn enable_wal(options: &SqliteConnectOptions) -> Result<()> {
+    let wal = options.clone().journal_mode(SqliteJournalMode::Wal);
+    let switch = || async {
+        let conn = SqliteConnection::connect_with(&wal).await?;
+        conn.close().await
+    };
+    switch
+        .retry(
+            ExponentialBuilder::default()
+                .with_min_delay(Duration::from_millis(5))
+                .with_max_delay(Duration::from_millis(200))
+                .with_max_times(20),
+        )
+        .when(|e| matches!(e, sqlx::Error::Database(_)))
+        .await
+        .map_err(db)
+}
 
 /// The schema, one entry per version; `PRAGMA user_version` records how many ran.
 const MIGRATIONS: &[&str] = &[include_str!("../migrations/0001_init.sql")];

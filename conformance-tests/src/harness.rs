@@ -64,10 +64,10 @@ pub fn required(server: Server) -> bool {
 /// # Panics
 /// When the server is unavailable and `RELAYQ_REQUIRE` names it.
 pub async fn server_url(server: Server) -> Option<String> {
-    if let Ok(url) = std::env::var(server.env_var()) {
-        if !url.trim().is_empty() {
-            return Some(url);
-        }
+    if let Ok(url) = std::env::var(server.env_var())
+        && !url.trim().is_empty()
+    {
+        return Some(url);
     }
     let reason = match containers::start(server).await {
         Ok(url) => return Some(url),
@@ -78,7 +78,11 @@ pub async fn server_url(server: Server) -> Option<String> {
         server.name(),
         server.env_var()
     );
-    assert!(!required(server), "{line}, but RELAYQ_REQUIRE names {}", server.name());
+    assert!(
+        !required(server),
+        "{line}, but RELAYQ_REQUIRE names {}",
+        server.name()
+    );
     skip_once(server, &line);
     None
 }
@@ -127,9 +131,18 @@ mod containers {
         let started = match server {
             Server::Postgres => PG
                 .get_or_init(|| async {
-                    let c = Postgres::default().start().await.map_err(|e| e.to_string())?;
-                    let port = c.get_host_port_ipv4(5432).await.map_err(|e| e.to_string())?;
-                    Ok((c, format!("postgres://postgres:postgres@127.0.0.1:{port}/postgres")))
+                    let c = Postgres::default()
+                        .start()
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    let port = c
+                        .get_host_port_ipv4(5432)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    Ok((
+                        c,
+                        format!("postgres://postgres:postgres@127.0.0.1:{port}/postgres"),
+                    ))
                 })
                 .await
                 .as_ref()
@@ -137,7 +150,10 @@ mod containers {
             Server::Redis => REDIS
                 .get_or_init(|| async {
                     let c = Redis::default().start().await.map_err(|e| e.to_string())?;
-                    let port = c.get_host_port_ipv4(6379).await.map_err(|e| e.to_string())?;
+                    let port = c
+                        .get_host_port_ipv4(6379)
+                        .await
+                        .map_err(|e| e.to_string())?;
                     Ok((c, format!("redis://127.0.0.1:{port}")))
                 })
                 .await
@@ -151,7 +167,10 @@ mod containers {
                         .start()
                         .await
                         .map_err(|e| e.to_string())?;
-                    let port = c.get_host_port_ipv4(1433).await.map_err(|e| e.to_string())?;
+                    let port = c
+                        .get_host_port_ipv4(1433)
+                        .await
+                        .map_err(|e| e.to_string())?;
                     Ok((
                         c,
                         format!(

@@ -262,6 +262,10 @@ pub trait Admin: Send + Sync {
     ///
     /// # Behavior
     /// - Only dead jobs move; others named in `ids` are left alone (SPEC M2).
+    /// - Dead jobs of a batch stay dead: running one again after later stages started
+    ///   would break the order barrier (SPEC B2). Rerun the batch instead.
+    /// - A dead job whose dedupe key another unfinished job now holds stays dead
+    ///   (SPEC E3).
     async fn retry_dead(&self, queue: &str, ids: Option<&[JobId]>) -> Result<u64>;
 
     /// A maintenance pass over `queue` (SPEC C5, M3).

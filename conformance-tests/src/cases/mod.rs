@@ -1,3 +1,11 @@
 //! The cases, one module per SPEC section. Each case cites its rule.
 
+pub mod batches;
+pub mod claim;
 pub mod enqueue;
+pub mod errors;
+pub mod groups;
+pub mod lease;
+pub mod monitor;
+pub mod scenarios;
+pub mod support;

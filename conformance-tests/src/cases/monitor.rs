@@ -1,0 +1,213 @@
+//! SPEC M — monitoring and maintenance.
+
+use std::{
+    sync::atomic::{AtomicU64, Ordering},
+    time::Duration,
+};
+
+use anyhow::ensure;
+use relayq_core::{DEFAULT_RETENTION, JobId, JobState, NewJob, OnFailure, Retry};
+
+use super::support::{
+    PATIENCE, claim, claim_exactly, enqueue, enqueue_n, expect_not_found, expect_state,
+    one_job_per_state, total,
+};
+use crate::{Env, poll_until, queue_name};
+
+/// SPEC M1: `queue_stats` counts every job once in its state; `job` reads each job in
+/// the same state; the pause flag and `max_running` show; an unused queue is all zero.
+pub async fn m1_stats_count_each_state(env: &Env) -> anyhow::Result<()> {
+    let b = env.backend();
+    let q = queue_name("m1");
+    let by_state = one_job_per_state(b, &q).await?;
+    b.set_max_running(&q, Some(5)).await?;
+    b.pause(&q).await?;
+    let stats = b.queue_stats(&q).await?;
+    for state in JobState::ALL {
+        ensure!(
+            stats.count(state) == 1,
+            "expected 1 {state} job, stats say {}: {stats:?}",
+            stats.count(state)
+        );
+        expect_state(b, &q, by_state[&state], state).await?;
+    }
+    ensure!(
+        stats.total() == 8,
+        "expected 8 jobs in all, stats say {}",
+        stats.total()
+    );
+    ensure!(
+        stats.paused && stats.max_running == Some(5),
+        "settings not shown: {stats:?}"
+    );
+    let unused = b.queue_stats(&queue_name("m1unused")).await?;
+    ensure!(
+        unused.total() == 0 && !unused.paused && unused.max_running.is_none(),
+        "an unused queue: {unused:?}"
+    );
+    Ok(())
+}
+
+/// SPEC M1: `job` returns every field as enqueued; an unknown id, or one asked of
+/// another queue, is `NotFound`.
+pub async fn m1_job_reads_back_fields(env: &Env) -> anyhow::Result<()> {
+    let b = env.backend();
+    let q = queue_name("m1job");
+    let batch = b.open_batch(&q, OnFailure::Continue).await?;
+    let job = NewJob::new(&q, b"payload".to_vec())
+        .priority(7)
+        .max_attempts(9)
+        .group("grp")
+        .dedupe_key("key")
+        .enqueued_by("me")
+        .in_batch(batch.id, 4);
+    let id = enqueue(b, job).await?;
+    let info = b.job(&q, id).await?;
+    ensure!(
+        info.id == id
+            && info.queue == q
+            && info.state == JobState::Ready
+            && info.payload == b"payload"
+            && info.priority == 7
+            && info.max_attempts == 9
+            && info.attempts == 0
+            && info.group.as_deref() == Some("grp")
+            && info.dedupe_key.as_deref() == Some("key")
+            && info.enqueued_by.as_deref() == Some("me")
+            && info.batch == Some(batch.id)
+            && info.stage == Some(4)
+            && info.finished_at.is_none()
+            && info.last_error.is_none()
+            && info.attempt_log.is_empty()
+            && info.created_at <= info.run_at,
+        "job info differs from what was enqueued: {info:?}"
+    );
+    expect_not_found(b.job(&q, JobId(i64::MAX - 7)).await, "an unknown job id")?;
+    expect_not_found(
+        b.job(&queue_name("m1other"), id).await,
+        "a job id asked of another queue",
+    )?;
+    Ok(())
+}
+
+/// SPEC M2: dead jobs are listed oldest first and retried: back to `ready` with
+/// attempts reset; only dead jobs move.
+pub async fn m2_dead_jobs_listed_and_retried(env: &Env) -> anyhow::Result<()> {
+    let b = env.backend();
+    let q = queue_name("m2");
+    let all = enqueue_n(b, &q, 3).await?;
+    let got = claim_exactly(b, &q, &all).await?;
+    b.fail(&got[0].lease, "first", Retry::Never).await?;
+    b.fail(&got[1].lease, "second", Retry::Never).await?;
+    b.complete(&got[2].lease).await?;
+    let dead: Vec<_> = b
+        .dead_jobs(&q, 10)
+        .await?
+        .into_iter()
+        .map(|j| (j.id, j.last_error))
+        .collect();
+    ensure!(
+        dead == [
+            (all[0], Some("first".into())),
+            (all[1], Some("second".into()))
+        ],
+        "dead_jobs listed {dead:?}"
+    );
+    let limited = b.dead_jobs(&q, 1).await?;
+    ensure!(
+        limited.len() == 1 && limited[0].id == all[0],
+        "dead_jobs with limit 1: {limited:?}"
+    );
+    let n = b.retry_dead(&q, Some(&[all[0], all[2]])).await?;
+    ensure!(
+        n == 1,
+        "retry_dead of one dead and one succeeded job moved {n}"
+    );
+    let info = b.job(&q, all[0]).await?;
+    ensure!(
+        info.state == JobState::Ready && info.attempts == 0,
+        "retried job: {} attempts {}",
+        info.state,
+        info.attempts
+    );
+    expect_state(b, &q, all[2], JobState::Succeeded).await?;
+    let again = claim_exactly(b, &q, &all[..1]).await?;
+    ensure!(
+        again[0].attempt() == 1,
+        "retried job claimed as attempt {}",
+        again[0].attempt()
+    );
+    let n = b.retry_dead(&q, None).await?;
+    ensure!(
+        n == 1,
+        "retry_dead of the whole queue moved {n}, expected 1"
+    );
+    ensure!(
+        b.dead_jobs(&q, 10).await?.is_empty(),
+        "dead jobs left after retrying all"
+    );
+    Ok(())
+}
+
+/// SPEC M2, B2: `retry_dead` leaves jobs of a batch dead (reviving one would run it
+/// after later stages started).
+pub async fn m2_retry_dead_leaves_batch_jobs(env: &Env) -> anyhow::Result<()> {
+    let b = env.backend();
+    let q = queue_name("m2batch");
+    let batch = b.open_batch(&q, OnFailure::Continue).await?;
+    let id = enqueue(b, NewJob::new(&q, b"x".to_vec()).in_batch(batch.id, 1)).await?;
+    let got = claim_exactly(b, &q, &[id]).await?;
+    b.fail(&got[0].lease, "fatal", Retry::Never).await?;
+    let n = b.retry_dead(&q, None).await?;
+    ensure!(n == 0, "retry_dead revived {n} batch jobs");
+    expect_state(b, &q, id, JobState::Dead).await
+}
+
+/// SPEC M3: maintenance prunes finished jobs older than the retention, and never
+/// touches unfinished jobs.
+pub async fn m3_maintain_prunes_only_finished(env: &Env) -> anyhow::Result<()> {
+    let b = env.backend();
+    let q = queue_name("m3");
+    let by_state = one_job_per_state(b, &q).await?;
+    let m = b.maintain(&q, DEFAULT_RETENTION).await?;
+    ensure!(
+        m.pruned == 0 && m.requeued == 0 && m.dead == 0,
+        "maintain with 7-day retention did {m:?}"
+    );
+    ensure!(total(b, &q).await? == 8, "the 7-day maintain removed jobs");
+    let pruned = AtomicU64::new(0);
+    poll_until(
+        "maintain to prune the 3 finished jobs",
+        PATIENCE,
+        || async {
+            let m = b.maintain(&q, Duration::ZERO).await?;
+            ensure!(
+                m.requeued == 0 && m.dead == 0,
+                "maintain touched running jobs: {m:?}"
+            );
+            Ok((pruned.fetch_add(m.pruned, Ordering::SeqCst) + m.pruned >= 3).then_some(()))
+        },
+    )
+    .await?;
+    let pruned = pruned.into_inner();
+    ensure!(
+        pruned == 3,
+        "maintain pruned {pruned} jobs, 3 were finished"
+    );
+    for (state, id) in &by_state {
+        if state.is_finished() {
+            expect_not_found(b.job(&q, *id).await, "a pruned job")?;
+        } else {
+            expect_state(b, &q, *id, *state).await?;
+        }
+    }
+    ensure!(
+        total(b, &q).await? == 5,
+        "expected the 5 unfinished jobs to remain"
+    );
+    ensure!(
+        claim(b, &q, 10).await?.len() == 1,
+        "the ready job should still be claimable"
+    );
+    Ok(())
+}

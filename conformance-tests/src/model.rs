@@ -1,0 +1,248 @@
+//! Model-based checking: one random sequence of operations runs on a subject backend
+//! and on the in-memory reference model, and every answer must agree: which jobs a
+//! claim returns and in what order, how each settle is judged, every job's state and
+//! every batch's progress after each step.
+//!
+//! Use it from a backend's tests with proptest (see `relayq-sqlite/tests/model.rs`):
+//! shrinking then hands back the shortest sequence on which the backend and the model
+//! disagree.
+
+use std::{fmt::Debug, sync::Arc, time::Duration};
+
+use anyhow::{bail, ensure};
+use chrono::{DateTime, DurationRound, TimeDelta, Utc};
+use proptest::{collection::vec, prelude::*};
+use relayq_core::{
+    Backend, Batch, ClaimRequest, Error, JobId, Lease, NewJob, OnFailure, Retry, Settle,
+    memory::{Clock, MemoryBackend},
+};
+
+/// One job to enqueue.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    priority: i16,
+    group: Option<u8>,
+    /// Batch index (0: `Continue`, 1: `Halt`) and stage.
+    batch: Option<(usize, i32)>,
+}
+
+/// One step of a run. Indices wrap around what exists, so every sequence is valid.
+#[derive(Debug, Clone)]
+pub enum Op {
+    /// Enqueue these jobs in one call.
+    Enqueue(Vec<Spec>),
+    /// Claim up to this many.
+    Claim(u32),
+    /// Complete the n-th held lease.
+    Complete(usize),
+    /// Fail the n-th held lease; permanently when true.
+    Fail(usize, bool),
+    /// Release the n-th held lease.
+    Release(usize),
+    /// Cancel the n-th job.
+    Cancel(usize),
+    /// Seal the n-th batch.
+    Seal(usize),
+}
+
+fn spec() -> impl Strategy<Value = Spec> {
+    (
+        -1i16..=1,
+        prop::option::weighted(0.6, 0u8..3),
+        prop::option::weighted(0.5, (0usize..2, prop::sample::select(vec![100, 200, 300]))),
+    )
+        .prop_map(|(priority, group, batch)| Spec {
+            priority,
+            group,
+            batch,
+        })
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => vec(spec(), 1..4).prop_map(Op::Enqueue),
+        4 => (1u32..4).prop_map(Op::Claim),
+        3 => any::<usize>().prop_map(Op::Complete),
+        2 => (any::<usize>(), any::<bool>()).prop_map(|(i, p)| Op::Fail(i, p)),
+        1 => any::<usize>().prop_map(Op::Release),
+        1 => any::<usize>().prop_map(Op::Cancel),
+        1 => any::<usize>().prop_map(Op::Seal),
+    ]
+}
+
+/// Random operation sequences of up to `max_len` steps.
+pub fn ops(max_len: usize) -> impl Strategy<Value = Vec<Op>> {
+    vec(op(), 1..max_len)
+}
+
+/// The system clock cut to whole microseconds, the precision SQL backends store, so
+/// that the model orders equal-looking times the way they do.
+#[derive(Debug)]
+struct MicrosClock;
+
+impl Clock for MicrosClock {
+    fn now(&self) -> DateTime<Utc> {
+        let now = Utc::now();
+        now.duration_trunc(TimeDelta::microseconds(1))
+            .unwrap_or(now)
+    }
+}
+
+/// A fresh reference model for [`check`].
+#[must_use]
+pub fn reference() -> Arc<dyn Backend> {
+    Arc::new(MemoryBackend::with(
+        Arc::new(MicrosClock),
+        relayq_core::Limits::default(),
+    ))
+}
+
+/// One backend's view of the run: its queue, batches, job ids and held leases.
+struct Side {
+    b: Arc<dyn Backend>,
+    queue: String,
+    batches: Vec<Batch>,
+    ids: Vec<JobId>,
+    held: Vec<Lease>,
+}
+
+/// An answer reduced to what both backends must agree on.
+fn verdict<T: Debug>(r: &Result<T, Error>) -> String {
+    match r {
+        Ok(v) => format!("ok {v:?}"),
+        Err(Error::InvalidInput { field, .. }) => format!("invalid {field}"),
+        Err(e @ (Error::StaleLease | Error::StageClosed { .. })) => e.to_string(),
+        Err(e) => format!("error {e}"),
+    }
+}
+
+impl Side {
+    async fn new(b: Arc<dyn Backend>) -> anyhow::Result<Self> {
+        let queue = crate::queue_name("model");
+        let batches = vec![
+            b.open_batch(&queue, OnFailure::Continue).await?,
+            b.open_batch(&queue, OnFailure::Halt).await?,
+        ];
+        Ok(Self {
+            b,
+            queue,
+            batches,
+            ids: Vec::new(),
+            held: Vec::new(),
+        })
+    }
+
+    fn index(&self, id: JobId) -> usize {
+        self.ids.iter().position(|i| *i == id).unwrap_or(usize::MAX)
+    }
+
+    /// Applies `op`; returns the answer in backend-neutral terms (job indices, not ids).
+    async fn apply(&mut self, op: &Op) -> anyhow::Result<String> {
+        let b = &*self.b;
+        Ok(match op {
+            Op::Enqueue(specs) => {
+                let jobs = specs
+                    .iter()
+                    .map(|s| {
+                        let mut job = NewJob::new(&self.queue, vec![]).priority(s.priority);
+                        if let Some(g) = s.group {
+                            job = job.group(format!("g{g}"));
+                        }
+                        if let Some((i, stage)) = s.batch {
+                            job = job.in_batch(self.batches[i].id, stage);
+                        }
+                        job
+                    })
+                    .collect();
+                let r = b.enqueue(jobs).await;
+                if let Ok(out) = &r {
+                    self.ids.extend(out.iter().map(|e| e.id));
+                }
+                verdict(&r.map(|out| out.len()))
+            }
+            Op::Claim(limit) => {
+                let req = ClaimRequest::new(&self.queue, "model", *limit, Duration::from_secs(60));
+                let r = b.claim(req).await;
+                let got: Vec<usize> = match &r {
+                    Ok(jobs) => jobs.iter().map(|j| self.index(j.id())).collect(),
+                    Err(_) => Vec::new(),
+                };
+                if let Ok(jobs) = r {
+                    self.held.extend(jobs.into_iter().map(|j| j.lease));
+                }
+                format!("claimed {got:?}")
+            }
+            Op::Complete(i) | Op::Fail(i, _) | Op::Release(i) => {
+                if self.held.is_empty() {
+                    return Ok("no lease".into());
+                }
+                let lease = self.held.remove(i % self.held.len());
+                let settle = match op {
+                    Op::Complete(_) => Settle::complete(lease),
+                    Op::Fail(_, true) => Settle::fail(lease, "boom", Retry::Never),
+                    Op::Fail(_, false) => Settle::fail(lease, "boom", Retry::After(Duration::ZERO)),
+                    _ => Settle::release(lease),
+                };
+                // Retry times differ between backends; the kind of outcome must not.
+                let r = b.settle_one(settle).await;
+                verdict(&r.map(|s| std::mem::discriminant(&s)))
+            }
+            Op::Cancel(i) => {
+                if self.ids.is_empty() {
+                    return Ok("no job".into());
+                }
+                verdict(
+                    &b.cancel_job(&self.queue, self.ids[i % self.ids.len()])
+                        .await,
+                )
+            }
+            Op::Seal(i) => verdict(&b.seal(&self.batches[i % 2]).await),
+        })
+    }
+
+    /// Every job's state and every batch's progress, in backend-neutral terms.
+    async fn snapshot(&self) -> anyhow::Result<Vec<String>> {
+        let mut out = Vec::new();
+        for (i, id) in self.ids.iter().enumerate() {
+            let info = self.b.job(&self.queue, *id).await?;
+            out.push(format!(
+                "job {i}: {} attempts {}",
+                info.state, info.attempts
+            ));
+        }
+        for (i, batch) in self.batches.iter().enumerate() {
+            let p = self.b.batch_progress(batch).await?;
+            out.push(format!(
+                "batch {i}: sealed {} failed {} released {:?} stages {:?}",
+                p.sealed, p.failed, p.released_stage, p.stages
+            ));
+        }
+        Ok(out)
+    }
+}
+
+/// Runs `ops` on `subject` and on `reference`, failing at the first step where an
+/// answer or the resulting state differs.
+///
+/// # Errors
+/// A description of the first disagreement, with the steps that led to it.
+pub async fn check(
+    reference: Arc<dyn Backend>,
+    subject: Arc<dyn Backend>,
+    ops: &[Op],
+) -> anyhow::Result<()> {
+    let mut model = Side::new(reference).await?;
+    let mut real = Side::new(subject).await?;
+    for (step, op) in ops.iter().enumerate() {
+        let (want, got) = (model.apply(op).await?, real.apply(op).await?);
+        ensure!(
+            want == got,
+            "step {step} {op:?}: model answered {want}, backend {got}"
+        );
+        let (want, got) = (model.snapshot().await?, real.snapshot().await?);
+        if let Some((w, g)) = want.iter().zip(&got).find(|(w, g)| w != g) {
+            bail!("after step {step} {op:?}: model has {w}, backend has {g}");
+        }
+    }
+    Ok(())
+}
