@@ -58,8 +58,8 @@ impl Admin for SqliteBackend {
 
     async fn cancel_job(&self, queue: &str, id: JobId) -> Result<bool> {
         validate::queue_name(queue)?;
-        let mut tx = self.write().await?;
-        let changed = cancel(&mut tx, queue, id.0, Utc::now()).await?;
+        let (mut tx, now) = self.write().await?;
+        let changed = cancel(&mut tx, queue, id.0, now).await?;
         tx.commit().await.map_err(db)?;
         if changed {
             self.notify(queue, EventKind::Finished);
@@ -70,8 +70,7 @@ impl Admin for SqliteBackend {
 
     async fn cancel_batch(&self, batch: &Batch) -> Result<u64> {
         validate::queue_name(&batch.queue)?;
-        let now = Utc::now();
-        let mut tx = self.write().await?;
+        let (mut tx, now) = self.write().await?;
         let found =
             sqlx::query("UPDATE relayq_batches SET sealed = 1 WHERE id = ?1 AND queue = ?2")
                 .bind(batch.id.0)
@@ -108,7 +107,7 @@ impl Admin for SqliteBackend {
             let list: Vec<String> = ids.iter().map(|id| id.0.to_string()).collect();
             format!("[{}]", list.join(","))
         });
-        let mut tx = self.write().await?;
+        let (mut tx, now) = self.write().await?;
         // Jobs of a batch stay dead: reviving one after later stages started would break
         // the order barrier. So does a job whose dedupe key another job now holds.
         let dead: Vec<(i64, Option<String>)> = sqlx::query_as(
@@ -126,7 +125,7 @@ impl Admin for SqliteBackend {
         .fetch_all(&mut *tx)
         .await
         .map_err(db)?;
-        let now = us(Utc::now());
+        let now = us(now);
         for (id, group) in &dead {
             sqlx::query(
                 "UPDATE relayq_jobs SET state = ?2, attempts = 0, finished_at = NULL, run_at = ?3
@@ -149,12 +148,11 @@ impl Admin for SqliteBackend {
 
     async fn maintain(&self, queue: &str, retention: Duration) -> Result<Maintenance> {
         validate::queue_name(queue)?;
-        let now = Utc::now();
+        let (mut tx, now) = self.write().await?;
         let cutoff = TimeDelta::from_std(retention)
             .ok()
             .and_then(|r| now.checked_sub_signed(r))
             .unwrap_or(DateTime::<Utc>::MIN_UTC);
-        let mut tx = self.write().await?;
         let (requeued, dead) = claim::expire(&mut tx, queue, now).await?;
         sqlx::query(
             "DELETE FROM relayq_attempts WHERE job_id IN (

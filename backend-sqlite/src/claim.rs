@@ -28,8 +28,7 @@ struct Claimed {
 impl Claim for SqliteBackend {
     async fn claim(&self, req: ClaimRequest) -> Result<Vec<ClaimedJob>> {
         validate::claim(&req)?;
-        let now = Utc::now();
-        let mut tx = self.write().await?;
+        let (mut tx, now) = self.write().await?;
         expire(&mut tx, &req.queue, now).await?;
         let settings: Option<(bool, Option<i64>)> =
             sqlx::query_as("SELECT paused, max_running FROM relayq_queues WHERE queue = ?1")

@@ -3,7 +3,6 @@
 use std::collections::{BTreeSet, HashMap};
 
 use async_trait::async_trait;
-use chrono::Utc;
 use relayq_core::{BatchId, Enqueue, Enqueued, Error, EventKind, JobId, NewJob, Result, validate};
 
 use crate::{Conn, SqliteBackend, db, promote, us};
@@ -15,8 +14,7 @@ impl Enqueue for SqliteBackend {
         let Some(queue) = jobs.first().map(|j| j.queue.clone()) else {
             return Ok(Vec::new());
         };
-        let now = Utc::now();
-        let mut tx = self.write().await?;
+        let (mut tx, now) = self.write().await?;
         check_batches(&mut tx, &queue, &jobs).await?;
         let mut out = Vec::with_capacity(jobs.len());
         let (mut groups, mut batches) = (BTreeSet::new(), BTreeSet::new());

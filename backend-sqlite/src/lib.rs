@@ -125,13 +125,17 @@ impl SqliteBackend {
 
     /// Starts a write transaction that holds SQLite's write lock from its first
     /// statement, so that its reads and writes are not interleaved with another
-    /// writer's (SPEC C2).
-    async fn write(&self) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>> {
-        self.inner
+    /// writer's (SPEC C2). Returns the transaction and "now", read once the lock is
+    /// held: a call that waited for the lock must not be stamped with the time it
+    /// started waiting.
+    async fn write(&self) -> Result<(sqlx::Transaction<'static, sqlx::Sqlite>, DateTime<Utc>)> {
+        let tx = self
+            .inner
             .pool
             .begin_with("BEGIN IMMEDIATE")
             .await
-            .map_err(db)
+            .map_err(db)?;
+        Ok((tx, Utc::now()))
     }
 
     fn notify(&self, queue: &str, kind: EventKind) {

@@ -49,8 +49,7 @@ const RELEASE: &str = "UPDATE relayq_jobs
 impl Complete for SqliteBackend {
     async fn settle_many(&self, mut settles: Vec<Settle>) -> Result<Vec<Result<Settled>>> {
         validate::settles(&mut settles)?;
-        let now = Utc::now();
-        let mut tx = self.write().await?;
+        let (mut tx, now) = self.write().await?;
         let mut out = Vec::with_capacity(settles.len());
         for s in &settles {
             out.push(settle_one(&mut tx, s, now).await?);
@@ -72,7 +71,7 @@ impl Complete for SqliteBackend {
 
     async fn heartbeat(&self, lease: &Lease, extend: Duration) -> Result<DateTime<Utc>> {
         validate::lease_length("extend", extend)?;
-        let now = Utc::now();
+        let (mut tx, now) = self.write().await?;
         let until = plus(now, extend);
         let held: Option<i64> = sqlx::query_scalar(
             "UPDATE relayq_jobs SET lease_expires_at = ?4
@@ -85,9 +84,10 @@ impl Complete for SqliteBackend {
         .bind(us(now))
         .bind(us(until))
         .bind(&lease.queue)
-        .fetch_optional(self.pool_ref())
+        .fetch_optional(&mut *tx)
         .await
         .map_err(db)?;
+        tx.commit().await.map_err(db)?;
         held.map(|_| until).ok_or(Error::StaleLease)
     }
 }

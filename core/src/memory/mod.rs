@@ -100,8 +100,10 @@ impl MemoryBackend {
         f: impl FnOnce(&mut QueueState, DateTime<Utc>) -> T,
     ) -> Result<T> {
         validate::queue_name(queue)?;
-        let now = self.now();
+        // Read the clock once the lock is held: a call that waited for the lock must
+        // not be stamped with the time it started waiting.
         let mut queues = self.lock();
+        let now = self.now();
         Ok(f(queues.entry(queue.to_owned()).or_default(), now))
     }
 
@@ -145,8 +147,8 @@ impl Claim for MemoryBackend {
 impl Complete for MemoryBackend {
     async fn settle_many(&self, mut settles: Vec<Settle>) -> Result<Vec<Result<Settled>>> {
         validate::settles(&mut settles)?;
-        let now = self.now();
         let mut queues = self.lock();
+        let now = self.now();
         let mut finished = Vec::new();
         let out = settles
             .into_iter()
