@@ -1,0 +1,150 @@
+//! `--db URL` → a backend.
+
+use std::{path::PathBuf, sync::Arc};
+
+use anyhow::Context;
+use relayq_core::{Backend, memory::MemoryBackend};
+use relayq_sqlite::SqliteBackend;
+
+use crate::exit::usage;
+
+/// The default database: a SQLite file in the current folder.
+pub const DEFAULT_DB: &str = "sqlite://relayq.db";
+
+/// What the command needs of the database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Use {
+    /// The command may create the database (`run`, `enqueue`, `work`, `batch open`).
+    Create,
+    /// The command only looks at or changes existing jobs: a SQLite file that does not
+    /// exist is an error rather than a new empty database.
+    Existing,
+    /// `run`: also the in-memory backend is fine (nothing needs to outlive the process).
+    RunInProcess,
+}
+
+/// Opens the backend `url` names.
+///
+/// # Errors
+/// A clear message for an unknown scheme, a backend not built into this binary, the
+/// in-memory backend outside `run`, a missing SQLite file (for [`Use::Existing`]), or the
+/// backend's own error.
+pub async fn open(url: &str, need: Use) -> anyhow::Result<Arc<dyn Backend>> {
+    let Some((scheme, rest)) = url.split_once(':') else {
+        return Err(usage(format!(
+            "--db {url:?}: not a database URL; write e.g. {DEFAULT_DB} (a SQLite file) or memory://"
+        )));
+    };
+    match scheme {
+        "sqlite" => {
+            if need == Use::Existing
+                && let Some(path) = sqlite_file(rest)
+                && !path.exists()
+            {
+                return Err(usage(format!(
+                    "--db {url:?}: no database at {} (run `relayq run`, `relayq enqueue` or `relayq work` to create one)",
+                    path.display()
+                )));
+            }
+            let backend = SqliteBackend::open(url)
+                .await
+                .with_context(|| format!("cannot open the SQLite database {url:?}"))?;
+            Ok(Arc::new(backend))
+        }
+        "memory" if need == Use::RunInProcess => Ok(Arc::new(MemoryBackend::new())),
+        "memory" => Err(usage(format!(
+            "--db {url:?}: the in-memory backend keeps nothing after this process ends, so it works with `relayq run` only"
+        ))),
+        "postgres" | "postgresql" | "redis" | "rediss" | "mssql" | "sqlserver" => {
+            let name = match scheme {
+                "postgres" | "postgresql" => "PostgreSQL",
+                "redis" | "rediss" => "Redis",
+                _ => "SQL Server",
+            };
+            Err(usage(format!(
+                "--db {url:?}: the {name} backend is not built into this binary yet (it will come behind a cargo feature once its crate exists); this binary has sqlite:// and memory://"
+            )))
+        }
+        other => Err(usage(format!(
+            "--db {url:?}: unknown database URL scheme {other:?}; this binary has sqlite:// (e.g. {DEFAULT_DB}) and memory://"
+        ))),
+    }
+}
+
+/// The file a `sqlite:` URL names (after the scheme's colon), or `None` for an
+/// in-memory SQLite database.
+fn sqlite_file(rest: &str) -> Option<PathBuf> {
+    let path = rest.strip_prefix("//").unwrap_or(rest);
+    let path = path.split_once('?').map_or(path, |(p, _)| p);
+    if path.is_empty() || path == ":memory:" {
+        return None;
+    }
+    Some(PathBuf::from(path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn open_err(url: &str, usage: Use) -> String {
+        match open(url, usage).await {
+            Ok(_) => panic!("{url} opened"),
+            Err(e) => format!("{e:#}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn other_backends_are_not_built_in_yet() {
+        for (url, name) in [
+            ("postgres://localhost/db", "PostgreSQL"),
+            ("redis://localhost", "Redis"),
+            ("mssql://localhost", "SQL Server"),
+        ] {
+            let e = open_err(url, Use::Create).await;
+            assert!(
+                e.contains(&format!(
+                    "the {name} backend is not built into this binary yet"
+                )),
+                "{e}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn unknown_schemes_and_plain_paths_are_clear_errors() {
+        let e = open_err("mysql://x", Use::Create).await;
+        assert!(e.contains("unknown database URL scheme \"mysql\""), "{e}");
+        let e = open_err("relayq.db", Use::Create).await;
+        assert!(e.contains("not a database URL"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn memory_is_for_run_only() {
+        assert!(open("memory://", Use::RunInProcess).await.is_ok());
+        let e = open_err("memory://", Use::Existing).await;
+        assert!(e.contains("works with `relayq run` only"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_missing_sqlite_file_is_not_created_by_read_commands() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("nope.db");
+        let url = format!("sqlite://{}", path.display());
+        let e = open_err(&url, Use::Existing).await;
+        assert!(e.contains("no database at"), "{e}");
+        assert!(!path.exists());
+        assert!(open(&url, Use::Create).await.is_ok());
+        assert!(path.exists());
+    }
+
+    #[test]
+    fn sqlite_urls_name_their_file() {
+        assert_eq!(sqlite_file("//relayq.db"), Some(PathBuf::from("relayq.db")));
+        assert_eq!(
+            sqlite_file("///tmp/x.db?mode=rwc"),
+            Some(PathBuf::from("/tmp/x.db"))
+        );
+        assert_eq!(sqlite_file("x.db"), Some(PathBuf::from("x.db")));
+        assert_eq!(sqlite_file(":memory:"), None);
+    }
+}

@@ -1,0 +1,49 @@
+//! `relayq cancel (--job ID | --batch ID)`.
+
+use relayq_core::{Batch, BatchId, JobId};
+
+use crate::{
+    args::QueueArg,
+    backend::{self, Use},
+    exit,
+};
+
+/// Arguments of `relayq cancel`.
+#[derive(Debug, clap::Args)]
+#[group(id = "target", required = true, multiple = false)]
+pub struct CancelArgs {
+    #[command(flatten)]
+    pub queue: QueueArg,
+    /// Cancel this job: not started, it never runs; running, its lease is revoked and
+    /// its worker stops it at its next heartbeat.
+    #[arg(long, group = "target")]
+    pub job: Option<i64>,
+    /// Cancel every unfinished job of this batch, and seal it.
+    #[arg(long, group = "target")]
+    pub batch: Option<i64>,
+}
+
+/// Cancels; returns the exit code.
+///
+/// # Errors
+/// No database, an unknown job or batch, a backend failure.
+pub async fn run(db: &str, args: CancelArgs) -> anyhow::Result<u8> {
+    let backend = backend::open(db, Use::Existing).await?;
+    let queue = args.queue.queue;
+    if let Some(id) = args.job {
+        if backend.cancel_job(&queue, JobId(id)).await? {
+            outln!("job {id} of queue {queue:?} is cancelled");
+        } else {
+            outln!("job {id} of queue {queue:?} had already finished; nothing to cancel");
+        }
+    } else if let Some(id) = args.batch {
+        let n = backend
+            .cancel_batch(&Batch {
+                queue: queue.clone(),
+                id: BatchId(id),
+            })
+            .await?;
+        outln!("batch {id} of queue {queue:?}: {n} job(s) cancelled; the batch is sealed");
+    }
+    Ok(exit::OK)
+}

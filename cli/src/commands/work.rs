@@ -1,0 +1,118 @@
+//! `relayq work`: a long-running worker that executes queued commands until Ctrl-C or
+//! SIGTERM, then shuts down gracefully.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use chrono::Utc;
+use relayq_core::worker::Worker;
+use tokio::{
+    signal::unix::{SignalKind, signal},
+    sync::mpsc::unbounded_channel,
+};
+use tokio_util::sync::CancellationToken;
+
+use super::time;
+use crate::{
+    args::positive_duration,
+    backend::{self, Use},
+    exit,
+    handler::{CommandHandler, EventKind, JobEvent, worker_name},
+    progress::format_secs,
+};
+
+/// Arguments of `relayq work`.
+#[derive(Debug, clap::Args)]
+pub struct WorkArgs {
+    /// A queue to serve (repeat for several; they are served in turn).
+    #[arg(long = "queue", short = 'q', default_value = "default")]
+    pub queues: Vec<String>,
+    /// How many commands run at once.
+    #[arg(long, short = 'c', default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub concurrency: u32,
+    /// The worker's name in the execution log (default work@HOST:PID).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// On Ctrl-C or SIGTERM, how long running commands may go on before they are killed
+    /// and their jobs released (not counted as attempts) for another worker.
+    #[arg(long, default_value = "30s", value_parser = positive_duration)]
+    pub shutdown_timeout: Duration,
+}
+
+/// Serves the queues until a signal; returns the exit code.
+///
+/// # Errors
+/// Bad settings, or the database cannot be opened.
+pub async fn run(db: &str, args: WorkArgs) -> anyhow::Result<u8> {
+    let backend = backend::open(db, Use::Create).await?;
+    let name = args.name.clone().unwrap_or_else(|| worker_name("work"));
+    let (tx, mut rx) = unbounded_channel();
+    let worker = Worker::builder(backend, args.queues.clone())
+        .name(name.clone())
+        .concurrency(args.concurrency)
+        .shutdown_timeout(args.shutdown_timeout)
+        .handler(CommandHandler::new(Some(tx), CancellationToken::new()).into_worker_handler())
+        .build()
+        .map_err(|e| crate::exit::usage(e.to_string()))?;
+    // Listeners made once, before the worker starts: a signal is never missed.
+    let mut term = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
+    let worker = worker.spawn();
+    outln!(
+        "{} worker {name} serving {:?} with {} slots; Ctrl-C or SIGTERM stops it",
+        time(Utc::now()),
+        args.queues,
+        args.concurrency
+    );
+    let why = loop {
+        tokio::select! {
+            Some(ev) = rx.recv() => print_event(&ev),
+            _ = interrupt.recv() => break "SIGINT",
+            _ = term.recv() => break "SIGTERM",
+        }
+    };
+    outln!(
+        "{} {why}: stopping; running commands get up to {} to finish",
+        time(Utc::now()),
+        humantime::format_duration(args.shutdown_timeout)
+    );
+    let shutdown = worker.shutdown();
+    tokio::pin!(shutdown);
+    let report = loop {
+        tokio::select! {
+            r = &mut shutdown => break r?,
+            Some(ev) = rx.recv() => print_event(&ev),
+        }
+    };
+    while let Ok(ev) = rx.try_recv() {
+        print_event(&ev);
+    }
+    outln!(
+        "{} stopped: {} claimed, {} succeeded, {} failed attempts, {} released, {} not settled",
+        time(Utc::now()),
+        report.claimed,
+        report.succeeded,
+        report.failed,
+        report.released,
+        report.lost
+    );
+    Ok(exit::OK)
+}
+
+fn print_event(ev: &JobEvent) {
+    let who = format!(
+        "job {} of {:?} (attempt {}/{})",
+        ev.job, ev.queue, ev.attempt, ev.max_attempts
+    );
+    let what = match &ev.kind {
+        EventKind::Started { command } => format!("start   {who} {}: {command}", ev.name),
+        EventKind::Ended { ending, elapsed } if ending.success() => {
+            format!("ok      {who} in {}", format_secs(*elapsed))
+        }
+        EventKind::Ended { ending, elapsed } => {
+            format!("failed  {who}: {ending} after {}", format_secs(*elapsed))
+        }
+        EventKind::BadPayload { error } => format!("failed  {who}: {error}"),
+    };
+    outln!("{} {what}", time(Utc::now()));
+}

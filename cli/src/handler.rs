@@ -1,0 +1,205 @@
+//! The worker handler: decode the command from the payload, run it, report what
+//! happened, and turn a failure into a `JobError` carrying the command's output.
+
+use std::{sync::Arc, time::Duration};
+
+use relayq_core::{
+    ClaimedJob, JobId,
+    settle::MAX_ERROR_BYTES,
+    worker::{Handler, JobError},
+};
+use tokio::sync::mpsc::UnboundedSender;
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    exec::{Ending, Execution, execute},
+    output::last_bytes,
+    spec::CommandSpec,
+};
+
+/// What a handler reports as jobs start and end, for progress displays.
+#[derive(Debug, Clone)]
+pub struct JobEvent {
+    /// The job's queue.
+    pub queue: String,
+    /// The job.
+    pub job: JobId,
+    /// Its display name.
+    pub name: String,
+    /// Its stage, if in a batch.
+    pub stage: Option<i32>,
+    /// The attempt number.
+    pub attempt: u32,
+    /// Attempts it gets in all.
+    pub max_attempts: u16,
+    /// What happened.
+    pub kind: EventKind,
+}
+
+/// A job started or ended.
+#[derive(Debug, Clone)]
+pub enum EventKind {
+    /// The command is starting.
+    Started {
+        /// The command line.
+        command: String,
+    },
+    /// The command ended.
+    Ended {
+        /// How.
+        ending: Ending,
+        /// After how long.
+        elapsed: Duration,
+    },
+    /// The payload was not a command.
+    BadPayload {
+        /// Why.
+        error: String,
+    },
+}
+
+/// Runs jobs whose payload is a [`CommandSpec`].
+#[derive(Debug, Clone)]
+pub struct CommandHandler {
+    events: Option<UnboundedSender<JobEvent>>,
+    stop: CancellationToken,
+}
+
+impl CommandHandler {
+    /// A handler sending its events to `events`; cancelling `stop` kills every running
+    /// command.
+    pub fn new(events: Option<UnboundedSender<JobEvent>>, stop: CancellationToken) -> Self {
+        Self { events, stop }
+    }
+
+    /// Runs one job.
+    ///
+    /// # Errors
+    /// A permanent `JobError` when the payload is not a command; a retryable one when the
+    /// command fails (non-zero exit, signal, timeout, could not start), with its output.
+    pub async fn handle(&self, job: ClaimedJob) -> Result<(), JobError> {
+        let event = |name: String, kind| JobEvent {
+            queue: job.lease.queue.clone(),
+            job: job.id(),
+            name,
+            stage: job.stage,
+            attempt: job.attempt(),
+            max_attempts: job.max_attempts,
+            kind,
+        };
+        let spec = match CommandSpec::from_payload(&job.payload) {
+            Ok(spec) => spec,
+            Err(e) => {
+                let error = format!("payload is not a relayq command: {e}");
+                self.send(event(
+                    "?".into(),
+                    EventKind::BadPayload {
+                        error: error.clone(),
+                    },
+                ));
+                return Err(JobError::permanent(error));
+            }
+        };
+        let name = spec.display_name();
+        self.send(event(
+            name.clone(),
+            EventKind::Started {
+                command: spec.command.clone(),
+            },
+        ));
+        let run = execute(&spec, &self.stop).await;
+        self.send(event(
+            name,
+            EventKind::Ended {
+                ending: run.ending.clone(),
+                elapsed: run.elapsed,
+            },
+        ));
+        if run.ending.success() {
+            Ok(())
+        } else {
+            Err(JobError::retryable(failure_text(&run)))
+        }
+    }
+
+    fn send(&self, event: JobEvent) {
+        if let Some(tx) = &self.events {
+            // A display that stopped listening is no reason to fail the job.
+            let _ = tx.send(event);
+        }
+    }
+
+    /// This handler in the form the core `Worker` takes.
+    pub fn into_worker_handler(self) -> impl Handler {
+        let this = Arc::new(self);
+        move |job: ClaimedJob| {
+            let this = this.clone();
+            async move { this.handle(job).await }
+        }
+    }
+}
+
+/// A worker name for the execution log: `ROLE@HOST:PID`.
+pub fn worker_name(role: &str) -> String {
+    let host = nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "localhost".to_owned());
+    let name = format!("{role}@{host}:{}", std::process::id());
+    // Keep it a valid label (at most 255 bytes, no control characters).
+    crate::spec::shorten(&name, 200).replace(char::is_control, "?")
+}
+
+/// The error text of a failed run: how it ended on the first line, then the tail of its
+/// output, cut so the whole fits the error text the core keeps.
+pub fn failure_text(run: &Execution) -> String {
+    let head = run.ending.to_string();
+    let output = run.output.text();
+    if output.is_empty() {
+        return format!("{head}\n(no output)");
+    }
+    let dropped = run.output.dropped();
+    let intro = if dropped > 0 {
+        format!("{head}\n--- output (last part; {dropped} earlier bytes dropped) ---\n")
+    } else {
+        format!("{head}\n--- output ---\n")
+    };
+    let room = MAX_ERROR_BYTES.saturating_sub(intro.len());
+    format!("{intro}{}", last_bytes(&output, room))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::output::{OUTPUT_LIMIT, Tail};
+
+    #[test]
+    fn failure_text_starts_with_the_ending_and_fits_the_core_limit() {
+        let mut output = Tail::new(OUTPUT_LIMIT);
+        output.push("x".repeat(OUTPUT_LIMIT + 10).as_bytes());
+        let run = Execution {
+            ending: Ending::Exited(3),
+            output,
+            elapsed: Duration::from_millis(5),
+        };
+        let text = failure_text(&run);
+        assert!(text.starts_with(
+            "exit status 3\n--- output (last part; 10 earlier bytes dropped) ---\nxxx"
+        ));
+        assert!(text.len() <= MAX_ERROR_BYTES);
+        assert!(text.ends_with('x'));
+    }
+
+    #[test]
+    fn failure_text_without_output_says_so() {
+        let run = Execution {
+            ending: Ending::TimedOut(Duration::from_secs(2)),
+            output: Tail::new(16),
+            elapsed: Duration::from_secs(2),
+        };
+        assert_eq!(
+            failure_text(&run),
+            "timed out after 2s; process group killed\n(no output)"
+        );
+    }
+}

@@ -1,0 +1,213 @@
+//! # relayq — the command-line tool
+//!
+//! `relayq` runs shell commands as relayq jobs: a whole staged **plan** on local
+//! workers with live progress (`relayq run`), or single commands queued for long-running
+//! workers (`relayq enqueue`, `relayq work`), with the tools to watch and operate them
+//! (`status`, `wait`, `job`, `dead`, `cancel`, `batch`). The database defaults to
+//! `sqlite://relayq.db` in the current folder: no server needed.
+//!
+//! ```sh
+//! relayq run examples/plan.toml            # a staged plan, 4 commands at once
+//! relayq run plan.toml --workers 8 --db sqlite:///var/lib/relayq.db
+//! ```
+//!
+//! ## Plans
+//!
+//! A plan is a TOML file of `[[job]]` tables. Every job is one shell command, run by
+//! `sh -c`:
+//!
+//! ```toml
+//! on_failure = "halt"        # or "continue" (default): what a dead job does to later stages
+//!
+//! [[job]]
+//! name = "extract-a"         # optional, unique; shown in progress and summary
+//! command = "sleep 0.2 && echo a"
+//! stage = 100                # optional, default 0: a stage starts when every lower one ended
+//! group = "db"               # optional: jobs of one group never overlap, and run in order
+//! priority = 0               # optional, lower runs first
+//! max_attempts = 1           # optional, default 1 (1..=1000)
+//! timeout = "30s"            # optional: kill the command after this long ("500ms", "2m")
+//! env = { KEY = "v" }        # optional, added to the environment
+//! cwd = "some/dir"           # optional, relative to where `relayq run` is started
+//! ```
+//!
+//! `relayq run` validates the whole plan first (TOML errors with file, line and column;
+//! field errors naming the job, e.g. `plan.toml:11:11: job 3 ("load"): field "timeout":
+//! invalid duration "3x"`); a bad plan stores nothing. It then opens a batch, enqueues
+//! every job in one atomic call, seals the batch and runs the commands on `--workers`
+//! local worker slots, showing one bar per stage and a line per running command (plain
+//! lines when stdout is not a terminal). At the end it prints a summary table and a
+//! timeline read from the execution log, and the output of every failed job. The exit
+//! code is 0 when every job succeeded, 1 when any ended dead or cancelled.
+//!
+//! **max_attempts defaults to 1**: plan steps are commands with side effects relayq
+//! cannot see, so running one again is asked for, not assumed. A non-zero exit, a
+//! signal, a timeout or a command that cannot start fails the attempt; with attempts
+//! left it is retried after a backoff (0.5–1 s, doubling).
+//!
+//! **Commands and their processes**: each command runs in its own process group with
+//! stdin closed; the last 64 KiB of its combined stdout and stderr are kept and, when
+//! it fails, stored with the error in the execution log. On timeout, on Ctrl-C, and
+//! when the shell exits, the whole process group is killed: nothing a job started
+//! outlives it.
+//!
+//! ## Subcommands
+//!
+//! | command | what |
+//! |---|---|
+//! | `run PLAN.toml [--workers N] [--queue Q] [--timeout D] [--report-json F]` | run a plan (above) |
+//! | `enqueue [--queue Q] [--batch B --stage S] [--group G] [--priority P] [--max-attempts N] [--delay D] [--timeout D] -- COMMAND...` | queue one command; prints its id |
+//! | `work [--queue Q]... [--concurrency N] [--shutdown-timeout D]` | execute queued commands until Ctrl-C / SIGTERM, then shut down gracefully |
+//! | `status [QUEUE] [--batch ID] [--json]` | counts per state, running jobs (worker, start), a batch's stages |
+//! | `wait BATCH_ID [--queue Q] [--stage S] [--timeout D]` | wait for a stage or a batch: exit 0 reached, 1 reached with failures, 124 timeout |
+//! | `job ID [--queue Q] [--json]` | one job: attempts, workers, times, last error with output |
+//! | `dead list` / `dead retry [ID...]` | dead jobs; put them back to ready |
+//! | `cancel (--job ID \| --batch ID)` | cancel a job or a whole batch |
+//! | `batch open [--on-failure halt]` / `batch seal ID` | batches for `enqueue --batch` |
+//!
+//! `--db URL` (or `RELAYQ_DB`) selects the database: `sqlite://PATH` (default
+//! `sqlite://relayq.db`), or `memory://` for `run` alone. PostgreSQL, Redis and SQL
+//! Server URLs are recognised but not built into this binary yet. `--queue` (or
+//! `RELAYQ_QUEUE`) defaults to `default`. Exit codes: 0 ok, 1 failed jobs or a failed
+//! command, 2 bad input (nothing stored), 124 timeout, 130 interrupted.
+//!
+//! ## Security
+//!
+//! **Whoever can enqueue can run commands on the workers.** A job's payload is a shell
+//! command line that `relayq work` (and `relayq run`) executes with the worker's user,
+//! environment and file access. Give write access to the database (the SQLite file, or
+//! the server's credentials) only to those you would give a shell on every worker
+//! machine, and run workers as a user with no more rights than the jobs need.
+
+// Output goes through `outln!`/`out!` (a locked stdout handle, write errors ignored),
+// not `println!`: see `macros.rs`.
+#[macro_use]
+mod macros;
+
+mod args;
+mod backend;
+mod commands;
+mod exec;
+mod exit;
+mod handler;
+mod output;
+mod plan;
+mod progress;
+mod report;
+mod run;
+mod spec;
+
+use std::{io::IsTerminal, process::ExitCode};
+
+use clap::{Parser, Subcommand};
+
+use crate::commands::{
+    batch::BatchCommand, cancel::CancelArgs, dead::DeadCommand, enqueue::EnqueueArgs, job::JobArgs,
+    status::StatusArgs, wait::WaitArgs, work::WorkArgs,
+};
+
+/// Log filter unless `RELAYQ_LOG` says otherwise: warnings, except the worker's "settle
+/// refused" for a job cancelled while it ran (expected after `cancel` or Ctrl-C; the
+/// execution log has the story).
+const DEFAULT_LOG: &str = "warn,relayq_core::worker::settler=error";
+
+const SECURITY: &str = "Security: whoever can enqueue can run commands on the workers. A job is a \
+shell command line that `relayq work` and `relayq run` execute as the worker's user; give write \
+access to the database only to those you would give a shell on every worker machine.";
+
+/// relayq: run staged plans of shell commands, and queue commands for workers.
+#[derive(Debug, Parser)]
+#[command(name = "relayq", version, after_help = SECURITY)]
+struct Cli {
+    /// The database: sqlite://PATH, or memory:// (run only).
+    #[arg(long, global = true, env = "RELAYQ_DB", default_value = backend::DEFAULT_DB)]
+    db: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a plan of shell commands (stages, groups) on local workers, with progress
+    ///
+    /// The plan is validated whole, enqueued as one sealed batch in one atomic call, and
+    /// run on --workers slots; stage N starts when every lower stage ended, jobs of one
+    /// group never overlap. Exit code 0 when every job succeeded, 1 when any ended dead
+    /// or cancelled, 2 for a bad plan (nothing stored).
+    ///
+    /// Plan format (every field but `command` optional):
+    ///
+    ///   on_failure = "halt"          # or "continue" (default)
+    ///   [[job]]
+    ///   name = "extract-a"           # unique; shown in progress and summary
+    ///   command = "sleep 0.2 && echo a"
+    ///   stage = 100                  # default 0
+    ///   group = "db"                 # jobs of a group never overlap
+    ///   priority = 0                 # lower runs first
+    ///   max_attempts = 1             # default 1: retrying is opt-in
+    ///   timeout = "30s"              # kill the command's process group after this
+    ///   env = { KEY = "v" }
+    ///   cwd = "some/dir"             # relative to the current directory
+    #[command(verbatim_doc_comment, after_help = SECURITY)]
+    Run(run::RunArgs),
+    /// Queue one shell command as a job; prints its id.
+    #[command(after_help = SECURITY)]
+    Enqueue(EnqueueArgs),
+    /// Execute queued commands until Ctrl-C or SIGTERM, then shut down gracefully.
+    ///
+    /// Each job's payload is a shell command line run with `sh -c` as this process's
+    /// user: whoever can enqueue into the served queues can run commands here. On
+    /// Ctrl-C / SIGTERM the worker stops claiming, lets running commands finish for up to
+    /// --shutdown-timeout, then kills them and releases their jobs for another worker.
+    #[command(after_help = SECURITY)]
+    Work(WorkArgs),
+    /// Counts per state, running jobs with worker and start time, a batch's stages.
+    Status(StatusArgs),
+    /// Wait for a batch (or one of its stages) to finish.
+    ///
+    /// Exit code 0 when reached with every job succeeded, 1 when reached with dead or
+    /// cancelled jobs, 124 on timeout.
+    Wait(WaitArgs),
+    /// Show one job: its attempts (worker, start, end, outcome) and last error.
+    Job(JobArgs),
+    /// Dead jobs: list them, or put them back to ready.
+    #[command(subcommand)]
+    Dead(DeadCommand),
+    /// Cancel a job or a whole batch.
+    Cancel(CancelArgs),
+    /// Open or seal a batch, for jobs added with `relayq enqueue --batch`.
+    #[command(subcommand)]
+    Batch(BatchCommand),
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("RELAYQ_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG)),
+        )
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr)
+        .init();
+    let db = cli.db.as_str();
+    let result = match cli.command {
+        Command::Run(args) => run::run(db, args).await,
+        Command::Enqueue(args) => commands::enqueue::run(db, args).await,
+        Command::Work(args) => commands::work::run(db, args).await,
+        Command::Status(args) => commands::status::run(db, args).await,
+        Command::Wait(args) => commands::wait::run(db, args).await,
+        Command::Job(args) => commands::job::run(db, args).await,
+        Command::Dead(cmd) => commands::dead::run(db, cmd).await,
+        Command::Cancel(args) => commands::cancel::run(db, args).await,
+        Command::Batch(cmd) => commands::batch::run(db, cmd).await,
+    };
+    match result {
+        Ok(code) => exit::exit(code),
+        Err(e) => {
+            eprintln!("relayq: error: {e:#}");
+            exit::exit(exit::code_for(&e))
+        }
+    }
+}

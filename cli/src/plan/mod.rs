@@ -1,0 +1,221 @@
+//! Plans: a TOML list of shell commands with stages, groups and limits; parsed and
+//! validated whole before anything is stored.
+//!
+//! Errors name the file, line and column; validation errors also name the job (its
+//! 1-based position among the `[[job]]` tables, and its name) and the field.
+
+mod check;
+mod location;
+mod raw;
+
+use std::{collections::HashMap, fmt, ops::Range, path::Path};
+
+use relayq_core::{BatchId, Error as CoreError, Limits, NewJob, OnFailure, validate};
+
+use crate::spec::{CommandSpec, shorten};
+use check::Ctx;
+use raw::RawPlan;
+
+/// Attempts a plan job gets unless it says otherwise: one. Plan steps are shell
+/// commands with side effects relayq cannot see (loads, migrations, deploys), so
+/// running one again is something the plan asks for with `max_attempts`, not a default;
+/// a failing step also fails at once, so a `halt` plan stops without waiting for
+/// backoffs.
+pub const DEFAULT_MAX_ATTEMPTS: u16 = 1;
+
+/// A validated plan.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// What a dead job does to later stages.
+    pub on_failure: OnFailure,
+    /// The jobs, in file order.
+    pub jobs: Vec<PlanJob>,
+    /// The file, as named on the command line (for messages).
+    pub file: String,
+}
+
+/// One validated job.
+#[derive(Debug, Clone)]
+pub struct PlanJob {
+    /// Its 1-based position among the `[[job]]` tables.
+    pub index: usize,
+    /// What to run.
+    pub spec: CommandSpec,
+    /// Its stage (default 0).
+    pub stage: i32,
+    /// Its group.
+    pub group: Option<String>,
+    /// Its priority (lower runs first; default 0).
+    pub priority: i16,
+    /// Attempts it gets (default [`DEFAULT_MAX_ATTEMPTS`]).
+    pub max_attempts: u16,
+    spans: HashMap<&'static str, Range<usize>>,
+}
+
+/// A bad plan: the message names file, line, column and, where it applies, the job and
+/// the field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanError(pub String);
+
+impl fmt::Display for PlanError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for PlanError {}
+
+/// Reads and validates the plan at `path`. Relative `cwd`s are made absolute against
+/// the current directory.
+///
+/// # Errors
+/// [`PlanError`] when the file cannot be read or the plan is not valid.
+pub fn load(path: &Path) -> Result<Plan, PlanError> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| PlanError(format!("{file}: cannot read the plan: {e}")))?;
+    let base = std::env::current_dir()
+        .map_err(|e| PlanError(format!("cannot read the current directory: {e}")))?;
+    parse(&file, &text, &base)
+}
+
+/// Parses and validates plan `text` (from `file`); relative `cwd`s are joined to `base`.
+///
+/// # Errors
+/// [`PlanError`] naming the first problem found.
+pub fn parse(file: &str, text: &str, base: &Path) -> Result<Plan, PlanError> {
+    let raw: RawPlan = toml::from_str(text).map_err(|e| {
+        let at = e.span().map_or(0, |s| s.start);
+        let (line, col) = location::line_col(text, at);
+        let place = match location::job_and_key(text, at) {
+            (Some(job), Some(key)) => format!("job {job}: field {key:?}: "),
+            (Some(job), None) => format!("job {job}: "),
+            (None, Some(key)) => format!("field {key:?}: "),
+            (None, None) => String::new(),
+        };
+        // Numbers are read as i64 and range-checked later; "an integer" says it better.
+        let message = e
+            .message()
+            .trim_end()
+            .replace("expected i64", "expected an integer");
+        PlanError(format!(
+            "{file}:{line}:{col}: {place}{message}\n{}",
+            location::snippet(text, at)
+        ))
+    })?;
+    let ctx = Ctx { file, text };
+    let on_failure = match &raw.on_failure {
+        None => OnFailure::default(),
+        Some(v) => v.get_ref().parse().map_err(|_| {
+            ctx.error(
+                v.span(),
+                &format!(
+                    "field \"on_failure\": expected \"continue\" or \"halt\", got {:?}",
+                    v.get_ref()
+                ),
+            )
+        })?,
+    };
+    if raw.job.is_empty() {
+        return Err(PlanError(format!(
+            "{file}: the plan has no jobs (add [[job]] tables, each with a `command`)"
+        )));
+    }
+    let mut jobs = Vec::with_capacity(raw.job.len());
+    let mut names: HashMap<String, usize> = HashMap::new();
+    for (i, job) in raw.job.iter().enumerate() {
+        let job = ctx.job(i + 1, job, base)?;
+        if let Some(name) = &job.spec.name
+            && let Some(first) = names.insert(name.clone(), job.index)
+        {
+            return Err(job.error(
+                &ctx,
+                "name",
+                &format!("{name:?} is already the name of job {first}"),
+            ));
+        }
+        jobs.push(job);
+    }
+    Ok(Plan {
+        on_failure,
+        jobs,
+        file: file.to_owned(),
+    })
+}
+
+impl Plan {
+    /// The jobs as `NewJob`s of `queue` in `batch`, checked with the core's rules
+    /// (queue name, payload size, attempts, group label) before anything is stored.
+    ///
+    /// # Errors
+    /// [`PlanError`] naming the job and field the core rejects, or the queue.
+    pub fn new_jobs(&self, queue: &str, batch: BatchId) -> Result<Vec<NewJob>, PlanError> {
+        validate::queue_name(queue).map_err(|e| PlanError(format!("--queue {queue:?}: {e}")))?;
+        let by = format!("relayq run {}", shorten(&self.file, 200)).replace(char::is_control, "?");
+        let limits = Limits::default();
+        let mut out = Vec::with_capacity(self.jobs.len());
+        for job in &self.jobs {
+            let mut new = NewJob::new(queue, job.spec.to_payload())
+                .in_batch(batch, job.stage)
+                .priority(job.priority)
+                .max_attempts(job.max_attempts)
+                .enqueued_by(by.clone());
+            if let Some(group) = &job.group {
+                new = new.group(group.clone());
+            }
+            validate::new_job(&new, &limits).map_err(|e| match e {
+                CoreError::InvalidInput { field, reason } => {
+                    job.error_in(&self.file, field, &reason)
+                }
+                other => PlanError(format!("{}: job {}: {other}", self.file, job.index)),
+            })?;
+            out.push(new);
+        }
+        validate::new_jobs(&out, &limits).map_err(|e| PlanError(format!("{}: {e}", self.file)))?;
+        Ok(out)
+    }
+
+    /// The stages of the plan with their job counts, ascending.
+    pub fn stages(&self) -> Vec<(i32, u64)> {
+        let mut counts = std::collections::BTreeMap::new();
+        for job in &self.jobs {
+            *counts.entry(job.stage).or_insert(0u64) += 1;
+        }
+        counts.into_iter().collect()
+    }
+}
+
+impl PlanJob {
+    /// `job 3 ("load")`, or `job 3` for a job without a name.
+    pub fn label(&self) -> String {
+        match &self.spec.name {
+            Some(name) => format!("job {} ({name:?})", self.index),
+            None => format!("job {}", self.index),
+        }
+    }
+
+    fn error(&self, ctx: &Ctx<'_>, field: &str, reason: &str) -> PlanError {
+        let span = self.spans.get(field).or_else(|| self.spans.get("job"));
+        let at = span.map_or_else(String::new, |s| {
+            let (line, col) = location::line_col(ctx.text, s.start);
+            format!("{line}:{col}:")
+        });
+        PlanError(format!(
+            "{}:{at} {}: field {field:?}: {reason}",
+            ctx.file,
+            self.label()
+        ))
+    }
+
+    /// An error for a core validation failure: the core names the field, the plan file
+    /// is no longer at hand, so no line number.
+    fn error_in(&self, file: &str, field: &str, reason: &str) -> PlanError {
+        PlanError(format!(
+            "{file}: {}: field {field:?}: {reason}",
+            self.label()
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests;

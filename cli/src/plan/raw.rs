@@ -1,0 +1,31 @@
+//! The plan file as TOML gives it, every field with its span, before validation.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+/// The whole file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPlan {
+    pub on_failure: Option<Spanned<String>>,
+    #[serde(default)]
+    pub job: Vec<Spanned<RawJob>>,
+}
+
+/// One `[[job]]` table. Numbers are read wide and range-checked by the plan, so that
+/// an out-of-range value gets an error naming its job and field.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawJob {
+    pub name: Option<Spanned<String>>,
+    pub command: Option<Spanned<String>>,
+    pub stage: Option<Spanned<i64>>,
+    pub group: Option<Spanned<String>>,
+    pub priority: Option<Spanned<i64>>,
+    pub max_attempts: Option<Spanned<i64>>,
+    pub timeout: Option<Spanned<String>>,
+    pub env: Option<Spanned<BTreeMap<String, String>>>,
+    pub cwd: Option<Spanned<String>>,
+}

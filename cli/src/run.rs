@@ -1,0 +1,274 @@
+//! `relayq run PLAN.toml`: validate the plan, enqueue it as one sealed batch, run it on
+//! local workers with live progress, then print the summary from the execution log.
+
+use std::{io::IsTerminal, path::PathBuf, sync::Arc, time::Duration};
+
+use anyhow::Context;
+use relayq_core::{
+    Backend, Batch, BatchId, BatchProgress, Error as CoreError, Event, EventKind, WaitFor,
+    worker::Worker,
+};
+use tokio::{
+    signal::unix::{SignalKind, signal},
+    sync::{
+        broadcast,
+        mpsc::{UnboundedReceiver, unbounded_channel},
+    },
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    args::{QueueArg, positive_duration},
+    backend::{self, Use},
+    exit,
+    handler::{CommandHandler, JobEvent, worker_name},
+    plan::{self, Plan},
+    progress::Progress,
+    report::{JobReport, RunReport},
+};
+
+/// Arguments of `relayq run`.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// The plan: a TOML file of [[job]] tables (see `relayq help run`).
+    pub plan: PathBuf,
+    /// How many commands run at once (the local worker's slots).
+    #[arg(long, short = 'w', default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub workers: u32,
+    #[command(flatten)]
+    pub queue: QueueArg,
+    /// Give up after this long: cancel what is left and exit with 124.
+    #[arg(long, value_parser = positive_duration)]
+    pub timeout: Option<Duration>,
+    /// Also write the report (every job with its attempts and times) as JSON here.
+    #[arg(long, value_name = "FILE")]
+    pub report_json: Option<PathBuf>,
+    /// Plain progress lines even on a terminal.
+    #[arg(long)]
+    pub plain: bool,
+}
+
+/// How the wait for the batch ended.
+enum End {
+    Finished,
+    TimedOut,
+    Interrupted,
+}
+
+/// Runs the plan; returns the exit code.
+///
+/// # Errors
+/// A bad plan (nothing is enqueued then), or a backend failure.
+pub async fn run(db: &str, args: RunArgs) -> anyhow::Result<u8> {
+    let plan = plan::load(&args.plan)?;
+    let queue = args.queue.queue.clone();
+    // Checked with the core's rules before anything is stored; the batch id is set
+    // once the batch exists.
+    let mut jobs = plan.new_jobs(&queue, BatchId(0))?;
+    let backend = backend::open(db, Use::RunInProcess).await?;
+
+    let batch = backend
+        .open_batch(&queue, plan.on_failure)
+        .await
+        .context("cannot open a batch")?;
+    for job in &mut jobs {
+        job.batch = Some(batch.id);
+    }
+    // One call: the whole plan is stored, or nothing.
+    let enqueued = match backend.enqueue(jobs).await {
+        Ok(ids) => ids,
+        Err(e) => {
+            let _ = backend.seal(&batch).await;
+            return Err(e).context("cannot enqueue the plan; nothing was stored");
+        }
+    };
+    backend
+        .seal(&batch)
+        .await
+        .context("cannot seal the batch")?;
+
+    let stop = CancellationToken::new();
+    let (tx, mut rx) = unbounded_channel();
+    let name = worker_name("run");
+    let worker = Worker::builder(backend.clone(), [queue.clone()])
+        .name(name.clone())
+        .concurrency(args.workers)
+        // Only an interrupted or timed-out run stops with commands still running, and
+        // those are being killed: no need to wait long for them.
+        .shutdown_timeout(Duration::from_secs(5))
+        .handler(CommandHandler::new(Some(tx), stop.clone()).into_worker_handler())
+        .build()?
+        .spawn();
+
+    outln!(
+        "relayq run {}: {} in {}; batch {} of queue {queue:?}; on_failure = {}; {} worker slots ({name})",
+        plan.file,
+        plural(plan.jobs.len(), "job"),
+        plural(plan.stages().len(), "stage"),
+        batch.id,
+        plan.on_failure.as_str(),
+        args.workers,
+    );
+    let bars = !args.plain && std::io::stdout().is_terminal();
+    let mut progress = Progress::new(&plan.stages(), bars);
+    let end = watch(
+        &backend,
+        &batch,
+        &mut progress,
+        &mut rx,
+        &stop,
+        args.timeout,
+    )
+    .await?;
+    worker.shutdown().await.context("worker shutdown")?;
+    while let Ok(ev) = rx.try_recv() {
+        progress.event(&ev);
+    }
+    if let Ok(p) = backend.batch_progress(&batch).await {
+        progress.batch(&p);
+    }
+    progress.finish();
+
+    let report = report(&backend, &batch, &plan, &enqueued).await?;
+    outln!();
+    outln!("{}", report.table());
+    outln!();
+    out!("{}", report.timeline(50));
+    let failures = report.failures();
+    if !failures.is_empty() {
+        outln!();
+        out!("{failures}");
+    }
+    outln!();
+    outln!("{}", report.totals());
+    if let Some(path) = &args.report_json {
+        report.write_json(path)?;
+    }
+    Ok(match end {
+        End::Interrupted => exit::INTERRUPTED,
+        End::TimedOut => exit::TIMEOUT,
+        End::Finished if report.unsuccessful() > 0 => exit::FAILED,
+        End::Finished => exit::OK,
+    })
+}
+
+/// Shows progress until the batch is finished (via `OrderBarrier::wait`), the timeout
+/// passes or Ctrl-C; in the last two cases the batch is cancelled and running commands
+/// are killed.
+async fn watch(
+    backend: &Arc<dyn Backend>,
+    batch: &Batch,
+    progress: &mut Progress,
+    events: &mut UnboundedReceiver<JobEvent>,
+    stop: &CancellationToken,
+    timeout: Option<Duration>,
+) -> anyhow::Result<End> {
+    let wait = async {
+        loop {
+            let chunk = timeout.unwrap_or(Duration::from_secs(3600));
+            match backend.wait(batch, WaitFor::Batch, chunk).await {
+                Err(CoreError::Timeout { .. }) if timeout.is_none() => {}
+                other => return other,
+            }
+        }
+    };
+    tokio::pin!(wait);
+    // Counts are re-read when a job of the queue finishes (where the backend tells), and
+    // every 200 ms anyway.
+    let mut finished = backend.subscribe();
+    // One listener for the whole wait: a Ctrl-C that arrives while an arm below is busy
+    // is kept for the next turn (a fresh `ctrl_c()` per turn would miss it).
+    let mut interrupt = signal(SignalKind::interrupt()).context("cannot watch Ctrl-C (SIGINT)")?;
+    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    let end = loop {
+        tokio::select! {
+            res = &mut wait => match res {
+                Ok(p) => { progress.batch(&p); break End::Finished }
+                Err(CoreError::Timeout { .. }) => {
+                    progress.line(&format!(
+                        "timed out after {}: cancelling the batch",
+                        humantime::format_duration(timeout.unwrap_or_default())
+                    ));
+                    break End::TimedOut;
+                }
+                Err(e) => return Err(e).context("waiting for the batch"),
+            },
+            Some(ev) = events.recv() => progress.event(&ev),
+            () = next_finished(&mut finished, &batch.queue) => {
+                if let Ok(p) = backend.batch_progress(batch).await {
+                    progress.batch(&p);
+                }
+            }
+            _ = tick.tick() => {
+                if let Ok(p) = backend.batch_progress(batch).await {
+                    progress.batch(&p);
+                }
+            }
+            _ = interrupt.recv() => {
+                progress.line("interrupted: cancelling the batch and killing running commands");
+                break End::Interrupted;
+            }
+        }
+    };
+    if !matches!(end, End::Finished) {
+        // Cancel first, so the running jobs end `cancelled` (their leases revoked), not
+        // failed by the kill that follows.
+        let cancelled = backend.cancel_batch(batch).await;
+        stop.cancel();
+        cancelled.context("cannot cancel the batch")?;
+    }
+    Ok(end)
+}
+
+/// `1 job`, `3 jobs`.
+fn plural(n: usize, what: &str) -> String {
+    if n == 1 {
+        format!("1 {what}")
+    } else {
+        format!("{n} {what}s")
+    }
+}
+
+/// Waits for a `Finished` event of `queue` (or a lag, which may hide one); never returns
+/// when the backend sends no events.
+async fn next_finished(events: &mut Option<broadcast::Receiver<Event>>, queue: &str) {
+    let Some(rx) = events.as_mut() else {
+        return std::future::pending().await;
+    };
+    loop {
+        match rx.recv().await {
+            Ok(ev) if ev.kind == EventKind::Finished && *ev.queue == *queue => return,
+            Ok(_) => {}
+            Err(broadcast::error::RecvError::Lagged(_)) => return,
+            Err(broadcast::error::RecvError::Closed) => {
+                *events = None;
+                return std::future::pending().await;
+            }
+        }
+    }
+}
+
+/// Reads every job of the run back from the execution log.
+async fn report(
+    backend: &Arc<dyn Backend>,
+    batch: &Batch,
+    plan: &Plan,
+    enqueued: &[relayq_core::Enqueued],
+) -> anyhow::Result<RunReport> {
+    let progress: BatchProgress = backend.batch_progress(batch).await?;
+    let mut jobs = Vec::with_capacity(enqueued.len());
+    for e in enqueued {
+        let info = backend
+            .job(&batch.queue, e.id)
+            .await
+            .with_context(|| format!("cannot read job {}", e.id))?;
+        jobs.push(JobReport::new(info));
+    }
+    Ok(RunReport {
+        queue: batch.queue.clone(),
+        batch: batch.id,
+        on_failure: plan.on_failure,
+        halted: progress.failed,
+        jobs,
+    })
+}

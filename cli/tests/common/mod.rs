@@ -1,0 +1,151 @@
+//! Helpers for the CLI tests: a temp folder with its own database, and the built binary.
+
+#![allow(dead_code)] // Each test file uses its own part of these helpers.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command, Output, Stdio},
+    time::{Duration, Instant},
+};
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+/// A temp folder with a SQLite database; every command runs there.
+pub struct Env {
+    pub dir: tempfile::TempDir,
+    pub db: String,
+}
+
+/// What a command did.
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    fn from(out: &Output) -> Self {
+        Self {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// Panics with both streams unless the exit code is `code`.
+    pub fn expect_code(self, code: i32) -> Self {
+        assert_eq!(
+            self.code, code,
+            "exit code\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.stdout, self.stderr
+        );
+        self
+    }
+}
+
+impl Env {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let db = format!("sqlite://{}", dir.path().join("relayq.db").display());
+        Self { dir, db }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// The binary with `--db` set, run in the temp folder, with no RELAYQ_* from outside.
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_relayq"));
+        cmd.current_dir(self.dir.path())
+            .env_remove("RELAYQ_DB")
+            .env_remove("RELAYQ_QUEUE")
+            .arg("--db")
+            .arg(&self.db)
+            .args(args)
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    /// Runs the binary to its end.
+    pub fn run(&self, args: &[&str]) -> Run {
+        Run::from(&self.cmd(args).output().expect("run relayq"))
+    }
+
+    /// Starts the binary and returns at once.
+    pub fn spawn(&self, args: &[&str]) -> Child {
+        self.cmd(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn relayq")
+    }
+
+    /// `relayq status QUEUE --json`, parsed.
+    pub fn status(&self, queue: &str) -> Value {
+        let out = self.run(&["status", queue, "--json"]).expect_code(0);
+        serde_json::from_str(&out.stdout).expect("status JSON")
+    }
+
+    /// The count of `state` in `relayq status QUEUE --json`.
+    pub fn count(&self, queue: &str, state: &str) -> u64 {
+        self.status(queue)["stats"]["counts"][state]
+            .as_u64()
+            .unwrap_or(0)
+    }
+
+    /// Runs `plan` (a path relative to the workspace) with a JSON report; returns the run
+    /// and the report.
+    pub fn run_plan(&self, plan: &Path, extra: &[&str]) -> (Run, Value) {
+        let report = self.path("report.json");
+        let mut args = vec![
+            "run",
+            plan.to_str().expect("utf-8 path"),
+            "--report-json",
+            report.to_str().expect("utf-8 path"),
+        ];
+        args.extend_from_slice(extra);
+        let run = self.run(&args);
+        let json = std::fs::read_to_string(&report).map_or(Value::Null, |t| {
+            serde_json::from_str(&t).expect("report JSON")
+        });
+        (run, json)
+    }
+}
+
+/// A file of the workspace's `examples/` folder.
+pub fn example(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples")
+        .join(name)
+}
+
+/// Polls `check` every 20 ms until it returns `Some`, failing after `limit`.
+pub fn eventually<T>(what: &str, limit: Duration, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A timestamp of the JSON report.
+pub fn time(v: &Value) -> DateTime<Utc> {
+    v.as_str()
+        .and_then(|s| DateTime::parse_from_rfc3339(s).ok())
+        .map_or_else(|| panic!("not a timestamp: {v}"), |t| t.with_timezone(&Utc))
+}
+
+/// The jobs of a report, by name.
+pub fn job<'a>(report: &'a Value, name: &str) -> &'a Value {
+    report["jobs"]
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .find(|j| j["name"] == name)
+        .unwrap_or_else(|| panic!("no job {name:?} in the report"))
+}

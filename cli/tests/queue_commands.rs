@@ -1,0 +1,388 @@
+//! `enqueue`, `work`, `wait`, `cancel` and `batch` against one database file, with
+//! `relayq work` running as a separate process.
+
+mod common;
+
+use std::{
+    process::Child,
+    time::{Duration, Instant},
+};
+
+use common::{Env, eventually};
+use nix::{
+    sys::signal::{Signal, kill},
+    unistd::Pid,
+};
+
+/// Sends SIGTERM and waits (polling, with a deadline) for the process to exit.
+fn terminate(mut child: Child, limit: Duration) -> (i32, String) {
+    let pid = i32::try_from(child.id()).expect("pid fits i32");
+    kill(Pid::from_raw(pid), Signal::SIGTERM).expect("SIGTERM");
+    let status = eventually("the worker to exit", limit, || {
+        child.try_wait().expect("try_wait")
+    });
+    let mut stdout = String::new();
+    if let Some(mut out) = child.stdout.take() {
+        std::io::Read::read_to_string(&mut out, &mut stdout).ok();
+    }
+    (status.code().unwrap_or(-1), stdout)
+}
+
+/// Kills the child if a test fails before terminating it.
+struct Reap(Option<Child>);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        if let Some(child) = self.0.as_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+#[test]
+fn a_worker_runs_an_enqueued_command_and_stops_on_sigterm() {
+    let env = Env::new();
+    let marker = env.path("touched");
+    // Enqueue first (creating the database), then start the worker.
+    let out = env
+        .run(&[
+            "enqueue",
+            "--queue",
+            "jobs",
+            "--name",
+            "toucher",
+            "--",
+            "touch",
+            marker.to_str().unwrap(),
+        ])
+        .expect_code(0);
+    let id = out.stdout.trim().to_owned();
+    assert!(
+        id.parse::<i64>().is_ok(),
+        "enqueue printed {:?}",
+        out.stdout
+    );
+    let mut worker = Reap(Some(env.spawn(&[
+        "work",
+        "--queue",
+        "jobs",
+        "--concurrency",
+        "2",
+    ])));
+
+    eventually(
+        "the command to touch the file",
+        Duration::from_secs(20),
+        || marker.exists().then_some(()),
+    );
+    eventually("the job to be succeeded", Duration::from_secs(10), || {
+        (env.count("jobs", "succeeded") == 1).then_some(())
+    });
+    let (code, stdout) = terminate(worker.0.take().unwrap(), Duration::from_secs(20));
+    assert_eq!(code, 0, "{stdout}");
+    assert!(
+        stdout.contains(&format!(
+            "start   job {id} of \"jobs\" (attempt 1/1) toucher: touch"
+        )),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("ok      job {id} of \"jobs\"")),
+        "{stdout}"
+    );
+    assert!(stdout.contains("SIGTERM: stopping"), "{stdout}");
+    assert!(
+        stdout.contains("stopped: 1 claimed, 1 succeeded"),
+        "{stdout}"
+    );
+
+    // The execution log names the worker.
+    let shown = env
+        .run(&["job", &id, "--queue", "jobs", "--json"])
+        .expect_code(0);
+    let job: serde_json::Value = serde_json::from_str(&shown.stdout).unwrap();
+    assert_eq!(job["state"], "succeeded");
+    let worker_name = job["attempts"][0]["worker"].as_str().unwrap();
+    assert!(worker_name.starts_with("work@"), "{worker_name}");
+}
+
+#[test]
+fn sigterm_past_the_shutdown_timeout_kills_the_command_and_releases_the_job() {
+    let env = Env::new();
+    let pidfile = env.path("pid");
+    let command = format!("echo $$ > {}; exec sleep 60", pidfile.display());
+    env.run(&["enqueue", "--queue", "slow", "--", &command])
+        .expect_code(0);
+    let mut worker = Reap(Some(env.spawn(&[
+        "work",
+        "--queue",
+        "slow",
+        "--shutdown-timeout",
+        "300ms",
+    ])));
+
+    let status = eventually("the job to run", Duration::from_secs(20), || {
+        let s = env.status("slow");
+        (s["running"].as_array().map(Vec::len) == Some(1)).then_some(s)
+    });
+    assert!(
+        status["running"][0]["worker"]
+            .as_str()
+            .unwrap()
+            .starts_with("work@")
+    );
+    let pid: i32 = eventually(
+        "the command to write its pid",
+        Duration::from_secs(10),
+        || std::fs::read_to_string(&pidfile).ok()?.trim().parse().ok(),
+    );
+
+    let begun = Instant::now();
+    let (code, stdout) = terminate(worker.0.take().unwrap(), Duration::from_secs(20));
+    assert_eq!(code, 0, "{stdout}");
+    assert!(
+        begun.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        begun.elapsed()
+    );
+    assert!(stdout.contains("1 released"), "{stdout}");
+    // Released, not failed: ready again for another worker, the attempt not counted.
+    assert_eq!(env.count("slow", "ready"), 1);
+    assert_eq!(env.count("slow", "running"), 0);
+    // The command was killed with its worker: no `sleep 60` left behind.
+    eventually("the command to be gone", Duration::from_secs(5), || {
+        let alive = std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            !s.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        });
+        (!alive).then_some(())
+    });
+}
+
+#[test]
+fn wait_times_out_with_exit_code_124_and_a_clear_message() {
+    let env = Env::new();
+    let batch = env
+        .run(&["batch", "open", "--queue", "w", "--on-failure", "halt"])
+        .expect_code(0)
+        .stdout
+        .trim()
+        .to_owned();
+    env.run(&[
+        "enqueue", "--queue", "w", "--batch", &batch, "--stage", "1", "--", "true",
+    ])
+    .expect_code(0);
+    env.run(&["batch", "seal", &batch, "--queue", "w"])
+        .expect_code(0);
+
+    let begun = Instant::now();
+    let out = env
+        .run(&[
+            "wait",
+            &batch,
+            "--queue",
+            "w",
+            "--stage",
+            "1",
+            "--timeout",
+            "300ms",
+        ])
+        .expect_code(124);
+    assert!(begun.elapsed() >= Duration::from_millis(300));
+    assert!(
+        out.stderr.contains(&format!(
+            "timed out after 300ms waiting for stage 1 of batch {batch} of queue \"w\": 1 pending and 0 running jobs left"
+        )),
+        "{}",
+        out.stderr
+    );
+
+    // An unknown batch is bad input, not a timeout.
+    let out = env
+        .run(&["wait", "999", "--queue", "w", "--timeout", "1s"])
+        .expect_code(2);
+    assert!(out.stderr.contains("not found"), "{}", out.stderr);
+}
+
+#[test]
+fn enqueue_into_a_sealed_batch_is_refused_and_stores_nothing() {
+    let env = Env::new();
+    let batch = env
+        .run(&["batch", "open", "--queue", "s"])
+        .expect_code(0)
+        .stdout
+        .trim()
+        .to_owned();
+    env.run(&["batch", "seal", &batch, "--queue", "s"])
+        .expect_code(0);
+    let out = env
+        .run(&["enqueue", "--queue", "s", "--batch", &batch, "--", "true"])
+        .expect_code(2);
+    assert!(out.stderr.contains("--batch:"), "{}", out.stderr);
+    assert_eq!(env.status("s")["stats"]["counts"], serde_json::json!({}));
+}
+
+#[test]
+fn cancel_a_job_and_a_batch() {
+    let env = Env::new();
+    let id = env
+        .run(&["enqueue", "--queue", "c", "--", "true"])
+        .expect_code(0)
+        .stdout
+        .trim()
+        .to_owned();
+    let out = env
+        .run(&["cancel", "--queue", "c", "--job", &id])
+        .expect_code(0);
+    assert!(
+        out.stdout
+            .contains(&format!("job {id} of queue \"c\" is cancelled")),
+        "{}",
+        out.stdout
+    );
+    let out = env
+        .run(&["cancel", "--queue", "c", "--job", &id])
+        .expect_code(0);
+    assert!(
+        out.stdout.contains("had already finished"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(env.count("c", "cancelled"), 1);
+
+    let batch = env
+        .run(&["batch", "open", "--queue", "c"])
+        .expect_code(0)
+        .stdout
+        .trim()
+        .to_owned();
+    for stage in ["1", "2"] {
+        env.run(&[
+            "enqueue", "--queue", "c", "--batch", &batch, "--stage", stage, "--", "true",
+        ])
+        .expect_code(0);
+    }
+    let out = env
+        .run(&["cancel", "--queue", "c", "--batch", &batch])
+        .expect_code(0);
+    assert!(
+        out.stdout
+            .contains(&format!("batch {batch} of queue \"c\": 2 job(s) cancelled")),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(env.count("c", "cancelled"), 3);
+
+    // --job and --batch together are a usage error.
+    env.run(&["cancel", "--queue", "c", "--job", &id, "--batch", &batch])
+        .expect_code(2);
+    // So is an unknown job.
+    let out = env
+        .run(&["cancel", "--queue", "c", "--job", "424242"])
+        .expect_code(2);
+    assert!(out.stderr.contains("not found"), "{}", out.stderr);
+}
+
+#[test]
+fn status_lists_running_jobs_with_worker_and_start() {
+    let env = Env::new();
+    let pidfile = env.path("started");
+    let command = format!("touch {}; exec sleep 60", pidfile.display());
+    env.run(&[
+        "enqueue", "--queue", "st", "--name", "sleeper", "--", &command,
+    ])
+    .expect_code(0);
+    let mut worker = Reap(Some(env.spawn(&[
+        "work",
+        "--queue",
+        "st",
+        "--name",
+        "w-test",
+        "--shutdown-timeout",
+        "100ms",
+    ])));
+    eventually("the command to start", Duration::from_secs(20), || {
+        pidfile.exists().then_some(())
+    });
+    let text = eventually(
+        "status to list the running job",
+        Duration::from_secs(10),
+        || {
+            let out = env.run(&["status", "st"]).expect_code(0).stdout;
+            out.contains("running now:\n").then_some(out)
+        },
+    );
+    let row = text
+        .lines()
+        .find(|l| l.contains("sleeper"))
+        .expect("running row");
+    assert!(row.contains("w-test"), "{row}");
+    // The start time shown is the attempt's start (to the second; RFC 3339, UTC).
+    let json = env.status("st");
+    let started = json["running"][0]["started_at"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(row.contains(&started[..19]), "{row} lacks {started}");
+    let (code, _) = terminate(worker.0.take().unwrap(), Duration::from_secs(20));
+    assert_eq!(code, 0);
+}
+
+#[test]
+fn a_failing_command_ends_dead_and_dead_retry_makes_it_ready() {
+    let env = Env::new();
+    let id = env
+        .run(&[
+            "enqueue",
+            "--queue",
+            "d",
+            "--name",
+            "bad",
+            "--",
+            "echo oops >&2; exit 7",
+        ])
+        .expect_code(0)
+        .stdout
+        .trim()
+        .to_owned();
+    let mut worker = Reap(Some(env.spawn(&["work", "--queue", "d"])));
+    eventually("the job to be dead", Duration::from_secs(20), || {
+        (env.count("d", "dead") == 1).then_some(())
+    });
+    let (code, _) = terminate(worker.0.take().unwrap(), Duration::from_secs(20));
+    assert_eq!(code, 0);
+
+    let list = env
+        .run(&["dead", "list", "--queue", "d"])
+        .expect_code(0)
+        .stdout;
+    let row = list
+        .lines()
+        .find(|l| l.contains(" bad "))
+        .unwrap_or_else(|| panic!("{list}"));
+    assert!(
+        row.contains(&id) && row.contains("1/1") && row.contains("exit status 7"),
+        "{row}"
+    );
+    let shown = env.run(&["job", &id, "--queue", "d"]).expect_code(0).stdout;
+    assert!(
+        shown.contains("    exit status 7\n    --- output ---\n    oops\n"),
+        "{shown}"
+    );
+
+    let out = env
+        .run(&["dead", "retry", "--queue", "d", &id])
+        .expect_code(0);
+    assert!(
+        out.stdout
+            .contains("1 dead job(s) of queue \"d\" are ready again"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(env.count("d", "dead"), 0);
+    assert_eq!(env.count("d", "ready"), 1);
+}

@@ -1,0 +1,491 @@
+//! `relayq run` on the example plans: stage order, groups, summary, exit codes, and what
+//! `status`, `wait`, `job` and `dead` say afterwards.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Env, example, job, time};
+use serde_json::Value;
+
+fn jobs(report: &Value) -> &Vec<Value> {
+    report["jobs"].as_array().expect("jobs")
+}
+
+fn stage(j: &Value) -> i64 {
+    j["stage"].as_i64().expect("stage")
+}
+
+#[test]
+fn the_example_plan_runs_every_stage_after_the_ones_below_it() {
+    let env = Env::new();
+    let (run, report) = env.run_plan(&example("plan.toml"), &[]);
+    let run = run.expect_code(0);
+    let jobs = jobs(&report);
+    assert_eq!(jobs.len(), 13);
+    let mut per_stage = std::collections::BTreeMap::new();
+    for j in jobs {
+        assert_eq!(j["state"], "succeeded", "{j}");
+        *per_stage.entry(stage(j)).or_insert(0) += 1;
+    }
+    assert_eq!(
+        per_stage.into_iter().collect::<Vec<_>>(),
+        vec![(100, 7), (200, 2), (300, 1), (400, 2), (500, 1)]
+    );
+    // Every job of a stage started after every job of every lower stage ended.
+    for later in jobs {
+        let started = time(&later["attempts"][0]["started_at"]);
+        for earlier in jobs.iter().filter(|e| stage(e) < stage(later)) {
+            let ended = time(&earlier["finished_at"]);
+            assert!(
+                started >= ended,
+                "{} (stage {}) started at {started} before {} (stage {}) ended at {ended}",
+                later["name"],
+                stage(later),
+                earlier["name"],
+                stage(earlier)
+            );
+        }
+    }
+    // The summary names every job and ends with the totals.
+    for j in jobs {
+        let name = j["name"].as_str().unwrap();
+        assert!(
+            run.stdout.contains(name),
+            "{name} missing from\n{}",
+            run.stdout
+        );
+    }
+    assert!(run.stdout.contains("13 jobs in "), "{}", run.stdout);
+    assert!(
+        run.stdout.contains(": 13 succeeded, 0 dead, 0 cancelled"),
+        "{}",
+        run.stdout
+    );
+    assert!(run.stdout.contains("timeline: 0 → "), "{}", run.stdout);
+    assert!(run.stdout.contains("stage 300 join"), "{}", run.stdout);
+    // Stdout is not a terminal here: progress comes as plain lines.
+    assert!(
+        run.stdout.contains("start   stage 100  extract-a  (job "),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("ok      stage 500  report  in "),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("stage 100 finished: 7 succeeded"),
+        "{}",
+        run.stdout
+    );
+}
+
+#[test]
+fn the_example_group_never_overlaps_and_runs_in_plan_order() {
+    let env = Env::new();
+    let (run, report) = env.run_plan(&example("plan.toml"), &["--workers", "8"]);
+    run.expect_code(0);
+    let group: Vec<&Value> = jobs(&report)
+        .iter()
+        .filter(|j| j["group"] == "orders-table")
+        .collect();
+    assert_eq!(group.len(), 3);
+    for pair in group.windows(2) {
+        let (a, b) = (pair[0], pair[1]);
+        assert!(a["id"].as_i64() < b["id"].as_i64());
+        let a_end = time(&a["finished_at"]);
+        let b_start = time(&b["attempts"][0]["started_at"]);
+        assert!(
+            b_start >= a_end,
+            "{} started at {b_start} before {} ended at {a_end}",
+            b["name"],
+            a["name"]
+        );
+    }
+    // With 8 slots the extracts ran alongside the group: the group did not hold them up.
+    let extract_start = time(&job(&report, "extract-b")["attempts"][0]["started_at"]);
+    let second_migration = time(&job(&report, "migrate-orders-2")["attempts"][0]["started_at"]);
+    assert!(extract_start < second_migration);
+}
+
+/// A plan whose commands log their own start and end (nanoseconds, their own clock).
+fn logging_plan(log: &std::path::Path) -> String {
+    let mut plan = String::new();
+    let jobs = [
+        ("a1", 10, None),
+        ("a2", 10, None),
+        ("a3", 10, None),
+        ("g1", 10, Some("g")),
+        ("g2", 10, Some("g")),
+        ("g3", 10, Some("g")),
+        ("b1", 20, None),
+        ("b2", 20, None),
+        ("c1", 30, Some("g")),
+    ];
+    for (name, stage, group) in jobs {
+        let group = group.map_or_else(String::new, |g| format!("group = \"{g}\"\n"));
+        plan.push_str(&format!(
+            "[[job]]\nname = \"{name}\"\nstage = {stage}\n{group}command = \"echo $(date +%s%N) start {name} >> {log}; sleep 0.05; echo $(date +%s%N) end {name} >> {log}\"\n\n",
+            log = log.display()
+        ));
+    }
+    plan
+}
+
+#[test]
+fn commands_themselves_see_stages_in_order_and_groups_apart() {
+    let env = Env::new();
+    let log = env.path("log");
+    let plan = env.path("logging.toml");
+    std::fs::write(&plan, logging_plan(&log)).unwrap();
+    let (run, _) = env.run_plan(&plan, &["--workers", "6"]);
+    run.expect_code(0);
+    let text = std::fs::read_to_string(&log).unwrap();
+    let mut span = std::collections::HashMap::<String, (u128, u128)>::new();
+    for line in text.lines() {
+        let [t, what, name] = line.split(' ').collect::<Vec<_>>()[..] else {
+            panic!("bad log line {line:?}")
+        };
+        let t: u128 = t.parse().unwrap();
+        let e = span.entry(name.to_owned()).or_insert((0, 0));
+        if what == "start" { e.0 = t } else { e.1 = t }
+    }
+    assert_eq!(span.len(), 9, "{text}");
+    let stage_of = |n: &str| match &n[..1] {
+        "a" | "g" => 10,
+        "b" => 20,
+        _ => 30,
+    };
+    for (later, (start, _)) in &span {
+        for (earlier, (_, end)) in &span {
+            if stage_of(earlier) < stage_of(later) {
+                assert!(
+                    start > end,
+                    "{later} started before {earlier} ended:\n{text}"
+                );
+            }
+        }
+    }
+    for pair in [("g1", "g2"), ("g2", "g3"), ("g3", "c1")] {
+        assert!(
+            span[pair.1].0 > span[pair.0].1,
+            "{} overlapped {}:\n{text}",
+            pair.1,
+            pair.0
+        );
+    }
+}
+
+#[test]
+fn status_and_wait_after_the_example_plan() {
+    let env = Env::new();
+    let (run, report) = env.run_plan(&example("plan.toml"), &[]);
+    run.expect_code(0);
+    let batch = report["batch"].as_i64().expect("batch id").to_string();
+
+    let status = env.status("default");
+    assert_eq!(status["stats"]["counts"]["succeeded"], 13);
+    assert_eq!(status["running"].as_array().map(Vec::len), Some(0));
+
+    let text = env.run(&["status"]).expect_code(0).stdout;
+    assert!(text.contains("queue \"default\": 13 jobs"), "{text}");
+    let succeeded = text
+        .lines()
+        .find(|l| l.contains("succeeded"))
+        .expect("succeeded row");
+    assert!(succeeded.contains("13"), "{succeeded}");
+    assert!(text.contains("running now: none"), "{text}");
+
+    let text = env
+        .run(&["status", "--batch", &batch])
+        .expect_code(0)
+        .stdout;
+    assert!(
+        text.contains(&format!(
+            "batch {batch} of queue \"default\": finished; on_failure = halt"
+        )),
+        "{text}"
+    );
+    for (stage, n) in [
+        ("100", "7"),
+        ("200", "2"),
+        ("300", "1"),
+        ("400", "2"),
+        ("500", "1"),
+    ] {
+        let row = text
+            .lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(stage))
+            .unwrap_or_else(|| panic!("no row for stage {stage} in\n{text}"));
+        let cells: Vec<&str> = row
+            .split(['│', '┆'])
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .collect();
+        // stage, pending, running, succeeded, dead, cancelled, total
+        assert_eq!(cells, vec![stage, "0", "0", n, "0", "0", n], "{row}");
+    }
+
+    let out = env.run(&["wait", &batch, "--timeout", "5s"]).expect_code(0);
+    assert!(
+        out.stdout
+            .contains(&format!("batch {batch} is finished: every job succeeded")),
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
+fn the_failing_plan_retries_then_halts_later_stages() {
+    let env = Env::new();
+    let (run, report) = env.run_plan(&example("failing-plan.toml"), &[]);
+    let run = run.expect_code(1);
+
+    let bad = job(&report, "load-orders");
+    assert_eq!(bad["state"], "dead");
+    let attempts = bad["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 2, "max_attempts = 2: {bad}");
+    for a in attempts {
+        assert_eq!(a["outcome"], "failed");
+        let error = a["error"].as_str().unwrap();
+        assert!(error.starts_with("exit status 3\n"), "{error}");
+        assert!(
+            error.contains("loading orders...\nerror: table orders is locked"),
+            "{error}"
+        );
+    }
+    assert_eq!(job(&report, "extract")["state"], "succeeded");
+    for name in ["transform", "publish"] {
+        let j = job(&report, name);
+        assert_eq!(j["state"], "cancelled", "{j}");
+        assert_eq!(j["attempts"].as_array().map(Vec::len), Some(0), "{j}");
+    }
+    assert_eq!(report["halted"], true);
+
+    // The summary shows dead and cancelled jobs and the failed command's output.
+    assert!(run.stdout.contains("dead: exit status 3"), "{}", run.stdout);
+    assert!(run.stdout.contains("cancelled"), "{}", run.stdout);
+    assert!(
+        run.stdout.contains("is dead after 2 attempt(s)"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("    error: table orders is locked"),
+        "{}",
+        run.stdout
+    );
+    assert!(run.stdout.contains("4 jobs in "), "{}", run.stdout);
+    assert!(
+        run.stdout.contains(": 1 succeeded, 1 dead, 2 cancelled"),
+        "{}",
+        run.stdout
+    );
+
+    // Afterwards: the counts, the dead job with its output, and wait reporting failure.
+    assert_eq!(env.count("default", "dead"), 1);
+    assert_eq!(env.count("default", "cancelled"), 2);
+    let id = bad["id"].as_i64().unwrap().to_string();
+    let dead = env.run(&["dead", "list"]).expect_code(0).stdout;
+    let row = dead
+        .lines()
+        .find(|l| l.contains("load-orders"))
+        .expect("dead row");
+    assert!(
+        row.contains(&id) && row.contains("2/2") && row.contains("exit status 3"),
+        "{row}"
+    );
+    let shown = env.run(&["job", &id]).expect_code(0).stdout;
+    assert!(shown.contains("error: table orders is locked"), "{shown}");
+    let batch = report["batch"].as_i64().unwrap().to_string();
+    let waited = env.run(&["wait", &batch]).expect_code(1);
+    assert!(
+        waited.stderr.contains("with 1 dead and 2 cancelled jobs"),
+        "{}",
+        waited.stderr
+    );
+
+    // A dead job of a batch stays dead (the order barrier); dead retry says why.
+    let retried = env.run(&["dead", "retry", &id]).expect_code(1);
+    assert!(
+        retried
+            .stdout
+            .contains("0 dead job(s) of queue \"default\" are ready again"),
+        "{}",
+        retried.stdout
+    );
+    assert!(
+        retried.stderr.contains(&format!(
+            "job {id} is in batch {batch}: dead jobs of a batch stay dead"
+        )),
+        "{}",
+        retried.stderr
+    );
+    assert_eq!(env.count("default", "dead"), 1);
+}
+
+#[test]
+fn a_job_past_its_timeout_is_killed_and_ends_dead() {
+    let env = Env::new();
+    let plan = env.path("slow.toml");
+    std::fs::write(
+        &plan,
+        "[[job]]\nname = \"slow\"\ncommand = \"echo begun; sleep 30\"\ntimeout = \"300ms\"\n",
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let (run, report) = env.run_plan(&plan, &[]);
+    let run = run.expect_code(1);
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    let slow = job(&report, "slow");
+    assert_eq!(slow["state"], "dead");
+    let error = slow["last_error"].as_str().unwrap();
+    assert!(
+        error.starts_with("timed out after 300ms; process group killed\n"),
+        "{error}"
+    );
+    assert!(error.ends_with("begun\n"), "{error}");
+    assert!(
+        run.stdout.contains("dead: timed out after 300ms"),
+        "{}",
+        run.stdout
+    );
+}
+
+#[test]
+fn failed_output_is_kept_bounded_to_its_last_64_kib() {
+    let env = Env::new();
+    let plan = env.path("loud.toml");
+    std::fs::write(
+        &plan,
+        "[[job]]\nname = \"loud\"\ncommand = \"head -c 200000 /dev/zero | tr '\\\\0' a; echo LAST; exit 1\"\n",
+    )
+    .unwrap();
+    let (run, report) = env.run_plan(&plan, &[]);
+    run.expect_code(1);
+    let error = job(&report, "loud")["last_error"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(error.len() <= 64 * 1024, "{} bytes", error.len());
+    assert!(error.len() > 60 * 1024, "{} bytes", error.len());
+    assert!(
+        error.starts_with("exit status 1\n--- output (last part;"),
+        "{}",
+        &error[..80]
+    );
+    assert!(error.ends_with("aaaLAST\n"));
+}
+
+#[test]
+fn the_in_memory_backend_runs_a_plan() {
+    let env = Env::new();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_relayq"))
+        .current_dir(env.dir.path())
+        .args(["--db", "memory://", "run"])
+        .arg(example("plan.toml"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(
+        stdout.contains(": 13 succeeded, 0 dead, 0 cancelled"),
+        "{stdout}"
+    );
+    // Nothing was written to the folder: no relayq.db appeared.
+    assert!(!env.path("relayq.db").exists());
+}
+
+/// A plan of one command that writes its pid, then sleeps for a minute.
+fn sleeper(env: &Env) -> (std::path::PathBuf, std::path::PathBuf) {
+    let pidfile = env.path("pid");
+    let plan = env.path("sleeper.toml");
+    std::fs::write(
+        &plan,
+        format!(
+            "[[job]]\nname = \"sleeper\"\ncommand = \"echo $$ > {}; exec sleep 60\"\n[[job]]\nname = \"after\"\nstage = 1\ncommand = \"true\"\n",
+            pidfile.display()
+        ),
+    )
+    .unwrap();
+    (plan, pidfile)
+}
+
+/// Whether process `pid` has ended (gone, or a zombie).
+fn ended(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
+        s.rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z'))
+    })
+}
+
+#[test]
+fn a_run_past_its_timeout_cancels_the_rest_and_exits_124() {
+    let env = Env::new();
+    let (plan, pidfile) = sleeper(&env);
+    let begun = std::time::Instant::now();
+    let (run, report) = env.run_plan(&plan, &["--timeout", "1s"]);
+    let run = run.expect_code(124);
+    assert!(
+        begun.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        begun.elapsed()
+    );
+    assert!(
+        run.stdout
+            .contains("timed out after 1s: cancelling the batch"),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(job(&report, "sleeper")["state"], "cancelled");
+    assert_eq!(job(&report, "after")["state"], "cancelled");
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    common::eventually("the command to be killed", Duration::from_secs(5), || {
+        ended(pid).then_some(())
+    });
+}
+
+#[test]
+fn ctrl_c_cancels_the_batch_kills_the_commands_and_exits_130() {
+    let env = Env::new();
+    let (plan, pidfile) = sleeper(&env);
+    let mut child = env.spawn(&["run", plan.to_str().unwrap()]);
+    let pid: i32 = common::eventually("the command to start", Duration::from_secs(20), || {
+        std::fs::read_to_string(&pidfile).ok()?.trim().parse().ok()
+    });
+    let run_pid = i32::try_from(child.id()).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(run_pid),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let status = common::eventually("relayq run to exit", Duration::from_secs(20), || {
+        child.try_wait().unwrap()
+    });
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut stdout).unwrap();
+    assert_eq!(status.code(), Some(130), "{stdout}");
+    assert!(
+        stdout.contains("interrupted: cancelling the batch"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(": 0 succeeded, 0 dead, 2 cancelled"),
+        "{stdout}"
+    );
+    assert_eq!(env.count("default", "cancelled"), 2);
+    common::eventually("the command to be killed", Duration::from_secs(5), || {
+        ended(pid).then_some(())
+    });
+}
