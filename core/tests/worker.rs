@@ -278,6 +278,75 @@ async fn w1_a_revoked_lease_stops_the_handler() {
 }
 
 #[tokio::test]
+async fn w1_lease_is_kept_alive_until_the_outcome_is_settled() {
+    let b = Arc::new(MemoryBackend::new());
+    let q = queue();
+    let id = enqueue_n(&b, &q, 1, 3).await[0];
+    // The outcome waits a second in the settler for company, over three leases long.
+    let w = builder(&b, &q)
+        .lease(Duration::from_millis(300))
+        .settle_delay(Duration::from_secs(1))
+        .handler(|_job: ClaimedJob| async { Ok::<_, JobError>(()) })
+        .build()
+        .unwrap()
+        .spawn();
+    until("job running", async || {
+        state(&b, &q, id).await == JobState::Running
+    })
+    .await;
+    while state(&b, &q, id).await != JobState::Succeeded {
+        let other = b
+            .claim(ClaimRequest::new(&q, "thief", 1, Duration::from_secs(30)))
+            .await
+            .unwrap();
+        assert!(
+            other.is_empty(),
+            "a finished job's lease expired before it was settled"
+        );
+        sleep(Duration::from_millis(50)).await;
+    }
+    let report = w.shutdown().await.unwrap();
+    assert_eq!((report.succeeded, report.lost), (1, 0));
+    assert_eq!(b.job(&q, id).await.unwrap().attempts, 1);
+}
+
+#[tokio::test]
+async fn w4_dropping_a_worker_stops_its_handlers() {
+    struct Flag(Arc<AtomicBool>);
+    impl Drop for Flag {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+    let b = Arc::new(MemoryBackend::new());
+    let q = queue();
+    let id = enqueue_n(&b, &q, 1, 3).await[0];
+    let stopped = Arc::new(AtomicBool::new(false));
+    let flag = stopped.clone();
+    let worker = builder(&b, &q)
+        .handler(move |_job: ClaimedJob| {
+            let guard = Flag(flag.clone());
+            async move {
+                sleep(Duration::from_secs(60)).await;
+                drop(guard);
+                Ok::<_, JobError>(())
+            }
+        })
+        .build()
+        .unwrap();
+    let task = tokio::spawn(worker.run(tokio_util::sync::CancellationToken::new()));
+    until("job running", async || {
+        state(&b, &q, id).await == JobState::Running
+    })
+    .await;
+    task.abort();
+    until("handler stopped with its worker", async || {
+        stopped.load(Ordering::SeqCst)
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn w4_shutdown_lets_running_jobs_finish() {
     let b = Arc::new(MemoryBackend::new());
     let q = queue();

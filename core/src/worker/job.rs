@@ -1,18 +1,32 @@
 //! One job's life inside a worker: run the handler in its own task (so a panic is
-//! caught and a timeout can abort it), heartbeat the lease meanwhile, and hand the
-//! outcome to the settler (SPEC W1, W3, W4).
+//! caught and a timeout can abort it), heartbeat the lease from another task meanwhile,
+//! and hand the outcome to the settler (SPEC W1, W3, W4).
+//!
+//! The slot frees as soon as the handler returns, but the lease is heartbeated until
+//! the settler has stored the outcome: a slow settle must not let a finished job's
+//! lease expire and the job run again.
 
-use std::{any::Any, sync::Arc, time::Duration};
+use std::{
+    any::Any,
+    sync::{
+        Arc,
+        atomic::{AtomicU32, Ordering},
+    },
+    time::Duration,
+};
 
 use tokio::{
-    sync::mpsc,
+    sync::{Notify, mpsc, oneshot},
     time::{Instant, MissedTickBehavior, interval_at, sleep_until},
 };
-use tokio_util::sync::CancellationToken;
+use tokio_util::{sync::CancellationToken, task::AbortOnDropHandle};
 use tracing::Instrument;
 
 use super::Handler;
-use crate::{Backend, ClaimedJob, Error, Retry, Settle};
+use crate::{Backend, ClaimedJob, Error, Lease, Retry, Settle};
+
+/// An outcome for the settler, and where to say it was stored.
+pub(super) type Settling = (Settle, oneshot::Sender<()>);
 
 pub(super) struct JobRun {
     pub(super) backend: Arc<dyn Backend>,
@@ -22,56 +36,118 @@ pub(super) struct JobRun {
     pub(super) timeout: Option<Duration>,
     /// Cancelled when the shutdown deadline passes: the job is released.
     pub(super) abort: CancellationToken,
-    pub(super) settle: mpsc::Sender<Settle>,
+    pub(super) settle: mpsc::Sender<Settling>,
+    pub(super) slots: Slots,
+}
+
+/// Busy slots of a worker, and a wake-up for the claim loop when one frees.
+#[derive(Clone, Default)]
+pub(super) struct Slots {
+    pub(super) busy: Arc<AtomicU32>,
+    pub(super) freed: Arc<Notify>,
+}
+
+/// Holds one slot; frees it when dropped, however the job ends.
+struct Slot(Slots);
+
+impl Slots {
+    fn take(&self) -> Slot {
+        self.busy.fetch_add(1, Ordering::SeqCst);
+        Slot(self.clone())
+    }
+
+    pub(super) fn busy(&self) -> u32 {
+        self.busy.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.busy.fetch_sub(1, Ordering::SeqCst);
+        self.0.freed.notify_one();
+    }
 }
 
 impl JobRun {
-    pub(super) async fn run(self, job: ClaimedJob) {
+    /// Takes a slot now (so the claim loop counts it at once) and returns the job's
+    /// future.
+    pub(super) fn start(self, job: ClaimedJob) -> impl Future<Output = ()> + Send + 'static {
+        let slot = self.slots.take();
+        self.run(job, slot)
+    }
+
+    async fn run(self, job: ClaimedJob, slot: Slot) {
         let lease = job.lease.clone();
         let span = tracing::info_span!("relayq.job", queue = %lease.queue, id = %lease.job, attempt = lease.attempt);
         let handler = self.handler.clone();
-        let mut task =
-            tokio::spawn(async move { handler.handle(job).await }.instrument(span.clone()));
-        let start = Instant::now();
-        let mut beat = interval_at(start + self.heartbeat_every, self.heartbeat_every);
-        beat.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let deadline = self.timeout.map(|t| start + t);
+        // Aborted when dropped: a handler never outlives its job's task.
+        let mut task = AbortOnDropHandle::new(tokio::spawn(
+            async move { handler.handle(job).await }.instrument(span.clone()),
+        ));
+        let lost = CancellationToken::new();
+        let beat = heartbeat(
+            self.backend.clone(),
+            lease.clone(),
+            self.lease_length,
+            self.heartbeat_every,
+            lost.clone(),
+        );
+        let _beat = AbortOnDropHandle::new(tokio::spawn(beat.instrument(span.clone())));
+        let deadline = self.timeout.map(|t| Instant::now() + t);
 
-        let settle = loop {
-            tokio::select! {
-                res = &mut task => break match res {
-                    Ok(Ok(())) => Settle::complete(lease),
-                    Ok(Err(e)) => Settle::fail(lease, e.message, e.retry),
-                    Err(e) if e.is_panic() => {
-                        Settle::fail(lease, format!("handler panicked: {}", panic_text(&*e.into_panic())), Retry::Backoff)
-                    }
-                    Err(_) => Settle::release(lease),
-                },
-                _ = beat.tick() => match self.backend.heartbeat(&lease, self.lease_length).await {
-                    Ok(_) => {}
-                    Err(Error::StaleLease) => {
-                        // Cancelled, or expired and taken over: someone else owns it now.
-                        task.abort();
-                        span.in_scope(|| tracing::warn!("lease lost while running; handler stopped"));
-                        return;
-                    }
-                    Err(e) => span.in_scope(|| tracing::warn!(error = %e, "heartbeat failed; will retry")),
-                },
-                () = sleep_until(deadline.unwrap_or(start)), if deadline.is_some() => {
-                    task.abort();
-                    let after = self.timeout.unwrap_or_default();
-                    break Settle::fail(lease, format!("handler timed out after {after:?}"), Retry::Backoff);
+        let settle = tokio::select! {
+            res = &mut task => match res {
+                Ok(Ok(())) => Settle::complete(lease),
+                Ok(Err(e)) => Settle::fail(lease, e.message, e.retry),
+                Err(e) if e.is_panic() => {
+                    Settle::fail(lease, format!("handler panicked: {}", panic_text(&*e.into_panic())), Retry::Backoff)
                 }
-                () = self.abort.cancelled() => {
-                    task.abort();
-                    break Settle::release(lease);
-                }
+                Err(_) => Settle::release(lease),
+            },
+            () = lost.cancelled() => {
+                // Cancelled, or expired and taken over: someone else owns it now.
+                span.in_scope(|| tracing::warn!("lease lost while running; handler stopped"));
+                return;
             }
+            () = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
+                let after = self.timeout.unwrap_or_default();
+                Settle::fail(lease, format!("handler timed out after {after:?}"), Retry::Backoff)
+            }
+            () = self.abort.cancelled() => Settle::release(lease),
         };
+        // Stop the handler if it is still running (timeout, shutdown) and free the slot.
+        drop(task);
+        drop(slot);
         span.in_scope(|| tracing::debug!(outcome = ?settle.outcome, "job done"));
-        // The settler outlives every job task, so this only fails if it panicked; the
-        // lease then expires and the job runs again.
-        let _ = self.settle.send(settle).await;
+        let (stored, acked) = oneshot::channel();
+        if self.settle.send((settle, stored)).await.is_ok() {
+            // Heartbeats go on until the outcome is stored (or given up on).
+            let _ = acked.await;
+        }
+    }
+}
+
+/// Extends the lease every `every` until it is lost, then cancels `lost`. Transient
+/// errors are logged and retried at the next beat.
+async fn heartbeat(
+    backend: Arc<dyn Backend>,
+    lease: Lease,
+    length: Duration,
+    every: Duration,
+    lost: CancellationToken,
+) {
+    let mut beat = interval_at(Instant::now() + every, every);
+    beat.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        beat.tick().await;
+        match backend.heartbeat(&lease, length).await {
+            Ok(_) => {}
+            Err(Error::StaleLease) => {
+                lost.cancel();
+                return;
+            }
+            Err(e) => tracing::warn!(error = %e, "heartbeat failed; will retry"),
+        }
     }
 }
 

@@ -9,7 +9,12 @@ use tokio::{
 };
 use tokio_util::sync::CancellationToken;
 
-use super::{Config, Worker, WorkerReport, job::JobRun, settler::Settler, stats::Stats};
+use super::{
+    Config, Worker, WorkerReport,
+    job::{JobRun, Settling, Slots},
+    settler::Settler,
+    stats::Stats,
+};
 use crate::{Backend, ClaimRequest, Event, Result};
 
 pub(super) struct Runner {
@@ -19,7 +24,7 @@ pub(super) struct Runner {
     stats: Arc<Stats>,
     jobs: JoinSet<()>,
     template: JobRun,
-    settle_rx: Option<mpsc::Receiver<crate::Settle>>,
+    settle_rx: Option<mpsc::Receiver<Settling>>,
     /// Index of the queue the next round starts with (SPEC W5).
     next_queue: usize,
 }
@@ -41,6 +46,7 @@ impl Runner {
                 timeout: w.config.timeout,
                 abort: CancellationToken::new(),
                 settle: tx,
+                slots: Slots::default(),
             },
             backend: w.backend,
             queues: w.queues,
@@ -65,6 +71,8 @@ impl Runner {
         tracing::info!(worker = %self.config.name, queues = ?self.queues, "worker started");
 
         while !shutdown.is_cancelled() {
+            // Reap job tasks that ended (their slots were freed already).
+            while self.jobs.try_join_next().is_some() {}
             let free = self.free_slots();
             if free > 0 {
                 let (claimed, failed) = self.claim_round(free).await;
@@ -79,11 +87,10 @@ impl Runner {
                 }
             }
             let free = self.free_slots();
+            let freed = self.template.slots.freed.clone();
             tokio::select! {
-                Some(_) = self.jobs.join_next(), if !self.jobs.is_empty() => {
-                    // Reap every job that ended meanwhile, then claim for all freed slots.
-                    while self.jobs.try_join_next().is_some() {}
-                }
+                // A handler returned: claim again at once for the freed slots (SPEC W1).
+                () = freed.notified() => {}
                 woke = next_event(&mut events, &self.queues), if free > 0 => {
                     if woke { idle = self.config.poll_min; }
                 }
@@ -99,8 +106,9 @@ impl Runner {
     }
 
     fn free_slots(&self) -> u32 {
-        let busy = u32::try_from(self.jobs.len()).unwrap_or(u32::MAX);
-        self.config.concurrency.saturating_sub(busy)
+        self.config
+            .concurrency
+            .saturating_sub(self.template.slots.busy())
     }
 
     /// Claims up to `free` jobs, asking the queues in turn from `next_queue` on; the next
@@ -127,7 +135,7 @@ impl Runner {
                     claimed += u32::try_from(jobs.len()).unwrap_or(u32::MAX);
                     self.stats.add_claimed(jobs.len());
                     for job in jobs {
-                        self.jobs.spawn(self.template.clone_for_job().run(job));
+                        self.jobs.spawn(self.template.clone_for_job().start(job));
                     }
                 }
                 Err(e) => {
@@ -171,6 +179,7 @@ impl JobRun {
             timeout: self.timeout,
             abort: self.abort.clone(),
             settle: self.settle.clone(),
+            slots: self.slots.clone(),
         }
     }
 }

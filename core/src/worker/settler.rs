@@ -10,7 +10,7 @@ use std::{sync::Arc, time::Duration};
 use backon::{ExponentialBuilder, Retryable};
 use tokio::{sync::mpsc, time::Instant};
 
-use super::stats::Stats;
+use super::{job::Settling, stats::Stats};
 use crate::{Backend, Error, Outcome, Settle, Settled};
 
 pub(super) struct Settler {
@@ -21,7 +21,7 @@ pub(super) struct Settler {
 }
 
 impl Settler {
-    pub(super) async fn run(self, mut rx: mpsc::Receiver<Settle>) {
+    pub(super) async fn run(self, mut rx: mpsc::Receiver<Settling>) {
         while let Some(first) = rx.recv().await {
             let mut batch = vec![first];
             let deadline = Instant::now() + self.delay;
@@ -35,7 +35,10 @@ impl Settler {
         }
     }
 
-    async fn flush(&self, batch: Vec<Settle>) {
+    /// Settles `batch`; each job's sender is dropped once its outcome is stored or
+    /// given up on, which ends the job's heartbeats.
+    async fn flush(&self, batch: Vec<Settling>) {
+        let (batch, _stored): (Vec<Settle>, Vec<_>) = batch.into_iter().unzip();
         let n = batch.len();
         let attempt = || self.backend.settle_many(batch.clone());
         let results = attempt
