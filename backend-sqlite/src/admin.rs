@@ -28,7 +28,7 @@ impl SqliteBackend {
         .bind(paused)
         .bind(max.is_some())
         .bind(max.flatten().map(i64::from))
-        .execute(self.pool_ref())
+        .execute(self.pool())
         .await
         .map_err(db)?;
         self.notify(queue, EventKind::Ready);
@@ -97,7 +97,9 @@ impl Admin for SqliteBackend {
             n += u64::from(cancel(&mut tx, &batch.queue, id, now).await?);
         }
         tx.commit().await.map_err(db)?;
+        // Cancelling may hand a group to a job outside the batch.
         self.notify(&batch.queue, EventKind::Finished);
+        self.notify(&batch.queue, EventKind::Ready);
         Ok(n)
     }
 
@@ -110,8 +112,8 @@ impl Admin for SqliteBackend {
         let (mut tx, now) = self.write().await?;
         // Jobs of a batch stay dead: reviving one after later stages started would break
         // the order barrier. So does a job whose dedupe key another job now holds.
-        let dead: Vec<(i64, Option<String>)> = sqlx::query_as(
-            "SELECT id, group_key FROM relayq_jobs j
+        let dead: Vec<(i64, Option<String>, Option<String>)> = sqlx::query_as(
+            "SELECT id, group_key, dedupe_key FROM relayq_jobs j
              WHERE queue = ?1 AND state = 'dead' AND batch_id IS NULL
                AND (?2 IS NULL OR id IN (SELECT value FROM json_each(?2)))
                AND (dedupe_key IS NULL OR NOT EXISTS (
@@ -126,7 +128,14 @@ impl Admin for SqliteBackend {
         .await
         .map_err(db)?;
         let now = us(now);
-        for (id, group) in &dead {
+        // Two dead jobs may share a dedupe key: only the first of them comes back.
+        let mut keys = std::collections::HashSet::new();
+        let mut revived = 0;
+        for (id, group, key) in &dead {
+            if key.as_ref().is_some_and(|k| !keys.insert(k.clone())) {
+                continue;
+            }
+            revived += 1;
             sqlx::query(
                 "UPDATE relayq_jobs SET state = ?2, attempts = 0, finished_at = NULL, run_at = ?3
                  WHERE id = ?1",
@@ -143,7 +152,7 @@ impl Admin for SqliteBackend {
         }
         tx.commit().await.map_err(db)?;
         self.notify(queue, EventKind::Ready);
-        Ok(dead.len() as u64)
+        Ok(revived)
     }
 
     async fn maintain(&self, queue: &str, retention: Duration) -> Result<Maintenance> {

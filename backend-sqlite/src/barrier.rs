@@ -22,7 +22,7 @@ impl OrderBarrier for SqliteBackend {
         .bind(queue)
         .bind(on_failure.as_str())
         .bind(us(Utc::now()))
-        .fetch_one(self.pool_ref())
+        .fetch_one(self.pool())
         .await
         .map_err(db)?;
         Ok(Batch {
@@ -36,7 +36,7 @@ impl OrderBarrier for SqliteBackend {
         let n = sqlx::query("UPDATE relayq_batches SET sealed = 1 WHERE id = ?1 AND queue = ?2")
             .bind(batch.id.0)
             .bind(&batch.queue)
-            .execute(self.pool_ref())
+            .execute(self.pool())
             .await
             .map_err(db)?
             .rows_affected();
@@ -55,7 +55,7 @@ impl OrderBarrier for SqliteBackend {
         )
         .bind(batch.id.0)
         .bind(&batch.queue)
-        .fetch_optional(self.pool_ref())
+        .fetch_optional(self.pool())
         .await
         .map_err(db)?;
         let (on_failure, sealed, failed, released) =
@@ -65,7 +65,7 @@ impl OrderBarrier for SqliteBackend {
              GROUP BY stage, state",
         )
         .bind(batch.id.0)
-        .fetch_all(self.pool_ref())
+        .fetch_all(self.pool())
         .await
         .map_err(db)?;
         let mut stages: BTreeMap<i32, StageProgress> = BTreeMap::new();

@@ -57,13 +57,13 @@ impl Inspect for SqliteBackend {
         )
         .bind(queue)
         .bind(us(Utc::now()))
-        .fetch_all(self.pool_ref())
+        .fetch_all(self.pool())
         .await
         .map_err(db)?;
         let settings: Option<(bool, Option<i64>)> =
             sqlx::query_as("SELECT paused, max_running FROM relayq_queues WHERE queue = ?1")
                 .bind(queue)
-                .fetch_optional(self.pool_ref())
+                .fetch_optional(self.pool())
                 .await
                 .map_err(db)?;
         let (paused, max_running) = settings.unwrap_or((false, None));
@@ -86,6 +86,8 @@ impl Inspect for SqliteBackend {
 
     async fn job(&self, queue: &str, id: JobId) -> Result<JobInfo> {
         validate::queue_name(queue)?;
+        // One read transaction: in WAL mode a single snapshot of row and log.
+        let mut tx = self.pool().begin().await.map_err(db)?;
         let row: Option<JobRow> = sqlx::query_as(
             "SELECT id, state, payload, priority, run_at, attempts, max_attempts, group_key,
                     batch_id, stage, dedupe_key, enqueued_by, created_at, finished_at,
@@ -94,7 +96,7 @@ impl Inspect for SqliteBackend {
         )
         .bind(id.0)
         .bind(queue)
-        .fetch_optional(self.pool_ref())
+        .fetch_optional(&mut *tx)
         .await
         .map_err(db)?;
         let row = row.ok_or_else(|| Error::not_found(format!("job {id} in queue {queue:?}")))?;
@@ -103,9 +105,10 @@ impl Inspect for SqliteBackend {
              WHERE job_id = ?1 ORDER BY id",
         )
         .bind(id.0)
-        .fetch_all(self.pool_ref())
+        .fetch_all(&mut *tx)
         .await
         .map_err(db)?;
+        tx.commit().await.map_err(db)?;
         let mut log = attempts
             .into_iter()
             .map(|a| {
@@ -162,7 +165,7 @@ impl Inspect for SqliteBackend {
              WHERE queue = ?1 AND state = 'running' ORDER BY id",
         )
         .bind(queue)
-        .fetch_all(self.pool_ref())
+        .fetch_all(self.pool())
         .await
         .map_err(db)?;
         rows.into_iter()
@@ -191,7 +194,7 @@ impl Inspect for SqliteBackend {
         )
         .bind(queue)
         .bind(i64::from(limit))
-        .fetch_all(self.pool_ref())
+        .fetch_all(self.pool())
         .await
         .map_err(db)?;
         let mut out = Vec::with_capacity(ids.len());

@@ -119,10 +119,6 @@ impl SqliteBackend {
         &self.inner.pool
     }
 
-    fn pool_ref(&self) -> &SqlitePool {
-        &self.inner.pool
-    }
-
     /// Starts a write transaction that holds SQLite's write lock from its first
     /// statement, so that its reads and writes are not interleaved with another
     /// writer's (SPEC C2). Returns the transaction and "now", read once the lock is

@@ -61,6 +61,7 @@ impl Complete for SqliteBackend {
             .filter(|(_, r)| r.is_ok())
             .map(|(s, _)| s.lease.queue.as_str())
             .collect();
+        queues.sort_unstable();
         queues.dedup();
         for q in queues {
             self.notify(q, EventKind::Finished);

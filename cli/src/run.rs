@@ -79,7 +79,8 @@ pub async fn run(db: &str, args: RunArgs) -> anyhow::Result<u8> {
         Ok(ids) => ids,
         Err(e) => {
             let _ = backend.seal(&batch).await;
-            return Err(e).context("cannot enqueue the plan; nothing was stored");
+            return Err(e)
+                .context("cannot enqueue the plan; no job was stored (the empty batch is sealed)");
         }
     };
     backend

@@ -138,6 +138,7 @@ macro_rules! for_each_case {
             monitor::m1_job_reads_back_fields,
             monitor::m2_dead_jobs_listed_and_retried,
             monitor::m2_retry_dead_leaves_batch_jobs,
+            monitor::m2_retry_dead_revives_one_job_per_dedupe_key,
             monitor::m3_maintain_prunes_only_finished,
             errors::x1_error_kinds_are_distinct,
             errors::x2_hostile_queue_names_rejected,

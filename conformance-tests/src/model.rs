@@ -24,6 +24,8 @@ pub struct Spec {
     group: Option<u8>,
     /// Batch index (0: `Continue`, 1: `Halt`) and stage.
     batch: Option<(usize, i32)>,
+    /// A dedupe key from a small set, so keys collide.
+    dedupe: Option<u8>,
 }
 
 /// One step of a run. Indices wrap around what exists, so every sequence is valid.
@@ -43,6 +45,10 @@ pub enum Op {
     Cancel(usize),
     /// Seal the n-th batch.
     Seal(usize),
+    /// Cancel the n-th batch.
+    CancelBatch(usize),
+    /// Retry the n-th job if dead, or with `None` every dead job.
+    RetryDead(Option<usize>),
 }
 
 fn spec() -> impl Strategy<Value = Spec> {
@@ -50,11 +56,13 @@ fn spec() -> impl Strategy<Value = Spec> {
         -1i16..=1,
         prop::option::weighted(0.6, 0u8..3),
         prop::option::weighted(0.5, (0usize..2, prop::sample::select(vec![100, 200, 300]))),
+        prop::option::weighted(0.25, 0u8..2),
     )
-        .prop_map(|(priority, group, batch)| Spec {
+        .prop_map(|(priority, group, batch, dedupe)| Spec {
             priority,
             group,
             batch,
+            dedupe,
         })
 }
 
@@ -67,6 +75,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => any::<usize>().prop_map(Op::Release),
         1 => any::<usize>().prop_map(Op::Cancel),
         1 => any::<usize>().prop_map(Op::Seal),
+        1 => any::<usize>().prop_map(Op::CancelBatch),
+        1 => any::<Option<usize>>().prop_map(Op::RetryDead),
     ]
 }
 
@@ -151,14 +161,24 @@ impl Side {
                         if let Some((i, stage)) = s.batch {
                             job = job.in_batch(self.batches[i].id, stage);
                         }
+                        if let Some(k) = s.dedupe {
+                            job = job.dedupe_key(format!("k{k}"));
+                        }
                         job
                     })
                     .collect();
                 let r = b.enqueue(jobs).await;
+                let mut answer = Vec::new();
                 if let Ok(out) = &r {
-                    self.ids.extend(out.iter().map(|e| e.id));
+                    for e in out {
+                        // A deduplicated job answers with an existing job's index.
+                        if !e.deduplicated {
+                            self.ids.push(e.id);
+                        }
+                        answer.push((self.index(e.id), e.deduplicated));
+                    }
                 }
-                verdict(&r.map(|out| out.len()))
+                verdict(&r.map(|_| answer))
             }
             Op::Claim(limit) => {
                 let req = ClaimRequest::new(&self.queue, "model", *limit, Duration::from_secs(60));
@@ -197,6 +217,13 @@ impl Side {
                 )
             }
             Op::Seal(i) => verdict(&b.seal(&self.batches[i % 2]).await),
+            Op::CancelBatch(i) => verdict(&b.cancel_batch(&self.batches[i % 2]).await),
+            Op::RetryDead(pick) => {
+                let ids = pick
+                    .filter(|_| !self.ids.is_empty())
+                    .map(|i| vec![self.ids[i % self.ids.len()]]);
+                verdict(&b.retry_dead(&self.queue, ids.as_deref()).await)
+            }
         })
     }
 

@@ -221,7 +221,7 @@ pub trait Inspect: Send + Sync {
     /// What runs now in `queue`: job, worker, attempt, since when (SPEC L5).
     async fn running(&self, queue: &str) -> Result<Vec<RunningJob>>;
 
-    /// Up to `limit` dead jobs of `queue`, oldest first (SPEC M2).
+    /// Up to `limit` dead jobs of `queue`, in enqueue (id) order (SPEC M2).
     async fn dead_jobs(&self, queue: &str, limit: u32) -> Result<Vec<JobInfo>>;
 }
 
@@ -257,15 +257,16 @@ pub trait Admin: Send + Sync {
     /// jobs were cancelled.
     async fn cancel_batch(&self, batch: &Batch) -> Result<u64>;
 
-    /// Puts dead jobs back to `ready` with attempts reset: those in `ids`, or every dead
-    /// job of the queue when `ids` is `None` (SPEC M2). Returns how many.
+    /// Puts dead jobs back to `ready` (or `blocked` behind their group) with attempts
+    /// reset: those in `ids`, or every dead job of the queue when `ids` is `None`
+    /// (SPEC M2). Returns how many.
     ///
     /// # Behavior
     /// - Only dead jobs move; others named in `ids` are left alone (SPEC M2).
     /// - Dead jobs of a batch stay dead: running one again after later stages started
     ///   would break the order barrier (SPEC B2). Rerun the batch instead.
-    /// - A dead job whose dedupe key another unfinished job now holds stays dead
-    ///   (SPEC E3).
+    /// - A dead job whose dedupe key another unfinished job now holds stays dead, and of
+    ///   several dead jobs sharing a key only the first comes back (SPEC E3).
     async fn retry_dead(&self, queue: &str, ids: Option<&[JobId]>) -> Result<u64>;
 
     /// A maintenance pass over `queue` (SPEC C5, M3).

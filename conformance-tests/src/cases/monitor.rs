@@ -149,6 +149,36 @@ pub async fn m2_dead_jobs_listed_and_retried(env: &Env) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// SPEC M2, E3: of two dead jobs sharing a dedupe key, `retry_dead` brings back only
+/// the first, and the key is then held again.
+pub async fn m2_retry_dead_revives_one_job_per_dedupe_key(env: &Env) -> anyhow::Result<()> {
+    let b = env.backend();
+    let q = queue_name("m2key");
+    let mut dead = Vec::new();
+    for _ in 0..2 {
+        // The first job is dead (finished) when the second comes, so the key is free.
+        let id = enqueue(b, NewJob::new(&q, b"x".to_vec()).dedupe_key("k")).await?;
+        let job = claim_exactly(b, &q, &[id]).await?.remove(0);
+        b.fail(&job.lease, "boom", Retry::Never).await?;
+        dead.push(id);
+    }
+    let revived = b.retry_dead(&q, None).await?;
+    ensure!(
+        revived == 1,
+        "retry_dead revived {revived} jobs sharing one key"
+    );
+    expect_state(b, &q, dead[0], JobState::Ready).await?;
+    expect_state(b, &q, dead[1], JobState::Dead).await?;
+    let again = b
+        .enqueue_one(NewJob::new(&q, b"y".to_vec()).dedupe_key("k"))
+        .await?;
+    ensure!(
+        again.deduplicated && again.id == dead[0],
+        "the revived job should hold the key again: {again:?}"
+    );
+    Ok(())
+}
+
 /// SPEC M2, B2: `retry_dead` leaves jobs of a batch dead (reviving one would run it
 /// after later stages started).
 pub async fn m2_retry_dead_leaves_batch_jobs(env: &Env) -> anyhow::Result<()> {

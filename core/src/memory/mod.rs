@@ -162,6 +162,7 @@ impl Complete for MemoryBackend {
             })
             .collect();
         drop(queues);
+        finished.sort_unstable();
         finished.dedup();
         for queue in finished {
             self.notify(&queue, EventKind::Finished);
@@ -260,7 +261,9 @@ impl Admin for MemoryBackend {
 
     async fn cancel_batch(&self, batch: &Batch) -> Result<u64> {
         let n = self.with_queue(&batch.queue, |q, now| q.cancel_batch(batch, now))??;
+        // Cancelling may hand a group to a job outside the batch.
         self.notify(&batch.queue, EventKind::Finished);
+        self.notify(&batch.queue, EventKind::Ready);
         Ok(n)
     }
 

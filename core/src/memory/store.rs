@@ -470,11 +470,14 @@ impl QueueState {
 
     pub(crate) fn cancel_batch(&mut self, batch: &crate::Batch, now: DateTime<Utc>) -> Result<u64> {
         self.seal(batch.id, &batch.queue)?;
-        let ids: Vec<i64> = self
+        // Highest stage first, so cancelling a stage never releases the next one.
+        let mut ids: Vec<(Option<i32>, i64)> = self
             .open_jobs()
             .filter(|j| j.batch == Some(batch.id.0))
-            .map(|j| j.id)
+            .map(|j| (j.stage, j.id))
             .collect();
+        ids.sort_unstable_by(|a, b| b.cmp(a));
+        let ids: Vec<i64> = ids.into_iter().map(|(_, id)| id).collect();
         for id in &ids {
             self.cancel_job(JobId(*id), &batch.queue, now)?;
         }
