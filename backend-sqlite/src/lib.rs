@@ -50,7 +50,7 @@ use std::{
 
 use backon::{ExponentialBuilder, Retryable};
 use chrono::{DateTime, Utc};
-use relayq_core::{Error, Event, EventKind, Events, Limits, Result};
+use relayq_core::{Error, Event, EventBus, EventKind, Events, Limits, Result};
 use sqlx::{
     Connection, SqliteConnection, SqlitePool,
     sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous},
@@ -70,7 +70,7 @@ pub struct SqliteBackend {
 struct Inner {
     pool: SqlitePool,
     limits: Limits,
-    events: broadcast::Sender<Event>,
+    events: EventBus,
 }
 
 impl SqliteBackend {
@@ -135,11 +135,7 @@ impl SqliteBackend {
     }
 
     fn notify(&self, queue: &str, kind: EventKind) {
-        // No receiver is fine: events are only hints.
-        let _ = self.inner.events.send(Event {
-            queue: Arc::from(queue),
-            kind,
-        });
+        self.inner.events.notify(queue, kind);
     }
 }
 
@@ -151,15 +147,15 @@ impl Events for SqliteBackend {
 
 /// One event channel per database file in this process, so every handle on one file
 /// wakes the others' workers.
-fn shared_events(path: PathBuf) -> broadcast::Sender<Event> {
-    static CHANNELS: OnceLock<Mutex<HashMap<PathBuf, broadcast::Sender<Event>>>> = OnceLock::new();
+fn shared_events(path: PathBuf) -> EventBus {
+    static CHANNELS: OnceLock<Mutex<HashMap<PathBuf, EventBus>>> = OnceLock::new();
     let key = std::fs::canonicalize(&path).unwrap_or(path);
     CHANNELS
         .get_or_init(Default::default)
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .entry(key)
-        .or_insert_with(|| broadcast::channel(1024).0)
+        .or_default()
         .clone()
 }
 

@@ -19,3 +19,37 @@ pub struct Event {
     /// What happened.
     pub kind: EventKind,
 }
+
+/// The wake-up channel a backend shares among its handles: [`notify`](Self::notify)
+/// on changes, [`subscribe`](Self::subscribe) for [`Events::subscribe`](crate::Events).
+#[derive(Debug, Clone)]
+pub struct EventBus(tokio::sync::broadcast::Sender<Event>);
+
+impl Default for EventBus {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl EventBus {
+    /// A bus keeping up to 1024 unread events per subscriber; slower ones see a lag,
+    /// which callers treat as a wake-up.
+    #[must_use]
+    pub fn new() -> Self {
+        Self(tokio::sync::broadcast::channel(1024).0)
+    }
+
+    /// Sends `kind` for `queue`; nobody listening is fine, events are only hints.
+    pub fn notify(&self, queue: &str, kind: EventKind) {
+        let _ = self.0.send(Event {
+            queue: Arc::from(queue),
+            kind,
+        });
+    }
+
+    /// A new receiver of every later event.
+    #[must_use]
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<Event> {
+        self.0.subscribe()
+    }
+}

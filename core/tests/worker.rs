@@ -11,7 +11,7 @@ use std::{
 
 use relayq_core::{
     memory::MemoryBackend,
-    worker::{JobError, Worker, WorkerBuilder},
+    worker::{JobError, Worker, WorkerBuilder, WorkerReport},
     *,
 };
 use tokio::time::{Instant, sleep};
@@ -49,6 +49,22 @@ async fn until<F: AsyncFnMut() -> bool>(what: &str, mut check: F) {
 
 async fn state(b: &MemoryBackend, q: &str, id: JobId) -> JobState {
     b.job(q, id).await.unwrap().state
+}
+
+/// Runs one single-attempt job through a worker set up by `setup` until the job is
+/// dead; returns the error it died with and the worker's report.
+async fn dies_with(setup: impl FnOnce(WorkerBuilder) -> WorkerBuilder) -> (String, WorkerReport) {
+    let b = Arc::new(MemoryBackend::new());
+    let q = queue();
+    let id = enqueue_n(&b, &q, 1, 1).await[0];
+    let w = setup(builder(&b, &q)).build().unwrap().spawn();
+    until("job dead", async || {
+        state(&b, &q, id).await == JobState::Dead
+    })
+    .await;
+    let report = w.shutdown().await.unwrap();
+    let error = b.job(&q, id).await.unwrap().last_error.unwrap();
+    (error, report)
 }
 
 #[tokio::test]
@@ -137,69 +153,39 @@ async fn w3_handler_errors_fail_retryable_or_permanent() {
 
 #[tokio::test]
 async fn w3_std_errors_convert_with_question_mark() {
-    let b = Arc::new(MemoryBackend::new());
-    let q = queue();
-    let id = enqueue_n(&b, &q, 1, 1).await[0];
-    let w = builder(&b, &q)
-        .handler(|job: ClaimedJob| async move {
+    let (err, _) = dies_with(|w| {
+        w.handler(|job: ClaimedJob| async move {
             let _n: u32 = std::str::from_utf8(&job.payload)?.parse()?;
             Ok::<_, JobError>(())
         })
-        .build()
-        .unwrap()
-        .spawn();
-    until("job dead", async || {
-        state(&b, &q, id).await == JobState::Dead
     })
     .await;
-    w.shutdown().await.unwrap();
-    let err = b.job(&q, id).await.unwrap().last_error.unwrap();
     assert!(err.contains("invalid digit"), "{err}");
 }
 
 #[tokio::test]
 async fn w3_panic_fails_the_job_with_its_message() {
-    let b = Arc::new(MemoryBackend::new());
-    let q = queue();
-    let id = enqueue_n(&b, &q, 1, 1).await[0];
-    let w = builder(&b, &q)
-        .handler(|job: ClaimedJob| async move {
+    let (err, report) = dies_with(|w| {
+        w.handler(|job: ClaimedJob| async move {
             assert!(job.payload.is_empty(), "boom in handler");
             Ok::<_, JobError>(())
         })
-        .build()
-        .unwrap()
-        .spawn();
-    until("job dead", async || {
-        state(&b, &q, id).await == JobState::Dead
     })
     .await;
-    let report = w.shutdown().await.unwrap();
     assert_eq!(report.failed, 1);
-    let err = b.job(&q, id).await.unwrap().last_error.unwrap();
     assert!(err.contains("boom in handler"), "{err}");
 }
 
 #[tokio::test]
 async fn w3_handler_past_its_timeout_is_failed() {
-    let b = Arc::new(MemoryBackend::new());
-    let q = queue();
-    let id = enqueue_n(&b, &q, 1, 1).await[0];
-    let w = builder(&b, &q)
-        .timeout(Duration::from_millis(100))
-        .handler(|_job: ClaimedJob| async move {
-            sleep(Duration::from_secs(60)).await;
-            Ok::<_, JobError>(())
-        })
-        .build()
-        .unwrap()
-        .spawn();
-    until("job dead", async || {
-        state(&b, &q, id).await == JobState::Dead
+    let (err, _) = dies_with(|w| {
+        w.timeout(Duration::from_millis(100))
+            .handler(|_job: ClaimedJob| async move {
+                sleep(Duration::from_secs(60)).await;
+                Ok::<_, JobError>(())
+            })
     })
     .await;
-    w.shutdown().await.unwrap();
-    let err = b.job(&q, id).await.unwrap().last_error.unwrap();
     assert!(err.contains("timed out"), "{err}");
 }
 

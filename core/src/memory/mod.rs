@@ -36,8 +36,8 @@ use store::QueueState;
 
 use crate::{
     Admin, Batch, BatchProgress, Claim, ClaimRequest, ClaimedJob, Complete, Enqueue, Enqueued,
-    Error, Event, EventKind, Events, Inspect, JobId, JobInfo, Lease, Limits, Maintenance, NewJob,
-    OnFailure, OrderBarrier, QueueStats, Result, RunningJob, Settle, Settled, validate,
+    Error, Event, EventBus, EventKind, Events, Inspect, JobId, JobInfo, Lease, Limits, Maintenance,
+    NewJob, OnFailure, OrderBarrier, QueueStats, Result, RunningJob, Settle, Settled, validate,
 };
 
 /// The in-memory reference backend. Cheap to clone; clones share one store.
@@ -51,7 +51,7 @@ struct Inner {
     queues: Mutex<HashMap<String, QueueState>>,
     clock: Arc<dyn Clock>,
     limits: Limits,
-    events: broadcast::Sender<Event>,
+    events: EventBus,
 }
 
 impl Default for MemoryBackend {
@@ -75,7 +75,7 @@ impl MemoryBackend {
                 queues: Mutex::new(HashMap::new()),
                 clock,
                 limits,
-                events: broadcast::channel(1024).0,
+                events: EventBus::new(),
             }),
         }
     }
@@ -108,11 +108,7 @@ impl MemoryBackend {
     }
 
     fn notify(&self, queue: &str, kind: EventKind) {
-        // No receiver is fine: events are only hints.
-        let _ = self.inner.events.send(Event {
-            queue: Arc::from(queue),
-            kind,
-        });
+        self.inner.events.notify(queue, kind);
     }
 }
 
