@@ -8,7 +8,7 @@ use relayq_core::{
     Admin, AttemptOutcome, Batch, Error, EventKind, JobId, JobState, Maintenance, Result, validate,
 };
 
-use crate::{Conn, SqliteBackend, claim, db, log_attempt, promote, us};
+use crate::{Conn, Ended, SqliteBackend, claim, db, log_attempt, promote, us};
 
 impl SqliteBackend {
     async fn set_queue(
@@ -244,17 +244,17 @@ async fn cancel(c: &mut Conn, queue: &str, id: i64, now: DateTime<Utc>) -> Resul
     if state == JobState::Running {
         let worker = row.worker.as_deref().unwrap_or_default();
         let started = row.started_at.unwrap_or_default();
-        log_attempt(
-            c,
-            id,
-            row.attempts,
+        let ended = Ended {
+            job: id,
+            attempt: row.attempts,
             worker,
-            started,
-            now,
-            AttemptOutcome::Cancelled,
-            None,
-        )
-        .await?;
+            started_at: started,
+            ended_at: now,
+            outcome: AttemptOutcome::Cancelled,
+            error: None,
+            output: None,
+        };
+        log_attempt(c, ended).await?;
     }
     let finished = promote::Finished {
         queue,

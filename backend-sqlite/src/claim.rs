@@ -7,7 +7,7 @@ use relayq_core::{
     LeaseToken, Result, validate,
 };
 
-use crate::{Conn, SqliteBackend, at, db, log_attempt, plus, promote, us};
+use crate::{Conn, Ended, SqliteBackend, at, db, log_attempt, plus, promote, us};
 
 #[derive(sqlx::FromRow)]
 struct Claimed {
@@ -133,17 +133,17 @@ pub(crate) async fn expire(c: &mut Conn, queue: &str, now: DateTime<Utc>) -> Res
     let (mut requeued, mut dead) = (0, 0);
     for e in expired {
         let error = "lease expired";
-        log_attempt(
-            c,
-            e.id,
-            e.attempts,
-            &e.worker,
-            e.started_at,
-            now,
-            AttemptOutcome::Expired,
-            Some(error),
-        )
-        .await?;
+        let ended = Ended {
+            job: e.id,
+            attempt: e.attempts,
+            worker: &e.worker,
+            started_at: e.started_at,
+            ended_at: now,
+            outcome: AttemptOutcome::Expired,
+            error: Some(error),
+            output: None,
+        };
+        log_attempt(c, ended).await?;
         let retry = e.attempts < e.max_attempts;
         sqlx::query(
             "UPDATE relayq_jobs SET state = ?2, last_error = ?3, finished_at = ?4,

@@ -38,6 +38,7 @@ struct AttemptRow {
     ended_at: i64,
     outcome: String,
     error: Option<String>,
+    output: Option<String>,
 }
 
 fn num<T: TryFrom<i64>>(v: i64) -> Result<T>
@@ -101,7 +102,7 @@ impl Inspect for SqliteBackend {
         .map_err(db)?;
         let row = row.ok_or_else(|| Error::not_found(format!("job {id} in queue {queue:?}")))?;
         let attempts: Vec<AttemptRow> = sqlx::query_as(
-            "SELECT attempt, worker, started_at, ended_at, outcome, error FROM relayq_attempts
+            "SELECT attempt, worker, started_at, ended_at, outcome, error, output FROM relayq_attempts
              WHERE job_id = ?1 ORDER BY id",
         )
         .bind(id.0)
@@ -119,6 +120,7 @@ impl Inspect for SqliteBackend {
                     ended_at: Some(at(a.ended_at)),
                     outcome: a.outcome.parse()?,
                     error: a.error,
+                    output: a.output,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -132,6 +134,7 @@ impl Inspect for SqliteBackend {
                 ended_at: None,
                 outcome: AttemptOutcome::Running,
                 error: None,
+                output: None,
             });
         }
         if state == JobState::Ready && at(row.run_at) > Utc::now() {

@@ -184,7 +184,10 @@ async fn enable_wal(options: &SqliteConnectOptions) -> Result<()> {
 }
 
 /// The schema, one entry per version; `PRAGMA user_version` records how many ran.
-const MIGRATIONS: &[&str] = &[include_str!("../migrations/0001_init.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("../migrations/0001_init.sql"),
+    include_str!("../migrations/0002_attempt_output.sql"),
+];
 
 /// Applies the migrations not yet applied. The whole check-and-apply runs under
 /// SQLite's write lock, so processes opening one file at once cannot both apply one.
@@ -236,29 +239,33 @@ fn plus(now: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
         .unwrap_or(DateTime::<Utc>::MAX_UTC)
 }
 
-/// Writes one ended attempt to the execution log (SPEC L5).
-#[allow(clippy::too_many_arguments)]
-async fn log_attempt(
-    c: &mut Conn,
+/// One ended attempt, for the execution log (SPEC L5).
+struct Ended<'a> {
     job: i64,
     attempt: i64,
-    worker: &str,
+    worker: &'a str,
     started_at: i64,
     ended_at: DateTime<Utc>,
     outcome: relayq_core::AttemptOutcome,
-    error: Option<&str>,
-) -> Result<()> {
+    error: Option<&'a str>,
+    output: Option<&'a str>,
+}
+
+/// Writes one ended attempt to the execution log (SPEC L5).
+async fn log_attempt(c: &mut Conn, a: Ended<'_>) -> Result<()> {
     sqlx::query(
-        "INSERT INTO relayq_attempts (job_id, attempt, worker, started_at, ended_at, outcome, error)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        "INSERT INTO relayq_attempts
+             (job_id, attempt, worker, started_at, ended_at, outcome, error, output)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     )
-    .bind(job)
-    .bind(attempt)
-    .bind(worker)
-    .bind(started_at)
-    .bind(us(ended_at))
-    .bind(outcome.as_str())
-    .bind(error)
+    .bind(a.job)
+    .bind(a.attempt)
+    .bind(a.worker)
+    .bind(a.started_at)
+    .bind(us(a.ended_at))
+    .bind(a.outcome.as_str())
+    .bind(a.error)
+    .bind(a.output)
     .execute(&mut *c)
     .await
     .map_err(db)?;

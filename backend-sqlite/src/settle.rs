@@ -9,7 +9,7 @@ use relayq_core::{
     validate,
 };
 
-use crate::{Conn, SqliteBackend, at, db, log_attempt, plus, promote, us};
+use crate::{Conn, Ended, SqliteBackend, at, db, log_attempt, plus, promote, us};
 
 /// The job row after a fenced update.
 #[derive(sqlx::FromRow)]
@@ -130,17 +130,17 @@ async fn settle_one(c: &mut Conn, s: &Settle, now: DateTime<Utc>) -> Result<Resu
         ),
         (Outcome::Fail { .. }, _) => (AttemptOutcome::Failed, row.attempts, Settled::Dead),
     };
-    log_attempt(
-        c,
-        s.lease.job.0,
+    let ended = Ended {
+        job: s.lease.job.0,
         attempt,
-        &row.worker,
-        row.started_at,
-        now,
+        worker: &row.worker,
+        started_at: row.started_at,
+        ended_at: now,
         outcome,
         error,
-    )
-    .await?;
+        output: s.output.as_deref(),
+    };
+    log_attempt(c, ended).await?;
     let finished = match settled {
         Settled::Completed => Some(JobState::Succeeded),
         Settled::Dead => Some(JobState::Dead),

@@ -24,3 +24,63 @@ async fn many_handles_open_a_new_file_at_once() {
         }
     }
 }
+
+/// A database made by schema version 1 is upgraded in place on open, keeping its jobs.
+#[tokio::test]
+async fn a_version_1_database_is_upgraded_on_open() {
+    use relayq_core::{Claim, ClaimRequest, Complete, Enqueue, JobId, NewJob, Settle};
+    use sqlx::Connection as _;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v1.db");
+    let url = format!("sqlite://{}", path.display());
+    {
+        let options = std::str::FromStr::from_str(&url).unwrap();
+        let options: sqlx::sqlite::SqliteConnectOptions = options;
+        let mut c = sqlx::SqliteConnection::connect_with(&options.create_if_missing(true))
+            .await
+            .unwrap();
+        sqlx::raw_sql(include_str!("../migrations/0001_init.sql"))
+            .execute(&mut c)
+            .await
+            .unwrap();
+        sqlx::raw_sql(
+            "PRAGMA user_version = 1; INSERT INTO relayq_jobs
+                (queue, state, payload, priority, run_at, max_attempts, created_at)
+                VALUES ('old', 'ready', x'01', 0, 0, 3, 0)",
+        )
+        .execute(&mut c)
+        .await
+        .unwrap();
+    }
+    let backend = SqliteBackend::open(&url).await.unwrap();
+    let version: i64 = sqlx::query_scalar("PRAGMA user_version")
+        .fetch_one(backend.pool())
+        .await
+        .unwrap();
+    assert_eq!(version, 2);
+    let job = backend
+        .claim(ClaimRequest::new(
+            "old",
+            "w",
+            1,
+            std::time::Duration::from_secs(30),
+        ))
+        .await
+        .unwrap()
+        .pop()
+        .expect("the version-1 job survives the upgrade");
+    assert_eq!(job.id(), JobId(1));
+    backend
+        .settle_one(Settle::complete(job.lease).with_output(Some("kept".into())))
+        .await
+        .unwrap();
+    let log = backend.job("old", JobId(1)).await.unwrap().attempt_log;
+    assert_eq!(log[0].output.as_deref(), Some("kept"));
+    assert!(
+        backend
+            .enqueue_one(NewJob::new("old", vec![]))
+            .await
+            .is_ok()
+    );
+}

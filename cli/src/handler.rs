@@ -6,7 +6,7 @@ use std::{sync::Arc, time::Duration};
 use relayq_core::{
     ClaimedJob, JobId,
     settle::MAX_ERROR_BYTES,
-    worker::{Handler, JobError},
+    worker::{Done, Handler, JobError},
 };
 use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
@@ -77,7 +77,7 @@ impl CommandHandler {
     /// # Errors
     /// A permanent `JobError` when the payload is not a command; a retryable one when the
     /// command fails (non-zero exit, signal, timeout, could not start), with its output.
-    pub async fn handle(&self, job: ClaimedJob) -> Result<(), JobError> {
+    pub async fn handle(&self, job: ClaimedJob) -> Result<Done, JobError> {
         let event = |name: String, kind| JobEvent {
             queue: job.lease.queue.clone(),
             job: job.id(),
@@ -116,7 +116,11 @@ impl CommandHandler {
             },
         ));
         if run.ending.success() {
-            Ok(())
+            // The output's tail goes to the execution log with the attempt.
+            let output = run.output.text();
+            Ok(Done {
+                output: (!output.is_empty()).then_some(output),
+            })
         } else {
             Err(JobError::retryable(failure_text(&run)))
         }

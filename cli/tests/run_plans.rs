@@ -28,6 +28,15 @@ fn the_example_plan_runs_every_stage_after_the_ones_below_it() {
         assert_eq!(j["state"], "succeeded", "{j}");
         *per_stage.entry(stage(j)).or_insert(0) += 1;
     }
+    // A successful command's output is kept in the execution log.
+    let extract_a = jobs
+        .iter()
+        .find(|j| j["name"] == "extract-a")
+        .expect("extract-a");
+    assert_eq!(
+        extract_a["attempts"][0]["output"], "extracted a\n",
+        "{extract_a}"
+    );
     assert_eq!(
         per_stage.into_iter().collect::<Vec<_>>(),
         vec![(100, 7), (200, 2), (300, 1), (400, 2), (500, 1)]

@@ -111,6 +111,7 @@ macro_rules! for_each_case {
             lease::l3_heartbeat_rejects_stale_and_bad_extend,
             lease::l4_release_does_not_count,
             lease::l5_attempt_log_records_attempts,
+            lease::l5_attempt_log_keeps_output,
             lease::l5_running_lists_holders,
             lease::l6_settle_many_judges_each_lease,
             lease::l6_rejected_settle_call_settles_nothing,

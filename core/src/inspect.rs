@@ -106,6 +106,9 @@ pub struct AttemptRecord {
     pub outcome: AttemptOutcome,
     /// The error text, for failures and expiries.
     pub error: Option<String>,
+    /// What the worker reported with its outcome (e.g. a command's output), if
+    /// anything; at most 64 KiB.
+    pub output: Option<String>,
 }
 
 /// A job with its attempt log (SPEC M1).

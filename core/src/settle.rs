@@ -76,6 +76,9 @@ pub struct Settle {
     pub lease: Lease,
     /// What happened.
     pub outcome: Outcome,
+    /// Text kept with the attempt in the execution log, such as a command's output
+    /// (SPEC L5); cut to 64 KiB.
+    pub output: Option<String>,
 }
 
 impl Settle {
@@ -85,7 +88,15 @@ impl Settle {
         Self {
             lease,
             outcome: Outcome::Complete,
+            output: None,
         }
+    }
+
+    /// Keeps `output` with the attempt in the execution log.
+    #[must_use]
+    pub fn with_output(mut self, output: Option<String>) -> Self {
+        self.output = output;
+        self
     }
 
     /// Fails `lease` with `error`, retrying per `retry`.
@@ -96,6 +107,7 @@ impl Settle {
                 error: error.into(),
                 retry,
             },
+            output: None,
         }
     }
 
@@ -105,6 +117,7 @@ impl Settle {
         Self {
             lease,
             outcome: Outcome::Release,
+            output: None,
         }
     }
 }

@@ -218,6 +218,9 @@ pub fn settles(settles: &mut [Settle]) -> Result<()> {
     }
     for s in settles {
         queue_name(&s.lease.queue)?;
+        if let Some(output) = &mut s.output {
+            *output = crate::settle::clean_error_text(output);
+        }
         if let Outcome::Fail { error, retry } = &mut s.outcome {
             *error = crate::settle::clean_error_text(error);
             match *retry {

@@ -1,5 +1,5 @@
-//! `relayq job ID`: one job with its attempt log and last error (with the command's
-//! output).
+//! `relayq job ID`: one job with its attempt log, the output a successful command
+//! left, and the last error (with the failed command's output).
 
 use relayq_core::JobId;
 
@@ -68,6 +68,12 @@ pub async fn run(db: &str, args: JobArgs) -> anyhow::Result<u8> {
             ]);
         }
         outln!("{t}");
+    }
+    if let Some(out) = job.attempts.iter().rev().find_map(|a| a.output.as_deref()) {
+        outln!("output (last 64 KiB):");
+        for line in out.lines() {
+            outln!("    {line}");
+        }
     }
     if let Some(err) = &job.last_error {
         outln!("last error:");

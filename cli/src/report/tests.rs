@@ -22,6 +22,7 @@ fn attempt(
         outcome,
         error: (outcome == AttemptOutcome::Failed)
             .then(|| "exit status 3\n--- output ---\nboom".into()),
+        output: None,
     }
 }
 

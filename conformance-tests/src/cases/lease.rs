@@ -67,6 +67,30 @@ pub async fn l1_wrong_token_changes_nothing(env: &Env) -> anyhow::Result<()> {
     expect_state(b, &q, id, JobState::Succeeded).await
 }
 
+/// SPEC L5: text reported with an outcome (a command's output, say) is kept with the
+/// attempt in the execution log, for successes and failures alike.
+pub async fn l5_attempt_log_keeps_output(env: &Env) -> anyhow::Result<()> {
+    let b = env.backend();
+    let q = queue_name("l5out");
+    let id = enqueue(b, NewJob::new(&q, b"x".to_vec()).max_attempts(2)).await?;
+    let first = claim_exactly(b, &q, &[id]).await?.remove(0);
+    let failed = Settle::fail(first.lease, "exit 1", Retry::After(Duration::ZERO))
+        .with_output(Some("first try\n".into()));
+    b.settle_one(failed).await?;
+    let second = poll_claim(b, &q, "w", 1, LEASE, "the retry")
+        .await?
+        .remove(0);
+    let done = Settle::complete(second.lease).with_output(Some("it's done; -- {ok}\n".into()));
+    b.settle_one(done).await?;
+    let log = b.job(&q, id).await?.attempt_log;
+    let outputs: Vec<Option<&str>> = log.iter().map(|a| a.output.as_deref()).collect();
+    ensure!(
+        outputs == [Some("first try\n"), Some("it's done; -- {ok}\n")],
+        "outputs in the log: {outputs:?}"
+    );
+    Ok(())
+}
+
 /// SPEC L1, L3, C5: a lease past its expiry no longer holds, even before anyone took
 /// the job over: complete, fail, release and heartbeat are `StaleLease`; the next claim
 /// takes the job as attempt 2.

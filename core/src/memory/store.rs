@@ -53,11 +53,18 @@ impl Job {
     }
 
     /// Closes the open attempt of the execution log (SPEC L5).
-    fn close_attempt(&mut self, now: DateTime<Utc>, outcome: AttemptOutcome, error: Option<&str>) {
+    fn close_attempt(
+        &mut self,
+        now: DateTime<Utc>,
+        outcome: AttemptOutcome,
+        error: Option<&str>,
+        output: Option<&str>,
+    ) {
         if let Some(rec) = self.log.last_mut().filter(|r| r.ended_at.is_none()) {
             rec.ended_at = Some(now);
             rec.outcome = outcome;
             rec.error = error.map(str::to_owned);
+            rec.output = output.map(str::to_owned);
         }
     }
 
@@ -249,7 +256,7 @@ impl QueueState {
         let (mut requeued, mut dead) = (0, 0);
         for id in expired {
             let job = self.jobs.get_mut(&id).expect("open job exists");
-            job.close_attempt(now, AttemptOutcome::Expired, Some("lease expired"));
+            job.close_attempt(now, AttemptOutcome::Expired, Some("lease expired"), None);
             job.last_error = Some("lease expired".into());
             if job.attempts < u32::from(job.max_attempts) {
                 // Keeps its run_at, so it keeps its place; still holds group and stage.
@@ -317,6 +324,7 @@ impl QueueState {
                     ended_at: None,
                     outcome: AttemptOutcome::Running,
                     error: None,
+                    output: None,
                 });
                 ClaimedJob {
                     lease: Lease {
@@ -350,12 +358,17 @@ impl QueueState {
             .ok_or(Error::StaleLease)?;
         match s.outcome {
             Outcome::Complete => {
-                job.close_attempt(now, AttemptOutcome::Succeeded, None);
+                job.close_attempt(now, AttemptOutcome::Succeeded, None, s.output.as_deref());
                 self.finish(id, JobState::Succeeded, now);
                 Ok(Settled::Completed)
             }
             Outcome::Fail { error, retry } => {
-                job.close_attempt(now, AttemptOutcome::Failed, Some(&error));
+                job.close_attempt(
+                    now,
+                    AttemptOutcome::Failed,
+                    Some(&error),
+                    s.output.as_deref(),
+                );
                 job.last_error = Some(error);
                 let delay = retry.delay(job.attempts, now);
                 match delay.filter(|_| job.attempts < u32::from(job.max_attempts)) {
@@ -371,7 +384,7 @@ impl QueueState {
                 }
             }
             Outcome::Release => {
-                job.close_attempt(now, AttemptOutcome::Released, None);
+                job.close_attempt(now, AttemptOutcome::Released, None, s.output.as_deref());
                 job.attempts -= 1;
                 job.phase = Phase::Waiting;
                 Ok(Settled::Released)
@@ -463,7 +476,7 @@ impl QueueState {
         if matches!(job.phase, Phase::Finished(_)) {
             return Ok(false);
         }
-        job.close_attempt(now, AttemptOutcome::Cancelled, None);
+        job.close_attempt(now, AttemptOutcome::Cancelled, None, None);
         self.finish(id.0, JobState::Cancelled, now);
         Ok(true)
     }

@@ -55,22 +55,46 @@ impl<E: std::error::Error + Send + Sync + 'static> From<E> for JobError {
     }
 }
 
+/// What a successful handler leaves in the execution log: nothing (`()`), or output
+/// text (`String`), kept with the attempt (SPEC L5).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Done {
+    /// Output to keep with the attempt; cut to 64 KiB.
+    pub output: Option<String>,
+}
+
+impl From<()> for Done {
+    fn from((): ()) -> Self {
+        Self::default()
+    }
+}
+
+impl From<String> for Done {
+    fn from(output: String) -> Self {
+        Self {
+            output: Some(output),
+        }
+    }
+}
+
 /// Runs one job. Implement it for a type, or pass an async closure
-/// `|job: ClaimedJob| async move { ... Ok::<_, JobError>(()) }`.
+/// `|job: ClaimedJob| async move { ... Ok::<_, JobError>(()) }` (or `Ok(output)` with a
+/// `String` to keep in the execution log).
 #[async_trait]
 pub trait Handler: Send + Sync + 'static {
     /// Runs `job`. `Ok` completes it; `Err` fails it (SPEC W3).
-    async fn handle(&self, job: ClaimedJob) -> Result<(), JobError>;
+    async fn handle(&self, job: ClaimedJob) -> Result<Done, JobError>;
 }
 
 #[async_trait]
-impl<F, Fut, E> Handler for F
+impl<F, Fut, T, E> Handler for F
 where
     F: Fn(ClaimedJob) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<(), E>> + Send + 'static,
+    Fut: Future<Output = Result<T, E>> + Send + 'static,
+    T: Into<Done> + 'static,
     E: Into<JobError> + 'static,
 {
-    async fn handle(&self, job: ClaimedJob) -> Result<(), JobError> {
-        self(job).await.map_err(Into::into)
+    async fn handle(&self, job: ClaimedJob) -> Result<Done, JobError> {
+        self(job).await.map(Into::into).map_err(Into::into)
     }
 }

@@ -97,7 +97,7 @@ impl JobRun {
 
         let settle = tokio::select! {
             res = &mut task => match res {
-                Ok(Ok(())) => Settle::complete(lease),
+                Ok(Ok(done)) => Settle::complete(lease).with_output(done.output),
                 Ok(Err(e)) => Settle::fail(lease, e.message, e.retry),
                 Err(e) if e.is_panic() => {
                     Settle::fail(lease, format!("handler panicked: {}", panic_text(&*e.into_panic())), Retry::Backoff)

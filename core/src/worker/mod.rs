@@ -26,7 +26,7 @@ use std::{sync::Arc, time::Duration};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-pub use handler::{Handler, JobError};
+pub use handler::{Done, Handler, JobError};
 pub use stats::WorkerReport;
 
 use crate::{Backend, Error, Result, validate};
