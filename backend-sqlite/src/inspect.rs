@@ -3,8 +3,8 @@
 use async_trait::async_trait;
 use chrono::Utc;
 use relayq_core::{
-    AttemptOutcome, AttemptRecord, BatchId, Error, Inspect, JobId, JobInfo, JobState, QueueStats,
-    Result, RunningJob, validate,
+    AttemptOutcome, AttemptRecord, Batch, BatchId, BatchProgress, Error, Inspect, JobId, JobInfo,
+    JobState, OrderBarrier, QueueStats, Result, RunningJob, validate,
 };
 
 use crate::{SqliteBackend, at, db, us};
@@ -184,14 +184,31 @@ impl Inspect for SqliteBackend {
             .collect()
     }
 
+    async fn batches(&self, queue: &str, limit: u32) -> Result<Vec<BatchProgress>> {
+        validate::queue_name(queue)?;
+        validate::list_limit(limit)?;
+        let ids: Vec<i64> = sqlx::query_scalar(
+            "SELECT id FROM relayq_batches WHERE queue = ?1 ORDER BY id DESC LIMIT ?2",
+        )
+        .bind(queue)
+        .bind(i64::from(limit))
+        .fetch_all(self.pool())
+        .await
+        .map_err(db)?;
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            let batch = Batch {
+                queue: queue.to_owned(),
+                id: BatchId(id),
+            };
+            out.push(self.batch_progress(&batch).await?);
+        }
+        Ok(out)
+    }
+
     async fn dead_jobs(&self, queue: &str, limit: u32) -> Result<Vec<JobInfo>> {
         validate::queue_name(queue)?;
-        if !(1..=1000).contains(&limit) {
-            return Err(Error::invalid(
-                "limit",
-                format!("must be 1..=1000, got {limit}"),
-            ));
-        }
+        validate::list_limit(limit)?;
         let ids: Vec<i64> = sqlx::query_scalar(
             "SELECT id FROM relayq_jobs WHERE queue = ?1 AND state = 'dead' ORDER BY id LIMIT ?2",
         )

@@ -206,6 +206,17 @@ fn status_and_wait_after_the_example_plan() {
         .expect("succeeded row");
     assert!(succeeded.contains("13"), "{succeeded}");
     assert!(text.contains("running now: none"), "{text}");
+    // The newest batches show without naming one.
+    assert!(
+        text.contains(&format!(
+            "batch {batch} of queue \"default\": finished; on_failure = halt"
+        )),
+        "{text}"
+    );
+    assert_eq!(
+        status["batches"][0]["batch"]["id"], report["batch"],
+        "{status}"
+    );
 
     let text = env
         .run(&["status", "--batch", &batch])

@@ -221,6 +221,14 @@ pub trait Inspect: Send + Sync {
     /// What runs now in `queue`: job, worker, attempt, since when (SPEC L5).
     async fn running(&self, queue: &str) -> Result<Vec<RunningJob>>;
 
+    /// The progress of up to `limit` batches of `queue`, newest first (SPEC M1).
+    ///
+    /// # Behavior
+    /// - Each entry equals what [`OrderBarrier::batch_progress`] reports for that batch
+    ///   (SPEC M1, B5).
+    /// - `limit` outside 1..=1000 is [`Error::InvalidInput`] on `limit`.
+    async fn batches(&self, queue: &str, limit: u32) -> Result<Vec<BatchProgress>>;
+
     /// Up to `limit` dead jobs of `queue`, in enqueue (id) order (SPEC M2).
     async fn dead_jobs(&self, queue: &str, limit: u32) -> Result<Vec<JobInfo>>;
 }

@@ -174,6 +174,20 @@ pub fn new_jobs(jobs: &[NewJob], limits: &Limits) -> Result<()> {
     Ok(())
 }
 
+/// Checks the `limit` of a listing (1..=1000).
+///
+/// # Errors
+/// [`Error::InvalidInput`] on `limit`.
+pub fn list_limit(limit: u32) -> Result<()> {
+    if !(1..=1000).contains(&limit) {
+        return Err(Error::invalid(
+            "limit",
+            format!("must be 1..=1000, got {limit}"),
+        ));
+    }
+    Ok(())
+}
+
 /// Checks a lease length or heartbeat extension.
 ///
 /// # Errors

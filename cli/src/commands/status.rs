@@ -1,5 +1,5 @@
-//! `relayq status [QUEUE] [--batch ID]`: counts per state, what runs now, and a batch's
-//! progress per stage.
+//! `relayq status [QUEUE] [--batch ID | --batches N]`: counts per state, what runs
+//! now, and the newest batches' (or one batch's) progress per stage.
 
 use relayq_core::{Backend, Batch, BatchId, BatchProgress, JobState, QueueStats, RunningJob};
 use serde::Serialize;
@@ -17,9 +17,12 @@ pub struct StatusArgs {
     /// The queue.
     #[arg(env = "RELAYQ_QUEUE", default_value = "default")]
     pub queue: String,
-    /// Also show this batch's progress per stage.
+    /// Show this batch's progress per stage (instead of the newest batches').
     #[arg(long)]
     pub batch: Option<i64>,
+    /// How many of the newest batches to show.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub batches: u32,
     /// Print JSON instead of tables.
     #[arg(long)]
     pub json: bool,
@@ -29,7 +32,7 @@ pub struct StatusArgs {
 struct Status {
     stats: QueueStats,
     running: Vec<Running>,
-    batch: Option<BatchProgress>,
+    batches: Vec<BatchProgress>,
 }
 
 #[derive(Serialize)]
@@ -54,21 +57,21 @@ pub async fn run(db: &str, args: StatusArgs) -> anyhow::Result<u8> {
             job,
         });
     }
-    let batch = match args.batch {
-        Some(id) => Some(
+    let batches = match args.batch {
+        Some(id) => vec![
             backend
                 .batch_progress(&Batch {
                     queue: queue.to_owned(),
                     id: BatchId(id),
                 })
                 .await?,
-        ),
-        None => None,
+        ],
+        None => backend.batches(queue, args.batches).await?,
     };
     let status = Status {
         stats,
         running,
-        batch,
+        batches,
     };
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&status)?);
@@ -118,7 +121,7 @@ fn print_text(s: &Status) {
         }
         outln!("{t}");
     }
-    if let Some(b) = &s.batch {
+    for b in &s.batches {
         print_batch(b);
     }
 }

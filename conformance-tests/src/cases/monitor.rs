@@ -9,8 +9,8 @@ use anyhow::ensure;
 use relayq_core::{DEFAULT_RETENTION, JobId, JobState, NewJob, OnFailure, Retry};
 
 use super::support::{
-    PATIENCE, claim, claim_exactly, enqueue, enqueue_n, expect_not_found, expect_state,
-    one_job_per_state, total,
+    PATIENCE, claim, claim_exactly, enqueue, enqueue_n, expect_invalid, expect_not_found,
+    expect_state, one_job_per_state, total,
 };
 use crate::{Env, poll_until, queue_name};
 
@@ -146,6 +146,41 @@ pub async fn m2_dead_jobs_listed_and_retried(env: &Env) -> anyhow::Result<()> {
         b.dead_jobs(&q, 10).await?.is_empty(),
         "dead jobs left after retrying all"
     );
+    Ok(())
+}
+
+/// SPEC M1, B5: `batches` lists a queue's batches newest first, each with the same
+/// progress `batch_progress` reports; a bad limit is rejected.
+pub async fn m1_batches_lists_newest_first(env: &Env) -> anyhow::Result<()> {
+    let b = env.backend();
+    let q = queue_name("m1batches");
+    let mut opened = Vec::new();
+    for stage in [100, 200, 300] {
+        let batch = b.open_batch(&q, OnFailure::Continue).await?;
+        enqueue(b, NewJob::new(&q, b"x".to_vec()).in_batch(batch.id, stage)).await?;
+        opened.push(batch);
+    }
+    b.seal(&opened[1]).await?;
+    let listed = b.batches(&q, 2).await?;
+    let want = [
+        b.batch_progress(&opened[2]).await?,
+        b.batch_progress(&opened[1]).await?,
+    ];
+    ensure!(
+        listed == want,
+        "batches(q, 2) gave {listed:?}, expected {want:?}"
+    );
+    ensure!(
+        b.batches(&queue_name("m1none"), 10).await?.is_empty(),
+        "an unused queue has no batches"
+    );
+    for bad in [0, 1001] {
+        expect_invalid(
+            b.batches(&q, bad).await,
+            "limit",
+            "batches with a bad limit",
+        )?;
+    }
     Ok(())
 }
 

@@ -211,13 +211,13 @@ impl Inspect for MemoryBackend {
         self.with_queue(queue, |q, _| q.running())
     }
 
+    async fn batches(&self, queue: &str, limit: u32) -> Result<Vec<BatchProgress>> {
+        validate::list_limit(limit)?;
+        self.with_queue(queue, |q, now| q.batches(queue, limit as usize, now))?
+    }
+
     async fn dead_jobs(&self, queue: &str, limit: u32) -> Result<Vec<JobInfo>> {
-        if !(1..=1000).contains(&limit) {
-            return Err(Error::invalid(
-                "limit",
-                format!("must be 1..=1000, got {limit}"),
-            ));
-        }
+        validate::list_limit(limit)?;
         self.with_queue(queue, |q, now| q.dead_jobs(queue, limit as usize, now))
     }
 }

@@ -462,6 +462,27 @@ impl QueueState {
         })
     }
 
+    /// The newest `limit` batches' progress.
+    pub(crate) fn batches(
+        &self,
+        queue: &str,
+        limit: usize,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<BatchProgress>> {
+        self.batches
+            .keys()
+            .rev()
+            .take(limit)
+            .map(|id| {
+                let batch = crate::Batch {
+                    queue: queue.to_owned(),
+                    id: BatchId(*id),
+                };
+                self.batch_progress(&batch, now)
+            })
+            .collect()
+    }
+
     /// SPEC B7: cancels one unfinished job; false when already finished.
     pub(crate) fn cancel_job(
         &mut self,
