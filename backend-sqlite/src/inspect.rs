@@ -48,6 +48,18 @@ where
     T::try_from(v).map_err(Error::backend)
 }
 
+impl SqliteBackend {
+    /// The ids a listing query (`?1` queue, `?2` limit) returns.
+    async fn ids(&self, sql: &'static str, queue: &str, limit: u32) -> Result<Vec<i64>> {
+        sqlx::query_scalar(sql)
+            .bind(queue)
+            .bind(i64::from(limit))
+            .fetch_all(self.pool())
+            .await
+            .map_err(db)
+    }
+}
+
 #[async_trait]
 impl Inspect for SqliteBackend {
     async fn queue_stats(&self, queue: &str) -> Result<QueueStats> {
@@ -187,14 +199,13 @@ impl Inspect for SqliteBackend {
     async fn batches(&self, queue: &str, limit: u32) -> Result<Vec<BatchProgress>> {
         validate::queue_name(queue)?;
         validate::list_limit(limit)?;
-        let ids: Vec<i64> = sqlx::query_scalar(
-            "SELECT id FROM relayq_batches WHERE queue = ?1 ORDER BY id DESC LIMIT ?2",
-        )
-        .bind(queue)
-        .bind(i64::from(limit))
-        .fetch_all(self.pool())
-        .await
-        .map_err(db)?;
+        let ids = self
+            .ids(
+                "SELECT id FROM relayq_batches WHERE queue = ?1 ORDER BY id DESC LIMIT ?2",
+                queue,
+                limit,
+            )
+            .await?;
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
             let batch = Batch {
@@ -209,14 +220,13 @@ impl Inspect for SqliteBackend {
     async fn dead_jobs(&self, queue: &str, limit: u32) -> Result<Vec<JobInfo>> {
         validate::queue_name(queue)?;
         validate::list_limit(limit)?;
-        let ids: Vec<i64> = sqlx::query_scalar(
-            "SELECT id FROM relayq_jobs WHERE queue = ?1 AND state = 'dead' ORDER BY id LIMIT ?2",
-        )
-        .bind(queue)
-        .bind(i64::from(limit))
-        .fetch_all(self.pool())
-        .await
-        .map_err(db)?;
+        let ids = self
+            .ids(
+                "SELECT id FROM relayq_jobs WHERE queue = ?1 AND state = 'dead' ORDER BY id LIMIT ?2",
+                queue,
+                limit,
+            )
+            .await?;
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
             out.push(self.job(queue, JobId(id)).await?);

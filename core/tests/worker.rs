@@ -51,6 +51,28 @@ async fn state(b: &MemoryBackend, q: &str, id: JobId) -> JobState {
     b.job(q, id).await.unwrap().state
 }
 
+/// A handler that runs for a minute, and a flag set when it stops early (its future is
+/// dropped).
+fn stoppable() -> (impl worker::Handler, Arc<AtomicBool>) {
+    struct Flag(Arc<AtomicBool>);
+    impl Drop for Flag {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+    let stopped = Arc::new(AtomicBool::new(false));
+    let flag = stopped.clone();
+    let handler = move |_job: ClaimedJob| {
+        let guard = Flag(flag.clone());
+        async move {
+            sleep(Duration::from_secs(60)).await;
+            drop(guard);
+            Ok::<_, JobError>(())
+        }
+    };
+    (handler, stopped)
+}
+
 /// Runs one single-attempt job through a worker set up by `setup` until the job is
 /// dead; returns the error it died with and the worker's report.
 async fn dies_with(setup: impl FnOnce(WorkerBuilder) -> WorkerBuilder) -> (String, WorkerReport) {
@@ -229,27 +251,13 @@ async fn w1_heartbeat_keeps_a_long_job_alive_past_its_first_lease() {
 
 #[tokio::test]
 async fn w1_a_revoked_lease_stops_the_handler() {
-    struct Flag(Arc<AtomicBool>);
-    impl Drop for Flag {
-        fn drop(&mut self) {
-            self.0.store(true, Ordering::SeqCst);
-        }
-    }
     let b = Arc::new(MemoryBackend::new());
     let q = queue();
     let id = enqueue_n(&b, &q, 1, 3).await[0];
-    let stopped = Arc::new(AtomicBool::new(false));
-    let flag = stopped.clone();
+    let (handler, stopped) = stoppable();
     let w = builder(&b, &q)
         .lease(Duration::from_millis(300))
-        .handler(move |_job: ClaimedJob| {
-            let guard = Flag(flag.clone());
-            async move {
-                sleep(Duration::from_secs(60)).await;
-                drop(guard);
-                Ok::<_, JobError>(())
-            }
-        })
+        .handler(handler)
         .build()
         .unwrap()
         .spawn();
@@ -298,28 +306,11 @@ async fn w1_lease_is_kept_alive_until_the_outcome_is_settled() {
 
 #[tokio::test]
 async fn w4_dropping_a_worker_stops_its_handlers() {
-    struct Flag(Arc<AtomicBool>);
-    impl Drop for Flag {
-        fn drop(&mut self) {
-            self.0.store(true, Ordering::SeqCst);
-        }
-    }
     let b = Arc::new(MemoryBackend::new());
     let q = queue();
     let id = enqueue_n(&b, &q, 1, 3).await[0];
-    let stopped = Arc::new(AtomicBool::new(false));
-    let flag = stopped.clone();
-    let worker = builder(&b, &q)
-        .handler(move |_job: ClaimedJob| {
-            let guard = Flag(flag.clone());
-            async move {
-                sleep(Duration::from_secs(60)).await;
-                drop(guard);
-                Ok::<_, JobError>(())
-            }
-        })
-        .build()
-        .unwrap();
+    let (handler, stopped) = stoppable();
+    let worker = builder(&b, &q).handler(handler).build().unwrap();
     let task = tokio::spawn(worker.run(tokio_util::sync::CancellationToken::new()));
     until("job running", async || {
         state(&b, &q, id).await == JobState::Running
