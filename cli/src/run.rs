@@ -238,7 +238,7 @@ async fn next_finished(events: &mut Option<broadcast::Receiver<Event>>, queue: &
     };
     loop {
         match rx.recv().await {
-            Ok(ev) if ev.kind == EventKind::Finished && *ev.queue == *queue => return,
+            Ok(ev) if ev.concerns(queue, EventKind::Finished) => return,
             Ok(_) => {}
             Err(broadcast::error::RecvError::Lagged(_)) => return,
             Err(broadcast::error::RecvError::Closed) => {

@@ -44,7 +44,7 @@ pub async fn wait_polling<B: OrderBarrier + ?Sized>(
             let woke = loop {
                 tokio::select! {
                     ev = rx.recv() => match ev {
-                        Ok(ev) if ev.kind == EventKind::Finished && *ev.queue == *batch.queue => break true,
+                        Ok(ev) if ev.concerns(&batch.queue, EventKind::Finished) => break true,
                         Ok(_) => {}
                         Err(RecvError::Lagged(_)) => break true,
                         Err(RecvError::Closed) => { events = None; break false; }

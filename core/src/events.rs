@@ -9,6 +9,9 @@ pub enum EventKind {
     Ready,
     /// A job finished (succeeded, dead or cancelled).
     Finished,
+    /// Events may have been lost (say, the backend's notification connection dropped
+    /// and was re-established): every listener should re-check every queue once.
+    Resync,
 }
 
 /// A wake-up hint for one queue.
@@ -18,6 +21,15 @@ pub struct Event {
     pub queue: Arc<str>,
     /// What happened.
     pub kind: EventKind,
+}
+
+impl Event {
+    /// Whether a listener interested in `kind` events of `queue` should wake:
+    /// a matching event, or a [`EventKind::Resync`].
+    #[must_use]
+    pub fn concerns(&self, queue: &str, kind: EventKind) -> bool {
+        self.kind == EventKind::Resync || (self.kind == kind && *self.queue == *queue)
+    }
 }
 
 /// The wake-up channel a backend shares among its handles: [`notify`](Self::notify)
@@ -44,6 +56,14 @@ impl EventBus {
         let _ = self.0.send(Event {
             queue: Arc::from(queue),
             kind,
+        });
+    }
+
+    /// Tells every listener that events may have been lost, so each re-checks once.
+    pub fn resync(&self) {
+        let _ = self.0.send(Event {
+            queue: Arc::from("*"),
+            kind: EventKind::Resync,
         });
     }
 

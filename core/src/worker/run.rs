@@ -15,7 +15,7 @@ use super::{
     settler::Settler,
     stats::Stats,
 };
-use crate::{Backend, ClaimRequest, Event, Result};
+use crate::{Backend, ClaimRequest, Event, EventKind, Result};
 
 pub(super) struct Runner {
     backend: Arc<dyn Backend>,
@@ -192,7 +192,9 @@ async fn next_event(events: &mut Option<broadcast::Receiver<Event>>, queues: &[S
     };
     loop {
         match rx.recv().await {
-            Ok(ev) if queues.iter().any(|q| **q == *ev.queue) => return true,
+            Ok(ev) if ev.kind == EventKind::Resync || queues.iter().any(|q| **q == *ev.queue) => {
+                return true;
+            }
             Ok(_) => {}
             Err(broadcast::error::RecvError::Lagged(_)) => return true,
             Err(broadcast::error::RecvError::Closed) => {
