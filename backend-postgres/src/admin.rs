@@ -1,0 +1,296 @@
+//! SPEC C6, B7, M2, M3: operating queues.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use relayq_core::{Admin, Batch, Error, JobId, JobState, Maintenance, Result, validate};
+use sqlx::PgConnection;
+
+use crate::{
+    PostgresBackend, db, listen, micros,
+    promote::{self, Touched, archive},
+    retry_deadlocks,
+};
+
+/// Cancels the unfinished jobs `$1` (ids, locked by the caller): they move to
+/// `finished` as `cancelled`, and a running one's attempt is closed in the log, which
+/// revokes its lease (SPEC B7). Returns each cancelled job's place.
+const CANCEL: &str = concat!(
+    "WITH g AS (
+        DELETE FROM {s}.jobs WHERE id = ANY($1)
+        RETURNING *),
+    logged AS (
+        INSERT INTO {s}.attempts (job_id, attempt, worker, started_at, ended_at, outcome)
+        SELECT id, attempts, worker, started_at, now(), 'cancelled'
+        FROM g WHERE state = 'running'),
+    archived AS (",
+    archive!("g", "'cancelled'", "g.last_error"),
+    ")
+    SELECT queue, group_key, batch_id, stage FROM g"
+);
+
+/// Finished jobs pruned per statement, so a large backlog never makes one huge
+/// transaction.
+const PRUNE_CHUNK: i64 = 10_000;
+
+type Place = (String, Option<String>, Option<i64>, Option<i32>);
+
+impl PostgresBackend {
+    async fn set_queue(
+        &self,
+        queue: &str,
+        paused: Option<bool>,
+        max: Option<Option<u32>>,
+    ) -> Result<()> {
+        validate::queue_name(queue)?;
+        let max_value = max.flatten().map(|m| i32::try_from(m).unwrap_or(i32::MAX));
+        let payload = format!("{}:{queue}", listen::READY);
+        sqlx::query(self.sql(
+            "WITH up AS (
+                 INSERT INTO {s}.queues (queue, paused, max_running)
+                 VALUES ($1, COALESCE($2, false), $4)
+                 ON CONFLICT (queue) DO UPDATE SET
+                     paused = COALESCE($2, {s}.queues.paused),
+                     max_running = CASE WHEN $3 THEN $4 ELSE {s}.queues.max_running END
+                 RETURNING 1)
+             SELECT pg_notify($5, $6) FROM up",
+        ))
+        .bind(queue)
+        .bind(paused)
+        .bind(max.is_some())
+        .bind(max_value)
+        .bind(self.inner.schema.channel())
+        .bind(&payload)
+        .execute(self.pool())
+        .await
+        .map_err(db)?;
+        self.notify_local(&[payload]);
+        Ok(())
+    }
+
+    /// Cancels `ids` inside the transaction and promotes what they released.
+    async fn cancel_ids(c: &mut PgConnection, this: &Self, ids: &[i64]) -> Result<(u64, Touched)> {
+        let places: Vec<Place> = sqlx::query_as(this.sql(CANCEL))
+            .bind(ids)
+            .fetch_all(&mut *c)
+            .await
+            .map_err(db)?;
+        let mut touched = Touched::default();
+        for (queue, group, batch, stage) in &places {
+            touched.left(queue, group.as_deref(), *batch, *stage, JobState::Cancelled);
+            touched.finished.insert(queue.clone());
+        }
+        promote::promote(c, &this.inner.schema, &mut touched).await?;
+        Ok((places.len() as u64, touched))
+    }
+
+    async fn finish_tx(
+        mut tx: sqlx::PgTransaction<'_>,
+        this: &Self,
+        t: &Touched,
+    ) -> Result<Vec<String>> {
+        let payloads = t.payloads();
+        listen::send(&mut tx, &this.inner.schema.channel(), &payloads).await?;
+        tx.commit().await.map_err(db)?;
+        Ok(payloads)
+    }
+
+    async fn cancel_job_tx(&self, queue: &str, id: JobId) -> Result<(bool, Vec<String>)> {
+        let mut tx = self.inner.pool.begin().await.map_err(db)?;
+        let live: Option<i64> = sqlx::query_scalar(
+            self.sql("SELECT id FROM {s}.jobs WHERE id = $1 AND queue = $2 FOR UPDATE"),
+        )
+        .bind(id.0)
+        .bind(queue)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(db)?;
+        if live.is_none() {
+            let finished: Option<i64> = sqlx::query_scalar(
+                self.sql("SELECT id FROM {s}.finished WHERE id = $1 AND queue = $2"),
+            )
+            .bind(id.0)
+            .bind(queue)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(db)?;
+            return match finished {
+                Some(_) => Ok((false, Vec::new())),
+                None => Err(Error::not_found(format!("job {id} in queue {queue:?}"))),
+            };
+        }
+        let (_, touched) = Self::cancel_ids(&mut tx, self, &[id.0]).await?;
+        Ok((true, Self::finish_tx(tx, self, &touched).await?))
+    }
+
+    async fn cancel_batch_tx(&self, batch: &Batch) -> Result<(u64, Vec<String>)> {
+        let mut tx = self.inner.pool.begin().await.map_err(db)?;
+        // Lock order: job rows first, then the batch (as settles do).
+        let lock_jobs = "SELECT id FROM {s}.jobs WHERE batch_id = $1 ORDER BY id FOR UPDATE";
+        sqlx::query(self.sql(lock_jobs))
+            .bind(batch.id.0)
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
+        let found: Option<i64> =
+            sqlx::query_scalar(self.sql(
+                "UPDATE {s}.batches SET sealed = true WHERE id = $1 AND queue = $2 RETURNING id",
+            ))
+            .bind(batch.id.0)
+            .bind(&batch.queue)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(db)?;
+        if found.is_none() {
+            return Err(Error::not_found(batch.to_string()));
+        }
+        // Sealed now: no job can join any more. Jobs that joined before the seal but
+        // after the first look are in this second one.
+        let ids: Vec<i64> = sqlx::query_scalar(self.sql(lock_jobs))
+            .bind(batch.id.0)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db)?;
+        let (n, mut touched) = Self::cancel_ids(&mut tx, self, &ids).await?;
+        touched.finished.insert(batch.queue.clone());
+        Ok((n, Self::finish_tx(tx, self, &touched).await?))
+    }
+
+    async fn retry_dead_tx(&self, queue: &str, ids: Option<&[i64]>) -> Result<(u64, Vec<String>)> {
+        let mut tx = self.inner.pool.begin().await.map_err(db)?;
+        // Jobs of a batch stay dead: reviving one after later stages started would break
+        // the order barrier. So does a job whose dedupe key another job now holds (the
+        // insert skips it, and the first of two dead jobs sharing a key wins).
+        let revived: Vec<(i64, Option<String>)> = sqlx::query_as(self.sql(
+            "WITH d AS MATERIALIZED (
+                 SELECT * FROM {s}.finished
+                 WHERE queue = $1 AND state = 'dead' AND batch_id IS NULL
+                   AND ($2::bigint[] IS NULL OR id = ANY($2))
+                 ORDER BY id FOR UPDATE),
+             ins AS (
+                 INSERT INTO {s}.jobs (id, queue, state, payload, priority, run_at, max_attempts,
+                                       attempts, group_key, dedupe_key, enqueued_by, created_at,
+                                       last_error)
+                 SELECT id, queue, CASE WHEN group_key IS NULL THEN 'ready' ELSE 'blocked' END,
+                        payload, priority, now(), max_attempts, 0, group_key, dedupe_key,
+                        enqueued_by, created_at, last_error
+                 FROM d ORDER BY id
+                 ON CONFLICT (queue, dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
+                 RETURNING id, group_key),
+             gone AS (DELETE FROM {s}.finished f USING ins WHERE f.id = ins.id)
+             SELECT id, group_key FROM ins",
+        ))
+        .bind(queue)
+        .bind(ids)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db)?;
+        let mut touched = Touched::default();
+        touched.ready.insert(queue.to_owned());
+        for (_, group) in &revived {
+            if let Some(group) = group {
+                touched.group(queue, group);
+            }
+        }
+        promote::promote(&mut tx, &self.inner.schema, &mut touched).await?;
+        Ok((
+            revived.len() as u64,
+            Self::finish_tx(tx, self, &touched).await?,
+        ))
+    }
+
+    /// SPEC M3: deletes finished jobs of `queue` older than `retention`, with their
+    /// log, in chunks; then sealed batches left without jobs.
+    async fn prune(&self, queue: &str, retention: Duration) -> Result<u64> {
+        // Beyond a century, keep everything.
+        let retention = micros(retention.min(Duration::from_secs(100 * 365 * 86_400)));
+        let mut pruned = 0;
+        loop {
+            let n: i64 = sqlx::query_scalar(self.sql(
+                "WITH p AS (
+                     DELETE FROM {s}.finished WHERE id IN (
+                         SELECT id FROM {s}.finished
+                         WHERE queue = $1
+                           AND finished_at <= now() - $2::float8 * interval '1 microsecond'
+                         LIMIT $3)
+                     RETURNING id),
+                 a AS (DELETE FROM {s}.attempts WHERE job_id IN (SELECT id FROM p))
+                 SELECT count(*) FROM p",
+            ))
+            .bind(queue)
+            .bind(retention)
+            .bind(PRUNE_CHUNK)
+            .fetch_one(self.pool())
+            .await
+            .map_err(db)?;
+            pruned += u64::try_from(n).unwrap_or(0);
+            if n < PRUNE_CHUNK {
+                break;
+            }
+        }
+        sqlx::query(self.sql(
+            "DELETE FROM {s}.batches b WHERE queue = $1 AND sealed
+               AND NOT EXISTS (SELECT 1 FROM {s}.jobs WHERE batch_id = b.id)
+               AND NOT EXISTS (SELECT 1 FROM {s}.finished WHERE batch_id = b.id)",
+        ))
+        .bind(queue)
+        .execute(self.pool())
+        .await
+        .map_err(db)?;
+        Ok(pruned)
+    }
+}
+
+#[async_trait]
+impl Admin for PostgresBackend {
+    async fn pause(&self, queue: &str) -> Result<()> {
+        self.set_queue(queue, Some(true), None).await
+    }
+
+    async fn resume(&self, queue: &str) -> Result<()> {
+        self.set_queue(queue, Some(false), None).await
+    }
+
+    async fn set_max_running(&self, queue: &str, max_running: Option<u32>) -> Result<()> {
+        if max_running == Some(0) {
+            return Err(Error::invalid(
+                "max_running",
+                "must be at least 1; use pause to stop a queue",
+            ));
+        }
+        self.set_queue(queue, None, Some(max_running)).await
+    }
+
+    async fn cancel_job(&self, queue: &str, id: JobId) -> Result<bool> {
+        validate::queue_name(queue)?;
+        let (changed, payloads) = retry_deadlocks!(self.cancel_job_tx(queue, id))?;
+        self.notify_local(&payloads);
+        Ok(changed)
+    }
+
+    async fn cancel_batch(&self, batch: &Batch) -> Result<u64> {
+        validate::queue_name(&batch.queue)?;
+        let (n, payloads) = retry_deadlocks!(self.cancel_batch_tx(batch))?;
+        self.notify_local(&payloads);
+        Ok(n)
+    }
+
+    async fn retry_dead(&self, queue: &str, ids: Option<&[JobId]>) -> Result<u64> {
+        validate::queue_name(queue)?;
+        let ids: Option<Vec<i64>> = ids.map(|ids| ids.iter().map(|id| id.0).collect());
+        let (n, payloads) = retry_deadlocks!(self.retry_dead_tx(queue, ids.as_deref()))?;
+        self.notify_local(&payloads);
+        Ok(n)
+    }
+
+    async fn maintain(&self, queue: &str, retention: Duration) -> Result<Maintenance> {
+        validate::queue_name(queue)?;
+        let (requeued, dead) = self.expire(queue, true).await?;
+        let pruned = self.prune(queue, retention).await?;
+        Ok(Maintenance {
+            requeued,
+            dead,
+            pruned,
+        })
+    }
+}

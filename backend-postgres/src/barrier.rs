@@ -1,0 +1,115 @@
+//! SPEC B: batches and their stages.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use relayq_core::{
+    Batch, BatchId, BatchProgress, Error, JobState, OnFailure, OrderBarrier, Result, StageProgress,
+    validate,
+};
+
+use crate::{PostgresBackend, db, listen};
+
+#[async_trait]
+impl OrderBarrier for PostgresBackend {
+    async fn open_batch(&self, queue: &str, on_failure: OnFailure) -> Result<Batch> {
+        validate::queue_name(queue)?;
+        let id: i64 = sqlx::query_scalar(
+            self.sql("INSERT INTO {s}.batches (queue, on_failure) VALUES ($1, $2) RETURNING id"),
+        )
+        .bind(queue)
+        .bind(on_failure.as_str())
+        .fetch_one(self.pool())
+        .await
+        .map_err(db)?;
+        Ok(Batch {
+            queue: queue.to_owned(),
+            id: BatchId(id),
+        })
+    }
+
+    async fn seal(&self, batch: &Batch) -> Result<()> {
+        validate::queue_name(&batch.queue)?;
+        // Waiters for the whole batch re-check: sealing may be what completes it.
+        let payload = format!("{}:{}", listen::FINISHED, batch.queue);
+        let found: Option<i64> = sqlx::query_scalar(self.sql(
+            "WITH sealed AS (
+                 UPDATE {s}.batches SET sealed = true WHERE id = $1 AND queue = $2 RETURNING id),
+             note AS (SELECT pg_notify($3, $4))
+             SELECT sealed.id FROM sealed LEFT JOIN note ON true",
+        ))
+        .bind(batch.id.0)
+        .bind(&batch.queue)
+        .bind(self.inner.schema.channel())
+        .bind(&payload)
+        .fetch_optional(self.pool())
+        .await
+        .map_err(db)?;
+        if found.is_none() {
+            return Err(Error::not_found(batch.to_string()));
+        }
+        self.notify_local(&[payload]);
+        Ok(())
+    }
+
+    async fn batch_progress(&self, batch: &Batch) -> Result<BatchProgress> {
+        validate::queue_name(&batch.queue)?;
+        // One statement, one snapshot: a job moving from `jobs` to `finished` meanwhile
+        // is counted once.
+        let rows: Vec<(
+            String,
+            bool,
+            bool,
+            Option<i32>,
+            Option<i32>,
+            Option<String>,
+            i64,
+        )> = sqlx::query_as(self.sql(
+            "SELECT b.on_failure, b.sealed, b.failed, b.released_stage, c.stage, c.state,
+                        COALESCE(c.n, 0)
+                 FROM {s}.batches b
+                 LEFT JOIN LATERAL (
+                     SELECT stage, state, count(*) AS n FROM (
+                         SELECT stage, state FROM {s}.jobs WHERE batch_id = b.id
+                         UNION ALL
+                         SELECT stage, state FROM {s}.finished WHERE batch_id = b.id) u
+                     GROUP BY stage, state) c ON true
+                 WHERE b.id = $1 AND b.queue = $2",
+        ))
+        .bind(batch.id.0)
+        .bind(&batch.queue)
+        .fetch_all(self.pool())
+        .await
+        .map_err(db)?;
+        let (on_failure, sealed, failed, released) = match rows.first() {
+            Some((o, s, f, r, ..)) => (o.parse::<OnFailure>()?, *s, *f, *r),
+            None => return Err(Error::not_found(batch.to_string())),
+        };
+        let mut stages: BTreeMap<i32, StageProgress> = BTreeMap::new();
+        for (.., stage, state, n) in rows {
+            let (Some(stage), Some(state)) = (stage, state) else {
+                continue;
+            };
+            let n = u64::try_from(n).map_err(Error::backend)?;
+            let p = stages.entry(stage).or_insert(StageProgress {
+                stage,
+                ..StageProgress::default()
+            });
+            match state.parse::<JobState>()? {
+                JobState::Running => p.running += n,
+                JobState::Succeeded => p.succeeded += n,
+                JobState::Dead => p.dead += n,
+                JobState::Cancelled => p.cancelled += n,
+                _ => p.pending += n,
+            }
+        }
+        Ok(BatchProgress {
+            batch: batch.clone(),
+            on_failure,
+            sealed,
+            failed,
+            released_stage: released,
+            stages: stages.into_values().collect(),
+        })
+    }
+}

@@ -1,0 +1,341 @@
+//! SPEC E: storing jobs, set-based, optionally in the caller's transaction.
+
+use std::collections::{BTreeSet, HashMap};
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use relayq_core::{BatchId, Enqueue, Enqueued, Error, JobId, NewJob, Result, RunAt, validate};
+use sqlx::{Connection, PgConnection};
+
+use crate::{
+    PostgresBackend, db, listen, micros,
+    promote::{self, Touched},
+    retry_deadlocks,
+};
+
+/// Inserts the jobs given as arrays, in input order (so their ids increase in that
+/// order), skipping those whose dedupe key an unfinished job holds (SPEC E3), and
+/// notifies the queue. Jobs with a group or a batch start `blocked`; promotion decides.
+const INSERT: &str = "
+    WITH ins AS (
+        INSERT INTO {s}.jobs (queue, state, payload, priority, run_at, max_attempts, group_key,
+                              batch_id, stage, dedupe_key, enqueued_by, created_at)
+        SELECT $1, CASE WHEN i.grp IS NULL AND i.batch IS NULL THEN 'ready' ELSE 'blocked' END,
+               i.payload, i.priority,
+               CASE WHEN i.run_at IS NOT NULL THEN i.run_at
+                    ELSE now() + COALESCE(i.delay_us, 0)::float8 * interval '1 microsecond'
+               END,
+               i.max_attempts, i.grp, i.batch, i.stage, i.dedupe, i.who, now()
+        FROM unnest($2::bytea[], $3::smallint[], $4::timestamptz[], $5::bigint[],
+                    $6::smallint[], $7::text[], $8::bigint[], $9::int[], $10::text[],
+                    $11::text[])
+            WITH ORDINALITY AS i(payload, priority, run_at, delay_us, max_attempts, grp,
+                                 batch, stage, dedupe, who, ord)
+        ORDER BY i.ord
+        ON CONFLICT (queue, dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
+        RETURNING id, dedupe_key),
+    note AS (SELECT pg_notify($12, $13))
+    SELECT ins.id, ins.dedupe_key FROM ins LEFT JOIN note ON true";
+
+/// How many times a dedupe key can be found taken and then free again within one call
+/// (its holder finished in between) before the call gives up.
+const DEDUPE_ROUNDS: usize = 3;
+
+impl PostgresBackend {
+    /// Stores `jobs` within the transaction open on `conn` (a `&mut Transaction`
+    /// derefs to one): they are visible, claimable and announced to workers only if
+    /// that transaction commits, and vanish if it rolls back. Behaves as
+    /// [`Enqueue::enqueue`] otherwise; an error rolls back only what this call wrote
+    /// (it runs in a savepoint), so the caller's transaction stays usable.
+    ///
+    /// ```no_run
+    /// # async fn f(backend: relayq_postgres::PostgresBackend) -> Result<(), Box<dyn std::error::Error>> {
+    /// use relayq_core::NewJob;
+    ///
+    /// let mut tx = backend.pool().begin().await?;
+    /// sqlx::query("INSERT INTO orders (id) VALUES (42)").execute(&mut *tx).await?;
+    /// backend.enqueue_in(&mut tx, vec![NewJob::new("mail", b"order 42".to_vec())]).await?;
+    /// tx.commit().await?; // the order and its job, or neither
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Enqueue::enqueue`].
+    pub async fn enqueue_in(
+        &self,
+        conn: &mut PgConnection,
+        jobs: Vec<NewJob>,
+    ) -> Result<Vec<Enqueued>> {
+        validate::new_jobs(&jobs, &self.inner.limits)?;
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut tx = conn.begin().await.map_err(db)?;
+        let (out, _) = self.enqueue_on(&mut tx, &jobs).await?;
+        tx.commit().await.map_err(db)?;
+        Ok(out)
+    }
+
+    async fn enqueue_tx(&self, jobs: &[NewJob]) -> Result<(Vec<Enqueued>, Vec<String>)> {
+        let mut tx = self.inner.pool.begin().await.map_err(db)?;
+        let out = self.enqueue_on(&mut tx, jobs).await?;
+        tx.commit().await.map_err(db)?;
+        Ok(out)
+    }
+
+    /// The whole enqueue inside the transaction on `c`.
+    async fn enqueue_on(
+        &self,
+        c: &mut PgConnection,
+        jobs: &[NewJob],
+    ) -> Result<(Vec<Enqueued>, Vec<String>)> {
+        let queue = &jobs[0].queue;
+        self.check_batches(c, queue, jobs).await?;
+        let out = self.insert(c, queue, jobs).await?;
+        let mut touched = Touched::default();
+        touched.ready.insert(queue.clone());
+        for (job, e) in jobs.iter().zip(&out) {
+            if e.deduplicated {
+                continue;
+            }
+            if let Some(group) = &job.group {
+                touched.group(queue, group);
+            }
+            if let Some(batch) = job.batch {
+                touched.batch(batch.0);
+            }
+        }
+        promote::promote(c, &self.inner.schema, &mut touched).await?;
+        let payloads = touched.payloads();
+        listen::send(c, &self.inner.schema.channel(), &payloads).await?;
+        Ok((out, payloads))
+    }
+
+    /// SPEC E4, B3: every batch named exists in this queue, is open, not halted, and no
+    /// job goes below its released stage. The batches stay locked to the end of the
+    /// transaction, so a concurrent `seal` or stage release cannot slip in between.
+    /// Checked job by job in input order, so the first bad job names the error.
+    async fn check_batches(
+        &self,
+        c: &mut PgConnection,
+        queue: &str,
+        jobs: &[NewJob],
+    ) -> Result<()> {
+        let ids: BTreeSet<i64> = jobs.iter().filter_map(|j| j.batch.map(|b| b.0)).collect();
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<i64> = ids.into_iter().collect();
+        let rows = promote::lock_batches(c, &self.inner.schema, &ids).await?;
+        let batches: HashMap<i64, _> = rows
+            .into_iter()
+            .map(|(id, q, sealed, failed, released)| (id, (q, sealed, failed, released)))
+            .collect();
+        for job in jobs {
+            let Some(batch) = job.batch else { continue };
+            let (sealed, failed, released) = match batches.get(&batch.0) {
+                Some((q, sealed, failed, released)) if q == queue => (*sealed, *failed, *released),
+                _ => return Err(unknown(batch)),
+            };
+            if sealed {
+                return Err(Error::invalid("batch", format!("batch {batch} is sealed")));
+            }
+            if failed {
+                return Err(Error::invalid(
+                    "batch",
+                    format!("batch {batch} halted after a dead job"),
+                ));
+            }
+            let stage = job.stage.unwrap_or(0);
+            if let Some(r) = released.filter(|r| stage < *r) {
+                return Err(Error::StageClosed { stage, released: r });
+            }
+        }
+        Ok(())
+    }
+
+    /// Inserts the jobs and works out each one's id: its own, or, when deduplicated,
+    /// the holder's.
+    async fn insert(
+        &self,
+        c: &mut PgConnection,
+        queue: &str,
+        jobs: &[NewJob],
+    ) -> Result<Vec<Enqueued>> {
+        let mut out: Vec<Option<Enqueued>> = vec![None; jobs.len()];
+        let mut pending: Vec<usize> = (0..jobs.len()).collect();
+        for _ in 0..DEDUPE_ROUNDS {
+            let batch: Vec<&NewJob> = pending.iter().map(|&i| &jobs[i]).collect();
+            let mut rows: Vec<(i64, Option<String>)> = self.insert_rows(c, queue, &batch).await?;
+            rows.sort_unstable_by_key(|r| r.0);
+            let inserted_keys: BTreeSet<&str> =
+                rows.iter().filter_map(|r| r.1.as_deref()).collect();
+            let mut ids = rows.iter().map(|r| r.0);
+            // Within this round: the first job with a key is the inserted one, if any.
+            let mut first_with: HashMap<&str, usize> = HashMap::new();
+            let mut lookup = Vec::new();
+            for &i in &pending {
+                let key = jobs[i].dedupe_key.as_deref();
+                match key {
+                    None => out[i] = Some(fresh(ids.next())?),
+                    Some(k) if inserted_keys.contains(k) && !first_with.contains_key(k) => {
+                        first_with.insert(k, i);
+                        out[i] = Some(fresh(ids.next())?);
+                    }
+                    Some(k) => match first_with.get(k).and_then(|&f| out[f]) {
+                        Some(first) => out[i] = Some(dedup(first.id)),
+                        None => {
+                            first_with.entry(k).or_insert(i);
+                            lookup.push(i);
+                        }
+                    },
+                }
+            }
+            pending = self
+                .resolve_holders(c, queue, jobs, &lookup, &mut out)
+                .await?;
+            if pending.is_empty() {
+                return Ok(out.into_iter().flatten().collect());
+            }
+        }
+        Err(Error::backend(
+            "dedupe keys kept changing hands during the enqueue; nothing was stored",
+        ))
+    }
+
+    /// Fills in the holders' ids for deduplicated jobs; returns the jobs whose key is
+    /// free again (its holder finished meanwhile), to insert in another round.
+    async fn resolve_holders(
+        &self,
+        c: &mut PgConnection,
+        queue: &str,
+        jobs: &[NewJob],
+        lookup: &[usize],
+        out: &mut [Option<Enqueued>],
+    ) -> Result<Vec<usize>> {
+        if lookup.is_empty() {
+            return Ok(Vec::new());
+        }
+        let keys: Vec<&str> = lookup
+            .iter()
+            .filter_map(|&i| jobs[i].dedupe_key.as_deref())
+            .collect();
+        let holders: HashMap<String, i64> =
+            sqlx::query_as(self.sql(
+                "SELECT dedupe_key, id FROM {s}.jobs WHERE queue = $1 AND dedupe_key = ANY($2)",
+            ))
+            .bind(queue)
+            .bind(&keys)
+            .fetch_all(&mut *c)
+            .await
+            .map_err(db)?
+            .into_iter()
+            .collect();
+        let mut again = Vec::new();
+        for &i in lookup {
+            let key = jobs[i].dedupe_key.as_deref().unwrap_or_default();
+            match holders.get(key) {
+                Some(&id) => out[i] = Some(dedup(JobId(id))),
+                None => again.push(i),
+            }
+        }
+        // Jobs of the call sharing a key that is free again go round together: the
+        // first is inserted, the others follow it.
+        Ok(again)
+    }
+
+    async fn insert_rows(
+        &self,
+        c: &mut PgConnection,
+        queue: &str,
+        jobs: &[&NewJob],
+    ) -> Result<Vec<(i64, Option<String>)>> {
+        let mut payloads = Vec::with_capacity(jobs.len());
+        let mut priorities = Vec::with_capacity(jobs.len());
+        let mut run_at: Vec<Option<DateTime<Utc>>> = Vec::with_capacity(jobs.len());
+        let mut delays: Vec<Option<i64>> = Vec::with_capacity(jobs.len());
+        let mut max_attempts = Vec::with_capacity(jobs.len());
+        let mut groups = Vec::with_capacity(jobs.len());
+        let mut batches = Vec::with_capacity(jobs.len());
+        let mut stages = Vec::with_capacity(jobs.len());
+        let mut keys = Vec::with_capacity(jobs.len());
+        let mut who = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            payloads.push(job.payload.as_slice());
+            priorities.push(job.priority);
+            // Relative times resolve against the server's clock.
+            let (at, delay) = match job.run_at {
+                RunAt::Now => (None, None),
+                RunAt::After(d) => (None, Some(micros(d))),
+                RunAt::At(t) => (Some(t), None),
+            };
+            run_at.push(at);
+            delays.push(delay);
+            max_attempts.push(i16::try_from(job.max_attempts).map_err(Error::backend)?);
+            groups.push(job.group.as_deref());
+            batches.push(job.batch.map(|b| b.0));
+            stages.push(job.batch.map(|_| job.stage.unwrap_or(0)));
+            keys.push(job.dedupe_key.as_deref());
+            who.push(job.enqueued_by.as_deref());
+        }
+        sqlx::query_as(self.sql(INSERT))
+            .bind(queue)
+            .bind(&payloads)
+            .bind(&priorities)
+            .bind(&run_at)
+            .bind(&delays)
+            .bind(&max_attempts)
+            .bind(&groups)
+            .bind(&batches)
+            .bind(&stages)
+            .bind(&keys)
+            .bind(&who)
+            .bind(self.inner.schema.channel())
+            .bind(format!("{}:{queue}", listen::READY))
+            .fetch_all(&mut *c)
+            .await
+            .map_err(db)
+    }
+}
+
+fn unknown(batch: BatchId) -> Error {
+    Error::invalid("batch", format!("batch {batch} is unknown in this queue"))
+}
+
+fn fresh(id: Option<i64>) -> Result<Enqueued> {
+    let id = id.ok_or_else(|| Error::backend("insert returned fewer ids than jobs"))?;
+    Ok(Enqueued {
+        id: JobId(id),
+        deduplicated: false,
+    })
+}
+
+fn dedup(id: JobId) -> Enqueued {
+    Enqueued {
+        id,
+        deduplicated: true,
+    }
+}
+
+#[async_trait]
+impl Enqueue for PostgresBackend {
+    async fn enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
+        validate::new_jobs(&jobs, &self.inner.limits)?;
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let plain = jobs
+            .iter()
+            .all(|j| j.group.is_none() && j.batch.is_none() && j.dedupe_key.is_none());
+        let (out, payloads) = if plain {
+            // One statement, atomic on its own: no transaction needed.
+            let mut c = self.inner.pool.acquire().await.map_err(db)?;
+            let out = self.insert(&mut c, &jobs[0].queue, &jobs).await?;
+            (out, vec![format!("{}:{}", listen::READY, jobs[0].queue)])
+        } else {
+            retry_deadlocks!(self.enqueue_tx(&jobs))?
+        };
+        self.notify_local(&payloads);
+        Ok(out)
+    }
+}

@@ -1,0 +1,242 @@
+//! SPEC L5, M1, M2: reading jobs, counts and the execution log.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use relayq_core::{
+    AttemptOutcome, AttemptRecord, Batch, BatchId, BatchProgress, Error, Inspect, JobId, JobInfo,
+    JobState, OrderBarrier, QueueStats, Result, RunningJob, validate,
+};
+
+use crate::{PostgresBackend, db};
+
+#[derive(sqlx::FromRow)]
+struct JobRow {
+    id: i64,
+    state: String,
+    payload: Vec<u8>,
+    priority: i16,
+    run_at: DateTime<Utc>,
+    attempts: i16,
+    max_attempts: i16,
+    group_key: Option<String>,
+    batch_id: Option<i64>,
+    stage: Option<i32>,
+    dedupe_key: Option<String>,
+    enqueued_by: Option<String>,
+    created_at: DateTime<Utc>,
+    finished_at: Option<DateTime<Utc>>,
+    last_error: Option<String>,
+    worker: Option<String>,
+    started_at: Option<DateTime<Utc>>,
+}
+
+#[derive(sqlx::FromRow)]
+struct AttemptRow {
+    attempt: i16,
+    worker: String,
+    started_at: DateTime<Utc>,
+    ended_at: DateTime<Utc>,
+    outcome: String,
+    error: Option<String>,
+    output: Option<String>,
+}
+
+fn num<T: TryFrom<i64>>(v: impl Into<i64>) -> Result<T>
+where
+    T::Error: std::error::Error + Send + Sync + 'static,
+{
+    T::try_from(v.into()).map_err(Error::backend)
+}
+
+impl PostgresBackend {
+    /// The ids a listing query (`$1` queue, `$2` limit) returns.
+    async fn ids(&self, sql: &'static str, queue: &str, limit: u32) -> Result<Vec<i64>> {
+        sqlx::query_scalar(self.sql(sql))
+            .bind(queue)
+            .bind(i64::from(limit))
+            .fetch_all(self.pool())
+            .await
+            .map_err(db)
+    }
+}
+
+#[async_trait]
+impl Inspect for PostgresBackend {
+    async fn queue_stats(&self, queue: &str) -> Result<QueueStats> {
+        validate::queue_name(queue)?;
+        let rows: Vec<(String, i64)> = sqlx::query_as(self.sql(
+            "SELECT CASE WHEN state = 'ready' AND run_at > now() THEN 'scheduled' ELSE state END,
+                    count(*)
+             FROM {s}.jobs WHERE queue = $1 GROUP BY 1
+             UNION ALL
+             SELECT state, count(*) FROM {s}.finished WHERE queue = $1 GROUP BY 1",
+        ))
+        .bind(queue)
+        .fetch_all(self.pool())
+        .await
+        .map_err(db)?;
+        let settings: Option<(bool, Option<i32>)> =
+            sqlx::query_as(self.sql("SELECT paused, max_running FROM {s}.queues WHERE queue = $1"))
+                .bind(queue)
+                .fetch_optional(self.pool())
+                .await
+                .map_err(db)?;
+        let (paused, max_running) = settings.unwrap_or((false, None));
+        let mut stats = QueueStats {
+            queue: queue.to_owned(),
+            paused,
+            max_running: max_running.map(num).transpose()?,
+            ..QueueStats::default()
+        };
+        for (state, n) in rows {
+            *stats.counts.entry(state.parse()?).or_default() += num::<u64>(n)?;
+        }
+        Ok(stats)
+    }
+
+    async fn job(&self, queue: &str, id: JobId) -> Result<JobInfo> {
+        validate::queue_name(queue)?;
+        // One snapshot for the row (in whichever table) and its log.
+        let mut tx = self
+            .pool()
+            .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            .await
+            .map_err(db)?;
+        let row: Option<JobRow> = sqlx::query_as(self.sql(
+            "SELECT id, CASE WHEN state = 'ready' AND run_at > now() THEN 'scheduled'
+                             ELSE state END AS state,
+                    payload, priority, run_at, attempts, max_attempts, group_key, batch_id,
+                    stage, dedupe_key, enqueued_by, created_at, NULL::timestamptz AS finished_at,
+                    last_error, worker, started_at
+             FROM {s}.jobs WHERE id = $1 AND queue = $2
+             UNION ALL
+             SELECT id, state, payload, priority, run_at, attempts, max_attempts, group_key,
+                    batch_id, stage, dedupe_key, enqueued_by, created_at, finished_at,
+                    last_error, NULL, NULL
+             FROM {s}.finished WHERE id = $1 AND queue = $2",
+        ))
+        .bind(id.0)
+        .bind(queue)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(db)?;
+        let row = row.ok_or_else(|| Error::not_found(format!("job {id} in queue {queue:?}")))?;
+        let attempts: Vec<AttemptRow> = sqlx::query_as(self.sql(
+            "SELECT attempt, worker, started_at, ended_at, outcome, error, output
+             FROM {s}.attempts WHERE job_id = $1 ORDER BY seq",
+        ))
+        .bind(id.0)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db)?;
+        tx.commit().await.map_err(db)?;
+        let mut log = attempts
+            .into_iter()
+            .map(|a| {
+                Ok(AttemptRecord {
+                    attempt: num(a.attempt)?,
+                    worker: a.worker,
+                    started_at: a.started_at,
+                    ended_at: Some(a.ended_at),
+                    outcome: a.outcome.parse()?,
+                    error: a.error,
+                    output: a.output,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let state: JobState = row.state.parse()?;
+        if state == JobState::Running {
+            // The running attempt lives on the job row until it ends.
+            log.push(AttemptRecord {
+                attempt: num(row.attempts)?,
+                worker: row.worker.unwrap_or_default(),
+                started_at: row.started_at.unwrap_or(row.created_at),
+                ended_at: None,
+                outcome: AttemptOutcome::Running,
+                error: None,
+                output: None,
+            });
+        }
+        Ok(JobInfo {
+            id: JobId(row.id),
+            queue: queue.to_owned(),
+            state,
+            payload: row.payload,
+            priority: row.priority,
+            run_at: row.run_at,
+            attempts: num(row.attempts)?,
+            max_attempts: num(row.max_attempts)?,
+            group: row.group_key,
+            batch: row.batch_id.map(BatchId),
+            stage: row.stage,
+            dedupe_key: row.dedupe_key,
+            enqueued_by: row.enqueued_by,
+            created_at: row.created_at,
+            finished_at: row.finished_at,
+            last_error: row.last_error,
+            attempt_log: log,
+        })
+    }
+
+    async fn running(&self, queue: &str) -> Result<Vec<RunningJob>> {
+        validate::queue_name(queue)?;
+        let rows: Vec<(i64, String, i16, DateTime<Utc>, DateTime<Utc>)> = sqlx::query_as(self.sql(
+            "SELECT id, worker, attempts, started_at, lease_expires_at FROM {s}.jobs
+                 WHERE queue = $1 AND state = 'running' ORDER BY id",
+        ))
+        .bind(queue)
+        .fetch_all(self.pool())
+        .await
+        .map_err(db)?;
+        rows.into_iter()
+            .map(|(id, worker, attempt, started_at, lease_expires_at)| {
+                Ok(RunningJob {
+                    id: JobId(id),
+                    worker,
+                    attempt: num(attempt)?,
+                    started_at,
+                    lease_expires_at,
+                })
+            })
+            .collect()
+    }
+
+    async fn batches(&self, queue: &str, limit: u32) -> Result<Vec<BatchProgress>> {
+        validate::queue_name(queue)?;
+        validate::list_limit(limit)?;
+        let ids = self
+            .ids(
+                "SELECT id FROM {s}.batches WHERE queue = $1 ORDER BY id DESC LIMIT $2",
+                queue,
+                limit,
+            )
+            .await?;
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            let batch = Batch {
+                queue: queue.to_owned(),
+                id: BatchId(id),
+            };
+            out.push(self.batch_progress(&batch).await?);
+        }
+        Ok(out)
+    }
+
+    async fn dead_jobs(&self, queue: &str, limit: u32) -> Result<Vec<JobInfo>> {
+        validate::queue_name(queue)?;
+        validate::list_limit(limit)?;
+        let ids = self
+            .ids(
+                "SELECT id FROM {s}.finished WHERE queue = $1 AND state = 'dead'
+                 ORDER BY id LIMIT $2",
+                queue,
+                limit,
+            )
+            .await?;
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            out.push(self.job(queue, JobId(id)).await?);
+        }
+        Ok(out)
+    }
+}

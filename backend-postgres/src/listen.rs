@@ -1,0 +1,119 @@
+//! LISTEN/NOTIFY wake-ups (SPEC W2, B5). Notifications are hints: a lost one costs at
+//! most a poll interval, never a job.
+//!
+//! Writers send `pg_notify(channel, "<kind>:<queue>")` inside their transaction, so it
+//! is delivered when (and only if) it commits. One listener task per backend handle,
+//! started by the first [`subscribe`](relayq_core::Events::subscribe), forwards them to
+//! the handle's [`EventBus`]. When its connection drops, it connects and listens again
+//! and sends [`EventKind::Resync`](relayq_core::EventKind) so every waiter checks once:
+//! notifications sent meanwhile are gone.
+
+use std::{sync::OnceLock, time::Duration};
+
+use relayq_core::{EventBus, EventKind};
+use sqlx::{PgPool, postgres::PgListener};
+use tokio_util::task::AbortOnDropHandle;
+
+/// Payload prefix of a notification that jobs became claimable.
+pub(crate) const READY: &str = "r";
+/// Payload prefix of a notification that jobs finished.
+pub(crate) const FINISHED: &str = "f";
+
+/// Longest wait between two attempts to reconnect the listener.
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+/// The listener task of one backend handle; stopped when the handle is dropped.
+#[derive(Debug)]
+pub(crate) struct Listener {
+    pool: PgPool,
+    channel: String,
+    events: EventBus,
+    task: OnceLock<Option<AbortOnDropHandle<()>>>,
+}
+
+impl Listener {
+    pub(crate) fn new(pool: PgPool, channel: String, events: EventBus) -> Self {
+        Self {
+            pool,
+            channel,
+            events,
+            task: OnceLock::new(),
+        }
+    }
+
+    /// Starts the task, once, if a tokio runtime is running (otherwise callers poll).
+    pub(crate) fn start(&self) {
+        self.task.get_or_init(|| {
+            let handle = tokio::runtime::Handle::try_current().ok()?;
+            let run = listen(self.pool.clone(), self.channel.clone(), self.events.clone());
+            Some(AbortOnDropHandle::new(handle.spawn(run)))
+        });
+    }
+}
+
+/// Listens until aborted: connect, LISTEN, tell waiters to re-check, forward
+/// notifications; on any error start over after a short backoff.
+async fn listen(pool: PgPool, channel: String, events: EventBus) {
+    let mut backoff = Duration::from_millis(20);
+    loop {
+        match PgListener::connect_with(&pool).await {
+            Ok(mut listener) => match listener.listen(&channel).await {
+                Ok(()) => {
+                    backoff = Duration::from_millis(20);
+                    events.resync();
+                    // `try_recv` gives `None` when the connection dropped and `Err` on
+                    // other failures: either way, listen again on a new connection.
+                    while let Ok(Some(n)) = listener.try_recv().await {
+                        forward(&events, n.payload());
+                    }
+                    tracing::debug!(channel, "relayq listener lost its connection");
+                }
+                Err(e) => tracing::warn!(channel, error = %e, "relayq LISTEN failed"),
+            },
+            Err(e) => tracing::warn!(channel, error = %e, "relayq listener cannot connect"),
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+pub(crate) fn forward(events: &EventBus, payload: &str) {
+    match payload.split_once(':') {
+        Some((READY, queue)) => events.notify(queue, EventKind::Ready),
+        Some((FINISHED, queue)) => events.notify(queue, EventKind::Finished),
+        _ => tracing::debug!(payload, "ignoring an unknown relayq notification"),
+    }
+}
+
+/// The payloads telling listeners about `queues`: each queue once per kind.
+pub(crate) fn payloads<'a>(
+    ready: impl IntoIterator<Item = &'a str>,
+    finished: impl IntoIterator<Item = &'a str>,
+) -> Vec<String> {
+    let mut out: Vec<String> = ready
+        .into_iter()
+        .map(|q| format!("{READY}:{q}"))
+        .chain(finished.into_iter().map(|q| format!("{FINISHED}:{q}")))
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// Sends `payloads` on `channel` within the transaction on `c`.
+pub(crate) async fn send(
+    c: &mut sqlx::PgConnection,
+    channel: &str,
+    payloads: &[String],
+) -> relayq_core::Result<()> {
+    if payloads.is_empty() {
+        return Ok(());
+    }
+    sqlx::query("SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p")
+        .bind(channel)
+        .bind(payloads)
+        .execute(c)
+        .await
+        .map_err(crate::db)?;
+    Ok(())
+}

@@ -1,0 +1,276 @@
+//! Promotion: what finishing (or adding) jobs releases. Runs inside the caller's
+//! transaction, so these invariants hold at every commit:
+//!
+//! - per (queue, group), at most one job is `ready`, `running` or `retrying`: the
+//!   group's holder; the others are `blocked` (SPEC G1);
+//! - the holder, when not yet started, is the group's earliest job (order key) whose
+//!   stage is released (SPEC G2, G4);
+//! - a batch job is `ready`, `running` or `retrying` only if no unfinished job of its
+//!   batch has a lower stage (SPEC B2).
+//!
+//! Under READ COMMITTED, concurrent transactions would break them, so promotion is
+//! serialized: per batch by its row lock, per group by an advisory transaction lock.
+//! Every transaction takes its locks in one order, job rows first (the statement that
+//! finishes them), then batches by id, then groups by (queue, group), so they cannot
+//! deadlock one another. Claims take no promotion lock: they only turn `ready` into
+//! `running`, which the group statements below allow for.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use relayq_core::{JobState, Result};
+use sqlx::PgConnection;
+
+use crate::{db, schema::Schema};
+
+/// Moves the rows of CTE `$from` (aliased `g`, with every job column) into `finished`
+/// with state `$state` and last error `$error` (SQL expressions).
+macro_rules! archive {
+    ($from:literal, $state:literal, $error:literal) => {
+        concat!(
+            "INSERT INTO {s}.finished (id, queue, state, payload, priority, run_at, ",
+            "max_attempts, attempts, group_key, batch_id, stage, dedupe_key, enqueued_by, ",
+            "created_at, last_error, finished_at) ",
+            "SELECT g.id, g.queue, ",
+            $state,
+            ", g.payload, g.priority, g.run_at, g.max_attempts, g.attempts, g.group_key, ",
+            "g.batch_id, g.stage, g.dedupe_key, g.enqueued_by, g.created_at, ",
+            $error,
+            ", now() FROM ",
+            $from
+        )
+    };
+}
+pub(crate) use archive;
+
+/// What a transaction changed that promotion must look at, and whom to notify.
+#[derive(Debug, Default)]
+pub(crate) struct Touched {
+    /// Batches that had a job finish or join: their next stage may be released.
+    batches: BTreeSet<i64>,
+    /// Halt-on-failure candidates: batch → lowest stage with a dead job.
+    halts: BTreeMap<i64, i32>,
+    /// Groups whose holder may change.
+    groups: BTreeSet<(String, String)>,
+    /// Queues where jobs became claimable.
+    pub(crate) ready: BTreeSet<String>,
+    /// Queues where jobs finished, for batch waiters.
+    pub(crate) finished: BTreeSet<String>,
+}
+
+impl Touched {
+    /// A job of `queue` left `running` for `state` (a finished state, or `ready` when
+    /// released).
+    pub(crate) fn left(
+        &mut self,
+        queue: &str,
+        group: Option<&str>,
+        batch: Option<i64>,
+        stage: Option<i32>,
+        state: JobState,
+    ) {
+        match state {
+            JobState::Ready => {
+                self.ready.insert(queue.to_owned());
+                if let Some(group) = group {
+                    self.group(queue, group);
+                }
+            }
+            JobState::Succeeded | JobState::Dead | JobState::Cancelled => {
+                if let Some(group) = group {
+                    self.group(queue, group);
+                }
+                if let Some(batch) = batch {
+                    self.batches.insert(batch);
+                    self.finished.insert(queue.to_owned());
+                    if let (JobState::Dead, Some(stage)) = (state, stage) {
+                        let low = self.halts.entry(batch).or_insert(stage);
+                        *low = (*low).min(stage);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// A job was added to (or revived in) `group`.
+    pub(crate) fn group(&mut self, queue: &str, group: &str) {
+        self.groups.insert((queue.to_owned(), group.to_owned()));
+    }
+
+    /// A job was added to `batch`.
+    pub(crate) fn batch(&mut self, batch: i64) {
+        self.batches.insert(batch);
+    }
+
+    /// The notifications to send: see [`crate::listen::payloads`].
+    pub(crate) fn payloads(&self) -> Vec<String> {
+        crate::listen::payloads(
+            self.ready.iter().map(String::as_str),
+            self.finished.iter().map(String::as_str),
+        )
+    }
+}
+
+/// Locks `batches` (by id) for the rest of the transaction; returns those that exist.
+pub(crate) async fn lock_batches(
+    c: &mut PgConnection,
+    s: &Schema,
+    batches: &[i64],
+) -> Result<Vec<(i64, String, bool, bool, Option<i32>)>> {
+    if batches.is_empty() {
+        return Ok(Vec::new());
+    }
+    // Rows are locked after the sort, so in id order.
+    sqlx::query_as(s.sql(
+        "SELECT id, queue, sealed, failed, released_stage FROM {s}.batches
+         WHERE id = ANY($1) ORDER BY id FOR UPDATE",
+    ))
+    .bind(batches)
+    .fetch_all(c)
+    .await
+    .map_err(db)
+}
+
+/// Applies what `t` implies: `Halt` batches with a dead job fail and cancel their later
+/// stages (SPEC B6), batches release their next stage (SPEC B2), and groups get their
+/// next holder (SPEC G2). Adds the queues to notify to `t`.
+pub(crate) async fn promote(c: &mut PgConnection, s: &Schema, t: &mut Touched) -> Result<()> {
+    let batches: Vec<i64> = t.batches.iter().copied().collect();
+    lock_batches(c, s, &batches).await?;
+    if !t.halts.is_empty() {
+        halt(c, s, t).await?;
+    }
+    if !batches.is_empty() {
+        let released: Vec<(String, String, Option<String>)> = sqlx::query_as(s.sql(RELEASE))
+            .bind(&batches)
+            .fetch_all(&mut *c)
+            .await
+            .map_err(db)?;
+        for (kind, queue, group) in released {
+            match (kind.as_str(), group) {
+                ("g", Some(group)) => t.group(&queue, &group),
+                _ => {
+                    t.ready.insert(queue);
+                }
+            }
+        }
+    }
+    if !t.groups.is_empty() {
+        settle_groups(c, s, t).await?;
+    }
+    Ok(())
+}
+
+/// SPEC B6: in a `Halt` batch, a dead job fails the batch and cancels every job of a
+/// later stage (none of which can have started, so none holds a group).
+async fn halt(c: &mut PgConnection, s: &Schema, t: &Touched) -> Result<()> {
+    let (batches, stages): (Vec<i64>, Vec<i32>) = t.halts.iter().map(|(b, s)| (*b, *s)).unzip();
+    sqlx::query(s.sql(concat!(
+        "WITH h AS (SELECT * FROM unnest($1::bigint[], $2::int[]) AS h(batch, stage)),
+         failed AS (
+             UPDATE {s}.batches b SET failed = true FROM h
+             WHERE b.id = h.batch AND b.on_failure = 'halt'
+             RETURNING b.id, h.stage),
+         g AS (
+             DELETE FROM {s}.jobs j USING failed f
+             WHERE j.batch_id = f.id AND j.stage > f.stage AND j.state IN ('ready', 'blocked')
+             RETURNING j.*) ",
+        archive!("g", "'cancelled'", "g.last_error")
+    )))
+    .bind(&batches)
+    .bind(&stages)
+    .execute(c)
+    .await
+    .map_err(db)?;
+    Ok(())
+}
+
+/// Releases each batch's lowest unfinished stage (every row of `jobs` is unfinished):
+/// raises the high-water mark, makes its ungrouped jobs ready (rows `r`, queue) and
+/// names its groups (rows `g`, queue, group), which then pick their holder.
+const RELEASE: &str = "
+    WITH b AS MATERIALIZED (
+        SELECT b.id, (SELECT min(j.stage) FROM {s}.jobs j WHERE j.batch_id = b.id) AS floor
+        FROM unnest($1::bigint[]) AS b(id)),
+    raised AS (
+        UPDATE {s}.batches x SET released_stage = b.floor FROM b
+        WHERE x.id = b.id AND b.floor IS NOT NULL
+          AND (x.released_stage IS NULL OR x.released_stage < b.floor)),
+    freed AS (
+        UPDATE {s}.jobs j SET state = 'ready' FROM b
+        WHERE j.batch_id = b.id AND j.stage = b.floor AND j.state = 'blocked'
+          AND j.group_key IS NULL
+        RETURNING j.queue)
+    SELECT DISTINCT 'r' AS kind, queue, NULL::text AS grp FROM freed
+    UNION
+    SELECT DISTINCT 'g', j.queue, j.group_key FROM {s}.jobs j JOIN b ON j.batch_id = b.id
+    WHERE j.stage = b.floor AND j.state = 'blocked' AND j.group_key IS NOT NULL";
+
+/// Makes each touched group's holder right, under the groups' advisory locks.
+///
+/// The order matters under concurrent claims: first demote every `ready` job that is
+/// not the head (this waits for a claim holding one, and skips it once it runs), then,
+/// in a new statement and so a new snapshot, promote the head only if no job of the
+/// group is running or retrying. Checking first and demoting after would let a claim
+/// in between leave two live jobs in one group.
+async fn settle_groups(c: &mut PgConnection, s: &Schema, t: &mut Touched) -> Result<()> {
+    let keys: Vec<String> = t
+        .groups
+        .iter()
+        .map(|(q, g)| format!("{}\u{1f}{q}\u{1f}{g}", s.name()))
+        .collect();
+    sqlx::query(
+        "SELECT count(pg_advisory_xact_lock(hashtextextended(k, 0))) FROM unnest($1::text[]) AS k",
+    )
+    .bind(&keys)
+    .execute(&mut *c)
+    .await
+    .map_err(db)?;
+    let (queues, groups): (Vec<&str>, Vec<&str>) = t
+        .groups
+        .iter()
+        .map(|(q, g)| (q.as_str(), g.as_str()))
+        .unzip();
+    let heads: Vec<i64> = sqlx::query_scalar(s.sql(
+        "WITH g AS (SELECT * FROM unnest($1::text[], $2::text[]) AS g(queue, grp)),
+         st AS MATERIALIZED (
+             SELECT g.queue, g.grp,
+                 EXISTS (SELECT 1 FROM {s}.jobs b
+                         WHERE b.queue = g.queue AND b.group_key = g.grp
+                           AND b.state IN ('running', 'retrying')) AS busy,
+                 (SELECT j.id FROM {s}.jobs j
+                  WHERE j.queue = g.queue AND j.group_key = g.grp
+                    AND j.state IN ('ready', 'blocked')
+                    AND (j.batch_id IS NULL OR j.stage <= (
+                         SELECT min(f.stage) FROM {s}.jobs f WHERE f.batch_id = j.batch_id))
+                  ORDER BY j.priority, j.run_at, j.id LIMIT 1) AS head
+             FROM g),
+         demoted AS (
+             UPDATE {s}.jobs j SET state = 'blocked' FROM st
+             WHERE NOT st.busy AND j.queue = st.queue AND j.group_key = st.grp
+               AND j.state = 'ready' AND j.id IS DISTINCT FROM st.head)
+         SELECT head FROM st WHERE NOT busy AND head IS NOT NULL",
+    ))
+    .bind(&queues)
+    .bind(&groups)
+    .fetch_all(&mut *c)
+    .await
+    .map_err(db)?;
+    if heads.is_empty() {
+        return Ok(());
+    }
+    let promoted: Vec<String> = sqlx::query_scalar(s.sql(
+        "UPDATE {s}.jobs j SET state = 'ready'
+         WHERE j.id = ANY($1) AND j.state = 'blocked'
+           AND NOT EXISTS (SELECT 1 FROM {s}.jobs b
+                           WHERE b.queue = j.queue AND b.group_key = j.group_key
+                             AND b.state IN ('running', 'retrying'))
+         RETURNING j.queue",
+    ))
+    .bind(&heads)
+    .fetch_all(&mut *c)
+    .await
+    .map_err(db)?;
+    t.ready.extend(promoted);
+    Ok(())
+}

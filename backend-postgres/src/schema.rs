@@ -1,0 +1,166 @@
+//! The schema relayq lives in: its name, the statements written for it, and the
+//! migrations that create it.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, PoisonError, RwLock},
+};
+
+use relayq_core::{Error, Result};
+use sqlx::{AssertSqlSafe, PgPool};
+
+use crate::db;
+
+/// The default schema.
+pub const DEFAULT_SCHEMA: &str = "relayq";
+
+/// The migrations, one entry per version; `{s}` stands for the quoted schema name.
+const MIGRATIONS: &[&str] = &[include_str!("../migrations/0001_init.sql")];
+
+/// A validated schema name and the statements of this crate, written for it.
+///
+/// Statements are templates with `{s}` where the schema goes: identifiers cannot be
+/// bound as parameters, so the (validated, quoted) name is put into the text once per
+/// template and the result cached. Values are always bound (SPEC X2).
+#[derive(Debug)]
+pub(crate) struct Schema {
+    name: String,
+    quoted: String,
+    statements: RwLock<HashMap<&'static str, Arc<str>>>,
+}
+
+impl Schema {
+    /// Checks `name`: 1 to 48 bytes of `a-z 0-9 _`, not starting with a digit, so it
+    /// needs no escaping and leaves room for the notification channel's name.
+    pub(crate) fn new(name: &str) -> Result<Self> {
+        let valid = !name.is_empty()
+            && name.len() <= 48
+            && !name.starts_with(|c: char| c.is_ascii_digit())
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+        if !valid {
+            return Err(Error::invalid(
+                "schema",
+                format!(
+                    "{name:?} must be 1 to 48 bytes of a-z, 0-9 and _, not starting with a digit"
+                ),
+            ));
+        }
+        Ok(Self {
+            name: name.to_owned(),
+            quoted: format!("\"{name}\""),
+            statements: RwLock::default(),
+        })
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The notification channel of this schema.
+    pub(crate) fn channel(&self) -> String {
+        format!("relayq_{}", self.name)
+    }
+
+    /// `template` with the schema filled in, ready for `sqlx::query`.
+    pub(crate) fn sql(&self, template: &'static str) -> AssertSqlSafe<Arc<str>> {
+        let cached = self
+            .statements
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(template)
+            .cloned();
+        let sql = cached.unwrap_or_else(|| {
+            let sql: Arc<str> = self.fill(template).into();
+            self.statements
+                .write()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(template, sql.clone());
+            sql
+        });
+        AssertSqlSafe(sql)
+    }
+
+    fn fill(&self, template: &str) -> String {
+        template.replace("{s}", &self.quoted)
+    }
+
+    /// Applies the migrations not yet applied, in one transaction under an advisory
+    /// transaction lock per schema, so processes starting together apply each once.
+    pub(crate) async fn migrate(&self, pool: &PgPool) -> Result<()> {
+        let mut tx = pool.begin().await.map_err(db)?;
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('relayq migrate ' || $1, 0))")
+            .bind(&self.name)
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
+        let setup = self.fill(
+            "CREATE SCHEMA IF NOT EXISTS {s};
+             CREATE TABLE IF NOT EXISTS {s}.migrations (
+                 version    integer     PRIMARY KEY,
+                 applied_at timestamptz NOT NULL DEFAULT now());",
+        );
+        sqlx::raw_sql(AssertSqlSafe(setup))
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
+        let applied: i32 =
+            sqlx::query_scalar(self.sql("SELECT COALESCE(max(version), 0) FROM {s}.migrations"))
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(db)?;
+        let applied = usize::try_from(applied).unwrap_or(0);
+        if applied > MIGRATIONS.len() {
+            return Err(Error::backend(format!(
+                "schema {} is at version {applied}, newer than this relayq-postgres ({})",
+                self.name,
+                MIGRATIONS.len()
+            )));
+        }
+        for (i, sql) in MIGRATIONS.iter().enumerate().skip(applied) {
+            sqlx::raw_sql(AssertSqlSafe(self.fill(sql)))
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?;
+            sqlx::query(self.sql("INSERT INTO {s}.migrations (version) VALUES ($1)"))
+                .bind(i32::try_from(i + 1).map_err(Error::backend)?)
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?;
+        }
+        tx.commit().await.map_err(db)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schema_names() {
+        for ok in ["relayq", "a", "_x", "app_2", &"a".repeat(48)] {
+            assert!(Schema::new(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "A", "1a", "a-b", "a.b", "a\"b", "a b", &"a".repeat(49)] {
+            let err = Schema::new(bad).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    Error::InvalidInput {
+                        field: "schema",
+                        ..
+                    }
+                ),
+                "{bad}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn statements_get_the_quoted_schema() {
+        let s = Schema::new("app").unwrap();
+        let AssertSqlSafe(sql) = s.sql("SELECT 1 FROM {s}.jobs JOIN {s}.queues");
+        assert_eq!(&*sql, "SELECT 1 FROM \"app\".jobs JOIN \"app\".queues");
+    }
+}

@@ -1,0 +1,212 @@
+//! SPEC L: settling leases, many in one statement, each fenced by its own token.
+
+use std::{collections::HashSet, time::Duration};
+
+use crate::{
+    PostgresBackend, db, listen, micros,
+    promote::{self, Touched, archive},
+    retry_deadlocks,
+};
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use relayq_core::{
+    Complete, Error, JobState, Lease, Outcome, Result, Retry, Settle, Settled, validate,
+};
+
+/// Settles the leases given as arrays (one element per lease). Only rows still held
+/// by the given token, running and unexpired, are touched (SPEC L1): they are locked
+/// in id order, finished ones move to `finished`, retrying and released ones stay, and
+/// every ended attempt goes to the log. Returns one row per settled lease.
+const SETTLE: &str = concat!(
+    "WITH i AS (
+        SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::text[], $5::bigint[],
+                             $6::timestamptz[], $7::text[], $8::text[])
+            WITH ORDINALITY AS i(id, token, queue, kind, delay_us, retry_at, error, output, ord)),
+    m AS MATERIALIZED (
+        SELECT j.id, j.queue, j.attempts, j.group_key, j.batch_id, j.stage, j.worker,
+               j.started_at, i.kind, i.error, i.output, i.ord,
+               CASE
+                   WHEN i.kind = 'complete' THEN 'succeeded'
+                   WHEN i.kind = 'release' THEN 'ready'
+                   WHEN j.attempts < j.max_attempts
+                        AND (i.delay_us IS NOT NULL OR i.retry_at IS NOT NULL) THEN 'retrying'
+                   ELSE 'dead'
+               END AS next,
+               CASE WHEN i.retry_at IS NOT NULL THEN GREATEST(i.retry_at, now())
+                    ELSE now() + i.delay_us::float8 * interval '1 microsecond'
+               END AS retry_at
+        FROM {s}.jobs j JOIN i ON j.id = i.id
+        WHERE j.lease_token = i.token AND j.queue = i.queue AND j.state = 'running'
+          AND j.lease_expires_at > now()
+        ORDER BY j.id
+        FOR UPDATE OF j),
+    g AS (
+        DELETE FROM {s}.jobs j USING m
+        WHERE j.id = m.id AND m.next IN ('succeeded', 'dead')
+        RETURNING j.*, m.next, m.error AS fail_error),
+    archived AS (",
+    archive!(
+        "g",
+        "g.next",
+        "CASE WHEN g.next = 'dead' THEN g.fail_error ELSE g.last_error END"
+    ),
+    "),
+    kept AS (
+        UPDATE {s}.jobs j
+        SET state = m.next,
+            run_at = CASE WHEN m.next = 'retrying' THEN m.retry_at ELSE j.run_at END,
+            attempts = CASE WHEN m.next = 'ready' THEN j.attempts - 1 ELSE j.attempts END,
+            last_error = CASE WHEN m.kind = 'fail' THEN m.error ELSE j.last_error END,
+            lease_token = NULL, lease_expires_at = NULL
+        FROM m WHERE j.id = m.id AND m.next IN ('retrying', 'ready')),
+    logged AS (
+        INSERT INTO {s}.attempts (job_id, attempt, worker, started_at, ended_at, outcome,
+                                  error, output)
+        SELECT id, attempts, worker, started_at, now(),
+               CASE kind WHEN 'complete' THEN 'succeeded' WHEN 'release' THEN 'released'
+                         ELSE 'failed' END,
+               error, output
+        FROM m)
+    SELECT ord, next, retry_at, queue, group_key, batch_id, stage FROM m"
+);
+
+#[derive(sqlx::FromRow)]
+struct Row {
+    ord: i64,
+    next: String,
+    retry_at: Option<DateTime<Utc>>,
+    queue: String,
+    group_key: Option<String>,
+    batch_id: Option<i64>,
+    stage: Option<i32>,
+}
+
+/// The settles as the statement's array parameters.
+#[derive(Default)]
+struct Arrays<'a> {
+    ids: Vec<i64>,
+    tokens: Vec<uuid::Uuid>,
+    queues: Vec<&'a str>,
+    kinds: Vec<&'static str>,
+    delays: Vec<Option<i64>>,
+    retry_at: Vec<Option<DateTime<Utc>>>,
+    errors: Vec<Option<&'a str>>,
+    outputs: Vec<Option<&'a str>>,
+    /// Input index of each array element.
+    index: Vec<usize>,
+}
+
+impl<'a> Arrays<'a> {
+    fn push(&mut self, i: usize, s: &'a Settle) {
+        let (kind, error, delay, at) = match &s.outcome {
+            Outcome::Complete => ("complete", None, None, None),
+            Outcome::Release => ("release", None, None, None),
+            Outcome::Fail { error, retry } => {
+                let (delay, at) = match *retry {
+                    // Resolved against server time by the statement.
+                    Retry::At(t) => (None, Some(t)),
+                    Retry::Never => (None, None),
+                    r => (r.delay(s.lease.attempt, Utc::now()).map(micros), None),
+                };
+                ("fail", Some(error.as_str()), delay, at)
+            }
+        };
+        self.ids.push(s.lease.job.0);
+        self.tokens.push(s.lease.token.0);
+        self.queues.push(&s.lease.queue);
+        self.kinds.push(kind);
+        self.delays.push(delay);
+        self.retry_at.push(at);
+        self.errors.push(error);
+        self.outputs.push(s.output.as_deref());
+        self.index.push(i);
+    }
+}
+
+impl PostgresBackend {
+    async fn settle_tx(&self, settles: &[Settle]) -> Result<(Vec<Result<Settled>>, Vec<String>)> {
+        let mut out: Vec<Result<Settled>> =
+            settles.iter().map(|_| Err(Error::StaleLease)).collect();
+        // A lease given twice in one call: the first counts, the others are stale, as
+        // if they came one after another.
+        let mut seen = HashSet::new();
+        let mut arrays = Arrays::default();
+        for (i, s) in settles.iter().enumerate() {
+            if seen.insert((s.lease.job, s.lease.token)) {
+                arrays.push(i, s);
+            }
+        }
+        let mut tx = self.inner.pool.begin().await.map_err(db)?;
+        let rows: Vec<Row> = sqlx::query_as(self.sql(SETTLE))
+            .bind(&arrays.ids)
+            .bind(&arrays.tokens)
+            .bind(&arrays.queues)
+            .bind(&arrays.kinds)
+            .bind(&arrays.delays)
+            .bind(&arrays.retry_at)
+            .bind(&arrays.errors)
+            .bind(&arrays.outputs)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db)?;
+        let mut touched = Touched::default();
+        for row in rows {
+            let state: JobState = row.next.parse()?;
+            let at = usize::try_from(row.ord - 1).map_err(Error::backend)?;
+            out[arrays.index[at]] = Ok(match state {
+                JobState::Succeeded => Settled::Completed,
+                JobState::Dead => Settled::Dead,
+                JobState::Retrying => Settled::Retrying {
+                    at: row
+                        .retry_at
+                        .ok_or_else(|| Error::backend("retrying job without a time"))?,
+                },
+                _ => Settled::Released,
+            });
+            touched.left(
+                &row.queue,
+                row.group_key.as_deref(),
+                row.batch_id,
+                row.stage,
+                state,
+            );
+        }
+        promote::promote(&mut tx, &self.inner.schema, &mut touched).await?;
+        let payloads = touched.payloads();
+        listen::send(&mut tx, &self.inner.schema.channel(), &payloads).await?;
+        tx.commit().await.map_err(db)?;
+        Ok((out, payloads))
+    }
+}
+
+#[async_trait]
+impl Complete for PostgresBackend {
+    async fn settle_many(&self, mut settles: Vec<Settle>) -> Result<Vec<Result<Settled>>> {
+        validate::settles(&mut settles)?;
+        if settles.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (out, payloads) = retry_deadlocks!(self.settle_tx(&settles))?;
+        self.notify_local(&payloads);
+        Ok(out)
+    }
+
+    async fn heartbeat(&self, lease: &Lease, extend: Duration) -> Result<DateTime<Utc>> {
+        validate::lease_length("extend", extend)?;
+        let until: Option<DateTime<Utc>> = sqlx::query_scalar(self.sql(
+            "UPDATE {s}.jobs
+             SET lease_expires_at = now() + $4::float8 * interval '1 microsecond'
+             WHERE id = $1 AND lease_token = $2 AND queue = $3 AND state = 'running'
+               AND lease_expires_at > now()
+             RETURNING lease_expires_at",
+        ))
+        .bind(lease.job.0)
+        .bind(lease.token.0)
+        .bind(&lease.queue)
+        .bind(micros(extend))
+        .fetch_optional(self.pool())
+        .await
+        .map_err(db)?;
+        until.ok_or(Error::StaleLease)
+    }
+}

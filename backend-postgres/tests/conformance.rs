@@ -1,0 +1,34 @@
+//! The whole conformance suite against PostgreSQL: `RELAYQ_POSTGRES_URL`, or a
+//! container when Docker answers, or one SKIPPED line. Every case shares one schema
+//! (cases isolate themselves by queue name) and migrates it first, so the concurrent
+//! `migrate` path runs on every test run too.
+
+use std::sync::Arc;
+
+use relayq_conformance::{Env, harness::Server};
+use relayq_core::Backend;
+use relayq_postgres::{Config, PostgresBackend};
+
+const SCHEMA: &str = "relayq_conformance";
+
+async fn open(url: &str) -> relayq_core::Result<PostgresBackend> {
+    let config = Config::default()
+        .with_schema(SCHEMA)
+        .with_max_connections(4);
+    PostgresBackend::connect_with(url, config).await
+}
+
+async fn env() -> Option<Env> {
+    let url = relayq_conformance::harness::server_url(Server::Postgres).await?;
+    let backend = open(&url).await.expect("connect to PostgreSQL");
+    backend.migrate().await.expect("migrate");
+    Some(Env::new(backend, move || {
+        let url = url.clone();
+        async move {
+            let handle: Arc<dyn Backend> = Arc::new(open(&url).await?);
+            Ok(handle)
+        }
+    }))
+}
+
+relayq_conformance::suite!(env);
