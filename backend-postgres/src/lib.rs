@@ -45,7 +45,7 @@ mod promote;
 mod schema;
 mod settle;
 
-use std::{str::FromStr, sync::Arc};
+use std::{str::FromStr, sync::Arc, time::Duration};
 
 use relayq_core::{Error, Event, EventBus, Events, Limits, Result};
 use sqlx::{
@@ -71,6 +71,10 @@ pub struct Config {
     /// Pool size for [`PostgresBackend::connect_with`] (default 10). One connection is
     /// held by the notification listener once something subscribes to events.
     pub max_connections: u32,
+    /// How long an operation waits for a connection from the pool (and
+    /// [`PostgresBackend::connect_with`] for the first one) before failing with
+    /// [`Error::Backend`]; default 30 s.
+    pub acquire_timeout: Duration,
 }
 
 impl Default for Config {
@@ -79,19 +83,27 @@ impl Default for Config {
             schema: DEFAULT_SCHEMA.to_owned(),
             limits: Limits::default(),
             max_connections: 10,
+            acquire_timeout: Duration::from_secs(30),
         }
     }
 }
 
 impl Config {
-    /// The default settings with another schema.
+    /// The settings with another schema.
     #[must_use]
     pub fn with_schema(mut self, schema: impl Into<String>) -> Self {
         self.schema = schema.into();
         self
     }
 
-    /// The default settings with another pool size.
+    /// The settings with another acquire timeout.
+    #[must_use]
+    pub fn with_acquire_timeout(mut self, timeout: Duration) -> Self {
+        self.acquire_timeout = timeout;
+        self
+    }
+
+    /// The settings with another pool size.
     #[must_use]
     pub fn with_max_connections(mut self, n: u32) -> Self {
         self.max_connections = n;
@@ -136,6 +148,12 @@ impl PostgresBackend {
     /// As [`connect`](Self::connect); [`Error::InvalidInput`] on `schema` for a bad
     /// schema name.
     pub async fn connect_with(url: &str, config: Config) -> Result<Self> {
+        if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+            return Err(Error::invalid(
+                "url",
+                "must start with postgres:// or postgresql://",
+            ));
+        }
         let options = PgConnectOptions::from_str(url)
             .map_err(|e| Error::invalid("url", format!("not a PostgreSQL URL: {e}")))?
             .options([("plan_cache_mode", "force_custom_plan")]);
@@ -146,6 +164,7 @@ impl PostgresBackend {
         let schema = Schema::new(&config.schema)?;
         let pool = PgPoolOptions::new()
             .max_connections(config.max_connections.max(2))
+            .acquire_timeout(config.acquire_timeout)
             .connect_with(options)
             .await
             .map_err(db)?;

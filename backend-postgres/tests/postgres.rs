@@ -1,0 +1,413 @@
+//! PostgreSQL-specific behaviour, against the real server (`RELAYQ_POSTGRES_URL`, or a
+//! container, or one SKIPPED line). Tests that need a table of their own make a schema
+//! of their own and drop it at the end.
+
+use std::{sync::Arc, time::Duration};
+
+use futures::future::join_all;
+use relayq_conformance::{harness::Server, poll_until, queue_name};
+use relayq_core::{
+    Backend, Claim, ClaimRequest, Enqueue, Error, EventKind, Events, Inspect, JobState, NewJob,
+    OnFailure, OrderBarrier, worker::Worker,
+};
+use relayq_postgres::{Config, PostgresBackend};
+
+const LEASE: Duration = Duration::from_secs(30);
+
+async fn url() -> Option<String> {
+    relayq_conformance::harness::server_url(Server::Postgres).await
+}
+
+/// A backend on a new schema, migrated; `drop_schema` removes it.
+async fn fresh(url: &str, tag: &str) -> PostgresBackend {
+    let schema = format!(
+        "relayq_t_{tag}_{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    );
+    let config = Config::default()
+        .with_schema(schema)
+        .with_max_connections(12);
+    let b = PostgresBackend::connect_with(url, config)
+        .await
+        .expect("connect");
+    b.migrate().await.expect("migrate");
+    b
+}
+
+async fn drop_schema(b: &PostgresBackend) {
+    let sql = format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", b.schema());
+    sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+        .execute(b.pool())
+        .await
+        .expect("drop schema");
+}
+
+fn jobs(queue: &str, n: usize) -> Vec<NewJob> {
+    (0..n)
+        .map(|i| NewJob::new(queue, i.to_string().into_bytes()))
+        .collect()
+}
+
+/// SPEC C4: a claim skips the row another transaction has locked and returns the
+/// others at once, instead of waiting for that transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c4_claim_skips_a_row_locked_elsewhere() {
+    let Some(url) = url().await else { return };
+    let b = fresh(&url, "c4").await;
+    let q = queue_name("c4");
+    let ids: Vec<i64> = b
+        .enqueue(jobs(&q, 3))
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.id.0)
+        .collect();
+
+    let mut holder = b.pool().begin().await.unwrap();
+    let sql = format!(
+        "SELECT id FROM \"{}\".jobs WHERE id = $1 FOR UPDATE",
+        b.schema()
+    );
+    sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(ids[0])
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+
+    let claim = b.claim(ClaimRequest::new(&q, "w", 3, LEASE));
+    let got = tokio::time::timeout(Duration::from_secs(5), claim)
+        .await
+        .expect("the claim waited for the locked row")
+        .unwrap();
+    let got: Vec<i64> = got.iter().map(|j| j.lease.job.0).collect();
+    assert_eq!(
+        got,
+        ids[1..],
+        "the locked earliest row is skipped, the others taken"
+    );
+
+    holder.rollback().await.unwrap();
+    let rest = b.claim(ClaimRequest::new(&q, "w", 3, LEASE)).await.unwrap();
+    assert_eq!(rest.len(), 1);
+    assert_eq!(rest[0].lease.job.0, ids[0]);
+    drop_schema(&b).await;
+}
+
+/// PostgreSQL bug #15715: with `WHERE id IN (SELECT ... LIMIT n FOR UPDATE SKIP
+/// LOCKED)`, a plan chosen on a near-empty table can update more than `n` rows once the
+/// table is large. The claim's MATERIALIZED CTE never does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bug_15715_claims_never_exceed_their_limit() {
+    let Some(url) = url().await else { return };
+    let b = fresh(&url, "bug15715").await;
+    let q = queue_name("bug15715");
+    b.enqueue(jobs(&q, 1)).await.unwrap();
+    let vacuum = format!("VACUUM ANALYZE \"{}\".jobs", b.schema());
+    sqlx::raw_sql(sqlx::AssertSqlSafe(vacuum))
+        .execute(b.pool())
+        .await
+        .unwrap();
+    for _ in 0..10 {
+        b.enqueue(jobs(&q, 1_000)).await.unwrap();
+    }
+    let claimers = (0..8).map(|i| {
+        let b = b.clone();
+        let q = q.clone();
+        async move {
+            let mut sizes = Vec::new();
+            loop {
+                let got = b
+                    .claim(ClaimRequest::new(&q, format!("w{i}"), 10, LEASE))
+                    .await
+                    .unwrap();
+                if got.is_empty() {
+                    return sizes;
+                }
+                sizes.push(got.len());
+            }
+        }
+    });
+    let sizes: Vec<usize> = join_all(claimers).await.into_iter().flatten().collect();
+    assert!(
+        sizes.iter().all(|&n| n <= 10),
+        "a claim of 10 returned more: {sizes:?}"
+    );
+    assert_eq!(
+        sizes.iter().sum::<usize>(),
+        10_001,
+        "every job claimed once"
+    );
+    let stats = b.queue_stats(&q).await.unwrap();
+    assert_eq!(stats.count(JobState::Running), 10_001);
+    drop_schema(&b).await;
+}
+
+/// Neither the custom nor the generic plan of the claim scans the table sequentially
+/// once it is large and analyzed (the generic plan is what a prepared statement may
+/// switch to after five runs; relayq's own pools force custom plans anyway).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claim_plans_use_the_claim_index_after_analyze() {
+    let Some(url) = url().await else { return };
+    let b = fresh(&url, "plan").await;
+    let q = queue_name("plan");
+    let other = queue_name("plan-other");
+    for _ in 0..20 {
+        b.enqueue(jobs(&q, 1_000)).await.unwrap();
+        b.enqueue(jobs(&other, 1_000)).await.unwrap();
+    }
+    let analyze = format!("ANALYZE \"{}\".jobs", b.schema());
+    sqlx::raw_sql(sqlx::AssertSqlSafe(analyze))
+        .execute(b.pool())
+        .await
+        .unwrap();
+    for generic in [false, true] {
+        let plan = b.explain_claim(&q, 50, generic).await.unwrap();
+        assert!(!plan.contains("Seq Scan"), "generic={generic}:\n{plan}");
+        assert!(plan.contains("jobs_claim"), "generic={generic}:\n{plan}");
+        assert!(plan.contains("jobs_running"), "generic={generic}:\n{plan}");
+    }
+    drop_schema(&b).await;
+}
+
+/// The listener's connection is killed: it listens again, and an enqueue made after
+/// the kill still wakes an idle worker whose poll fallback is far too slow to find it.
+/// Jobs are enqueued through another handle, so only the server's notifications (and
+/// the resync after the reconnect) can reach the worker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn killed_listener_reconnects_and_wakes_workers() {
+    let Some(url) = url().await else { return };
+    let b = fresh(&url, "listen").await;
+    let q = queue_name("listen");
+    let backend: Arc<dyn Backend> = Arc::new(b.clone());
+    let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
+    let worker = Worker::builder(backend, [q.clone()])
+        .poll_min(Duration::from_secs(60))
+        .poll_max(Duration::from_secs(60))
+        .handler(move |job: relayq_core::ClaimedJob| {
+            let done = done_tx.clone();
+            async move {
+                let _ = done.send(job.lease.job);
+                Ok::<_, relayq_core::worker::JobError>(())
+            }
+        })
+        .build()
+        .unwrap()
+        .spawn();
+
+    let on = &b;
+    let first = poll_until("listener up", Duration::from_secs(10), || async move {
+        Ok(listener_pid(on).await)
+    })
+    .await
+    .unwrap();
+    // The worker's first claim found nothing; it now sleeps up to 60 s between polls.
+    let other = PostgresBackend::connect_with(&url, Config::default().with_schema(b.schema()))
+        .await
+        .unwrap();
+    let warm = other
+        .enqueue_one(NewJob::new(&q, b"1".to_vec()))
+        .await
+        .unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(5), done_rx.recv()).await;
+    assert_eq!(
+        got.unwrap(),
+        Some(warm.id),
+        "a notification wakes the worker"
+    );
+
+    let mut events = b.subscribe().unwrap();
+    let killed: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+        .bind(first)
+        .fetch_one(b.pool())
+        .await
+        .unwrap();
+    assert!(killed);
+    let after = other
+        .enqueue_one(NewJob::new(&q, b"2".to_vec()))
+        .await
+        .unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(10), done_rx.recv()).await;
+    assert_eq!(
+        got.unwrap(),
+        Some(after.id),
+        "the worker woke after the kill"
+    );
+
+    let second = poll_until("listener back", Duration::from_secs(10), || async move {
+        Ok(listener_pid(on).await.filter(|pid| *pid != first))
+    })
+    .await
+    .unwrap();
+    assert_ne!(first, second);
+    // Notifications sent while it was away are lost: it tells every waiter to look.
+    let resync = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            if events.recv().await.unwrap().kind == EventKind::Resync {
+                return;
+            }
+        }
+    });
+    resync.await.expect("a Resync event after the reconnect");
+    worker.shutdown().await.unwrap();
+    drop_schema(&b).await;
+}
+
+/// The backend pid LISTENing on the schema's channel, if any.
+async fn listener_pid(b: &PostgresBackend) -> Option<i32> {
+    sqlx::query_scalar(
+        "SELECT pid FROM pg_stat_activity
+         WHERE query = $1 AND datname = current_database() LIMIT 1",
+    )
+    .bind(format!("LISTEN \"relayq_{}\"", b.schema()))
+    .fetch_optional(b.pool())
+    .await
+    .unwrap()
+}
+
+/// Four tasks migrate one new schema at once, then it is migrated twice more: no
+/// error, and each migration is recorded once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn migrations_run_concurrently_and_repeatedly() {
+    let Some(url) = url().await else { return };
+    let schema = format!(
+        "relayq_t_mig_{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    );
+    let backends = join_all((0..4).map(|_| {
+        let config = Config::default().with_schema(schema.clone());
+        PostgresBackend::connect_with(&url, config)
+    }))
+    .await;
+    let backends: Vec<PostgresBackend> = backends.into_iter().map(Result::unwrap).collect();
+    let results = join_all(backends.iter().map(PostgresBackend::migrate)).await;
+    for r in results {
+        r.expect("concurrent migrate");
+    }
+    backends[0].migrate().await.unwrap();
+    backends[1].migrate().await.unwrap();
+    let sql = format!("SELECT count(*) FROM \"{schema}\".migrations");
+    let versions: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+        .fetch_one(backends[0].pool())
+        .await
+        .unwrap();
+    assert_eq!(versions, 1);
+    let q = queue_name("mig");
+    backends[2]
+        .enqueue_one(NewJob::new(&q, vec![]))
+        .await
+        .unwrap();
+    drop_schema(&backends[0]).await;
+}
+
+/// `enqueue_in`: jobs exist only if the caller's transaction commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enqueue_in_follows_the_callers_transaction() {
+    let Some(url) = url().await else { return };
+    let b = fresh(&url, "txn").await;
+    let q = queue_name("txn");
+
+    let mut tx = b.pool().begin().await.unwrap();
+    let gone = b.enqueue_in(&mut tx, jobs(&q, 2)).await.unwrap();
+    tx.rollback().await.unwrap();
+    assert!(matches!(
+        b.job(&q, gone[0].id).await,
+        Err(Error::NotFound { .. })
+    ));
+    assert_eq!(b.queue_stats(&q).await.unwrap().total(), 0);
+
+    let mut tx = b.pool().begin().await.unwrap();
+    let kept = b.enqueue_in(&mut tx, jobs(&q, 2)).await.unwrap();
+    // Not claimable before the commit.
+    assert!(
+        b.claim(ClaimRequest::new(&q, "w", 10, LEASE))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    tx.commit().await.unwrap();
+    let got = b
+        .claim(ClaimRequest::new(&q, "w", 10, LEASE))
+        .await
+        .unwrap();
+    let got: Vec<_> = got.iter().map(|j| j.lease.job).collect();
+    assert_eq!(got, vec![kept[0].id, kept[1].id]);
+    drop_schema(&b).await;
+}
+
+/// A failed `enqueue_in` undoes only its own writes: the caller's transaction stays
+/// usable, and what it did before is kept when it commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_enqueue_in_leaves_the_callers_transaction_usable() {
+    let Some(url) = url().await else { return };
+    let b = fresh(&url, "txnerr").await;
+    let q = queue_name("txnerr");
+    let batch = b.open_batch(&q, OnFailure::Continue).await.unwrap();
+    b.seal(&batch).await.unwrap();
+
+    let mut tx = b.pool().begin().await.unwrap();
+    let first = b.enqueue_in(&mut tx, jobs(&q, 1)).await.unwrap();
+    let sealed = NewJob::new(&q, vec![]).in_batch(batch.id, 1);
+    let err = b
+        .enqueue_in(&mut tx, vec![NewJob::new(&q, vec![]), sealed])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidInput { field: "batch", .. }),
+        "{err}"
+    );
+    let second = b.enqueue_in(&mut tx, jobs(&q, 1)).await.unwrap();
+    tx.commit().await.unwrap();
+
+    assert_eq!(b.queue_stats(&q).await.unwrap().count(JobState::Ready), 2);
+    b.job(&q, first[0].id).await.unwrap();
+    b.job(&q, second[0].id).await.unwrap();
+    drop_schema(&b).await;
+}
+
+/// Connection failures are `Backend` errors, never panics: a server that does not
+/// answer, and a pool closed under a live backend.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_failures_are_backend_errors() {
+    let quick = Config::default().with_acquire_timeout(Duration::from_millis(500));
+    let err = PostgresBackend::connect_with("postgres://postgres@127.0.0.1:1/test", quick)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Backend { .. }), "{err}");
+    let err = PostgresBackend::connect("mysql://nope").await.unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidInput { field: "url", .. }),
+        "{err}"
+    );
+    let err = PostgresBackend::connect_with(
+        "postgres://postgres@127.0.0.1:1/test",
+        Config::default().with_schema("Bad-Name"),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::InvalidInput {
+                field: "schema",
+                ..
+            }
+        ),
+        "{err}"
+    );
+
+    let Some(url) = url().await else { return };
+    let b = fresh(&url, "closed").await;
+    let q = queue_name("closed");
+    b.pool().close().await;
+    let err = b.enqueue_one(NewJob::new(&q, vec![])).await.unwrap_err();
+    assert!(matches!(err, Error::Backend { .. }), "{err}");
+    let err = b
+        .claim(ClaimRequest::new(&q, "w", 1, LEASE))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Backend { .. }), "{err}");
+    let other = PostgresBackend::connect_with(&url, Config::default().with_schema(b.schema()))
+        .await
+        .unwrap();
+    drop_schema(&other).await;
+}
