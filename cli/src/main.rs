@@ -66,8 +66,10 @@
 //! | `batch open [--on-failure halt]` / `batch seal ID` | batches for `enqueue --batch` |
 //!
 //! `--db URL` (or `RELAYQ_DB`) selects the database: `sqlite://PATH` (default
-//! `sqlite://relayq.db`), or `memory://` for `run` alone. PostgreSQL, Redis and SQL
-//! Server URLs are recognised but not built into this binary yet. `--queue` (or
+//! `sqlite://relayq.db`), `postgres://USER@HOST/DB` (with the default `postgres`
+//! feature; relayq's tables live in the schema `relayq`, created on first use), or
+//! `memory://` for `run` alone. Redis and SQL Server URLs are recognised but not built
+//! into this binary yet. `--queue` (or
 //! `RELAYQ_QUEUE`) defaults to `default`. Exit codes: 0 ok, 1 failed jobs or a failed
 //! command, 2 bad input (nothing stored), 124 timeout, 130 interrupted.
 //!

@@ -509,3 +509,32 @@ fn ctrl_c_cancels_the_batch_kills_the_commands_and_exits_130() {
         ended(pid).then_some(())
     });
 }
+
+/// The example plan on PostgreSQL (where `RELAYQ_POSTGRES_URL` points; CI sets it), in a
+/// queue of its own: every stage in order, the group apart.
+#[cfg(feature = "postgres")]
+#[test]
+fn the_example_plan_runs_on_postgres() {
+    let Ok(url) = std::env::var("RELAYQ_POSTGRES_URL") else {
+        eprintln!("SKIPPED: RELAYQ_POSTGRES_URL is unset; the plan was not run on PostgreSQL");
+        return;
+    };
+    let mut env = Env::new();
+    env.db = url;
+    // Unique on a server that keeps earlier runs' queues.
+    let queue = format!(
+        "cli-{}-{}",
+        std::process::id(),
+        chrono::Utc::now().timestamp_micros()
+    );
+    let plan = example("plan.toml");
+    let out = env
+        .run(&["run", plan.to_str().unwrap(), "--queue", &queue])
+        .expect_code(0);
+    assert!(
+        out.stdout.contains(": 13 succeeded, 0 dead, 0 cancelled"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(env.count(&queue, "succeeded"), 13);
+}
