@@ -75,20 +75,20 @@ pub async fn open(url: &str, need: Use) -> anyhow::Result<Arc<dyn Backend>> {
                 .with_context(|| format!("cannot set up relayq's schema at {url:?}"))?;
             Ok(Arc::new(backend))
         }
-        "postgres" | "postgresql" | "redis" | "rediss" | "mssql" | "sqlserver" => {
-            let name = match scheme {
-                "postgres" | "postgresql" => "PostgreSQL",
-                "redis" | "rediss" => "Redis",
-                _ => "SQL Server",
-            };
-            Err(usage(format!(
-                "--db {url:?}: the {name} backend is not built into this binary; {BUILT_IN}"
-            )))
-        }
+        #[cfg(not(feature = "postgres"))]
+        "postgres" | "postgresql" => Err(not_built_in(url, "PostgreSQL")),
+        "redis" | "rediss" => Err(not_built_in(url, "Redis")),
+        "mssql" | "sqlserver" => Err(not_built_in(url, "SQL Server")),
         other => Err(usage(format!(
             "--db {url:?}: unknown database URL scheme {other:?}; {BUILT_IN}"
         ))),
     }
+}
+
+fn not_built_in(url: &str, name: &str) -> anyhow::Error {
+    usage(format!(
+        "--db {url:?}: the {name} backend is not built into this binary; {BUILT_IN}"
+    ))
 }
 
 /// The file a `sqlite:` URL names (after the scheme's colon), or `None` for an
