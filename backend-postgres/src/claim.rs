@@ -19,7 +19,8 @@ use crate::{
 /// `expired` takes running jobs whose lease ran out and that have attempts left
 /// (SPEC C5), usually none, found through the running index. Both are
 /// `MATERIALIZED`, so the `UPDATE` touches exactly the rows they locked (PostgreSQL
-/// bug #15715). The expired attempts are closed in the log, and one extra row of flags
+/// bug #15715). Their limit is a literal, `{limit}`, so that cached generic plans
+/// estimate it right (see [`Schema::sql_limit`](crate::schema::Schema::sql_limit)). The expired attempts are closed in the log, and one extra row of flags
 /// says whether the queue has a concurrency limit (the caller then claims under the
 /// queue's lock) and whether expired jobs without attempts left wait to be made dead.
 ///
@@ -60,14 +61,14 @@ macro_rules! claim_sql {
                 SELECT id, state, attempts, worker, started_at, priority, run_at FROM {s}.jobs
                 WHERE queue = $1 AND state IN ('ready', 'retrying') AND run_at <= now() ",
             $gate,
-            "   ORDER BY priority, run_at, id LIMIT $2
+            "   ORDER BY priority, run_at, id LIMIT {limit}
                 FOR UPDATE SKIP LOCKED),
             expired AS MATERIALIZED (
                 SELECT id, state, attempts, worker, started_at, priority, run_at FROM {s}.jobs
                 WHERE queue = $1 AND state = 'running' AND lease_expires_at <= now()
                   AND attempts < max_attempts ",
             $gate,
-            "   ORDER BY lease_expires_at LIMIT $2
+            "   ORDER BY lease_expires_at LIMIT {limit}
                 FOR UPDATE SKIP LOCKED),
             c AS MATERIALIZED (
                 SELECT * FROM ready UNION ALL SELECT * FROM expired
@@ -187,7 +188,9 @@ impl PostgresBackend {
     where
         E: sqlx::PgExecutor<'c>,
     {
-        let rows: Vec<Row> = sqlx::query_as(self.sql(sql))
+        // `limit` is at most the request's, which was validated to 1..=1000.
+        let literal = u32::try_from(limit).map_err(Error::backend)?;
+        let rows: Vec<Row> = sqlx::query_as(self.sql_limit(sql, literal))
             .bind(&req.queue)
             .bind(limit)
             .bind(micros(req.lease))
@@ -339,7 +342,7 @@ impl PostgresBackend {
         } else {
             "force_custom_plan"
         };
-        let sql = self.sql(CLAIM_FREE).0;
+        let sql = self.sql_limit(CLAIM_FREE, limit).0;
         let setup = format!(
             "SET plan_cache_mode = {mode};
              PREPARE relayq_claim (text, bigint, float8, text) AS {sql}"

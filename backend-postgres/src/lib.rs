@@ -139,11 +139,6 @@ impl PostgresBackend {
 
     /// Connects to `url` with `config`.
     ///
-    /// The pool's connections run with `plan_cache_mode = force_custom_plan`: the claim
-    /// binds its `LIMIT`, and a generic plan for it (which PostgreSQL may switch to after
-    /// five executions) can assume a tenth of the table comes back and pick a sequential
-    /// scan. Set the same on pools given to [`from_pool`](Self::from_pool).
-    ///
     /// # Errors
     /// As [`connect`](Self::connect); [`Error::InvalidInput`] on `schema` for a bad
     /// schema name.
@@ -155,8 +150,7 @@ impl PostgresBackend {
             ));
         }
         let options = PgConnectOptions::from_str(url)
-            .map_err(|e| Error::invalid("url", format!("not a PostgreSQL URL: {e}")))?
-            .options([("plan_cache_mode", "force_custom_plan")]);
+            .map_err(|e| Error::invalid("url", format!("not a PostgreSQL URL: {e}")))?;
         let options = match options.get_application_name() {
             Some(_) => options,
             None => options.application_name("relayq"),
@@ -171,8 +165,8 @@ impl PostgresBackend {
         Ok(Self::build(pool, schema, config.limits))
     }
 
-    /// A backend on an existing pool (see [`connect_with`](Self::connect_with) about
-    /// `plan_cache_mode`).
+    /// A backend on an existing pool. No session setting is needed: the statements are
+    /// written so that PostgreSQL's cached generic plans stay on the indexes.
     ///
     /// # Errors
     /// [`Error::InvalidInput`] on `schema` for a bad schema name.
@@ -229,6 +223,11 @@ impl PostgresBackend {
     /// The statement `template` written for this backend's schema.
     fn sql(&self, template: &'static str) -> sqlx::AssertSqlSafe<Arc<str>> {
         self.inner.schema.sql(template)
+    }
+
+    /// The statement `template` with `{limit}` set to `limit` (see [`Schema::sql_limit`]).
+    fn sql_limit(&self, template: &'static str, limit: u32) -> sqlx::AssertSqlSafe<Arc<str>> {
+        self.inner.schema.sql_limit(template, limit)
     }
 }
 

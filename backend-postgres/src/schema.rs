@@ -26,7 +26,7 @@ const MIGRATIONS: &[&str] = &[include_str!("../migrations/0001_init.sql")];
 pub(crate) struct Schema {
     name: String,
     quoted: String,
-    statements: RwLock<HashMap<&'static str, Arc<str>>>,
+    statements: RwLock<HashMap<(&'static str, u32), Arc<str>>>,
 }
 
 impl Schema {
@@ -65,18 +65,38 @@ impl Schema {
 
     /// `template` with the schema filled in, ready for `sqlx::query`.
     pub(crate) fn sql(&self, template: &'static str) -> AssertSqlSafe<Arc<str>> {
+        self.cached(template, 0)
+    }
+
+    /// `template` with the schema filled in and `{limit}` replaced by `limit`.
+    ///
+    /// A `LIMIT $n` is a trap for cached statements: PostgreSQL's generic plan, which it
+    /// may switch to after five executions, cannot see `$n` and assumes a tenth of the
+    /// table comes back, so on a large table whose rows are no longer in index order it
+    /// can pick a sequential scan and a sort. A literal limit keeps every plan's estimate
+    /// honest. It costs one prepared statement per distinct limit and connection; a
+    /// worker uses at most its concurrency's worth (claims ask for its free slots).
+    pub(crate) fn sql_limit(&self, template: &'static str, limit: u32) -> AssertSqlSafe<Arc<str>> {
+        self.cached(template, limit)
+    }
+
+    fn cached(&self, template: &'static str, limit: u32) -> AssertSqlSafe<Arc<str>> {
+        let key = (template, limit);
         let cached = self
             .statements
             .read()
             .unwrap_or_else(PoisonError::into_inner)
-            .get(template)
+            .get(&key)
             .cloned();
         let sql = cached.unwrap_or_else(|| {
-            let sql: Arc<str> = self.fill(template).into();
+            let sql: Arc<str> = self
+                .fill(template)
+                .replace("{limit}", &limit.to_string())
+                .into();
             self.statements
                 .write()
                 .unwrap_or_else(PoisonError::into_inner)
-                .insert(template, sql.clone());
+                .insert(key, sql.clone());
             sql
         });
         AssertSqlSafe(sql)
@@ -155,6 +175,13 @@ mod tests {
                 "{bad}: {err}"
             );
         }
+    }
+
+    #[test]
+    fn limits_are_written_into_the_statement() {
+        let s = Schema::new("app").unwrap();
+        let AssertSqlSafe(sql) = s.sql_limit("SELECT 1 FROM {s}.jobs LIMIT {limit}", 17);
+        assert_eq!(&*sql, "SELECT 1 FROM \"app\".jobs LIMIT 17");
     }
 
     #[test]
