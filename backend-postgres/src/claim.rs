@@ -68,7 +68,7 @@ macro_rules! claim_sql {
                 WHERE queue = $1 AND state = 'running' AND lease_expires_at <= now()
                   AND attempts < max_attempts ",
             $gate,
-            "   ORDER BY lease_expires_at LIMIT {limit}
+            "   ORDER BY priority, run_at, id LIMIT {limit}
                 FOR UPDATE SKIP LOCKED),
             c AS MATERIALIZED (
                 SELECT * FROM ready UNION ALL SELECT * FROM expired
@@ -204,6 +204,11 @@ impl PostgresBackend {
     /// SPEC C6: claims of a limited queue hold the queue row's lock, and count the
     /// running jobs in a statement that starts after they got it, so concurrent
     /// claimers see each other's jobs and together never exceed `max_running`.
+    ///
+    /// So a limited queue's claimers take turns, each holding the row for one short
+    /// transaction: the one place where claimers wait for each other (SPEC C4), the
+    /// price of an exact limit. Unlimited queues never do. A claim that was already
+    /// running when `set_max_running` committed may still claim under the old setting.
     async fn claim_limited(&self, req: &ClaimRequest, limit: i64) -> Result<Found> {
         let mut tx = self.inner.pool.begin().await.map_err(db)?;
         let settings: Option<(bool, Option<i32>)> = sqlx::query_as(
@@ -217,14 +222,16 @@ impl PostgresBackend {
         match settings {
             Some((true, _)) => limit = 0,
             Some((false, Some(max))) => {
-                let running: i64 =
-                    sqlx::query_scalar(self.sql(
-                        "SELECT count(*) FROM {s}.jobs WHERE queue = $1 AND state = 'running'",
-                    ))
-                    .bind(&req.queue)
-                    .fetch_one(&mut *tx)
-                    .await
-                    .map_err(db)?;
+                // A job whose lease expired holds no slot: the claim below may take it
+                // over (SPEC C5), which counts it again.
+                let running: i64 = sqlx::query_scalar(self.sql(
+                    "SELECT count(*) FROM {s}.jobs
+                     WHERE queue = $1 AND state = 'running' AND lease_expires_at > now()",
+                ))
+                .bind(&req.queue)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(db)?;
                 limit = limit.min(i64::from(max) - running);
             }
             _ => {}

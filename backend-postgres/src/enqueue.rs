@@ -59,8 +59,15 @@ impl PostgresBackend {
     /// # Ok(()) }
     /// ```
     ///
+    /// Jobs with a group, a batch or a dedupe key need the transaction at READ
+    /// COMMITTED (PostgreSQL's default): their checks must see what other transactions
+    /// committed after this one began, which REPEATABLE READ and SERIALIZABLE hide. Such
+    /// jobs also lock their batches and groups until the caller commits, holding up
+    /// workers finishing jobs of those batches and groups: keep the transaction short.
+    ///
     /// # Errors
-    /// As [`Enqueue::enqueue`].
+    /// As [`Enqueue::enqueue`]; [`Error::InvalidInput`] on `transaction` for jobs with a
+    /// group, batch or dedupe key in a transaction above READ COMMITTED.
     pub async fn enqueue_in(
         &self,
         conn: &mut PgConnection,
@@ -69,6 +76,22 @@ impl PostgresBackend {
         validate::new_jobs(&jobs, &self.inner.limits)?;
         if jobs.is_empty() {
             return Ok(Vec::new());
+        }
+        if !all_plain(&jobs) {
+            let level: String =
+                sqlx::query_scalar("SELECT current_setting('transaction_isolation')")
+                    .fetch_one(&mut *conn)
+                    .await
+                    .map_err(db)?;
+            if level != "read committed" {
+                return Err(Error::invalid(
+                    "transaction",
+                    format!(
+                        "jobs with a group, batch or dedupe key need a READ COMMITTED transaction, this one is {}",
+                        level.to_uppercase()
+                    ),
+                ));
+            }
         }
         let mut tx = conn.begin().await.map_err(db)?;
         let (out, _) = self.enqueue_on(&mut tx, &jobs).await?;
@@ -298,6 +321,13 @@ impl PostgresBackend {
     }
 }
 
+/// Whether no job has a group, a batch or a dedupe key: then one `INSERT` is the whole
+/// enqueue, with nothing to check against other transactions.
+fn all_plain(jobs: &[NewJob]) -> bool {
+    jobs.iter()
+        .all(|j| j.group.is_none() && j.batch.is_none() && j.dedupe_key.is_none())
+}
+
 fn unknown(batch: BatchId) -> Error {
     Error::invalid("batch", format!("batch {batch} is unknown in this queue"))
 }
@@ -324,10 +354,7 @@ impl Enqueue for PostgresBackend {
         if jobs.is_empty() {
             return Ok(Vec::new());
         }
-        let plain = jobs
-            .iter()
-            .all(|j| j.group.is_none() && j.batch.is_none() && j.dedupe_key.is_none());
-        let (out, payloads) = if plain {
+        let (out, payloads) = if all_plain(&jobs) {
             // One statement, atomic on its own: no transaction needed.
             let mut c = self.inner.pool.acquire().await.map_err(db)?;
             let out = self.insert(&mut c, &jobs[0].queue, &jobs).await?;

@@ -248,7 +248,8 @@ fn db(e: sqlx::Error) -> Error {
 const DEADLOCK_RETRIES: u32 = 5;
 
 /// Whether `e` is a deadlock (or serialization failure) that running the transaction
-/// again can resolve. Lock order is fixed (job rows, batches, groups), so these are rare.
+/// again can resolve. Locks are taken in a fixed order, so these are rare (see
+/// `promote`).
 fn retryable(e: &Error) -> bool {
     let Error::Backend { source } = e else {
         return false;
@@ -269,6 +270,10 @@ macro_rules! retry_deadlocks {
                 Err(e) if tries < $crate::DEADLOCK_RETRIES && $crate::retryable(&e) => {
                     tries += 1;
                     tracing::debug!(tries, "transaction lost a deadlock; running it again");
+                    // Stagger the retries of transactions that collided.
+                    let pause =
+                        std::time::Duration::from_millis(fastrand::u64(1..=20 * u64::from(tries)));
+                    tokio::time::sleep(pause).await;
                 }
                 result => break result,
             }

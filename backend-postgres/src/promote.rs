@@ -10,9 +10,12 @@
 //!
 //! Under READ COMMITTED, concurrent transactions would break them, so promotion is
 //! serialized: per batch by its row lock, per group by an advisory transaction lock.
-//! Every transaction takes its locks in one order, job rows first (the statement that
-//! finishes them), then batches by id, then groups by (queue, group), so they cannot
-//! deadlock one another. Claims take no promotion lock: they only turn `ready` into
+//! Transactions take the rows they finish first, then batches by id, then groups by
+//! (queue, group), so two settles never deadlock on those. Promotion then updates other
+//! jobs' rows (a released stage, a group's next holder); a transaction that cancels one
+//! of exactly those rows while waiting for the same batch or group can still form a
+//! cycle, which PostgreSQL breaks after `deadlock_timeout` and the loser runs again
+//! (`retry_deadlocks!`). Claims take no promotion lock: they only turn `ready` into
 //! `running`, which the group statements below allow for.
 
 use std::collections::{BTreeMap, BTreeSet};

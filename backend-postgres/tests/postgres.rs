@@ -411,3 +411,36 @@ async fn connection_failures_are_backend_errors() {
         .unwrap();
     drop_schema(&other).await;
 }
+
+/// Jobs with a group (or batch, or dedupe key) need READ COMMITTED: a REPEATABLE READ
+/// snapshot would hide the running holder of the group. Plain jobs are fine anywhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enqueue_in_needs_read_committed_for_groups() {
+    let Some(url) = url().await else { return };
+    let b = fresh(&url, "iso").await;
+    let q = queue_name("iso");
+    let mut tx = b
+        .pool()
+        .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        .await
+        .unwrap();
+    let err = b
+        .enqueue_in(&mut tx, vec![NewJob::new(&q, vec![]).group("g")])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::InvalidInput {
+                field: "transaction",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let plain = b.enqueue_in(&mut tx, jobs(&q, 1)).await.unwrap();
+    tx.commit().await.unwrap();
+    b.job(&q, plain[0].id).await.unwrap();
+    assert_eq!(b.queue_stats(&q).await.unwrap().total(), 1);
+    drop_schema(&b).await;
+}

@@ -99,6 +99,7 @@ macro_rules! for_each_case {
             claim::c5_expired_without_attempts_dies_at_claim,
             claim::c5_maintain_requeues_then_kills,
             claim::c6_max_running_caps_claims,
+            claim::c6_expired_lease_frees_its_slot,
             claim::c6_pause_stops_claims_until_resume,
             scenarios::c6_max_running_holds_under_load,
             lease::l1_complete_twice_is_stale,

@@ -402,6 +402,41 @@ pub async fn c6_max_running_caps_claims(env: &Env) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// SPEC C5, C6: in a queue at its `max_running`, a job whose lease expired no longer
+/// takes a slot: the next claim takes it over (attempt 2) instead of finding the queue
+/// full forever.
+pub async fn c6_expired_lease_frees_its_slot(env: &Env) -> anyhow::Result<()> {
+    let b = env.backend();
+    let q = queue_name("c6exp");
+    b.set_max_running(&q, Some(1)).await?;
+    let id = enqueue(b, NewJob::new(&q, b"x".to_vec())).await?;
+    let zombie = claim_as(b, &q, "zombie", 1, SHORT_LEASE).await?;
+    ensure!(
+        ids(&zombie) == [id],
+        "first claim returned {:?}",
+        ids(&zombie)
+    );
+    let taken = poll_claim(
+        b,
+        &q,
+        "heir",
+        1,
+        LEASE,
+        "the expired job to be taken over in a full queue",
+    )
+    .await?;
+    ensure!(
+        taken[0].id() == id && taken[0].attempt() == 2,
+        "takeover gave {:?}",
+        taken[0].lease
+    );
+    ensure!(
+        b.running(&q).await?.len() == 1,
+        "one job runs, max_running 1"
+    );
+    Ok(())
+}
+
 /// SPEC C6: a paused queue returns nothing; enqueue still works; resume claims again.
 pub async fn c6_pause_stops_claims_until_resume(env: &Env) -> anyhow::Result<()> {
     let b = env.backend();
