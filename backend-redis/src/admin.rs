@@ -1,0 +1,373 @@
+//! SPEC B, M, C6, B7: batches, reads and operating queues.
+
+use std::{collections::BTreeMap, time::Duration};
+
+use async_trait::async_trait;
+use redis::Value;
+use relayq_core::{
+    Admin, AttemptOutcome, AttemptRecord, Batch, BatchId, BatchProgress, Error, EventKind, Inspect,
+    JobId, JobInfo, JobState, Maintenance, OnFailure, OrderBarrier, QueueStats, Result, RunningJob,
+    StageProgress, validate,
+};
+use serde::Deserialize;
+
+use crate::{
+    RedisBackend, arg, micros,
+    reply::{self, bad, int, text},
+    scripts,
+};
+
+#[async_trait]
+impl OrderBarrier for RedisBackend {
+    async fn open_batch(&self, queue: &str, on_failure: OnFailure) -> Result<Batch> {
+        let args = [b"open".to_vec(), on_failure.as_str().as_bytes().to_vec()];
+        let id: i64 = self.run(&scripts::BATCH, queue, &args).await?;
+        Ok(Batch {
+            queue: queue.to_owned(),
+            id: BatchId(id),
+        })
+    }
+
+    async fn seal(&self, batch: &Batch) -> Result<()> {
+        let args = [b"seal".to_vec(), arg(batch.id.0)];
+        let found: i64 = self.run(&scripts::BATCH, &batch.queue, &args).await?;
+        if found < 0 {
+            return Err(Error::not_found(batch.to_string()));
+        }
+        self.notify_local(&batch.queue, EventKind::Finished);
+        Ok(())
+    }
+
+    async fn batch_progress(&self, batch: &Batch) -> Result<BatchProgress> {
+        let args = [b"progress".to_vec(), arg(batch.id.0)];
+        let out: Value = self.run(&scripts::BATCH, &batch.queue, &args).await?;
+        if matches!(out, Value::Int(-1)) {
+            return Err(Error::not_found(batch.to_string()));
+        }
+        let items = reply::items(out)?;
+        if items.len() < 4 {
+            return Err(bad("batch progress"));
+        }
+        let mut stages: BTreeMap<i32, StageProgress> = BTreeMap::new();
+        for triple in items[4..].chunks(3) {
+            let [stage, state, n] = triple else {
+                return Err(bad("batch progress"));
+            };
+            let stage: i32 = text(stage)?.parse().map_err(Error::backend)?;
+            let n = u64::try_from(int(n)?).map_err(Error::backend)?;
+            let p = stages.entry(stage).or_insert(StageProgress {
+                stage,
+                ..StageProgress::default()
+            });
+            match text(state)?.parse::<JobState>()? {
+                JobState::Running => p.running += n,
+                JobState::Succeeded => p.succeeded += n,
+                JobState::Dead => p.dead += n,
+                JobState::Cancelled => p.cancelled += n,
+                _ => p.pending += n,
+            }
+        }
+        Ok(BatchProgress {
+            batch: batch.clone(),
+            on_failure: text(&items[0])?.parse()?,
+            sealed: text(&items[1])? == "1",
+            failed: text(&items[2])? == "1",
+            released_stage: reply::opt_text(&items[3])?
+                .map(|r| r.parse())
+                .transpose()
+                .map_err(Error::backend)?,
+            stages: stages.into_values().collect(),
+        })
+    }
+}
+
+/// One entry of a job's attempt log, as the scripts write it.
+#[derive(Deserialize)]
+struct LogEntry {
+    a: u32,
+    w: String,
+    s: String,
+    e: String,
+    o: String,
+    x: Option<String>,
+    out: Option<String>,
+}
+
+fn micros_of(t: &str) -> Result<i64> {
+    t.parse().map_err(Error::backend)
+}
+
+#[async_trait]
+impl Inspect for RedisBackend {
+    async fn queue_stats(&self, queue: &str) -> Result<QueueStats> {
+        let out: Value = self
+            .run(&scripts::READ, queue, &[b"stats".to_vec()])
+            .await?;
+        let items = reply::items(out)?;
+        if items.len() < 3 {
+            return Err(bad("stats"));
+        }
+        let mut stats = QueueStats {
+            queue: queue.to_owned(),
+            paused: text(&items[0])? == "1",
+            max_running: reply::opt_text(&items[1])?
+                .map(|m| m.parse())
+                .transpose()
+                .map_err(Error::backend)?,
+            ..QueueStats::default()
+        };
+        let scheduled = u64::try_from(int(&items[2])?).map_err(Error::backend)?;
+        for pair in items[3..].chunks(2) {
+            let [state, n] = pair else {
+                return Err(bad("stats"));
+            };
+            let n = u64::try_from(int(n)?).map_err(Error::backend)?;
+            *stats.counts.entry(text(state)?.parse()?).or_default() += n;
+        }
+        if scheduled > 0 {
+            let ready = stats.counts.entry(JobState::Ready).or_default();
+            *ready = ready.saturating_sub(scheduled);
+            if *ready == 0 {
+                stats.counts.remove(&JobState::Ready);
+            }
+            stats.counts.insert(JobState::Scheduled, scheduled);
+        }
+        Ok(stats)
+    }
+
+    async fn job(&self, queue: &str, id: JobId) -> Result<JobInfo> {
+        let out: Value = self
+            .run(&scripts::READ, queue, &[b"job".to_vec(), arg(id.0)])
+            .await?;
+        if matches!(out, Value::Int(-1)) {
+            return Err(Error::not_found(format!("job {id} in queue {queue:?}")));
+        }
+        let items = reply::items(out)?;
+        let now = reply::time(int(items.first().ok_or_else(|| bad("job"))?)?);
+        let split = items
+            .iter()
+            .position(|v| matches!(v, Value::BulkString(b) if b == b"--log--"))
+            .ok_or_else(|| bad("job"))?;
+        let mut h: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+        for pair in items[1..split].chunks(2) {
+            let [k, v] = pair else { return Err(bad("job")) };
+            h.insert(text(k)?, reply::bytes(v)?);
+        }
+        let field = |k: &str| -> Option<String> {
+            h.get(k).map(|v| String::from_utf8_lossy(v).into_owned())
+        };
+        let req = |k: &str| field(k).ok_or_else(|| bad(k));
+        let mut log = items[split + 1..]
+            .iter()
+            .map(|v| {
+                let e: LogEntry = serde_json::from_str(&text(v)?).map_err(Error::backend)?;
+                Ok(AttemptRecord {
+                    attempt: e.a,
+                    worker: e.w,
+                    started_at: reply::time(micros_of(&e.s)?),
+                    ended_at: Some(reply::time(micros_of(&e.e)?)),
+                    outcome: e.o.parse()?,
+                    error: e.x,
+                    output: e.out,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut state: JobState = req("st")?.parse()?;
+        let attempts: u32 = req("at")?.parse().map_err(Error::backend)?;
+        let run_at = reply::time(micros_of(&req("ra")?)?);
+        if state == JobState::Running {
+            log.push(AttemptRecord {
+                attempt: attempts,
+                worker: field("w").unwrap_or_default(),
+                started_at: reply::time(micros_of(&req("sa")?)?),
+                ended_at: None,
+                outcome: AttemptOutcome::Running,
+                error: None,
+                output: None,
+            });
+        }
+        if state == JobState::Ready && run_at > now {
+            state = JobState::Scheduled;
+        }
+        let parse_i = |k: &str| -> Result<Option<i64>> {
+            field(k)
+                .map(|v| v.parse().map_err(Error::backend))
+                .transpose()
+        };
+        Ok(JobInfo {
+            id,
+            queue: queue.to_owned(),
+            state,
+            payload: h.get("p").cloned().unwrap_or_default(),
+            priority: req("pr")?.parse().map_err(Error::backend)?,
+            run_at,
+            attempts,
+            max_attempts: req("ma")?.parse().map_err(Error::backend)?,
+            group: field("g"),
+            batch: parse_i("b")?.map(BatchId),
+            stage: parse_i("s")?
+                .map(i32::try_from)
+                .transpose()
+                .map_err(Error::backend)?,
+            dedupe_key: field("dk"),
+            enqueued_by: field("by"),
+            created_at: reply::time(micros_of(&req("ca")?)?),
+            finished_at: parse_i("fa")?.map(reply::time),
+            last_error: field("le"),
+            attempt_log: log,
+        })
+    }
+
+    async fn running(&self, queue: &str) -> Result<Vec<RunningJob>> {
+        let out: Value = self
+            .run(&scripts::READ, queue, &[b"running".to_vec()])
+            .await?;
+        let mut jobs = reply::items(out)?
+            .chunks(5)
+            .map(|f| {
+                let [id, worker, attempt, started, expires] = f else {
+                    return Err(bad("running"));
+                };
+                Ok(RunningJob {
+                    id: JobId(int(id)?),
+                    worker: text(worker)?,
+                    attempt: u32::try_from(int(attempt)?).map_err(Error::backend)?,
+                    started_at: reply::time(int(started)?),
+                    lease_expires_at: reply::time(int(expires)?),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        jobs.sort_unstable_by_key(|j| j.id);
+        Ok(jobs)
+    }
+
+    async fn batches(&self, queue: &str, limit: u32) -> Result<Vec<BatchProgress>> {
+        validate::list_limit(limit)?;
+        let out: Value = self
+            .run(&scripts::READ, queue, &[b"batches".to_vec(), arg(limit)])
+            .await?;
+        let mut batches = Vec::new();
+        for id in reply::items(out)? {
+            let batch = Batch {
+                queue: queue.to_owned(),
+                id: BatchId(int(&id)?),
+            };
+            batches.push(self.batch_progress(&batch).await?);
+        }
+        Ok(batches)
+    }
+
+    async fn dead_jobs(&self, queue: &str, limit: u32) -> Result<Vec<JobInfo>> {
+        validate::list_limit(limit)?;
+        let out: Value = self
+            .run(&scripts::READ, queue, &[b"dead".to_vec(), arg(limit)])
+            .await?;
+        let mut jobs = Vec::new();
+        for id in reply::items(out)? {
+            match self.job(queue, JobId(int(&id)?)).await {
+                Ok(job) => jobs.push(job),
+                Err(Error::NotFound { .. }) => {} // pruned meanwhile
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(jobs)
+    }
+}
+
+impl RedisBackend {
+    async fn admin(&self, queue: &str, args: &[Vec<u8>]) -> Result<Value> {
+        self.run(&scripts::ADMIN, queue, args).await
+    }
+}
+
+#[async_trait]
+impl Admin for RedisBackend {
+    async fn pause(&self, queue: &str) -> Result<()> {
+        self.admin(queue, &[b"pause".to_vec()]).await.map(drop)
+    }
+
+    async fn resume(&self, queue: &str) -> Result<()> {
+        self.admin(queue, &[b"resume".to_vec()]).await?;
+        self.notify_local(queue, EventKind::Ready);
+        Ok(())
+    }
+
+    async fn set_max_running(&self, queue: &str, max_running: Option<u32>) -> Result<()> {
+        if max_running == Some(0) {
+            return Err(Error::invalid(
+                "max_running",
+                "must be at least 1; use pause to stop a queue",
+            ));
+        }
+        let max = max_running.map(arg).unwrap_or_default();
+        self.admin(queue, &[b"max".to_vec(), max]).await?;
+        self.notify_local(queue, EventKind::Ready);
+        Ok(())
+    }
+
+    async fn cancel_job(&self, queue: &str, id: JobId) -> Result<bool> {
+        let args = [b"job".to_vec(), arg(id.0)];
+        let n: i64 = self.run(&scripts::CANCEL, queue, &args).await?;
+        if n < 0 {
+            return Err(Error::not_found(format!("job {id} in queue {queue:?}")));
+        }
+        if n > 0 {
+            self.notify_local(queue, EventKind::Finished);
+            self.notify_local(queue, EventKind::Ready);
+        }
+        Ok(n > 0)
+    }
+
+    async fn cancel_batch(&self, batch: &Batch) -> Result<u64> {
+        let args = [b"batch".to_vec(), arg(batch.id.0)];
+        let n: i64 = self.run(&scripts::CANCEL, &batch.queue, &args).await?;
+        if n < 0 {
+            return Err(Error::not_found(batch.to_string()));
+        }
+        self.notify_local(&batch.queue, EventKind::Finished);
+        self.notify_local(&batch.queue, EventKind::Ready);
+        u64::try_from(n).map_err(Error::backend)
+    }
+
+    async fn retry_dead(&self, queue: &str, ids: Option<&[JobId]>) -> Result<u64> {
+        let list = ids
+            .map(|ids| {
+                ids.iter()
+                    .map(|id| id.0.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
+            .unwrap_or_default();
+        if ids.is_some_and(<[JobId]>::is_empty) {
+            return Ok(0);
+        }
+        let out = self
+            .admin(queue, &[b"retry".to_vec(), list.into_bytes()])
+            .await?;
+        self.notify_local(queue, EventKind::Ready);
+        u64::try_from(int(&out)?).map_err(Error::backend)
+    }
+
+    async fn maintain(&self, queue: &str, retention: Duration) -> Result<Maintenance> {
+        // Beyond a century, keep everything.
+        let retention = micros(retention.min(Duration::from_secs(100 * 365 * 86_400)));
+        let out = self
+            .admin(queue, &[b"maintain".to_vec(), arg(retention)])
+            .await?;
+        let items = reply::items(out)?;
+        let [requeued, dead, pruned] = items.as_slice() else {
+            return Err(bad("maintain"));
+        };
+        let count = |v: &Value| u64::try_from(int(v)?).map_err(Error::backend);
+        let m = Maintenance {
+            requeued: count(requeued)?,
+            dead: count(dead)?,
+            pruned: count(pruned)?,
+        };
+        if m.requeued + m.dead > 0 {
+            self.notify_local(queue, EventKind::Finished);
+            self.notify_local(queue, EventKind::Ready);
+        }
+        Ok(m)
+    }
+}

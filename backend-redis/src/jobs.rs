@@ -1,0 +1,213 @@
+//! SPEC E, C, L: enqueue, claim and settle, one script call each.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use redis::Value;
+use relayq_core::{
+    BatchId, Claim, ClaimRequest, ClaimedJob, Complete, Enqueue, Enqueued, Error, EventKind, JobId,
+    Lease, LeaseToken, NewJob, Outcome, Result, Retry, RunAt, Settle, Settled, validate,
+};
+
+use crate::{
+    RedisBackend, arg, micros,
+    reply::{self, bad, int, opt_text, text},
+    scripts,
+};
+
+/// Fields per claimed job in the claim script's reply.
+const CLAIMED_FIELDS: usize = 12;
+
+#[async_trait]
+impl Enqueue for RedisBackend {
+    async fn enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
+        validate::new_jobs(&jobs, &self.inner.limits)?;
+        let Some(queue) = jobs.first().map(|j| j.queue.clone()) else {
+            return Ok(Vec::new());
+        };
+        let mut args = Vec::with_capacity(1 + jobs.len() * 10);
+        args.push(arg(jobs.len()));
+        for job in &jobs {
+            // Relative times resolve against the server's clock, in the script.
+            let (at, delay) = match job.run_at {
+                RunAt::Now => (String::new(), "0".to_owned()),
+                RunAt::After(d) => (String::new(), micros(d).to_string()),
+                RunAt::At(t) => (t.timestamp_micros().to_string(), String::new()),
+            };
+            args.push(job.payload.clone());
+            args.push(arg(job.priority));
+            args.push(at.into_bytes());
+            args.push(delay.into_bytes());
+            args.push(arg(job.max_attempts));
+            args.push(job.group.clone().unwrap_or_default().into_bytes());
+            args.push(
+                job.batch
+                    .map(|b| b.0.to_string())
+                    .unwrap_or_default()
+                    .into_bytes(),
+            );
+            args.push(arg(job.stage.unwrap_or(0)));
+            args.push(job.dedupe_key.clone().unwrap_or_default().into_bytes());
+            args.push(job.enqueued_by.clone().unwrap_or_default().into_bytes());
+        }
+        let out: Value = self.run(&scripts::ENQUEUE, &queue, &args).await?;
+        let items = reply::items(out)?;
+        let out = items
+            .chunks(2)
+            .map(|pair| {
+                Ok(Enqueued {
+                    id: JobId(int(&pair[0])?),
+                    deduplicated: int(pair.get(1).ok_or_else(|| bad("enqueue"))?)? == 1,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        self.notify_local(&queue, EventKind::Ready);
+        Ok(out)
+    }
+}
+
+#[async_trait]
+impl Claim for RedisBackend {
+    async fn claim(&self, req: ClaimRequest) -> Result<Vec<ClaimedJob>> {
+        validate::claim(&req)?;
+        let tokens: Vec<LeaseToken> = (0..req.limit).map(|_| LeaseToken::random()).collect();
+        let mut args = vec![
+            arg(req.limit),
+            arg(micros(req.lease)),
+            req.worker.clone().into_bytes(),
+        ];
+        args.extend(tokens.iter().map(|t| t.0.to_string().into_bytes()));
+        let out: Value = self.run(&scripts::CLAIM, &req.queue, &args).await?;
+        let items = reply::items(out)?;
+        items
+            .chunks(CLAIMED_FIELDS)
+            .map(|f| {
+                if f.len() != CLAIMED_FIELDS {
+                    return Err(bad("claim"));
+                }
+                let token = uuid::Uuid::parse_str(&text(&f[1])?).map_err(Error::backend)?;
+                Ok(ClaimedJob {
+                    lease: Lease {
+                        queue: req.queue.clone(),
+                        job: JobId(int(&f[0])?),
+                        token: LeaseToken(token),
+                        attempt: u32::try_from(int(&f[2])?).map_err(Error::backend)?,
+                        expires_at: reply::time(int(&f[3])?),
+                        worker: req.worker.clone(),
+                    },
+                    payload: reply::bytes(&f[4])?,
+                    priority: i16::try_from(int(&f[5])?).map_err(Error::backend)?,
+                    run_at: reply::time(int(&f[6])?),
+                    max_attempts: u16::try_from(int(&f[7])?).map_err(Error::backend)?,
+                    group: opt_text(&f[8])?,
+                    batch: opt_text(&f[9])?
+                        .map(|b| b.parse().map(BatchId))
+                        .transpose()
+                        .map_err(Error::backend)?,
+                    stage: opt_text(&f[10])?
+                        .map(|s| s.parse())
+                        .transpose()
+                        .map_err(Error::backend)?,
+                    enqueued_by: opt_text(&f[11])?,
+                })
+            })
+            .collect()
+    }
+}
+
+#[async_trait]
+impl Complete for RedisBackend {
+    async fn settle_many(&self, mut settles: Vec<Settle>) -> Result<Vec<Result<Settled>>> {
+        validate::settles(&mut settles)?;
+        // One script per queue: a script stays in one slot.
+        let mut out: Vec<Option<Result<Settled>>> = settles.iter().map(|_| None).collect();
+        let mut queues: Vec<&str> = settles.iter().map(|s| s.lease.queue.as_str()).collect();
+        queues.sort_unstable();
+        queues.dedup();
+        for queue in queues {
+            let mine: Vec<usize> = (0..settles.len())
+                .filter(|&i| settles[i].lease.queue == queue)
+                .collect();
+            let mut args = vec![arg(mine.len())];
+            for &i in &mine {
+                push_settle(&mut args, &settles[i]);
+            }
+            let reply: Value = self.run(&scripts::SETTLE, queue, &args).await?;
+            let verdicts = reply::items(reply)?;
+            if verdicts.len() != mine.len() {
+                return Err(bad("settle"));
+            }
+            for (&i, v) in mine.iter().zip(&verdicts) {
+                out[i] = Some(verdict(&text(v)?));
+            }
+            self.notify_local(queue, EventKind::Finished);
+            self.notify_local(queue, EventKind::Ready);
+        }
+        out.into_iter()
+            .map(|o| o.ok_or_else(|| bad("settle")))
+            .collect()
+    }
+
+    async fn heartbeat(&self, lease: &Lease, extend: Duration) -> Result<DateTime<Utc>> {
+        validate::lease_length("extend", extend)?;
+        let args = [
+            arg(lease.job.0),
+            lease.token.0.to_string().into_bytes(),
+            arg(micros(extend)),
+        ];
+        let until: i64 = self.run(&scripts::HEARTBEAT, &lease.queue, &args).await?;
+        if until < 0 {
+            return Err(Error::StaleLease);
+        }
+        Ok(reply::time(until))
+    }
+}
+
+fn push_settle(args: &mut Vec<Vec<u8>>, s: &Settle) {
+    let (kind, delay, at, error) = match &s.outcome {
+        Outcome::Complete => ("complete", String::new(), String::new(), ""),
+        Outcome::Release => ("release", String::new(), String::new(), ""),
+        Outcome::Fail { error, retry } => {
+            let (delay, at) = match *retry {
+                Retry::At(t) => (String::new(), t.timestamp_micros().to_string()),
+                Retry::Never => (String::new(), String::new()),
+                r => (
+                    r.delay(s.lease.attempt, Utc::now())
+                        .map(|d| micros(d).to_string())
+                        .unwrap_or_default(),
+                    String::new(),
+                ),
+            };
+            ("fail", delay, at, error.as_str())
+        }
+    };
+    args.push(arg(s.lease.job.0));
+    args.push(s.lease.token.0.to_string().into_bytes());
+    args.push(kind.as_bytes().to_vec());
+    args.push(delay.into_bytes());
+    args.push(at.into_bytes());
+    args.push(error.as_bytes().to_vec());
+    args.push(
+        s.output
+            .as_ref()
+            .map(|o| format!("={o}").into_bytes())
+            .unwrap_or_default(),
+    );
+}
+
+fn verdict(v: &str) -> Result<Settled> {
+    match v {
+        "c" => Ok(Settled::Completed),
+        "r" => Ok(Settled::Released),
+        "d" => Ok(Settled::Dead),
+        "s" => Err(Error::StaleLease),
+        t if t.starts_with('t') => {
+            let at: i64 = t[1..].parse().map_err(Error::backend)?;
+            Ok(Settled::Retrying {
+                at: reply::time(at),
+            })
+        }
+        _ => Err(bad("settle verdict")),
+    }
+}

@@ -1,0 +1,294 @@
+//! # relayq-redis
+//!
+//! The Redis backend of [relayq](https://docs.rs/relayq-core), for a standalone server
+//! ([`RedisBackend::connect`]) and for Redis Cluster ([`RedisBackend::cluster`]).
+//!
+//! - **One Lua script per operation** (enqueue many, claim N, settle many, heartbeat,
+//!   cancel, batch operations, maintenance, reads): each runs atomically, so claimers
+//!   never wait for each other's locks and never take one job twice (SPEC C2, C4).
+//!   Inputs are validated in Rust and re-checked in the script before its first write;
+//!   time comes from `TIME` inside the script, the server's clock.
+//! - **Cluster**: every key of a queue carries the hash tag `{queue}` (queue names
+//!   cannot contain braces), so each script touches one slot; batches live in their
+//!   queue's slot.
+//! - **Ordering**: claimable jobs sit in a sorted set scored by priority whose members
+//!   are the fixed-width `(run_at, id)`: equal scores sort by member, so the order key
+//!   `(priority, run_at, id)` is exact with no floating-point packing (SPEC C3).
+//!   Delayed and retrying jobs wait in sets scored by due time, moved over by the claim
+//!   script in bounded chunks; running jobs sit in a set scored by lease expiry, so
+//!   expired leases are found without a scan (SPEC C5).
+//! - **Groups and stages by promotion**, as in the other backends: a job is `blocked`
+//!   until the script that finishes what it waited for makes it ready.
+//! - **Wake-ups**: scripts `PUBLISH` on one channel per key prefix; a subscriber task
+//!   forwards them, and after a reconnect tells every waiter to check once.
+//! - **Retention**: finished jobs are kept in a set by finish time and deleted, with
+//!   their log, by `maintain` after the retention.
+//!
+//! ## Durability
+//!
+//! An enqueue that returned is in Redis's memory. Whether it survives a crash of the
+//! server depends on Redis's persistence, not on relayq: with `appendonly yes` and
+//! `appendfsync always` every acknowledged write is on disk before the reply; with
+//! `appendfsync everysec` (the usual setting) up to about a second of writes can be
+//! lost; with RDB snapshots only, everything since the last snapshot. Replication is
+//! asynchronous: a failover can lose writes the old primary acknowledged (`WAIT` narrows
+//! that window but does not close it). Lost writes mean lost enqueues, or finished jobs
+//! that run again; relayq's guarantees hold for what the server kept.
+
+mod admin;
+mod jobs;
+mod listen;
+mod scripts;
+
+use std::sync::Arc;
+
+use redis::{
+    Client, FromRedisValue, aio::ConnectionManager, cluster::ClusterClient,
+    cluster_async::ClusterConnection,
+};
+use relayq_core::{Error, Event, EventBus, Events, Limits, Result, validate};
+use tokio::sync::broadcast;
+
+use crate::listen::Listener;
+
+/// The default key prefix.
+pub const DEFAULT_PREFIX: &str = "relayq";
+
+/// A relayq backend on Redis or Redis Cluster. Cheap to clone; clones share the
+/// connection.
+#[derive(Clone)]
+pub struct RedisBackend {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for RedisBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisBackend")
+            .field("prefix", &self.inner.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    conn: Conn,
+    prefix: String,
+    channel: String,
+    limits: Limits,
+    events: EventBus,
+    listener: Listener,
+}
+
+/// A connection that reconnects by itself.
+#[derive(Clone)]
+enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl RedisBackend {
+    /// Connects to a standalone server at `url` (`redis://host:port/db`) with the
+    /// default key prefix `relayq`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] on `url` for a malformed URL; [`Error::Backend`] when the
+    /// server cannot be reached.
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with_prefix(url, DEFAULT_PREFIX).await
+    }
+
+    /// Connects to a standalone server with key prefix `prefix`.
+    ///
+    /// # Errors
+    /// As [`connect`](Self::connect); [`Error::InvalidInput`] on `prefix` for a bad
+    /// prefix.
+    pub async fn connect_with_prefix(url: &str, prefix: &str) -> Result<Self> {
+        check_prefix(prefix)?;
+        let client = Client::open(url).map_err(|e| Error::invalid("url", e.to_string()))?;
+        let conn = ConnectionManager::new(client.clone()).await.map_err(db)?;
+        Ok(Self::build(Conn::Single(conn), prefix, vec![client]))
+    }
+
+    /// Connects to a Redis Cluster through the node `urls` with key prefix `prefix`.
+    ///
+    /// # Errors
+    /// As [`connect_with_prefix`](Self::connect_with_prefix).
+    pub async fn cluster(urls: &[&str], prefix: &str) -> Result<Self> {
+        check_prefix(prefix)?;
+        let cluster =
+            ClusterClient::new(urls.to_vec()).map_err(|e| Error::invalid("urls", e.to_string()))?;
+        let conn = cluster.get_async_connection().await.map_err(db)?;
+        let clients = urls
+            .iter()
+            .map(|u| Client::open(*u).map_err(|e| Error::invalid("urls", e.to_string())))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self::build(Conn::Cluster(conn), prefix, clients))
+    }
+
+    fn build(conn: Conn, prefix: &str, clients: Vec<Client>) -> Self {
+        let events = EventBus::new();
+        let channel = format!("{prefix}:events");
+        let listener = Listener::new(clients, channel.clone(), events.clone());
+        Self {
+            inner: Arc::new(Inner {
+                conn,
+                prefix: prefix.to_owned(),
+                channel,
+                limits: Limits::default(),
+                events,
+                listener,
+            }),
+        }
+    }
+
+    /// The key prefix.
+    #[must_use]
+    pub fn prefix(&self) -> &str {
+        &self.inner.prefix
+    }
+
+    /// The base key of `queue`: every key of the queue starts with it, and its hash tag
+    /// puts them all in one cluster slot.
+    #[must_use]
+    pub fn queue_key(&self, queue: &str) -> String {
+        format!("{}:{{{queue}}}", self.inner.prefix)
+    }
+
+    /// Runs `script` for `queue` with `args` after the common ones.
+    async fn run<T: FromRedisValue>(
+        &self,
+        script: &redis::Script,
+        queue: &str,
+        args: &[Vec<u8>],
+    ) -> Result<T> {
+        validate::queue_name(queue)?;
+        let mut inv = script.prepare_invoke();
+        inv.key(self.queue_key(queue))
+            .arg(&self.inner.channel)
+            .arg(queue);
+        for a in args {
+            inv.arg(a.as_slice());
+        }
+        let result = match self.inner.conn.clone() {
+            Conn::Single(mut c) => inv.invoke_async(&mut c).await,
+            Conn::Cluster(mut c) => inv.invoke_async(&mut c).await,
+        };
+        result.map_err(script_error)
+    }
+
+    fn notify_local(&self, queue: &str, kind: relayq_core::EventKind) {
+        self.inner.events.notify(queue, kind);
+    }
+}
+
+impl Events for RedisBackend {
+    fn subscribe(&self) -> Option<broadcast::Receiver<Event>> {
+        let rx = self.inner.events.subscribe();
+        self.inner.listener.start();
+        Some(rx)
+    }
+}
+
+/// Prefixes: 1 to 64 bytes of `A-Z a-z 0-9 _ - . :`, so no brace can spoil the hash tag.
+fn check_prefix(prefix: &str) -> Result<()> {
+    let ok = !prefix.is_empty()
+        && prefix.len() <= 64
+        && prefix
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_-.:".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            "prefix",
+            format!("{prefix:?} must be 1 to 64 bytes of A-Z a-z 0-9 _ - . :"),
+        ))
+    }
+}
+
+fn db(e: redis::RedisError) -> Error {
+    Error::backend(e)
+}
+
+/// Maps a script's error reply: `RELAYQ_INVALID <field> <reason>` and
+/// `RELAYQ_STAGE_CLOSED <stage> <released>` are the checks re-done in the script; the
+/// rest are server or connection failures.
+fn script_error(e: redis::RedisError) -> Error {
+    let detail = e.detail().unwrap_or_default();
+    match e.code() {
+        Some("RELAYQ_INVALID") => {
+            let (field, reason) = detail.split_once(' ').unwrap_or((detail, ""));
+            let field = match field {
+                "batch" => "batch",
+                _ => "input",
+            };
+            Error::invalid(field, reason.to_owned())
+        }
+        Some("RELAYQ_STAGE_CLOSED") => {
+            let mut parts = detail.split(' ').map(str::parse::<i32>);
+            match (parts.next(), parts.next()) {
+                (Some(Ok(stage)), Some(Ok(released))) => Error::StageClosed { stage, released },
+                _ => Error::backend(e),
+            }
+        }
+        _ => Error::backend(e),
+    }
+}
+
+/// Decoding script replies.
+mod reply {
+    use chrono::{DateTime, Utc};
+    use redis::Value;
+    use relayq_core::{Error, Result};
+
+    pub(crate) fn bad(what: &str) -> Error {
+        Error::backend(format!("unexpected reply from a relayq script: {what}"))
+    }
+
+    pub(crate) fn items(v: Value) -> Result<Vec<Value>> {
+        match v {
+            Value::Array(items) => Ok(items),
+            Value::Nil => Ok(Vec::new()),
+            _ => Err(bad("not an array")),
+        }
+    }
+
+    pub(crate) fn bytes(v: &Value) -> Result<Vec<u8>> {
+        match v {
+            Value::BulkString(b) => Ok(b.clone()),
+            Value::SimpleString(s) => Ok(s.clone().into_bytes()),
+            Value::Int(i) => Ok(i.to_string().into_bytes()),
+            _ => Err(bad("not a string")),
+        }
+    }
+
+    pub(crate) fn text(v: &Value) -> Result<String> {
+        String::from_utf8(bytes(v)?).map_err(Error::backend)
+    }
+
+    /// A text field where `''` means none.
+    pub(crate) fn opt_text(v: &Value) -> Result<Option<String>> {
+        let t = text(v)?;
+        Ok((!t.is_empty()).then_some(t))
+    }
+
+    pub(crate) fn int(v: &Value) -> Result<i64> {
+        match v {
+            Value::Int(i) => Ok(*i),
+            _ => text(v)?.parse().map_err(Error::backend),
+        }
+    }
+
+    pub(crate) fn time(micros: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp_micros(micros).unwrap_or(DateTime::<Utc>::MIN_UTC)
+    }
+}
+
+/// Bytes of a number, for script arguments.
+fn arg(n: impl std::fmt::Display) -> Vec<u8> {
+    n.to_string().into_bytes()
+}
+
+/// Microseconds in `d`, saturating.
+fn micros(d: std::time::Duration) -> i64 {
+    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
+}

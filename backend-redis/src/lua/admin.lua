@@ -1,0 +1,87 @@
+-- SPEC C6, M2, M3. ARGV[3] = operation:
+--   'pause' / 'resume'; 'max' (ARGV[4] = limit, or '' for none);
+--   'retry' (ARGV[4] = '' for every dead job, or a comma-separated id list): how many
+--     dead jobs went back to ready (not batch jobs; not a job whose dedupe key another
+--     unfinished job holds; of dead jobs sharing a key, the first);
+--   'maintain' (ARGV[4] = retention, microseconds): requeued, dead, pruned.
+local op = ARGV[3]
+if op == 'pause' or op == 'resume' then
+  redis.call('HSET', B .. ':settings', 'paused', op == 'pause' and '1' or '0')
+  event('r')
+  publish()
+  return 1
+elseif op == 'max' then
+  if ARGV[4] == '' then
+    redis.call('HDEL', B .. ':settings', 'max')
+  else
+    redis.call('HSET', B .. ':settings', 'max', ARGV[4])
+  end
+  event('r')
+  publish()
+  return 1
+elseif op == 'retry' then
+  local wanted = nil
+  if ARGV[4] ~= '' then
+    wanted = {}
+    for id in string.gmatch(ARGV[4], '[^,]+') do wanted[tonumber(id)] = true end
+  end
+  local revived = 0
+  for _, id in ipairs(redis.call('ZRANGE', B .. ':dead', 0, -1)) do
+    id = tonumber(id)
+    local h = redis.call('HMGET', jk(id), 'b', 'dk', 'g', 'pr')
+    local free = not h[2] or not redis.call('HGET', B .. ':dedupe', h[2])
+    if (wanted == nil or wanted[id]) and not h[1] and free then
+      revived = revived + 1
+      redis.call('ZREM', B .. ':dead', id)
+      redis.call('ZREM', B .. ':done', id)
+      redis.call('HDEL', jk(id), 'fa')
+      redis.call('HSET', jk(id), 'at', '0', 'ra', s(NOW))
+      if h[2] then redis.call('HSET', B .. ':dedupe', h[2], s(id)) end
+      if h[3] then
+        local gm = okey(NOW, id)
+        redis.call('HSET', jk(id), 'gm', gm)
+        redis.call('ZADD', gk(h[3]), h[4], gm)
+        set_state(id, 'blocked')
+        settle_group(h[3])
+      else
+        set_state(id, 'ready')
+      end
+    end
+  end
+  publish()
+  return revived
+elseif op == 'maintain' then
+  local requeued, dead = 0, 0
+  while true do
+    local ids = redis.call('ZRANGEBYSCORE', B .. ':running', '-inf', s(NOW), 'LIMIT', 0, 1000)
+    if #ids == 0 then break end
+    for _, id in ipairs(ids) do
+      if expire(tonumber(id)) then requeued = requeued + 1 else dead = dead + 1 end
+    end
+  end
+  local cutoff = NOW - tonumber(ARGV[4])
+  local pruned = 0
+  while true do
+    local ids = redis.call('ZRANGEBYSCORE', B .. ':done', '-inf', s(cutoff), 'LIMIT', 0, 1000)
+    if #ids == 0 then break end
+    for _, id in ipairs(ids) do
+      local h = redis.call('HMGET', jk(id), 'st', 'b')
+      stat(h[1], -1)
+      redis.call('DEL', jk(id), jk(id) .. ':log')
+      redis.call('ZREM', B .. ':done', id)
+      redis.call('ZREM', B .. ':dead', id)
+      if h[2] then redis.call('SREM', bk(h[2]) .. ':jobs', id) end
+      pruned = pruned + 1
+    end
+  end
+  -- Sealed batches left without jobs go too.
+  for _, b in ipairs(redis.call('ZRANGE', B .. ':batches', 0, -1)) do
+    if redis.call('HGET', bk(b), 'sealed') == '1' and redis.call('SCARD', bk(b) .. ':jobs') == 0 then
+      redis.call('DEL', bk(b), bk(b) .. ':live', bk(b) .. ':jobs')
+      redis.call('ZREM', B .. ':batches', b)
+    end
+  end
+  publish()
+  return {requeued, dead, pruned}
+end
+return redis.error_reply('RELAYQ_BUG unknown admin operation ' .. op)

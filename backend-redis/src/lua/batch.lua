@@ -1,0 +1,35 @@
+-- SPEC B: ARGV[3] = 'open' (ARGV[4] = on_failure): the new batch id; 'seal' (ARGV[4] =
+-- id): 1, or -1 unknown; 'progress' (ARGV[4] = id): on_failure, sealed, failed,
+-- released stage ('' if none), then stage, state, count triples, or -1 unknown.
+local op = ARGV[3]
+if op == 'open' then
+  local id = redis.call('INCR', B .. ':bseq')
+  redis.call('HSET', bk(id), 'of', ARGV[4], 'sealed', '0', 'failed', '0', 'ca', s(NOW))
+  redis.call('ZADD', B .. ':batches', id, id)
+  return id
+end
+local b = ARGV[4]
+local h = redis.call('HMGET', bk(b), 'of', 'sealed', 'failed', 'rel')
+if not h[1] then return -1 end
+if op == 'seal' then
+  redis.call('HSET', bk(b), 'sealed', '1')
+  event('f')
+  publish()
+  return 1
+end
+local counts = {}
+for _, id in ipairs(redis.call('SMEMBERS', bk(b) .. ':jobs')) do
+  local j = redis.call('HMGET', jk(id), 's', 'st')
+  if j[1] then
+    local key = j[1] .. ' ' .. j[2]
+    counts[key] = (counts[key] or 0) + 1
+  end
+end
+local out = {h[1], h[2], h[3], h[4] or ''}
+for key, count in pairs(counts) do
+  local sp = string.find(key, ' ')
+  out[#out + 1] = string.sub(key, 1, sp - 1)
+  out[#out + 1] = string.sub(key, sp + 1)
+  out[#out + 1] = count
+end
+return out

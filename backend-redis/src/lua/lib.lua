@@ -1,0 +1,216 @@
+-- relayq's shared Lua: put in front of every operation's script.
+--
+-- KEYS[1] is the queue's base key, `<prefix>:{<queue>}`: every key below starts with it,
+-- so a script touches one hash slot (Redis Cluster). ARGV[1] is the event channel,
+-- ARGV[2] the queue name; an operation's own arguments start at ARGV[3].
+--
+-- Keys (B = KEYS[1]):
+--   B:seq            job id counter          B:bseq          batch id counter
+--   B:job:<id>       job hash                B:job:<id>:log  attempt log (JSON per attempt)
+--   B:ready          claimable jobs: score = priority, member = order key (run_at, id),
+--                    so equal priorities sort by run_at then id (SPEC C3), exactly
+--   B:delay          ready jobs not yet due: score = run_at (microseconds)
+--   B:backoff        retrying jobs not yet due: score = run_at
+--   B:running        running jobs: score = lease expiry
+--   B:done           finished jobs: score = finished_at     B:dead  dead jobs by id
+--   B:stats          count per state                       B:settings  paused, max
+--   B:dedupe         dedupe key -> unfinished job id
+--   B:g:<group>      the group's unfinished jobs by order key; B:gh:<group> its holder
+--   B:b:<id>         batch hash; B:b:<id>:live unfinished jobs by stage;
+--                    B:b:<id>:jobs all its job ids;  B:batches  batch ids
+--
+-- Job hash fields: st state, p payload, pr priority, ra run_at, ma max attempts,
+-- at attempts, g group, gm group member key, b batch, s stage, dk dedupe key,
+-- by enqueued_by, ca created, fa finished, le last error, tk lease token,
+-- ex lease expiry, w worker, sa started.
+--
+-- Times are integer microseconds from TIME, the server's clock. Numbers are written
+-- with string.format('%d'): Lua's own number-to-string keeps only 14 digits.
+
+local B = KEYS[1]
+local CHANNEL = ARGV[1]
+local QUEUE = ARGV[2]
+local clock = redis.call('TIME')
+local NOW = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+local EVENTS = {}
+
+local function s(n) return string.format('%d', n) end
+local function jk(id) return B .. ':job:' .. id end
+local function gk(g) return B .. ':g:' .. g end
+local function ghk(g) return B .. ':gh:' .. g end
+local function bk(b) return B .. ':b:' .. b end
+local function okey(ra, id) return string.format('%016d%019d', math.max(ra, 0), id) end
+local function id_of(member) return tonumber(string.sub(member, 17)) end
+local function get(id, f) return redis.call('HGET', jk(id), f) end
+local function num(id, f) return tonumber(redis.call('HGET', jk(id), f)) end
+
+local function stat(state, n)
+  local v = redis.call('HINCRBY', B .. ':stats', state, n)
+  if v <= 0 then redis.call('HDEL', B .. ':stats', state) end
+end
+
+local function event(kind) EVENTS[kind .. ':' .. QUEUE] = true end
+
+local function publish()
+  for msg in pairs(EVENTS) do redis.call('PUBLISH', CHANNEL, msg) end
+end
+
+-- Takes the job out of the index of its current state.
+local function unindex(id)
+  local h = redis.call('HMGET', jk(id), 'st', 'ra')
+  local st = h[1]
+  if st == 'ready' or st == 'retrying' then
+    redis.call('ZREM', B .. ':delay', id)
+    redis.call('ZREM', B .. ':backoff', id)
+    redis.call('ZREM', B .. ':ready', okey(tonumber(h[2]), id))
+  elseif st == 'running' then
+    redis.call('ZREM', B .. ':running', id)
+  end
+end
+
+-- Puts the job into the index of its (new) state.
+local function index(id)
+  local h = redis.call('HMGET', jk(id), 'st', 'pr', 'ra', 'ex')
+  local st, ra = h[1], tonumber(h[3])
+  if st == 'ready' or st == 'retrying' then
+    if ra > NOW then
+      redis.call('ZADD', B .. (st == 'ready' and ':delay' or ':backoff'), s(ra), id)
+    else
+      redis.call('ZADD', B .. ':ready', h[2], okey(ra, id))
+      event('r')
+    end
+  elseif st == 'running' then
+    redis.call('ZADD', B .. ':running', h[4], id)
+  end
+end
+
+-- Moves job `id` to state `st`, setting the extra fields {f1, v1, ...} first.
+local function set_state(id, st, extra)
+  unindex(id)
+  local old = get(id, 'st')
+  if old then stat(old, -1) end
+  stat(st, 1)
+  redis.call('HSET', jk(id), 'st', st)
+  if extra then
+    for i = 1, #extra, 2 do redis.call('HSET', jk(id), extra[i], extra[i + 1]) end
+  end
+  index(id)
+end
+
+local function clear_lease(id) redis.call('HDEL', jk(id), 'tk', 'ex') end
+
+-- Closes attempt `attempt` of job `id` in the log (SPEC L5).
+local function log(id, attempt, outcome, err, output)
+  local h = redis.call('HMGET', jk(id), 'w', 'sa')
+  local entry = {a = attempt, w = h[1] or '', s = h[2] or s(NOW), e = s(NOW), o = outcome}
+  if err then entry.x = err end
+  if output then entry.out = output end
+  redis.call('RPUSH', jk(id) .. ':log', cjson.encode(entry))
+end
+
+-- The batch's lowest unfinished stage, or nil.
+local function floor(b)
+  local r = redis.call('ZRANGE', bk(b) .. ':live', 0, 0, 'WITHSCORES')
+  if #r == 0 then return nil end
+  return tonumber(r[2])
+end
+
+local function stage_released(id)
+  local b = get(id, 'b')
+  if not b then return true end
+  local f = floor(b)
+  return f == nil or num(id, 's') <= f
+end
+
+-- Makes the group's holder right (SPEC G1, G2, G4): a running or retrying holder
+-- stays; otherwise the earliest job of the group whose stage is released is the one
+-- ready job, and every other job of the group is blocked.
+local function settle_group(g)
+  local holder = redis.call('GET', ghk(g))
+  if holder then
+    local st = get(holder, 'st')
+    if st == 'running' or st == 'retrying' then return end
+  end
+  local head = nil
+  for _, m in ipairs(redis.call('ZRANGE', gk(g), 0, -1)) do
+    local id = id_of(m)
+    if stage_released(id) then head = id; break end
+  end
+  if holder and head and tonumber(holder) == head then return end
+  if holder then
+    set_state(tonumber(holder), 'blocked')
+    redis.call('DEL', ghk(g))
+  end
+  if head then
+    redis.call('SET', ghk(g), s(head))
+    set_state(head, 'ready')
+  end
+end
+
+-- Releases the batch's lowest unfinished stage (SPEC B2).
+local function release_stage(b)
+  local f = floor(b)
+  if f == nil then return end
+  local rel = tonumber(redis.call('HGET', bk(b), 'rel'))
+  if rel == nil or rel < f then redis.call('HSET', bk(b), 'rel', s(f)) end
+  local groups = {}
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', bk(b) .. ':live', f, f)) do
+    id = tonumber(id)
+    if get(id, 'st') == 'blocked' then
+      local g = get(id, 'g')
+      if g then groups[g] = true else set_state(id, 'ready') end
+    end
+  end
+  for g in pairs(groups) do settle_group(g) end
+end
+
+local finish
+
+-- SPEC B6: a dead job of a Halt batch fails it and cancels every later stage.
+local function halt(b, stage)
+  if redis.call('HGET', bk(b), 'of') ~= 'halt' then return end
+  redis.call('HSET', bk(b), 'failed', '1')
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', bk(b) .. ':live', '(' .. s(stage), '+inf')) do
+    local st = get(id, 'st')
+    if st == 'ready' or st == 'blocked' then finish(tonumber(id), 'cancelled') end
+  end
+end
+
+-- Finishes job `id` as `st` (succeeded, dead, cancelled) and releases what waited for
+-- it: its dedupe key, its group's next job, its batch's next stage.
+finish = function(id, st, err)
+  local h = redis.call('HMGET', jk(id), 'g', 'b', 's', 'dk', 'gm')
+  set_state(id, st, {'fa', s(NOW)})
+  clear_lease(id)
+  if err then redis.call('HSET', jk(id), 'le', err) end
+  redis.call('ZADD', B .. ':done', s(NOW), id)
+  if st == 'dead' then redis.call('ZADD', B .. ':dead', id, id) end
+  if h[4] and redis.call('HGET', B .. ':dedupe', h[4]) == s(id) then
+    redis.call('HDEL', B .. ':dedupe', h[4])
+  end
+  if h[1] then
+    redis.call('ZREM', gk(h[1]), h[5])
+    if redis.call('GET', ghk(h[1])) == s(id) then redis.call('DEL', ghk(h[1])) end
+  end
+  if h[2] then
+    redis.call('ZREM', bk(h[2]) .. ':live', id)
+    event('f')
+    if st == 'dead' then halt(h[2], tonumber(h[3])) end
+    release_stage(h[2])
+  end
+  if h[1] then settle_group(h[1]) end
+end
+
+-- SPEC C5: a running job whose lease expired retries in place (keeping its group and
+-- stage) or, without attempts left, is dead. Returns true when it was requeued.
+local function expire(id)
+  local at, ma = num(id, 'at'), num(id, 'ma')
+  log(id, at, 'expired', 'lease expired')
+  clear_lease(id)
+  if at < ma then
+    set_state(id, 'retrying', {'le', 'lease expired'})
+    return true
+  end
+  finish(id, 'dead', 'lease expired')
+  return false
+end

@@ -1,0 +1,36 @@
+-- SPEC L5, M1: reads in one script, so one consistent view. ARGV[3] = what:
+--   'stats': paused, max ('' if none), scheduled count, then state, count pairs;
+--   'job' (ARGV[4] = id): now, then the job hash as field, value pairs, then '--log--'
+--     and the log entries; or -1 if unknown;
+--   'running': id, worker, attempt, started, expiry per running job;
+--   'batches' (ARGV[4] = limit): batch ids, newest first;
+--   'dead' (ARGV[4] = limit): dead job ids, oldest first.
+local what = ARGV[3]
+if what == 'stats' then
+  local h = redis.call('HMGET', B .. ':settings', 'paused', 'max')
+  local out = {h[1] or '0', h[2] or '', redis.call('ZCOUNT', B .. ':delay', '(' .. s(NOW), '+inf')}
+  local stats = redis.call('HGETALL', B .. ':stats')
+  for i = 1, #stats do out[#out + 1] = stats[i] end
+  return out
+elseif what == 'job' then
+  local h = redis.call('HGETALL', jk(ARGV[4]))
+  if #h == 0 then return -1 end
+  local out = {s(NOW)}
+  for i = 1, #h do out[#out + 1] = h[i] end
+  out[#out + 1] = '--log--'
+  for _, e in ipairs(redis.call('LRANGE', jk(ARGV[4]) .. ':log', 0, -1)) do out[#out + 1] = e end
+  return out
+elseif what == 'running' then
+  local out = {}
+  for _, id in ipairs(redis.call('ZRANGE', B .. ':running', 0, -1)) do
+    local h = redis.call('HMGET', jk(id), 'w', 'at', 'sa', 'ex')
+    out[#out + 1] = id
+    for j = 1, 4 do out[#out + 1] = h[j] end
+  end
+  return out
+elseif what == 'batches' then
+  return redis.call('ZREVRANGE', B .. ':batches', 0, tonumber(ARGV[4]) - 1)
+elseif what == 'dead' then
+  return redis.call('ZRANGE', B .. ':dead', 0, tonumber(ARGV[4]) - 1)
+end
+return redis.error_reply('RELAYQ_BUG unknown read ' .. what)
