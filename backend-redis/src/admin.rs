@@ -40,7 +40,9 @@ impl OrderBarrier for RedisBackend {
 
     async fn batch_progress(&self, batch: &Batch) -> Result<BatchProgress> {
         let args = [b"progress".to_vec(), arg(batch.id.0)];
-        let out: Value = self.run(&scripts::BATCH, &batch.queue, &args).await?;
+        let out: Value = self
+            .run_idempotent(&scripts::BATCH, &batch.queue, &args)
+            .await?;
         if matches!(out, Value::Int(-1)) {
             return Err(Error::not_found(batch.to_string()));
         }
@@ -101,7 +103,7 @@ fn micros_of(t: &str) -> Result<i64> {
 impl Inspect for RedisBackend {
     async fn queue_stats(&self, queue: &str) -> Result<QueueStats> {
         let out: Value = self
-            .run(&scripts::READ, queue, &[b"stats".to_vec()])
+            .run_idempotent(&scripts::READ, queue, &[b"stats".to_vec()])
             .await?;
         let items = reply::items(out)?;
         if items.len() < 3 {
@@ -137,7 +139,7 @@ impl Inspect for RedisBackend {
 
     async fn job(&self, queue: &str, id: JobId) -> Result<JobInfo> {
         let out: Value = self
-            .run(&scripts::READ, queue, &[b"job".to_vec(), arg(id.0)])
+            .run_idempotent(&scripts::READ, queue, &[b"job".to_vec(), arg(id.0)])
             .await?;
         if matches!(out, Value::Int(-1)) {
             return Err(Error::not_found(format!("job {id} in queue {queue:?}")));
@@ -220,7 +222,7 @@ impl Inspect for RedisBackend {
 
     async fn running(&self, queue: &str) -> Result<Vec<RunningJob>> {
         let out: Value = self
-            .run(&scripts::READ, queue, &[b"running".to_vec()])
+            .run_idempotent(&scripts::READ, queue, &[b"running".to_vec()])
             .await?;
         let mut jobs = reply::items(out)?
             .chunks(5)
@@ -244,7 +246,7 @@ impl Inspect for RedisBackend {
     async fn batches(&self, queue: &str, limit: u32) -> Result<Vec<BatchProgress>> {
         validate::list_limit(limit)?;
         let out: Value = self
-            .run(&scripts::READ, queue, &[b"batches".to_vec(), arg(limit)])
+            .run_idempotent(&scripts::READ, queue, &[b"batches".to_vec(), arg(limit)])
             .await?;
         let mut batches = Vec::new();
         for id in reply::items(out)? {
@@ -260,7 +262,7 @@ impl Inspect for RedisBackend {
     async fn dead_jobs(&self, queue: &str, limit: u32) -> Result<Vec<JobInfo>> {
         validate::list_limit(limit)?;
         let out: Value = self
-            .run(&scripts::READ, queue, &[b"dead".to_vec(), arg(limit)])
+            .run_idempotent(&scripts::READ, queue, &[b"dead".to_vec(), arg(limit)])
             .await?;
         let mut jobs = Vec::new();
         for id in reply::items(out)? {

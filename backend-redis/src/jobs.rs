@@ -156,7 +156,10 @@ impl Complete for RedisBackend {
             lease.token.0.to_string().into_bytes(),
             arg(micros(extend)),
         ];
-        let until: i64 = self.run(&scripts::HEARTBEAT, &lease.queue, &args).await?;
+        // Extending twice to now + extend is the same as once.
+        let until: i64 = self
+            .run_idempotent(&scripts::HEARTBEAT, &lease.queue, &args)
+            .await?;
         if until < 0 {
             return Err(Error::StaleLease);
         }

@@ -153,6 +153,29 @@ impl RedisBackend {
         format!("{}:{{{queue}}}", self.inner.prefix)
     }
 
+    /// Runs a script that changes nothing (or whose effect is the same when run
+    /// twice), again after a dropped connection: the connection reconnects by itself,
+    /// but the call in flight when it dropped fails. Scripts that write are not run
+    /// again here: one that ran before its reply was lost would run twice.
+    async fn run_idempotent<T: FromRedisValue>(
+        &self,
+        script: &redis::Script,
+        queue: &str,
+        args: &[Vec<u8>],
+    ) -> Result<T> {
+        validate::queue_name(queue)?;
+        let mut tries = 0;
+        loop {
+            match self.invoke(script, queue, args).await {
+                Err(e) if tries < 3 && (e.is_io_error() || e.is_connection_dropped()) => {
+                    tries += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(10 * tries)).await;
+                }
+                result => return result.map_err(script_error),
+            }
+        }
+    }
+
     /// Runs `script` for `queue` with `args` after the common ones.
     async fn run<T: FromRedisValue>(
         &self,
@@ -161,6 +184,15 @@ impl RedisBackend {
         args: &[Vec<u8>],
     ) -> Result<T> {
         validate::queue_name(queue)?;
+        self.invoke(script, queue, args).await.map_err(script_error)
+    }
+
+    async fn invoke<T: FromRedisValue>(
+        &self,
+        script: &redis::Script,
+        queue: &str,
+        args: &[Vec<u8>],
+    ) -> std::result::Result<T, redis::RedisError> {
         let mut inv = script.prepare_invoke();
         inv.key(self.queue_key(queue))
             .arg(&self.inner.channel)
@@ -168,11 +200,10 @@ impl RedisBackend {
         for a in args {
             inv.arg(a.as_slice());
         }
-        let result = match self.inner.conn.clone() {
+        match self.inner.conn.clone() {
             Conn::Single(mut c) => inv.invoke_async(&mut c).await,
             Conn::Cluster(mut c) => inv.invoke_async(&mut c).await,
-        };
-        result.map_err(script_error)
+        }
     }
 
     fn notify_local(&self, queue: &str, kind: relayq_core::EventKind) {
@@ -292,3 +323,8 @@ fn arg(n: impl std::fmt::Display) -> Vec<u8> {
 fn micros(d: std::time::Duration) -> i64 {
     i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
 }
+
+/// The README's examples compile.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

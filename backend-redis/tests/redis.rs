@@ -1,0 +1,345 @@
+//! Redis-specific behaviour, against the real server (`RELAYQ_REDIS_URL`, or a
+//! container, or one SKIPPED line).
+
+use std::{
+    collections::HashSet,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use redis::AsyncCommands;
+use relayq_conformance::{harness::Server, poll_until, queue_name};
+use relayq_core::{
+    Admin, Backend, Claim, ClaimRequest, ClaimedJob, Complete, Enqueue, Error, Inspect, JobState,
+    NewJob,
+    worker::{JobError, Worker},
+};
+use relayq_redis::RedisBackend;
+
+const PREFIX: &str = "relayq-test";
+const LEASE: Duration = Duration::from_secs(30);
+
+async fn setup() -> Option<(RedisBackend, redis::aio::MultiplexedConnection)> {
+    let url = relayq_conformance::harness::server_url(Server::Redis).await?;
+    let b = RedisBackend::connect_with_prefix(&url, PREFIX)
+        .await
+        .unwrap();
+    let raw = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    Some((b, raw))
+}
+
+fn jobs(queue: &str, n: usize) -> Vec<NewJob> {
+    (0..n)
+        .map(|i| NewJob::new(queue, i.to_string().into_bytes()))
+        .collect()
+}
+
+/// `SCRIPT FLUSH` between calls changes nothing visible: each script is loaded again
+/// on `NOSCRIPT`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn script_flush_changes_nothing_visible() {
+    let Some((b, mut raw)) = setup().await else {
+        return;
+    };
+    let q = queue_name("noscript");
+    let flush = || async {
+        let mut c = raw.clone();
+        redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .exec_async(&mut c)
+            .await
+            .unwrap();
+    };
+    flush().await;
+    let ids = b.enqueue(jobs(&q, 2)).await.unwrap();
+    flush().await;
+    let got = b.claim(ClaimRequest::new(&q, "w", 5, LEASE)).await.unwrap();
+    assert_eq!(got.len(), 2);
+    flush().await;
+    b.complete(&got[0].lease).await.unwrap();
+    flush().await;
+    let info = b.job(&q, ids[0].id).await.unwrap();
+    assert_eq!(info.state, JobState::Succeeded);
+    let stats = b.queue_stats(&q).await.unwrap();
+    assert_eq!(stats.count(JobState::Running), 1);
+    let _: () = raw.del(format!("unused-{q}")).await.unwrap();
+}
+
+/// Order keys stay exact at the priority extremes and with ids beyond 2^32: the claim
+/// returns priority first, then id, and every id survives the round trip.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn order_is_exact_at_extremes() {
+    let Some((b, mut raw)) = setup().await else {
+        return;
+    };
+    let q = queue_name("extremes");
+    let start: i64 = (1 << 32) + 5;
+    let _: () = raw
+        .set(format!("{}:seq", b.queue_key(&q)), start)
+        .await
+        .unwrap();
+    let at = chrono::Utc::now() - chrono::TimeDelta::seconds(1);
+    let mut batch = Vec::new();
+    for p in [32767_i16, 0, -32768, 32767, -32768, 0] {
+        batch.push(NewJob::new(&q, vec![]).priority(p).run_at(at));
+    }
+    let ids: Vec<i64> = b
+        .enqueue(batch)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.id.0)
+        .collect();
+    assert_eq!(ids, (start + 1..=start + 6).collect::<Vec<_>>());
+    let got = b
+        .claim(ClaimRequest::new(&q, "w", 10, LEASE))
+        .await
+        .unwrap();
+    let order: Vec<(i16, i64)> = got.iter().map(|j| (j.priority, j.lease.job.0)).collect();
+    assert_eq!(
+        order,
+        vec![
+            (-32768, start + 3),
+            (-32768, start + 5),
+            (0, start + 2),
+            (0, start + 6),
+            (32767, start + 1),
+            (32767, start + 4),
+        ]
+    );
+}
+
+/// Connections killed with `CLIENT KILL` while a worker drains a queue: it reconnects,
+/// every job ends succeeded, and no job is ever run by two handlers at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn killed_connections_lose_no_job_and_hold_none_twice() {
+    let Some((b, mut raw)) = setup().await else {
+        return;
+    };
+    let q = queue_name("kill");
+    let n = 300;
+    b.enqueue(jobs(&q, n)).await.unwrap();
+    let running: Arc<Mutex<HashSet<i64>>> = Arc::default();
+    let overlaps: Arc<Mutex<Vec<i64>>> = Arc::default();
+    let (r, o) = (running.clone(), overlaps.clone());
+    let backend: Arc<dyn Backend> = Arc::new(b.clone());
+    let worker = Worker::builder(backend, [q.clone()])
+        .concurrency(8)
+        .lease(Duration::from_secs(1))
+        .handler(move |job: ClaimedJob| {
+            let (r, o) = (r.clone(), o.clone());
+            async move {
+                let id = job.lease.job.0;
+                if !r.lock().unwrap().insert(id) {
+                    o.lock().unwrap().push(id);
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                r.lock().unwrap().remove(&id);
+                Ok::<_, JobError>(())
+            }
+        })
+        .build()
+        .unwrap()
+        .spawn();
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        let _: redis::Value = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg("normal")
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+    }
+    let stats = poll_until("every job succeeded", Duration::from_secs(60), || async {
+        let s = b.queue_stats(&q).await?;
+        Ok((s.count(JobState::Succeeded) == n as u64).then_some(s))
+    })
+    .await
+    .unwrap();
+    worker.shutdown().await.unwrap();
+    assert_eq!(stats.total(), n as u64, "{stats:?}");
+    assert!(
+        overlaps.lock().unwrap().is_empty(),
+        "held twice: {overlaps:?}"
+    );
+}
+
+/// Nothing grows without bound: after 10,000 jobs are drained and pruned with zero
+/// retention, the queue's keys and their memory are back to the baseline of a queue
+/// whose one job was drained and pruned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pruned_queue_returns_to_its_baseline() {
+    let Some((b, mut raw)) = setup().await else {
+        return;
+    };
+    let q = queue_name("prune");
+    let drain = |n: usize| {
+        let b = b.clone();
+        let q = q.clone();
+        async move {
+            for chunk in 0..n.div_ceil(1000) {
+                let size = (n - chunk * 1000).min(1000);
+                b.enqueue(jobs(&q, size)).await.unwrap();
+                loop {
+                    let got = b
+                        .claim(ClaimRequest::new(&q, "w", 1000, LEASE))
+                        .await
+                        .unwrap();
+                    if got.is_empty() {
+                        break;
+                    }
+                    let settles = got
+                        .into_iter()
+                        .map(|j| relayq_core::Settle::complete(j.lease))
+                        .collect();
+                    for r in b.settle_many(settles).await.unwrap() {
+                        r.unwrap();
+                    }
+                }
+            }
+            let m = b.maintain(&q, Duration::ZERO).await.unwrap();
+            assert_eq!(m.pruned, n as u64);
+        }
+    };
+    drain(1).await;
+    let baseline = footprint(&mut raw, &b.queue_key(&q)).await;
+    drain(10_000).await;
+    let after = footprint(&mut raw, &b.queue_key(&q)).await;
+    assert_eq!(after.0, baseline.0, "keys after pruning");
+    assert!(
+        after.1 <= baseline.1 + 64,
+        "memory after pruning {} vs baseline {}",
+        after.1,
+        baseline.1
+    );
+    assert_eq!(b.queue_stats(&q).await.unwrap().total(), 0);
+}
+
+/// The queue's keys and the memory they use.
+async fn footprint(raw: &mut redis::aio::MultiplexedConnection, base: &str) -> (Vec<String>, u64) {
+    let pattern = format!("{}*", base.replace('{', "\\{").replace('}', "\\}"));
+    let mut keys: Vec<String> = Vec::new();
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(raw)
+            .await
+            .unwrap();
+        keys.extend(batch);
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    keys.sort();
+    let mut memory = 0;
+    for k in &keys {
+        let used: Option<u64> = redis::cmd("MEMORY")
+            .arg("USAGE")
+            .arg(k)
+            .query_async(raw)
+            .await
+            .unwrap();
+        memory += used.unwrap_or(0);
+    }
+    (keys, memory)
+}
+
+/// Bad prefixes and unreachable servers are clear errors, never panics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_prefix_and_unreachable_server_are_errors() {
+    let err = RedisBackend::connect_with_prefix("redis://127.0.0.1:1", "a{b}")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::InvalidInput {
+                field: "prefix",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let err = RedisBackend::connect("not a url").await.unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidInput { field: "url", .. }),
+        "{err}"
+    );
+    let err = RedisBackend::connect("redis://127.0.0.1:1")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Backend { .. }), "{err}");
+    let Some((b, _)) = setup().await else { return };
+    b.pause(&queue_name("x")).await.unwrap();
+}
+
+/// An idle worker whose poll fallback is a minute wakes on a job enqueued through
+/// another handle (pub/sub), and still does after its subscriber connection is killed:
+/// the subscriber comes back and tells waiters to check (`Resync`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn published_wakeups_survive_a_killed_subscriber() {
+    let Some((b, mut raw)) = setup().await else {
+        return;
+    };
+    let url = relayq_conformance::harness::server_url(Server::Redis)
+        .await
+        .unwrap();
+    let other = RedisBackend::connect_with_prefix(&url, PREFIX)
+        .await
+        .unwrap();
+    let q = queue_name("wake");
+    // Subscribed first, so the subscriber's first Resync reaches this receiver.
+    let mut events = relayq_core::Events::subscribe(&b).unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let backend: Arc<dyn Backend> = Arc::new(b.clone());
+    let worker = Worker::builder(backend, [q.clone()])
+        .poll_min(Duration::from_secs(60))
+        .poll_max(Duration::from_secs(60))
+        .handler(move |job: ClaimedJob| {
+            let tx = tx.clone();
+            async move {
+                let _ = tx.send(job.lease.job);
+                Ok::<_, JobError>(())
+            }
+        })
+        .build()
+        .unwrap()
+        .spawn();
+    // Wait until the subscriber is up (its first Resync), then enqueue elsewhere.
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while events.recv().await.unwrap().kind != relayq_core::EventKind::Resync {}
+    })
+    .await
+    .expect("subscriber up");
+    let first = other.enqueue_one(NewJob::new(&q, vec![])).await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await;
+    assert_eq!(got.unwrap(), Some(first.id));
+
+    let _: redis::Value = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while events.recv().await.unwrap().kind != relayq_core::EventKind::Resync {}
+    })
+    .await
+    .expect("a Resync after the reconnect");
+    let second = other.enqueue_one(NewJob::new(&q, vec![])).await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await;
+    assert_eq!(got.unwrap(), Some(second.id));
+    worker.shutdown().await.unwrap();
+}
