@@ -67,9 +67,10 @@
 //!
 //! `--db URL` (or `RELAYQ_DB`) selects the database: `sqlite://PATH` (default
 //! `sqlite://relayq.db`), `postgres://USER@HOST/DB` (with the default `postgres`
-//! feature; relayq's tables live in the schema `relayq`, created on first use), or
-//! `memory://` for `run` alone. Redis and SQL Server URLs are recognised but not built
-//! into this binary yet. `--queue` (or
+//! feature; relayq's tables live in the schema `relayq`, created on first use),
+//! `redis://HOST:PORT` (with the default `redis` feature; keys under `relayq:`), or
+//! `memory://` for `run` alone. SQL Server URLs are recognised but not built into this
+//! binary yet. `--queue` (or
 //! `RELAYQ_QUEUE`) defaults to `default`. Exit codes: 0 ok, 1 failed jobs or a failed
 //! command, 2 bad input (nothing stored), 124 timeout, 130 interrupted.
 //!

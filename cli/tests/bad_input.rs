@@ -113,10 +113,6 @@ fn database_urls_of_other_backends_and_unknown_schemes_are_clear_errors() {
     std::fs::write(&plan, "[[job]]\ncommand = \"true\"\n").unwrap();
     for (url, says) in [
         (
-            "redis://localhost",
-            "the Redis backend is not built into this binary",
-        ),
-        (
             "mssql://localhost",
             "the SQL Server backend is not built into this binary",
         ),

@@ -538,3 +538,31 @@ fn the_example_plan_runs_on_postgres() {
     );
     assert_eq!(env.count(&queue, "succeeded"), 13);
 }
+
+/// The example plan on Redis (where `RELAYQ_REDIS_URL` points; CI sets it), in a queue
+/// of its own.
+#[cfg(feature = "redis")]
+#[test]
+fn the_example_plan_runs_on_redis() {
+    let Ok(url) = std::env::var("RELAYQ_REDIS_URL") else {
+        eprintln!("SKIPPED: RELAYQ_REDIS_URL is unset; the plan was not run on Redis");
+        return;
+    };
+    let mut env = Env::new();
+    env.db = url;
+    let queue = format!(
+        "cli-{}-{}",
+        std::process::id(),
+        chrono::Utc::now().timestamp_micros()
+    );
+    let plan = example("plan.toml");
+    let out = env
+        .run(&["run", plan.to_str().unwrap(), "--queue", &queue])
+        .expect_code(0);
+    assert!(
+        out.stdout.contains(": 13 succeeded, 0 dead, 0 cancelled"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(env.count(&queue, "succeeded"), 13);
+}
