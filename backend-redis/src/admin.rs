@@ -353,19 +353,23 @@ impl Admin for RedisBackend {
     async fn maintain(&self, queue: &str, retention: Duration) -> Result<Maintenance> {
         // Beyond a century, keep everything.
         let retention = micros(retention.min(Duration::from_secs(100 * 365 * 86_400)));
-        let out = self
-            .admin(queue, &[b"maintain".to_vec(), arg(retention)])
-            .await?;
-        let items = reply::items(out)?;
-        let [requeued, dead, pruned] = items.as_slice() else {
-            return Err(bad("maintain"));
-        };
-        let count = |v: &Value| u64::try_from(int(v)?).map_err(Error::backend);
-        let m = Maintenance {
-            requeued: count(requeued)?,
-            dead: count(dead)?,
-            pruned: count(pruned)?,
-        };
+        let mut m = Maintenance::default();
+        loop {
+            let out = self
+                .admin(queue, &[b"maintain".to_vec(), arg(retention)])
+                .await?;
+            let items = reply::items(out)?;
+            let [requeued, dead, pruned, more] = items.as_slice() else {
+                return Err(bad("maintain"));
+            };
+            let count = |v: &Value| u64::try_from(int(v)?).map_err(Error::backend);
+            m.requeued += count(requeued)?;
+            m.dead += count(dead)?;
+            m.pruned += count(pruned)?;
+            if int(more)? == 0 {
+                break;
+            }
+        }
         if m.requeued + m.dead > 0 {
             self.notify_local(queue, EventKind::Finished);
             self.notify_local(queue, EventKind::Ready);

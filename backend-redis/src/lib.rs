@@ -43,13 +43,20 @@ mod scripts;
 use std::sync::Arc;
 
 use redis::{
-    Client, FromRedisValue, aio::ConnectionManager, cluster::ClusterClient,
+    Client, FromRedisValue,
+    aio::{ConnectionManager, ConnectionManagerConfig},
+    cluster::ClusterClientBuilder,
     cluster_async::ClusterConnection,
 };
 use relayq_core::{Error, Event, EventBus, Events, Limits, Result, validate};
 use tokio::sync::broadcast;
 
 use crate::listen::Listener;
+
+/// How long a call waits for the server's reply. Every script does a bounded amount of
+/// work, but an enqueue of 10,000 jobs of 1 MiB each takes a while to send; the redis
+/// crate's default (0.5 s) is too short for that.
+pub const RESPONSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The default key prefix.
 pub const DEFAULT_PREFIX: &str = "relayq";
@@ -104,7 +111,10 @@ impl RedisBackend {
     pub async fn connect_with_prefix(url: &str, prefix: &str) -> Result<Self> {
         check_prefix(prefix)?;
         let client = Client::open(url).map_err(|e| Error::invalid("url", e.to_string()))?;
-        let conn = ConnectionManager::new(client.clone()).await.map_err(db)?;
+        let config = ConnectionManagerConfig::new().set_response_timeout(Some(RESPONSE_TIMEOUT));
+        let conn = ConnectionManager::new_with_config(client.clone(), config)
+            .await
+            .map_err(db)?;
         Ok(Self::build(Conn::Single(conn), prefix, vec![client]))
     }
 
@@ -114,8 +124,10 @@ impl RedisBackend {
     /// As [`connect_with_prefix`](Self::connect_with_prefix).
     pub async fn cluster(urls: &[&str], prefix: &str) -> Result<Self> {
         check_prefix(prefix)?;
-        let cluster =
-            ClusterClient::new(urls.to_vec()).map_err(|e| Error::invalid("urls", e.to_string()))?;
+        let cluster = ClusterClientBuilder::new(urls.to_vec())
+            .response_timeout(RESPONSE_TIMEOUT)
+            .build()
+            .map_err(|e| Error::invalid("urls", e.to_string()))?;
         let conn = cluster.get_async_connection().await.map_err(db)?;
         let clients = urls
             .iter()

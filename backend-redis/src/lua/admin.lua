@@ -3,7 +3,8 @@
 --   'retry' (ARGV[4] = '' for every dead job, or a comma-separated id list): how many
 --     dead jobs went back to ready (not batch jobs; not a job whose dedupe key another
 --     unfinished job holds; of dead jobs sharing a key, the first);
---   'maintain' (ARGV[4] = retention, microseconds): requeued, dead, pruned.
+--   'maintain' (ARGV[4] = retention, microseconds): requeued, dead, pruned, and 1 when
+--     there is more to do (each call does a bounded amount).
 local op = ARGV[3]
 if op == 'pause' or op == 'resume' then
   redis.call('HSET', B .. ':settings', 'paused', op == 'pause' and '1' or '0')
@@ -51,37 +52,33 @@ elseif op == 'retry' then
   publish()
   return revived
 elseif op == 'maintain' then
-  local requeued, dead = 0, 0
-  while true do
-    local ids = redis.call('ZRANGEBYSCORE', B .. ':running', '-inf', s(NOW), 'LIMIT', 0, 1000)
-    if #ids == 0 then break end
-    for _, id in ipairs(ids) do
-      if expire(tonumber(id)) then requeued = requeued + 1 else dead = dead + 1 end
-    end
+  -- Bounded work per call (a script blocks the server while it runs): the caller
+  -- calls again while the last value says there is more.
+  local requeued, dead, budget = 0, 0, 1000
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', B .. ':running', '-inf', s(NOW), 'LIMIT', 0, budget)) do
+    if expire(tonumber(id)) then requeued = requeued + 1 else dead = dead + 1 end
   end
   local cutoff = NOW - tonumber(ARGV[4])
-  local pruned = 0
-  while true do
-    local ids = redis.call('ZRANGEBYSCORE', B .. ':done', '-inf', s(cutoff), 'LIMIT', 0, 1000)
-    if #ids == 0 then break end
-    for _, id in ipairs(ids) do
-      local h = redis.call('HMGET', jk(id), 'st', 'b')
-      stat(h[1], -1)
-      redis.call('DEL', jk(id), jk(id) .. ':log')
-      redis.call('ZREM', B .. ':done', id)
-      redis.call('ZREM', B .. ':dead', id)
-      if h[2] then redis.call('SREM', bk(h[2]) .. ':jobs', id) end
-      pruned = pruned + 1
-    end
+  local ids = redis.call('ZRANGEBYSCORE', B .. ':done', '-inf', s(cutoff), 'LIMIT', 0, budget)
+  for _, id in ipairs(ids) do
+    local h = redis.call('HMGET', jk(id), 'st', 'b')
+    stat(h[1], -1)
+    redis.call('DEL', jk(id), jk(id) .. ':log')
+    redis.call('ZREM', B .. ':done', id)
+    redis.call('ZREM', B .. ':dead', id)
+    if h[2] then redis.call('SREM', bk(h[2]) .. ':jobs', id) end
   end
-  -- Sealed batches left without jobs go too.
-  for _, b in ipairs(redis.call('ZRANGE', B .. ':batches', 0, -1)) do
-    if redis.call('HGET', bk(b), 'sealed') == '1' and redis.call('SCARD', bk(b) .. ':jobs') == 0 then
-      redis.call('DEL', bk(b), bk(b) .. ':live', bk(b) .. ':jobs')
-      redis.call('ZREM', B .. ':batches', b)
+  local more = (requeued + dead == budget or #ids == budget) and 1 or 0
+  if more == 0 then
+    -- Sealed batches left without jobs go too.
+    for _, b in ipairs(redis.call('ZRANGE', B .. ':batches', 0, -1)) do
+      if redis.call('HGET', bk(b), 'sealed') == '1' and redis.call('SCARD', bk(b) .. ':jobs') == 0 then
+        redis.call('DEL', bk(b), bk(b) .. ':live', bk(b) .. ':jobs')
+        redis.call('ZREM', B .. ':batches', b)
+      end
     end
   end
   publish()
-  return {requeued, dead, pruned}
+  return {requeued, dead, #ids, more}
 end
 return redis.error_reply('RELAYQ_BUG unknown admin operation ' .. op)
