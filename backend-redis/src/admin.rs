@@ -145,13 +145,16 @@ impl Inspect for RedisBackend {
             return Err(Error::not_found(format!("job {id} in queue {queue:?}")));
         }
         let items = reply::items(out)?;
-        let now = reply::time(int(items.first().ok_or_else(|| bad("job"))?)?);
-        let split = items
-            .iter()
-            .position(|v| matches!(v, Value::BulkString(b) if b == b"--log--"))
-            .ok_or_else(|| bad("job"))?;
+        let (Some(now), Some(n)) = (items.first(), items.get(1)) else {
+            return Err(bad("job"));
+        };
+        let now = reply::time(int(now)?);
+        let split = usize::try_from(int(n)?).map_err(Error::backend)? + 2;
+        if split > items.len() {
+            return Err(bad("job"));
+        }
         let mut h: BTreeMap<String, Vec<u8>> = BTreeMap::new();
-        for pair in items[1..split].chunks(2) {
+        for pair in items[2..split].chunks(2) {
             let [k, v] = pair else { return Err(bad("job")) };
             h.insert(text(k)?, reply::bytes(v)?);
         }
@@ -159,7 +162,7 @@ impl Inspect for RedisBackend {
             h.get(k).map(|v| String::from_utf8_lossy(v).into_owned())
         };
         let req = |k: &str| field(k).ok_or_else(|| bad(k));
-        let mut log = items[split + 1..]
+        let mut log = items[split..]
             .iter()
             .map(|v| {
                 let e: LogEntry = serde_json::from_str(&text(v)?).map_err(Error::backend)?;
@@ -254,7 +257,11 @@ impl Inspect for RedisBackend {
                 queue: queue.to_owned(),
                 id: BatchId(int(&id)?),
             };
-            batches.push(self.batch_progress(&batch).await?);
+            match self.batch_progress(&batch).await {
+                Ok(p) => batches.push(p),
+                Err(Error::NotFound { .. }) => {} // pruned meanwhile
+                Err(e) => return Err(e),
+            }
         }
         Ok(batches)
     }

@@ -125,6 +125,7 @@ impl Complete for RedisBackend {
         let mut queues: Vec<&str> = settles.iter().map(|s| s.lease.queue.as_str()).collect();
         queues.sort_unstable();
         queues.dedup();
+        let mut applied = false;
         for queue in queues {
             let mine: Vec<usize> = (0..settles.len())
                 .filter(|&i| settles[i].lease.queue == queue)
@@ -133,14 +134,27 @@ impl Complete for RedisBackend {
             for &i in &mine {
                 push_settle(&mut args, &settles[i]);
             }
-            let reply: Value = self.run(&scripts::SETTLE, queue, &args).await?;
-            let verdicts = reply::items(reply)?;
+            // A queue's script failing does not undo another queue's: once one was
+            // applied, a later failure goes to its own leases only, so the caller sees
+            // which were settled. Before that, the whole call failed and can be retried.
+            let verdicts = match self.run::<Value>(&scripts::SETTLE, queue, &args).await {
+                Ok(reply) => reply::items(reply)?,
+                Err(e) if !applied => return Err(e),
+                Err(e) => {
+                    let text = e.to_string();
+                    for &i in &mine {
+                        out[i] = Some(Err(Error::backend(text.clone())));
+                    }
+                    continue;
+                }
+            };
             if verdicts.len() != mine.len() {
                 return Err(bad("settle"));
             }
             for (&i, v) in mine.iter().zip(&verdicts) {
                 out[i] = Some(verdict(&text(v)?));
             }
+            applied = true;
             self.notify_local(queue, EventKind::Finished);
             self.notify_local(queue, EventKind::Ready);
         }

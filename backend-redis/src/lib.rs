@@ -126,6 +126,11 @@ impl RedisBackend {
         check_prefix(prefix)?;
         let cluster = ClusterClientBuilder::new(urls.to_vec())
             .response_timeout(RESPONSE_TIMEOUT)
+            // The cluster client would send a request again after a dropped connection,
+            // even one the server already ran: a write script would run twice. Reads
+            // are run again by `run_idempotent` instead. (Redirects during a slot
+            // migration then surface as errors; the worker runtime retries them.)
+            .retries(0)
             .build()
             .map_err(|e| Error::invalid("urls", e.to_string()))?;
         let conn = cluster.get_async_connection().await.map_err(db)?;

@@ -52,7 +52,8 @@ for i = 0, n - 1 do
       redis.call('HSET', jk(id), 'b', b, 's', ARGV[o + 8])
       redis.call('ZADD', bk(b) .. ':live', ARGV[o + 8], id)
       redis.call('SADD', bk(b) .. ':jobs', id)
-      batches[b] = true
+      batches[b] = batches[b] or {}
+      table.insert(batches[b], id)
     end
     -- Jobs with a group or a batch start blocked; promotion below decides.
     set_state(id, (g == '' and b == '') and 'ready' or 'blocked')
@@ -60,7 +61,22 @@ for i = 0, n - 1 do
     out[#out + 1] = 0
   end
 end
-for b in pairs(batches) do release_stage(b) end
+-- A batch whose lowest stage is not released yet releases it (its first jobs, or a new
+-- floor); in one already released, only this call's jobs at that stage need placing.
+for b, ids in pairs(batches) do
+  local f = floor(b)
+  local rel = tonumber(redis.call('HGET', bk(b), 'rel'))
+  if rel == nil or rel < f then
+    release_stage(b)
+  else
+    for _, id in ipairs(ids) do
+      if num(id, 's') == f and get(id, 'st') == 'blocked' then
+        local g = get(id, 'g')
+        if g then groups[g] = true else set_state(id, 'ready') end
+      end
+    end
+  end
+end
 for g in pairs(groups) do settle_group(g) end
 event('r')
 publish()

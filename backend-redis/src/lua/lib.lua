@@ -7,7 +7,8 @@
 -- Keys (B = KEYS[1]):
 --   B:seq            job id counter          B:bseq          batch id counter
 --   B:job:<id>       job hash                B:job:<id>:log  attempt log (JSON per attempt)
---   B:ready          claimable jobs: score = priority, member = order key (run_at, id),
+--   B:ready          claimable jobs: score = priority, member = order key (run_at, id)
+--                    as 18 + 19 zero-padded digits,
 --                    so equal priorities sort by run_at then id (SPEC C3), exactly
 --   B:delay          ready jobs not yet due: score = run_at (microseconds)
 --   B:backoff        retrying jobs not yet due: score = run_at
@@ -35,12 +36,15 @@ local NOW = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 local EVENTS = {}
 
 local function s(n) return string.format('%d', n) end
-local function jk(id) return B .. ':job:' .. id end
+-- Ids may arrive as numbers: `..` would write large ones as 1.2e+14, so format them.
+local function str(v) return type(v) == 'number' and s(v) or v end
+local function jk(id) return B .. ':job:' .. str(id) end
 local function gk(g) return B .. ':g:' .. g end
 local function ghk(g) return B .. ':gh:' .. g end
-local function bk(b) return B .. ':b:' .. b end
-local function okey(ra, id) return string.format('%016d%019d', math.max(ra, 0), id) end
-local function id_of(member) return tonumber(string.sub(member, 17)) end
+local function bk(b) return B .. ':b:' .. str(b) end
+-- 18 digits of run_at cover every time validation allows (up to year 9999).
+local function okey(ra, id) return string.format('%018d%019d', math.max(ra, 0), id) end
+local function id_of(member) return tonumber(string.sub(member, 19)) end
 local function get(id, f) return redis.call('HGET', jk(id), f) end
 local function num(id, f) return tonumber(redis.call('HGET', jk(id), f)) end
 
@@ -99,6 +103,18 @@ end
 
 local function clear_lease(id) redis.call('HDEL', jk(id), 'tk', 'ex') end
 
+-- Re-keys a grouped job in its group by its current run_at (after a retry moved it),
+-- so its place is its order key (priority, run_at, id), as everywhere else.
+local function regroup(id)
+  local h = redis.call('HMGET', jk(id), 'g', 'gm', 'pr', 'ra')
+  if not h[1] then return end
+  local gm = okey(tonumber(h[4]), id)
+  if gm == h[2] then return end
+  redis.call('ZREM', gk(h[1]), h[2])
+  redis.call('ZADD', gk(h[1]), h[3], gm)
+  redis.call('HSET', jk(id), 'gm', gm)
+end
+
 -- Closes attempt `attempt` of job `id` in the log (SPEC L5).
 local function log(id, attempt, outcome, err, output)
   local h = redis.call('HMGET', jk(id), 'w', 'sa')
@@ -131,10 +147,17 @@ local function settle_group(g)
     local st = get(holder, 'st')
     if st == 'running' or st == 'retrying' then return end
   end
-  local head = nil
-  for _, m in ipairs(redis.call('ZRANGE', gk(g), 0, -1)) do
-    local id = id_of(m)
-    if stage_released(id) then head = id; break end
+  -- The earliest job whose stage is released, read a page at a time: usually the
+  -- first member is it.
+  local head, from = nil, 0
+  while head == nil do
+    local page = redis.call('ZRANGE', gk(g), from, from + 99)
+    if #page == 0 then break end
+    for _, m in ipairs(page) do
+      local id = id_of(m)
+      if stage_released(id) then head = id; break end
+    end
+    from = from + 100
   end
   if holder and head and tonumber(holder) == head then return end
   if holder then
@@ -196,7 +219,12 @@ finish = function(id, st, err)
     redis.call('ZREM', bk(h[2]) .. ':live', id)
     event('f')
     if st == 'dead' then halt(h[2], tonumber(h[3])) end
-    release_stage(h[2])
+    -- The next stage can only open when this job's stage just emptied; a halted
+    -- batch opens nothing more (its released stage stays where it stopped).
+    if redis.call('ZCOUNT', bk(h[2]) .. ':live', h[3], h[3]) == 0
+        and redis.call('HGET', bk(h[2]), 'failed') ~= '1' then
+      release_stage(h[2])
+    end
   end
   if h[1] then settle_group(h[1]) end
 end

@@ -1,7 +1,7 @@
 -- SPEC L5, M1: reads in one script, so one consistent view. ARGV[3] = what:
 --   'stats': paused, max ('' if none), scheduled count, then state, count pairs;
---   'job' (ARGV[4] = id): now, then the job hash as field, value pairs, then '--log--'
---     and the log entries; or -1 if unknown;
+--   'job' (ARGV[4] = id): now, the hash's length n, n items of field, value pairs, then
+--     the log entries; or -1 if unknown;
 --   'running': id, worker, attempt, started, expiry per running job;
 --   'batches' (ARGV[4] = limit): batch ids, newest first;
 --   'dead' (ARGV[4] = limit): dead job ids, oldest first.
@@ -15,9 +15,9 @@ if what == 'stats' then
 elseif what == 'job' then
   local h = redis.call('HGETALL', jk(ARGV[4]))
   if #h == 0 then return -1 end
-  local out = {s(NOW)}
+  -- The hash's length first: no field value can be mistaken for a separator.
+  local out = {s(NOW), #h}
   for i = 1, #h do out[#out + 1] = h[i] end
-  out[#out + 1] = '--log--'
   for _, e in ipairs(redis.call('LRANGE', jk(ARGV[4]) .. ':log', 0, -1)) do out[#out + 1] = e end
   return out
 elseif what == 'running' then

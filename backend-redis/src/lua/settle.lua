@@ -39,6 +39,7 @@ for i = 0, n - 1 do
         local ra = when ~= '' and math.max(tonumber(when), NOW) or NOW + tonumber(delay)
         clear_lease(id)
         set_state(id, 'retrying', {'ra', s(ra), 'le', err})
+        regroup(id)
         out[#out + 1] = 't' .. s(ra)
       else
         finish(id, 'dead', err)

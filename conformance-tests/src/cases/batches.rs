@@ -387,6 +387,28 @@ pub async fn b6_halt_cancels_later_stages(env: &Env) -> anyhow::Result<()> {
     expect_invalid(res, "batch", "enqueue into a halted batch")
 }
 
+/// SPEC B6: when the dead job was the last of its stage, a `Halt` batch opens no later
+/// stage: they are cancelled, nothing is claimable, and the released stage stays the
+/// dead job's.
+pub async fn b6_halt_opens_no_later_stage(env: &Env) -> anyhow::Result<()> {
+    let b = env.backend();
+    let q = queue_name("b6last");
+    let batch = b.open_batch(&q, OnFailure::Halt).await?;
+    let all = staged(env, &batch, &[1, 2, 2, 3]).await?;
+    let first = claim_exactly(b, &q, &all[..1]).await?;
+    b.fail(&first[0].lease, "fatal", Retry::Never).await?;
+    claim_nothing(b, &q, "a halted batch's later stages").await?;
+    let p = b.batch_progress(&batch).await?;
+    ensure!(p.failed, "the batch does not report failed: {p:?}");
+    ensure!(
+        p.released_stage == Some(1),
+        "the released stage moved to {:?} after the halt",
+        p.released_stage
+    );
+    expect_counts(&p, 2, (0, 0, 0, 0, 2))?;
+    expect_counts(&p, 3, (0, 0, 0, 0, 1))
+}
+
 /// SPEC B6: in a `Continue` batch a dead job counts as finished: later stages run and
 /// the batch does not report failed.
 pub async fn b6_continue_runs_later_stages(env: &Env) -> anyhow::Result<()> {

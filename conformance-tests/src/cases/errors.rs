@@ -15,7 +15,7 @@ use super::support::{
 use crate::{Env, queue_name};
 
 /// Hostile text that must be stored verbatim where free text is allowed (SPEC X2).
-const HOSTILE: [&str; 7] = [
+const HOSTILE: [&str; 8] = [
     "'; DROP TABLE x;--",
     "]",
     "{a}",
@@ -23,6 +23,8 @@ const HOSTILE: [&str; 7] = [
     "--",
     "\" OR 1=1 --",
     "redis.call('FLUSHALL')",
+    // Looks like a separator a reader might use inside a reply.
+    "--log--",
 ];
 
 /// SPEC X1: each error kind comes out of the call that should produce it, as the

@@ -169,3 +169,43 @@ pub async fn g4_stage_wait_does_not_hold_group(env: &Env) -> anyhow::Result<()> 
     claim_exactly(b, &q, &[g200]).await?;
     Ok(())
 }
+
+/// SPEC G2, E2: jobs of the group due in the far future (year 2300, and the latest time
+/// a job may have, in year 9999) come after a job due now, even when enqueued first in
+/// the same call, and keep their times exactly.
+pub async fn g2_far_future_job_waits_behind_due_ones(env: &Env) -> anyhow::Result<()> {
+    let b = env.backend();
+    let q = queue_name("g2far");
+    let at = |year| {
+        chrono::TimeZone::with_ymd_and_hms(&chrono::Utc, year, 12, 30, 0, 0, 0)
+            .single()
+            .expect("a valid time")
+    };
+    let (far, farthest) = (at(2300), at(9999));
+    let all = enqueue_all(
+        b,
+        vec![
+            NewJob::new(&q, b"far".to_vec()).group("g").run_at(far),
+            NewJob::new(&q, b"farthest".to_vec())
+                .group("g")
+                .run_at(farthest),
+            NewJob::new(&q, b"now".to_vec()).group("g"),
+        ],
+    )
+    .await?;
+    claim_exactly(b, &q, &all[2..]).await?;
+    for (id, when) in [(all[0], far), (all[1], farthest)] {
+        let info = b.job(&q, id).await?;
+        ensure!(
+            info.run_at == when,
+            "run_at {when} came back as {}",
+            info.run_at
+        );
+        ensure!(
+            info.state == JobState::Scheduled || info.state == JobState::Blocked,
+            "the job due {when} is {:?}",
+            info.state
+        );
+    }
+    Ok(())
+}
