@@ -1,7 +1,5 @@
 //! SPEC B: batches and their stages.
 
-use std::collections::BTreeMap;
-
 use async_trait::async_trait;
 use relayq_core::{
     Batch, BatchId, BatchProgress, Error, JobState, OnFailure, OrderBarrier, Result, StageProgress,
@@ -85,22 +83,11 @@ impl OrderBarrier for PostgresBackend {
             Some((o, s, f, r, ..)) => (o.parse::<OnFailure>()?, *s, *f, *r),
             None => return Err(Error::not_found(batch.to_string())),
         };
-        let mut stages: BTreeMap<i32, StageProgress> = BTreeMap::new();
+        let mut counts = Vec::with_capacity(rows.len());
         for (.., stage, state, n) in rows {
-            let (Some(stage), Some(state)) = (stage, state) else {
-                continue;
-            };
-            let n = u64::try_from(n).map_err(Error::backend)?;
-            let p = stages.entry(stage).or_insert(StageProgress {
-                stage,
-                ..StageProgress::default()
-            });
-            match state.parse::<JobState>()? {
-                JobState::Running => p.running += n,
-                JobState::Succeeded => p.succeeded += n,
-                JobState::Dead => p.dead += n,
-                JobState::Cancelled => p.cancelled += n,
-                _ => p.pending += n,
+            if let (Some(stage), Some(state)) = (stage, state) {
+                let n = u64::try_from(n).map_err(Error::backend)?;
+                counts.push((stage, state.parse::<JobState>()?, n));
             }
         }
         Ok(BatchProgress {
@@ -109,7 +96,7 @@ impl OrderBarrier for PostgresBackend {
             sealed,
             failed,
             released_stage: released,
-            stages: stages.into_values().collect(),
+            stages: StageProgress::tally(counts),
         })
     }
 }

@@ -50,24 +50,14 @@ impl OrderBarrier for RedisBackend {
         if items.len() < 4 {
             return Err(bad("batch progress"));
         }
-        let mut stages: BTreeMap<i32, StageProgress> = BTreeMap::new();
+        let mut counts = Vec::new();
         for triple in items[4..].chunks(3) {
             let [stage, state, n] = triple else {
                 return Err(bad("batch progress"));
             };
             let stage: i32 = text(stage)?.parse().map_err(Error::backend)?;
             let n = u64::try_from(int(n)?).map_err(Error::backend)?;
-            let p = stages.entry(stage).or_insert(StageProgress {
-                stage,
-                ..StageProgress::default()
-            });
-            match text(state)?.parse::<JobState>()? {
-                JobState::Running => p.running += n,
-                JobState::Succeeded => p.succeeded += n,
-                JobState::Dead => p.dead += n,
-                JobState::Cancelled => p.cancelled += n,
-                _ => p.pending += n,
-            }
+            counts.push((stage, text(state)?.parse::<JobState>()?, n));
         }
         Ok(BatchProgress {
             batch: batch.clone(),
@@ -78,7 +68,7 @@ impl OrderBarrier for RedisBackend {
                 .map(|r| r.parse())
                 .transpose()
                 .map_err(Error::backend)?,
-            stages: stages.into_values().collect(),
+            stages: StageProgress::tally(counts),
         })
     }
 }
@@ -302,12 +292,7 @@ impl Admin for RedisBackend {
     }
 
     async fn set_max_running(&self, queue: &str, max_running: Option<u32>) -> Result<()> {
-        if max_running == Some(0) {
-            return Err(Error::invalid(
-                "max_running",
-                "must be at least 1; use pause to stop a queue",
-            ));
-        }
+        validate::max_running(max_running)?;
         let max = max_running.map(arg).unwrap_or_default();
         self.admin(queue, &[b"max".to_vec(), max]).await?;
         self.notify_local(queue, EventKind::Ready);

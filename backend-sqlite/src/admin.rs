@@ -47,12 +47,7 @@ impl Admin for SqliteBackend {
     }
 
     async fn set_max_running(&self, queue: &str, max_running: Option<u32>) -> Result<()> {
-        if max_running == Some(0) {
-            return Err(Error::invalid(
-                "max_running",
-                "must be at least 1; use pause to stop a queue",
-            ));
-        }
+        validate::max_running(max_running)?;
         self.set_queue(queue, None, Some(max_running)).await
     }
 

@@ -1,7 +1,5 @@
 //! SPEC B: batches and their stages.
 
-use std::collections::BTreeMap;
-
 use async_trait::async_trait;
 use chrono::Utc;
 use relayq_core::{
@@ -68,22 +66,14 @@ impl OrderBarrier for SqliteBackend {
         .fetch_all(self.pool())
         .await
         .map_err(db)?;
-        let mut stages: BTreeMap<i32, StageProgress> = BTreeMap::new();
-        for (stage, state, n) in counts {
-            let stage = i32::try_from(stage).map_err(Error::backend)?;
-            let n = u64::try_from(n).map_err(Error::backend)?;
-            let p = stages.entry(stage).or_insert(StageProgress {
-                stage,
-                ..StageProgress::default()
-            });
-            match state.parse::<JobState>()? {
-                JobState::Running => p.running += n,
-                JobState::Succeeded => p.succeeded += n,
-                JobState::Dead => p.dead += n,
-                JobState::Cancelled => p.cancelled += n,
-                _ => p.pending += n,
-            }
-        }
+        let rows = counts
+            .into_iter()
+            .map(|(stage, state, n)| {
+                let stage = i32::try_from(stage).map_err(Error::backend)?;
+                let n = u64::try_from(n).map_err(Error::backend)?;
+                Ok((stage, state.parse::<JobState>()?, n))
+            })
+            .collect::<Result<Vec<_>>>()?;
         Ok(BatchProgress {
             batch: batch.clone(),
             on_failure: on_failure.parse()?,
@@ -93,7 +83,7 @@ impl OrderBarrier for SqliteBackend {
                 .map(i32::try_from)
                 .transpose()
                 .map_err(Error::backend)?,
-            stages: stages.into_values().collect(),
+            stages: StageProgress::tally(rows),
         })
     }
 }

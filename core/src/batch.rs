@@ -4,7 +4,7 @@ use std::{fmt, str::FromStr};
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Error, Result};
+use crate::{Error, JobState, Result};
 
 /// A batch id, unique within its queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -97,6 +97,35 @@ impl StageProgress {
     #[must_use]
     pub fn total(&self) -> u64 {
         self.unfinished() + self.succeeded + self.dead + self.cancelled
+    }
+
+    /// Counts `n` more jobs in `state`.
+    pub fn add(&mut self, state: JobState, n: u64) {
+        match state {
+            JobState::Running => self.running += n,
+            JobState::Succeeded => self.succeeded += n,
+            JobState::Dead => self.dead += n,
+            JobState::Cancelled => self.cancelled += n,
+            JobState::Scheduled | JobState::Ready | JobState::Blocked | JobState::Retrying => {
+                self.pending += n;
+            }
+        }
+    }
+
+    /// Per-stage progress, in stage order, from `(stage, state, count)` rows as backends
+    /// read them.
+    pub fn tally(rows: impl IntoIterator<Item = (i32, JobState, u64)>) -> Vec<Self> {
+        let mut stages: std::collections::BTreeMap<i32, Self> = std::collections::BTreeMap::new();
+        for (stage, state, n) in rows {
+            stages
+                .entry(stage)
+                .or_insert(Self {
+                    stage,
+                    ..Self::default()
+                })
+                .add(state, n);
+        }
+        stages.into_values().collect()
     }
 }
 

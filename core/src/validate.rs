@@ -105,6 +105,21 @@ fn instant(field: &'static str, t: DateTime<Utc>) -> Result<()> {
     Ok(())
 }
 
+/// Checks a queue's concurrency limit (SPEC C6): `None` lifts it; zero is refused,
+/// since pausing is what stops a queue.
+///
+/// # Errors
+/// [`Error::InvalidInput`] on `max_running` for zero.
+pub fn max_running(max: Option<u32>) -> Result<()> {
+    if max == Some(0) {
+        return Err(Error::invalid(
+            "max_running",
+            "must be at least 1; use pause to stop a queue",
+        ));
+    }
+    Ok(())
+}
+
 /// Checks one job against `limits`.
 ///
 /// # Errors

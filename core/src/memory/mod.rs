@@ -36,7 +36,7 @@ use store::QueueState;
 
 use crate::{
     Admin, Batch, BatchProgress, Claim, ClaimRequest, ClaimedJob, Complete, Enqueue, Enqueued,
-    Error, Event, EventBus, EventKind, Events, Inspect, JobId, JobInfo, Lease, Limits, Maintenance,
+    Event, EventBus, EventKind, Events, Inspect, JobId, JobInfo, Lease, Limits, Maintenance,
     NewJob, OnFailure, OrderBarrier, QueueStats, Result, RunningJob, Settle, Settled, validate,
 };
 
@@ -235,12 +235,7 @@ impl Admin for MemoryBackend {
     }
 
     async fn set_max_running(&self, queue: &str, max_running: Option<u32>) -> Result<()> {
-        if max_running == Some(0) {
-            return Err(Error::invalid(
-                "max_running",
-                "must be at least 1; use pause to stop a queue",
-            ));
-        }
+        validate::max_running(max_running)?;
         self.with_queue(queue, |q, _| q.max_running = max_running)?;
         self.notify(queue, EventKind::Ready);
         Ok(())

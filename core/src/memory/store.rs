@@ -437,28 +437,19 @@ impl QueueState {
     ) -> Result<BatchProgress> {
         let b = self.batch(batch.id, &batch.queue)?;
         let view = View::new(self, now);
-        let mut stages: BTreeMap<i32, StageProgress> = BTreeMap::new();
-        for job in self.jobs.values().filter(|j| j.batch == Some(batch.id.0)) {
-            let stage = job.stage.unwrap_or(0);
-            let p = stages.entry(stage).or_insert(StageProgress {
-                stage,
-                ..Default::default()
-            });
-            match view.state(job) {
-                JobState::Running => p.running += 1,
-                JobState::Succeeded => p.succeeded += 1,
-                JobState::Dead => p.dead += 1,
-                JobState::Cancelled => p.cancelled += 1,
-                _ => p.pending += 1,
-            }
-        }
+        let rows = self
+            .jobs
+            .values()
+            .filter(|j| j.batch == Some(batch.id.0))
+            .map(|job| (job.stage.unwrap_or(0), view.state(job), 1));
+        let stages = StageProgress::tally(rows);
         Ok(BatchProgress {
             batch: batch.clone(),
             on_failure: b.on_failure,
             sealed: b.sealed,
             failed: b.failed,
             released_stage: b.released,
-            stages: stages.into_values().collect(),
+            stages,
         })
     }
 
