@@ -1,0 +1,152 @@
+//! Scenarios 1 (enqueue) and 2 (drain), run on every target in turn, `runs` times.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use relayq_core::{
+    Backend, ClaimedJob, NewJob,
+    worker::{JobError, Worker},
+};
+use tokio::sync::Notify;
+
+use crate::{Row, median, targets::Target};
+
+fn queue(tag: &str) -> String {
+    format!("bench-{tag}-{}-{}", std::process::id(), fastrand_suffix())
+}
+
+fn fastrand_suffix() -> u64 {
+    u64::try_from(chrono::Utc::now().timestamp_micros()).unwrap_or_default()
+}
+
+fn job(q: &str) -> NewJob {
+    NewJob::new(q, vec![b'x'; 100])
+}
+
+#[allow(clippy::cast_precision_loss)]
+fn rate(n: usize, d: Duration) -> f64 {
+    n as f64 / d.as_secs_f64()
+}
+
+/// Runs `measure` on each target `runs` times, interleaved, and reports medians.
+async fn each<F, Fut>(
+    targets: &[Target],
+    runs: usize,
+    scenario: &str,
+    measure: F,
+) -> anyhow::Result<Vec<Row>>
+where
+    F: Fn(Arc<dyn Backend>) -> Fut,
+    Fut: Future<Output = anyhow::Result<f64>>,
+{
+    let mut samples: Vec<Vec<f64>> = targets.iter().map(|_| Vec::new()).collect();
+    for _ in 0..runs {
+        for (i, t) in targets.iter().enumerate() {
+            let backend = t.open().await?;
+            samples[i].push(measure(backend).await?);
+        }
+    }
+    Ok(targets
+        .iter()
+        .zip(samples)
+        .map(|(t, s)| Row {
+            scenario: scenario.to_owned(),
+            target: t.label().to_owned(),
+            value: median(s),
+            unit: "jobs/s",
+        })
+        .collect())
+}
+
+/// Scenario 1: `n` jobs of 100 bytes, one at a time from 8 tasks, and in batches of
+/// 1,000.
+pub async fn enqueue(targets: &[Target], n: usize, runs: usize) -> anyhow::Result<Vec<Row>> {
+    let mut rows = each(targets, runs, "enqueue 1 x 8 tasks", |b| async move {
+        let q = queue("enq1");
+        let start = Instant::now();
+        let tasks: Vec<_> = (0..8)
+            .map(|_| {
+                let (b, q) = (b.clone(), q.clone());
+                tokio::spawn(async move {
+                    for _ in 0..n / 8 {
+                        b.enqueue_one(job(&q)).await?;
+                    }
+                    anyhow::Ok(())
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await??;
+        }
+        let r = rate(n / 8 * 8, start.elapsed());
+        clean(&*b, &q).await?;
+        Ok(r)
+    })
+    .await?;
+    rows.extend(
+        each(targets, runs, "enqueue batches of 1000", |b| async move {
+            let q = queue("enqb");
+            let start = Instant::now();
+            for _ in 0..n / 1000 {
+                b.enqueue((0..1000).map(|_| job(&q)).collect()).await?;
+            }
+            let r = rate(n / 1000 * 1000, start.elapsed());
+            clean(&*b, &q).await?;
+            Ok(r)
+        })
+        .await?,
+    );
+    Ok(rows)
+}
+
+/// Scenario 2: `n` pre-enqueued no-op jobs drained by a worker of `concurrency`; the
+/// clock stops when the worker has stopped with every outcome stored.
+pub async fn drain(
+    targets: &[Target],
+    n: usize,
+    concurrency: u32,
+    runs: usize,
+) -> anyhow::Result<Vec<Row>> {
+    let name = format!("drain, concurrency {concurrency}");
+    each(targets, runs, &name, |b| async move {
+        let q = queue("drain");
+        for _ in 0..n.div_ceil(1000) {
+            b.enqueue((0..1000).map(|_| job(&q)).collect()).await?;
+        }
+        let n = n.div_ceil(1000) * 1000;
+        let done = Arc::new(AtomicU64::new(0));
+        let all_done = Arc::new(Notify::new());
+        let (d, a) = (done.clone(), all_done.clone());
+        let start = Instant::now();
+        let worker = Worker::builder(b.clone(), [q.clone()])
+            .concurrency(concurrency)
+            .handler(move |_job: ClaimedJob| {
+                let (d, a) = (d.clone(), a.clone());
+                async move {
+                    if d.fetch_add(1, Ordering::Relaxed) + 1 == n as u64 {
+                        a.notify_one();
+                    }
+                    Ok::<_, JobError>(())
+                }
+            })
+            .build()?
+            .spawn();
+        all_done.notified().await;
+        worker.shutdown().await?;
+        let r = rate(n, start.elapsed());
+        clean(&*b, &q).await?;
+        Ok(r)
+    })
+    .await
+}
+
+/// Drops what a measurement left behind.
+async fn clean(b: &dyn Backend, q: &str) -> anyhow::Result<()> {
+    b.maintain(q, Duration::ZERO).await?;
+    Ok(())
+}
