@@ -54,15 +54,21 @@ async fn main() -> anyhow::Result<()> {
     let n = if args.quick { 5_000 } else { 50_000 };
     let targets = targets::available().await?;
     let mut rows = Vec::new();
+    print_header();
     if args.all || args.quick {
-        rows.extend(scenarios::enqueue(&targets, n, args.runs).await?);
+        let found = scenarios::enqueue(&targets, n, args.runs).await?;
+        print(&found);
+        rows.extend(found);
         for concurrency in [1, 4, 16, 64] {
             let jobs = if concurrency == 1 { n / 5 } else { n };
-            rows.extend(scenarios::drain(&targets, jobs, concurrency, args.runs).await?);
+            let found = scenarios::drain(&targets, jobs, concurrency, args.runs).await?;
+            print(&found);
+            rows.extend(found);
         }
-        rows.extend(raw::loops(&targets, n, args.runs).await?);
+        let found = raw::loops(&targets, n, args.runs).await?;
+        print(&found);
+        rows.extend(found);
     }
-    print(&rows);
     let mut file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -79,8 +85,13 @@ async fn main() -> anyhow::Result<()> {
 }
 
 #[allow(clippy::print_stdout)]
-fn print(rows: &[Row]) {
+fn print_header() {
     println!("{:<34} {:<16} {:>12}", "scenario", "target", "median");
+}
+
+/// Prints rows as soon as they are measured.
+#[allow(clippy::print_stdout)]
+fn print(rows: &[Row]) {
     for r in rows {
         println!(
             "{:<34} {:<16} {:>10.0} {}",

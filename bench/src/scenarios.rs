@@ -41,14 +41,14 @@ async fn each<F, Fut>(
     measure: F,
 ) -> anyhow::Result<Vec<Row>>
 where
-    F: Fn(Arc<dyn Backend>) -> Fut,
+    F: Fn(Arc<dyn Backend>, usize) -> Fut,
     Fut: Future<Output = anyhow::Result<f64>>,
 {
     let mut samples: Vec<Vec<f64>> = targets.iter().map(|_| Vec::new()).collect();
     for _ in 0..runs {
         for (i, t) in targets.iter().enumerate() {
             let backend = t.open().await?;
-            samples[i].push(measure(backend).await?);
+            samples[i].push(measure(backend, t.scale()).await?);
         }
     }
     Ok(targets
@@ -66,39 +66,51 @@ where
 /// Scenario 1: `n` jobs of 100 bytes, one at a time from 8 tasks, and in batches of
 /// 1,000.
 pub async fn enqueue(targets: &[Target], n: usize, runs: usize) -> anyhow::Result<Vec<Row>> {
-    let mut rows = each(targets, runs, "enqueue 1 x 8 tasks", |b| async move {
-        let q = queue("enq1");
-        let start = Instant::now();
-        let tasks: Vec<_> = (0..8)
-            .map(|_| {
-                let (b, q) = (b.clone(), q.clone());
-                tokio::spawn(async move {
-                    for _ in 0..n / 8 {
-                        b.enqueue_one(job(&q)).await?;
-                    }
-                    anyhow::Ok(())
-                })
-            })
-            .collect();
-        for t in tasks {
-            t.await??;
-        }
-        let r = rate(n / 8 * 8, start.elapsed());
-        clean(&*b, &q).await?;
-        Ok(r)
-    })
-    .await?;
-    rows.extend(
-        each(targets, runs, "enqueue batches of 1000", |b| async move {
-            let q = queue("enqb");
+    let mut rows = each(
+        targets,
+        runs,
+        "enqueue 1 x 8 tasks",
+        |b, scale| async move {
+            let n = n / scale;
+            let q = queue("enq1");
             let start = Instant::now();
-            for _ in 0..n / 1000 {
-                b.enqueue((0..1000).map(|_| job(&q)).collect()).await?;
+            let tasks: Vec<_> = (0..8)
+                .map(|_| {
+                    let (b, q) = (b.clone(), q.clone());
+                    tokio::spawn(async move {
+                        for _ in 0..n / 8 {
+                            b.enqueue_one(job(&q)).await?;
+                        }
+                        anyhow::Ok(())
+                    })
+                })
+                .collect();
+            for t in tasks {
+                t.await??;
             }
-            let r = rate(n / 1000 * 1000, start.elapsed());
+            let r = rate(n / 8 * 8, start.elapsed());
             clean(&*b, &q).await?;
             Ok(r)
-        })
+        },
+    )
+    .await?;
+    rows.extend(
+        each(
+            targets,
+            runs,
+            "enqueue batches of 1000",
+            |b, scale| async move {
+                let n = (n / scale).max(1000);
+                let q = queue("enqb");
+                let start = Instant::now();
+                for _ in 0..n / 1000 {
+                    b.enqueue((0..1000).map(|_| job(&q)).collect()).await?;
+                }
+                let r = rate(n / 1000 * 1000, start.elapsed());
+                clean(&*b, &q).await?;
+                Ok(r)
+            },
+        )
         .await?,
     );
     Ok(rows)
@@ -113,7 +125,8 @@ pub async fn drain(
     runs: usize,
 ) -> anyhow::Result<Vec<Row>> {
     let name = format!("drain, concurrency {concurrency}");
-    each(targets, runs, &name, |b| async move {
+    each(targets, runs, &name, |b, scale| async move {
+        let n = (n / scale).max(1000);
         let q = queue("drain");
         for _ in 0..n.div_ceil(1000) {
             b.enqueue((0..1000).map(|_| job(&q)).collect()).await?;
