@@ -241,19 +241,11 @@ impl Inspect for RedisBackend {
         let out: Value = self
             .run_idempotent(&scripts::READ, queue, &[b"batches".to_vec(), arg(limit)])
             .await?;
-        let mut batches = Vec::new();
-        for id in reply::items(out)? {
-            let batch = Batch {
-                queue: queue.to_owned(),
-                id: BatchId(int(&id)?),
-            };
-            match self.batch_progress(&batch).await {
-                Ok(p) => batches.push(p),
-                Err(Error::NotFound { .. }) => {} // pruned meanwhile
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(batches)
+        let ids = reply::items(out)?
+            .iter()
+            .map(int)
+            .collect::<Result<Vec<_>>>()?;
+        relayq_core::listing::batches(self, queue, ids).await
     }
 
     async fn dead_jobs(&self, queue: &str, limit: u32) -> Result<Vec<JobInfo>> {
@@ -261,15 +253,11 @@ impl Inspect for RedisBackend {
         let out: Value = self
             .run_idempotent(&scripts::READ, queue, &[b"dead".to_vec(), arg(limit)])
             .await?;
-        let mut jobs = Vec::new();
-        for id in reply::items(out)? {
-            match self.job(queue, JobId(int(&id)?)).await {
-                Ok(job) => jobs.push(job),
-                Err(Error::NotFound { .. }) => {} // pruned meanwhile
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(jobs)
+        let ids = reply::items(out)?
+            .iter()
+            .map(int)
+            .collect::<Result<Vec<_>>>()?;
+        relayq_core::listing::jobs(self, queue, ids).await
     }
 }
 

@@ -3,8 +3,8 @@
 use async_trait::async_trait;
 use chrono::Utc;
 use relayq_core::{
-    AttemptOutcome, AttemptRecord, Batch, BatchId, BatchProgress, Error, Inspect, JobId, JobInfo,
-    JobState, OrderBarrier, QueueStats, Result, RunningJob, validate,
+    AttemptOutcome, AttemptRecord, BatchId, BatchProgress, Error, Inspect, JobId, JobInfo,
+    JobState, QueueStats, Result, RunningJob, validate,
 };
 
 use crate::{SqliteBackend, at, db, us};
@@ -206,15 +206,7 @@ impl Inspect for SqliteBackend {
                 limit,
             )
             .await?;
-        let mut out = Vec::with_capacity(ids.len());
-        for id in ids {
-            let batch = Batch {
-                queue: queue.to_owned(),
-                id: BatchId(id),
-            };
-            out.push(self.batch_progress(&batch).await?);
-        }
-        Ok(out)
+        relayq_core::listing::batches(self, queue, ids).await
     }
 
     async fn dead_jobs(&self, queue: &str, limit: u32) -> Result<Vec<JobInfo>> {
@@ -227,10 +219,6 @@ impl Inspect for SqliteBackend {
                 limit,
             )
             .await?;
-        let mut out = Vec::with_capacity(ids.len());
-        for id in ids {
-            out.push(self.job(queue, JobId(id)).await?);
-        }
-        Ok(out)
+        relayq_core::listing::jobs(self, queue, ids).await
     }
 }

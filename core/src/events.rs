@@ -73,3 +73,25 @@ impl EventBus {
         self.0.subscribe()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resync_concerns_every_listener() {
+        let ready = Event {
+            queue: Arc::from("a"),
+            kind: EventKind::Ready,
+        };
+        assert!(ready.concerns("a", EventKind::Ready));
+        assert!(!ready.concerns("b", EventKind::Ready));
+        assert!(!ready.concerns("a", EventKind::Finished));
+        let bus = EventBus::new();
+        let mut rx = bus.subscribe();
+        bus.resync();
+        let ev = rx.try_recv().unwrap();
+        assert!(ev.concerns("a", EventKind::Finished));
+        assert!(ev.concerns("any.queue", EventKind::Ready));
+    }
+}

@@ -55,6 +55,7 @@ mod events;
 mod inspect;
 mod job;
 mod lease;
+pub mod listing;
 pub mod memory;
 pub mod settle;
 mod traits;

@@ -23,6 +23,9 @@ pub trait Events: Send + Sync {
     /// - A backend that returns `Some` sends [`EventKind::Ready`](crate::EventKind) when
     ///   jobs become claimable by enqueue or release, and
     ///   [`EventKind::Finished`](crate::EventKind) when a job finishes.
+    /// - A backend whose notifications can be lost (a dropped notification connection)
+    ///   sends [`EventKind::Resync`](crate::EventKind) once it listens again; every
+    ///   listener then re-checks whatever it waits for, whatever its queue.
     fn subscribe(&self) -> Option<broadcast::Receiver<Event>> {
         None
     }
