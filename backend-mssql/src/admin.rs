@@ -1,0 +1,143 @@
+//! SPEC M: pause, limits, cancel, revive, maintenance.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use relayq_core::{Admin, Batch, Error, EventKind, JobId, Maintenance, Result, validate};
+
+use crate::{
+    MssqlBackend, retry_deadlocks,
+    rows::{self, num, req},
+    sql,
+};
+
+/// Finished jobs pruned per transaction: with their log rows and index entries, well
+/// below the 5,000 locks per statement at which SQL Server escalates to a table lock.
+const PRUNE_CHUNK: i32 = 1_000;
+
+impl MssqlBackend {
+    async fn set_queue(
+        &self,
+        queue: &str,
+        paused: Option<bool>,
+        max: Option<Option<u32>>,
+    ) -> Result<()> {
+        validate::queue_name(queue)?;
+        let max_value = max.flatten().map(|m| i32::try_from(m).unwrap_or(i32::MAX));
+        let set_max = max.is_some();
+        self.run(sql::SET_QUEUE, &[&queue, &paused, &set_max, &max_value])
+            .await?;
+        self.inner.events.notify(queue, EventKind::Ready);
+        Ok(())
+    }
+
+    /// SPEC C5: running jobs of `queue` whose lease expired retry in place, or,
+    /// without attempts left, are dead. With `all` false, only the dead-bound ones (the
+    /// claim takes the others over itself). Returns (requeued, dead).
+    pub(crate) async fn expire(&self, queue: &str, all: bool) -> Result<(u64, u64)> {
+        let sets = retry_deadlocks!(self.run(sql::EXPIRE, &[&queue, &all]))?;
+        let r = rows::set(&sets, 0)?
+            .first()
+            .ok_or_else(|| Error::backend("expire returned no counts"))?;
+        let counts = (num(req::<i32>(r, 0)?)?, num(req::<i32>(r, 1)?)?);
+        self.wake(rows::set(&sets, 1)?)?;
+        Ok(counts)
+    }
+
+    /// SPEC M3: deletes finished jobs of `queue` older than `retention`, with their
+    /// log, in chunks; then sealed batches left without jobs.
+    async fn prune(&self, queue: &str, retention: Duration) -> Result<u64> {
+        // Beyond a century, keep everything.
+        let (days, ms) = rows::split(retention.min(Duration::from_secs(100 * 365 * 86_400)));
+        let mut pruned = 0;
+        loop {
+            let sets = self
+                .run(sql::PRUNE, &[&queue, &days, &ms, &PRUNE_CHUNK])
+                .await?;
+            let n = rows::set(&sets, 0)?
+                .first()
+                .map(|r| req::<i32>(r, 0))
+                .transpose()?
+                .unwrap_or(0);
+            pruned += num::<u64, _>(n)?;
+            if n < PRUNE_CHUNK {
+                break;
+            }
+        }
+        self.run(sql::PRUNE_BATCHES, &[&queue]).await?;
+        Ok(pruned)
+    }
+}
+
+#[async_trait]
+impl Admin for MssqlBackend {
+    async fn pause(&self, queue: &str) -> Result<()> {
+        self.set_queue(queue, Some(true), None).await
+    }
+
+    async fn resume(&self, queue: &str) -> Result<()> {
+        self.set_queue(queue, Some(false), None).await
+    }
+
+    async fn set_max_running(&self, queue: &str, max_running: Option<u32>) -> Result<()> {
+        validate::max_running(max_running)?;
+        self.set_queue(queue, None, Some(max_running)).await
+    }
+
+    async fn cancel_job(&self, queue: &str, id: JobId) -> Result<bool> {
+        validate::queue_name(queue)?;
+        let sets = retry_deadlocks!(self.run(sql::CANCEL_JOB, &[&id.0, &queue]))?;
+        let found = rows::set(&sets, 0)?
+            .first()
+            .map(|r| rows::get::<&str>(r, 0))
+            .transpose()?
+            .flatten()
+            .map(str::to_owned);
+        self.wake(rows::set(&sets, 1)?)?;
+        match found.as_deref() {
+            None => Err(Error::not_found(format!("job {id} in queue {queue:?}"))),
+            Some("ready" | "blocked" | "running" | "retrying") => Ok(true),
+            Some(_) => Ok(false),
+        }
+    }
+
+    async fn cancel_batch(&self, batch: &Batch) -> Result<u64> {
+        validate::queue_name(&batch.queue)?;
+        let sets =
+            retry_deadlocks!(self.run(sql::CANCEL_BATCH, &[&batch.id.0, &batch.queue.as_str()]))?;
+        let r = rows::set(&sets, 0)?
+            .first()
+            .ok_or_else(|| Error::backend("cancel returned no counts"))?;
+        self.wake(rows::set(&sets, 1)?)?;
+        if req::<i32>(r, 0)? == 0 {
+            return Err(Error::not_found(batch.to_string()));
+        }
+        num(req::<i32>(r, 1)?)
+    }
+
+    async fn retry_dead(&self, queue: &str, ids: Option<&[JobId]>) -> Result<u64> {
+        validate::queue_name(queue)?;
+        let ids: Option<String> = ids.map(|ids| {
+            serde_json::Value::from(ids.iter().map(|id| id.0).collect::<Vec<_>>()).to_string()
+        });
+        let sets = retry_deadlocks!(self.run(sql::RETRY_DEAD, &[&queue, &ids.as_deref()]))?;
+        let n = rows::set(&sets, 0)?
+            .first()
+            .map(|r| req::<i32>(r, 0))
+            .transpose()?
+            .unwrap_or(0);
+        self.wake(rows::set(&sets, 1)?)?;
+        num(n)
+    }
+
+    async fn maintain(&self, queue: &str, retention: Duration) -> Result<Maintenance> {
+        validate::queue_name(queue)?;
+        let (requeued, dead) = self.expire(queue, true).await?;
+        let pruned = self.prune(queue, retention).await?;
+        Ok(Maintenance {
+            requeued,
+            dead,
+            pruned,
+        })
+    }
+}

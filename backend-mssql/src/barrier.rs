@@ -1,0 +1,75 @@
+//! SPEC B: batches and their stages.
+
+use async_trait::async_trait;
+use relayq_core::{
+    Batch, BatchId, BatchProgress, Error, JobState, OnFailure, OrderBarrier, Result, StageProgress,
+    validate,
+};
+
+use crate::{
+    MssqlBackend,
+    rows::{self, num, req},
+    sql,
+};
+
+#[async_trait]
+impl OrderBarrier for MssqlBackend {
+    async fn open_batch(&self, queue: &str, on_failure: OnFailure) -> Result<Batch> {
+        validate::queue_name(queue)?;
+        let sets = self
+            .run(sql::OPEN_BATCH, &[&queue, &on_failure.as_str()])
+            .await?;
+        let id = rows::set(&sets, 0)?
+            .first()
+            .map(|r| req::<i64>(r, 0))
+            .transpose()?
+            .ok_or_else(|| Error::backend("opening a batch returned no id"))?;
+        Ok(Batch {
+            queue: queue.to_owned(),
+            id: BatchId(id),
+        })
+    }
+
+    async fn seal(&self, batch: &Batch) -> Result<()> {
+        validate::queue_name(&batch.queue)?;
+        let sets = self
+            .run(sql::SEAL, &[&batch.id.0, &batch.queue.as_str()])
+            .await?;
+        if rows::set(&sets, 0)?.is_empty() {
+            return Err(Error::not_found(batch.to_string()));
+        }
+        // Waiters for the whole batch re-check: sealing may be what completes it.
+        self.inner
+            .events
+            .notify(&batch.queue, relayq_core::EventKind::Finished);
+        Ok(())
+    }
+
+    async fn batch_progress(&self, batch: &Batch) -> Result<BatchProgress> {
+        validate::queue_name(&batch.queue)?;
+        let sets = self
+            .run(sql::BATCH_PROGRESS, &[&batch.id.0, &batch.queue.as_str()])
+            .await?;
+        let found = rows::set(&sets, 0)?;
+        let Some(first) = found.first() else {
+            return Err(Error::not_found(batch.to_string()));
+        };
+        let on_failure: OnFailure = req::<&str>(first, 0)?.parse()?;
+        let mut counts = Vec::with_capacity(found.len());
+        for r in found {
+            if let (Some(stage), Some(state)) = (rows::get::<i32>(r, 4)?, rows::get::<&str>(r, 5)?)
+            {
+                let n: u64 = num(req::<i64>(r, 6)?)?;
+                counts.push((stage, state.parse::<JobState>()?, n));
+            }
+        }
+        Ok(BatchProgress {
+            batch: batch.clone(),
+            on_failure,
+            sealed: req(first, 1)?,
+            failed: req(first, 2)?,
+            released_stage: rows::get(first, 3)?,
+            stages: StageProgress::tally(counts),
+        })
+    }
+}

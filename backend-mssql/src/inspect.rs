@@ -1,0 +1,140 @@
+//! SPEC M1, M2, X1: reading queues, jobs and their log.
+
+use async_trait::async_trait;
+use relayq_core::{
+    AttemptOutcome, AttemptRecord, BatchId, BatchProgress, Error, Inspect, JobId, JobInfo,
+    JobState, QueueStats, Result, RunningJob, validate,
+};
+
+use crate::{
+    MssqlBackend, keys,
+    rows::{self, num, req},
+    sql,
+};
+
+impl MssqlBackend {
+    /// The ids a listing statement (`@P1` queue, `@P2` limit) returns.
+    async fn ids(&self, template: &'static str, queue: &str, limit: u32) -> Result<Vec<i64>> {
+        let limit = i64::from(limit);
+        let sets = self.run(template, &[&queue, &limit]).await?;
+        rows::set(&sets, 0)?
+            .iter()
+            .map(|r| req::<i64>(r, 0))
+            .collect()
+    }
+}
+
+#[async_trait]
+impl Inspect for MssqlBackend {
+    async fn queue_stats(&self, queue: &str) -> Result<QueueStats> {
+        validate::queue_name(queue)?;
+        let sets = self.run(sql::QUEUE_STATS, &[&queue]).await?;
+        let settings = rows::set(&sets, 1)?.first();
+        let mut stats = QueueStats {
+            queue: queue.to_owned(),
+            paused: settings
+                .map(|r| req::<bool>(r, 0))
+                .transpose()?
+                .unwrap_or(false),
+            max_running: settings
+                .map(|r| rows::get::<i32>(r, 1))
+                .transpose()?
+                .flatten()
+                .map(num)
+                .transpose()?,
+            ..QueueStats::default()
+        };
+        for r in rows::set(&sets, 0)? {
+            let state: JobState = req::<&str>(r, 0)?.parse()?;
+            *stats.counts.entry(state).or_default() += num::<u64, _>(req::<i64>(r, 1)?)?;
+        }
+        Ok(stats)
+    }
+
+    async fn job(&self, queue: &str, id: JobId) -> Result<JobInfo> {
+        validate::queue_name(queue)?;
+        let sets = self.run(sql::JOB, &[&id.0, &queue]).await?;
+        let Some(r) = rows::set(&sets, 0)?.first() else {
+            return Err(Error::not_found(format!("job {id} in queue {queue:?}")));
+        };
+        let mut log = rows::set(&sets, 1)?
+            .iter()
+            .map(|a| {
+                Ok(AttemptRecord {
+                    attempt: num(req::<i16>(a, 0)?)?,
+                    worker: req::<&str>(a, 1)?.to_owned(),
+                    started_at: rows::time(a, 2)?,
+                    ended_at: Some(rows::time(a, 3)?),
+                    outcome: req::<&str>(a, 4)?.parse()?,
+                    error: rows::text(a, 5)?,
+                    output: rows::text(a, 6)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let state: JobState = req::<&str>(r, 1)?.parse()?;
+        let attempts: u32 = num(req::<i16>(r, 5)?)?;
+        let created_at = rows::time(r, 12)?;
+        if state == JobState::Running {
+            // The running attempt lives on the job row until it ends.
+            log.push(AttemptRecord {
+                attempt: attempts,
+                worker: rows::text(r, 15)?.unwrap_or_default(),
+                started_at: rows::time_opt(r, 16)?.unwrap_or(created_at),
+                ended_at: None,
+                outcome: AttemptOutcome::Running,
+                error: None,
+                output: None,
+            });
+        }
+        Ok(JobInfo {
+            id,
+            queue: queue.to_owned(),
+            state,
+            payload: req::<&[u8]>(r, 2)?.to_vec(),
+            priority: req(r, 3)?,
+            run_at: rows::time(r, 4)?,
+            attempts,
+            max_attempts: num(req::<i16>(r, 6)?)?,
+            group: rows::get::<&str>(r, 7)?.map(keys::load),
+            batch: rows::get(r, 8)?.map(BatchId),
+            stage: rows::get(r, 9)?,
+            dedupe_key: rows::get::<&str>(r, 10)?.map(keys::load),
+            enqueued_by: rows::text(r, 11)?,
+            created_at,
+            finished_at: rows::time_opt(r, 13)?,
+            last_error: rows::text(r, 14)?,
+            attempt_log: log,
+        })
+    }
+
+    async fn running(&self, queue: &str) -> Result<Vec<RunningJob>> {
+        validate::queue_name(queue)?;
+        let sets = self.run(sql::RUNNING, &[&queue]).await?;
+        rows::set(&sets, 0)?
+            .iter()
+            .map(|r| {
+                Ok(RunningJob {
+                    id: JobId(req(r, 0)?),
+                    worker: rows::text(r, 1)?.unwrap_or_default(),
+                    attempt: num(req::<i16>(r, 2)?)?,
+                    started_at: rows::time(r, 3)?,
+                    lease_expires_at: rows::time(r, 4)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn batches(&self, queue: &str, limit: u32) -> Result<Vec<BatchProgress>> {
+        validate::queue_name(queue)?;
+        validate::list_limit(limit)?;
+        let ids = self.ids(sql::BATCH_IDS, queue, limit).await?;
+        relayq_core::listing::batches(self, queue, ids).await
+    }
+
+    async fn dead_jobs(&self, queue: &str, limit: u32) -> Result<Vec<JobInfo>> {
+        validate::queue_name(queue)?;
+        validate::list_limit(limit)?;
+        let ids = self.ids(sql::DEAD_IDS, queue, limit).await?;
+        relayq_core::listing::jobs(self, queue, ids).await
+    }
+}

@@ -1,0 +1,343 @@
+//! # relayq-mssql
+//!
+//! The SQL Server backend of [relayq](https://docs.rs/relayq-core), on
+//! [tiberius](https://docs.rs/tiberius) 0.13 with a small bb8 pool.
+//!
+//! - **Claims** are one `UPDATE` through a CTE that reads the earliest claimable jobs
+//!   `WITH (ROWLOCK, UPDLOCK, READPAST, READCOMMITTEDLOCK)` over a filtered index
+//!   matching its `WHERE` and `ORDER BY`: claimers skip each other's rows instead of
+//!   waiting, with `READ_COMMITTED_SNAPSHOT` on or off, and expired leases are taken
+//!   over by the same statement (SPEC C5). A claim takes at most
+//!   [`MAX_CLAIM`] rows, far below the 5,000 locks at which SQL Server escalates
+//!   to a table lock.
+//! - **One round trip per operation**: each operation is one T-SQL batch that runs its
+//!   own short transaction (`XACT_ABORT` on), promotion included, so no lock is held
+//!   between round trips and none while a job runs.
+//! - **Groups and stages by promotion**, as in the PostgreSQL backend: a job is stored
+//!   `blocked` until its group and stage allow it; the transaction that finishes what
+//!   it waited for promotes it, serialized per batch (row lock) and per group
+//!   (`sp_getapplock`). A transaction chosen as deadlock victim (error 1205) runs
+//!   again, a bounded number of times.
+//! - **Wake-ups**: SQL Server has no `LISTEN/NOTIFY`. Handles in one process share
+//!   events (a job enqueued or released here wakes local workers at once); other
+//!   processes are found by the worker's bounded adaptive polling (10 ms after work,
+//!   backing off to `poll_max`, 1 s by default), and `wait` polls every 100 ms.
+//! - **Timeouts**: every request has a command timeout ([`Config::command_timeout`],
+//!   30 s by default, set deliberately rather than inherited): a request that times
+//!   out closes its connection, so the server rolls back whatever it had open.
+//! - **Schema**: everything lives in one schema (default `relayq`), created by
+//!   [`MssqlBackend::migrate`] under an application lock, safe from many processes.
+//!
+//! Needs SQL Server 2016 or later (`OPENJSON`, database compatibility level 130+).
+//!
+//! ```no_run
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> relayq_core::Result<()> {
+//! use relayq_core::{Enqueue, NewJob};
+//! use relayq_mssql::MssqlBackend;
+//!
+//! let backend =
+//!     MssqlBackend::connect("mssql://sa:secret@127.0.0.1:1433/app?trust_cert=true").await?;
+//! backend.migrate().await?;
+//! backend.enqueue_one(NewJob::new("mail", b"hello".to_vec())).await?;
+//! # Ok(()) }
+//! ```
+
+mod admin;
+mod barrier;
+mod claim;
+mod conn;
+mod enqueue;
+mod error;
+mod inspect;
+mod keys;
+mod rows;
+mod schema;
+mod settle;
+mod sql;
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, OnceLock, PoisonError},
+    time::Duration,
+};
+
+use relayq_core::{Error, Event, EventBus, EventKind, Events, Limits, Result};
+use tiberius::{Row, ToSql};
+use tokio::sync::broadcast;
+
+pub use schema::DEFAULT_SCHEMA;
+
+use crate::{conn::Manager, error::db, schema::Schema};
+
+/// The most rows one claim takes, whatever the request asks: well below the 5,000
+/// locks per statement at which SQL Server escalates to a table lock (each claimed
+/// row locks its clustered key and its index entries).
+pub const MAX_CLAIM: u32 = 500;
+
+/// Settings of a [`MssqlBackend`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Config {
+    /// The schema holding relayq's tables (default `relayq`): 1 to 48 bytes of
+    /// `a-z 0-9 _`.
+    pub schema: String,
+    /// Payload size limit and the like.
+    pub limits: Limits,
+    /// Pool size (default 10).
+    pub max_connections: u32,
+    /// How long an operation waits for a pooled connection (default 30 s).
+    pub acquire_timeout: Duration,
+    /// How long the server may stay silent on one request before it fails with
+    /// [`Error::Backend`] and its connection is closed, which rolls back its
+    /// transaction (default 30 s; tiberius's own default is the same, set here on
+    /// purpose). relayq's statements are short; waiting this long means a lock held
+    /// elsewhere, such as a long transaction of the application.
+    pub command_timeout: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            schema: DEFAULT_SCHEMA.to_owned(),
+            limits: Limits::default(),
+            max_connections: 10,
+            acquire_timeout: Duration::from_secs(30),
+            command_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl Config {
+    /// The settings with another schema.
+    #[must_use]
+    pub fn with_schema(mut self, schema: impl Into<String>) -> Self {
+        self.schema = schema.into();
+        self
+    }
+
+    /// The settings with another pool size.
+    #[must_use]
+    pub fn with_max_connections(mut self, n: u32) -> Self {
+        self.max_connections = n;
+        self
+    }
+
+    /// The settings with another command timeout.
+    #[must_use]
+    pub fn with_command_timeout(mut self, timeout: Duration) -> Self {
+        self.command_timeout = timeout;
+        self
+    }
+}
+
+/// A relayq backend on a SQL Server database. Cheap to clone; clones share the pool.
+#[derive(Clone)]
+pub struct MssqlBackend {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pool: bb8::Pool<Manager>,
+    schema: Schema,
+    limits: Limits,
+    events: EventBus,
+}
+
+impl std::fmt::Debug for MssqlBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MssqlBackend")
+            .field("schema", &self.inner.schema.name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl MssqlBackend {
+    /// Connects with the default [`Config`] to `url`: `mssql://user:password@host:port/
+    /// database?trust_cert=true`, an ADO.NET connection string, or a `jdbc:sqlserver://`
+    /// string. Call [`migrate`](Self::migrate) before first use of a new schema.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] on `url` for a malformed one; [`Error::Backend`] when
+    /// the server cannot be reached or refuses the login.
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(url, Config::default()).await
+    }
+
+    /// Connects to `url` with `config`.
+    ///
+    /// # Errors
+    /// As [`connect`](Self::connect); [`Error::InvalidInput`] on `schema` for a bad
+    /// schema name.
+    pub async fn connect_with(url: &str, config: Config) -> Result<Self> {
+        let schema = Schema::new(&config.schema)?;
+        let tds = conn::parse(url, config.command_timeout)?;
+        let pool = bb8::Pool::builder()
+            .max_size(config.max_connections.max(1))
+            .connection_timeout(config.acquire_timeout)
+            .build(Manager { config: tds })
+            .await
+            .map_err(db)?;
+        // Fail now, not at first use, when the server is not there.
+        drop(pool.get().await.map_err(error::pool)?);
+        let events = shared_events(&format!("{url}\u{1f}{}", config.schema));
+        Ok(Self {
+            inner: Arc::new(Inner {
+                pool,
+                schema,
+                limits: config.limits,
+                events,
+            }),
+        })
+    }
+
+    /// Creates the schema and its tables, or brings them up to date, in one
+    /// transaction under an application lock per schema: safe to run from many
+    /// processes at once.
+    ///
+    /// # Errors
+    /// [`Error::Backend`] when the server fails, or when the schema was created by a
+    /// newer relayq-mssql.
+    pub async fn migrate(&self) -> Result<()> {
+        let mut conn = self.inner.pool.get().await.map_err(error::pool)?;
+        // Left set on any failure: the pool then closes the connection, which rolls
+        // the migration transaction back.
+        conn.busy = true;
+        let c = &mut conn.client;
+        let begin = self.sql(sql::MIGRATE_BEGIN);
+        let sets = c
+            .simple_query(&*begin)
+            .await
+            .map_err(db)?
+            .into_results()
+            .await;
+        let applied: i32 = sets
+            .map_err(db)?
+            .iter()
+            .flatten()
+            .next()
+            .map(|r| rows::req(r, 0))
+            .transpose()?
+            .unwrap_or(0);
+        let applied = usize::try_from(applied).unwrap_or(0);
+        if applied > sql::MIGRATIONS.len() {
+            return Err(Error::backend(format!(
+                "schema {} is at version {applied}, newer than this relayq-mssql ({})",
+                self.inner.schema.name(),
+                sql::MIGRATIONS.len()
+            )));
+        }
+        for (i, template) in sql::MIGRATIONS.iter().enumerate().skip(applied) {
+            let ddl = self.inner.schema.fill(template);
+            c.simple_query(ddl)
+                .await
+                .map_err(db)?
+                .into_results()
+                .await
+                .map_err(db)?;
+            let version = i32::try_from(i + 1).map_err(Error::backend)?;
+            c.execute(&*self.sql(sql::MIGRATE_RECORD), &[&version])
+                .await
+                .map_err(db)?;
+        }
+        c.simple_query("COMMIT TRANSACTION")
+            .await
+            .map_err(db)?
+            .into_results()
+            .await
+            .map_err(db)?;
+        conn.busy = false;
+        Ok(())
+    }
+
+    /// The schema holding relayq's tables.
+    #[must_use]
+    pub fn schema(&self) -> &str {
+        self.inner.schema.name()
+    }
+
+    fn sql(&self, template: &'static str) -> Arc<str> {
+        self.inner.schema.sql(template)
+    }
+
+    /// Runs one batch and returns its result sets. A connection whose request failed
+    /// or was abandoned is discarded by the pool (see [`conn::Conn::busy`]).
+    async fn run(&self, template: &'static str, params: &[&dyn ToSql]) -> Result<Vec<Vec<Row>>> {
+        let sql = self.sql(template);
+        let mut conn = self.inner.pool.get().await.map_err(error::pool)?;
+        conn.busy = true;
+        let sets = conn
+            .client
+            .query(&*sql, params)
+            .await
+            .map_err(db)?
+            .into_results()
+            .await
+            .map_err(db)?;
+        conn.busy = false;
+        Ok(sets)
+    }
+
+    /// Publishes the wake-ups a batch returned (rows of kind `r`/`f` and queue) to this
+    /// process's handles on the same database and schema.
+    fn wake(&self, rows: &[Row]) -> Result<()> {
+        for r in rows {
+            let kind: &str = rows::req(r, 0)?;
+            let queue: &str = rows::req(r, 1)?;
+            let kind = if kind == "r" {
+                EventKind::Ready
+            } else {
+                EventKind::Finished
+            };
+            self.inner.events.notify(queue, kind);
+        }
+        Ok(())
+    }
+}
+
+impl Events for MssqlBackend {
+    fn subscribe(&self) -> Option<broadcast::Receiver<Event>> {
+        Some(self.inner.events.subscribe())
+    }
+}
+
+/// One event bus per (server, schema) in this process, so a job enqueued through one
+/// handle wakes workers on another at once; other processes rely on polling.
+fn shared_events(key: &str) -> EventBus {
+    static BUSES: OnceLock<Mutex<HashMap<String, EventBus>>> = OnceLock::new();
+    BUSES
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .entry(key.to_owned())
+        .or_default()
+        .clone()
+}
+
+/// How many times a transaction chosen as a deadlock victim is run again.
+const DEADLOCK_RETRIES: u32 = 5;
+
+/// Runs `$op` (an expression producing a future of `Result`) again while it fails with
+/// an error that running the whole batch again resolves (see [`error::retryable`]).
+macro_rules! retry_deadlocks {
+    ($op:expr) => {{
+        let mut tries = 0;
+        loop {
+            match $op.await {
+                Err(e) if tries < $crate::DEADLOCK_RETRIES && $crate::error::retryable(&e) => {
+                    tries += 1;
+                    tracing::debug!(tries, "transaction lost a deadlock; running it again");
+                    let pause =
+                        std::time::Duration::from_millis(fastrand::u64(1..=20 * u64::from(tries)));
+                    tokio::time::sleep(pause).await;
+                }
+                result => break result,
+            }
+        }
+    }};
+}
+pub(crate) use retry_deadlocks;
+
+/// The README's examples compile.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
