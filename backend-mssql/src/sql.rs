@@ -137,11 +137,41 @@ DECLARE @fl TABLE (id bigint NOT NULL PRIMARY KEY, floor int NULL);
 DECLARE @st TABLE (queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
                    grp nvarchar(256) COLLATE Latin1_General_100_BIN2 NOT NULL,
                    busy bit NOT NULL, head bigint NULL);
-DECLARE @rq TABLE (queue nvarchar(128) NOT NULL);
-DECLARE @fq TABLE (queue nvarchar(128) NOT NULL);
+DECLARE @rq TABLE (queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL);
+DECLARE @fq TABLE (queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL);
 DECLARE @locked int;
 DECLARE @res nvarchar(64);
 DECLARE @nextres nvarchar(64);
+"
+    };
+}
+
+/// Takes the promotion locks of what `@tb` and `@tg` name, in one order: the batches'
+/// rows (update locks, by id), then the groups' application locks (by hashed name).
+/// Write batches take them before their first write, so a transaction never waits for
+/// one of these locks while holding a row another promotion must read. Re-entrant:
+/// promotion takes them again after adding groups (a released stage's); those already
+/// held are granted at once.
+macro_rules! lock {
+    () => {
+        "
+IF EXISTS (SELECT 1 FROM @tb) OR EXISTS (SELECT 1 FROM @tg)
+BEGIN
+    SELECT @locked = COUNT(*) FROM {s}.batches WITH (UPDLOCK, ROWLOCK, READCOMMITTEDLOCK)
+    WHERE id IN (SELECT id FROM @tb);
+    UPDATE @tg SET res = CONVERT(nvarchar(64),
+        HASHBYTES('SHA2_256', CONCAT(N'{n}', NCHAR(31), queue, NCHAR(31), grp)), 2);
+    SELECT @nextres = MIN(res) FROM @tg;
+    WHILE @nextres IS NOT NULL
+    BEGIN
+        EXEC sp_getapplock @Resource = @nextres, @LockMode = 'Exclusive',
+            @LockOwner = 'Transaction';
+        IF APPLOCK_MODE(N'public', @nextres, N'Transaction') <> N'Exclusive'
+            THROW 51205, N'relayq: a group lock was not granted', 1;
+        SET @res = @nextres;
+        SELECT @nextres = MIN(res) FROM @tg WHERE res > @res;
+    END;
+END;
 "
     };
 }
@@ -161,11 +191,13 @@ DECLARE @nextres nvarchar(64);
 /// promote the head only if nothing of the group runs.
 macro_rules! promote {
     () => {
-        "
+        concat!(
+            "
 IF EXISTS (SELECT 1 FROM @tb) OR EXISTS (SELECT 1 FROM @tg)
 BEGIN
-    SELECT @locked = COUNT(*) FROM {s}.batches WITH (UPDLOCK, ROWLOCK, READCOMMITTEDLOCK)
-    WHERE id IN (SELECT id FROM @tb);
+",
+            lock!(),
+            "
     UPDATE b SET failed = 1
     OUTPUT inserted.id, h.stage INTO @hf (id, stage)
     FROM {s}.batches AS b INNER JOIN @th AS h ON h.batch = b.id
@@ -189,18 +221,9 @@ BEGIN
     FROM {s}.jobs AS j INNER JOIN @fl AS f ON j.batch_id = f.id
     WHERE j.stage = f.floor AND j.state = 'blocked' AND j.group_key IS NOT NULL
       AND NOT EXISTS (SELECT 1 FROM @tg AS t WHERE t.queue = j.queue AND t.grp = j.group_key);
-    UPDATE @tg SET res = CONVERT(nvarchar(64),
-        HASHBYTES('SHA2_256', CONCAT(N'{n}', NCHAR(31), queue, NCHAR(31), grp)), 2);
-    SELECT @nextres = MIN(res) FROM @tg;
-    WHILE @nextres IS NOT NULL
-    BEGIN
-        EXEC sp_getapplock @Resource = @nextres, @LockMode = 'Exclusive',
-            @LockOwner = 'Transaction';
-        IF APPLOCK_MODE(N'public', @nextres, N'Transaction') <> N'Exclusive'
-            THROW 51205, N'relayq: a group lock was not granted', 1;
-        SET @res = @nextres;
-        SELECT @nextres = MIN(res) FROM @tg WHERE res > @res;
-    END;
+",
+            lock!(),
+            "
     INSERT INTO @st (queue, grp, busy, head)
     SELECT g.queue, g.grp,
         CASE WHEN EXISTS (SELECT 1 FROM {s}.jobs AS b
@@ -227,6 +250,7 @@ BEGIN
                         AND b.state IN ('running', 'retrying'));
 END;
 "
+        )
     };
 }
 
@@ -317,12 +341,13 @@ pub(crate) const SETTLE: &str = concat!(
 DECLARE @now datetime2(6) = SYSUTCDATETIME();
 DECLARE @i TABLE (
     ord int NOT NULL PRIMARY KEY, id bigint NOT NULL, token uniqueidentifier NOT NULL,
-    queue nvarchar(128) NOT NULL, kind varchar(8) NOT NULL, days int NULL, ms int NULL,
+    queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL, kind varchar(8) NOT NULL, days int NULL, ms int NULL,
     retry_at datetime2(6) NULL, error nvarchar(max) NULL, output nvarchar(max) NULL);
 DECLARE @m TABLE (
-    ord int NOT NULL, id bigint NOT NULL PRIMARY KEY, queue nvarchar(128) NOT NULL,
+    ord int NOT NULL, id bigint NOT NULL PRIMARY KEY,
+    queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
     next varchar(9) NOT NULL, run_at datetime2(6) NOT NULL, attempts smallint NOT NULL,
-    group_key nvarchar(256) NULL, batch_id bigint NULL, stage int NULL,
+    group_key nvarchar(256) COLLATE Latin1_General_100_BIN2 NULL, batch_id bigint NULL, stage int NULL,
     worker nvarchar(max) NULL, started_at datetime2(6) NULL, kind varchar(8) NOT NULL,
     error nvarchar(max) NULL, output nvarchar(max) NULL);",
     promote_declare!(),
@@ -335,6 +360,14 @@ FROM OPENJSON(@P1) WITH (
     retry_at datetime2(6) '$.at', error nvarchar(max) '$.error',
     output nvarchar(max) '$.output');
 BEGIN TRANSACTION;
+INSERT INTO @tb (id)
+SELECT DISTINCT j.batch_id FROM {s}.jobs AS j INNER JOIN @i AS i ON i.id = j.id
+WHERE j.batch_id IS NOT NULL AND j.queue = i.queue;
+INSERT INTO @tg (queue, grp)
+SELECT DISTINCT j.queue, j.group_key FROM {s}.jobs AS j INNER JOIN @i AS i ON i.id = j.id
+WHERE j.group_key IS NOT NULL AND j.queue = i.queue;",
+    lock!(),
+    "
 UPDATE j SET
     state = CASE WHEN i.kind = 'complete' THEN 'succeeded'
                  WHEN i.kind = 'release' THEN 'ready'
@@ -371,10 +404,6 @@ FROM @m;
 INSERT INTO @rq (queue) SELECT queue FROM @m WHERE next = 'ready';
 INSERT INTO @fq (queue) SELECT queue FROM @m
 WHERE batch_id IS NOT NULL AND next IN ('succeeded', 'dead');
-INSERT INTO @tg (queue, grp) SELECT DISTINCT queue, group_key FROM @m
-WHERE group_key IS NOT NULL AND next IN ('ready', 'succeeded', 'dead');
-INSERT INTO @tb (id) SELECT DISTINCT batch_id FROM @m
-WHERE batch_id IS NOT NULL AND next IN ('succeeded', 'dead');
 INSERT INTO @th (batch, stage) SELECT batch_id, MIN(stage) FROM @m
 WHERE next = 'dead' AND batch_id IS NOT NULL AND stage IS NOT NULL GROUP BY batch_id;",
     promote!(),
@@ -409,7 +438,8 @@ DECLARE @in TABLE (
     grp nvarchar(256) COLLATE Latin1_General_100_BIN2 NULL, batch bigint NULL, stage int NULL,
     dedupe nvarchar(256) COLLATE Latin1_General_100_BIN2 NULL, who nvarchar(max) NULL,
     first bigint NOT NULL);
-DECLARE @ins TABLE (id bigint NOT NULL PRIMARY KEY, dedupe nvarchar(256) NULL);
+DECLARE @ins TABLE (id bigint NOT NULL PRIMARY KEY,
+                    dedupe nvarchar(256) COLLATE Latin1_General_100_BIN2 NULL);
 DECLARE @bad int = NULL;
 DECLARE @why varchar(8) = NULL;
 DECLARE @stage int = NULL;
@@ -419,7 +449,7 @@ DECLARE @released int = NULL;",
 INSERT INTO @in (ord, payload, priority, run_at, days, ms, max_attempts, grp, batch, stage,
                  dedupe, who, first)
 SELECT ord, payload, priority, run_at, days, ms, max_attempts, grp, batch, stage, dedupe, who,
-       ROW_NUMBER() OVER (PARTITION BY dedupe ORDER BY ord)
+       ROW_NUMBER() OVER (PARTITION BY dedupe COLLATE Latin1_General_100_BIN2 ORDER BY ord)
 FROM OPENJSON(@P2) WITH (
     ord int '$.ord', payload nvarchar(max) '$.payload', priority smallint '$.priority',
     run_at datetime2(6) '$.at', days int '$.days', ms int '$.ms',
@@ -427,10 +457,12 @@ FROM OPENJSON(@P2) WITH (
     batch bigint '$.batch', stage int '$.stage', dedupe nvarchar(256) '$.dedupe',
     who nvarchar(max) '$.who');
 BEGIN TRANSACTION;
+INSERT INTO @tb (id) SELECT DISTINCT batch FROM @in WHERE batch IS NOT NULL;
+INSERT INTO @tg (queue, grp) SELECT DISTINCT @P1, grp FROM @in WHERE grp IS NOT NULL;",
+    lock!(),
+    "
 IF EXISTS (SELECT 1 FROM @in WHERE batch IS NOT NULL)
 BEGIN
-    SELECT @locked = COUNT(*) FROM {s}.batches WITH (UPDLOCK, ROWLOCK, READCOMMITTEDLOCK)
-    WHERE id IN (SELECT batch FROM @in);
     SELECT TOP (1) @bad = i.ord, @stage = i.stage, @released = b.released_stage,
         @why = CASE WHEN b.id IS NULL OR b.queue <> @P1 THEN 'unknown'
                     WHEN b.sealed = 1 THEN 'sealed'
@@ -465,25 +497,20 @@ WHERE i.dedupe IS NULL
           AND d.state IN ('ready', 'blocked', 'running', 'retrying')))
 ORDER BY i.ord;
 INSERT INTO @rq (queue) VALUES (@P1);
-INSERT INTO @tg (queue, grp)
-SELECT DISTINCT @P1, j.group_key FROM {s}.jobs AS j INNER JOIN @ins AS n ON n.id = j.id
-WHERE j.group_key IS NOT NULL;
-INSERT INTO @tb (id)
-SELECT DISTINCT j.batch_id FROM {s}.jobs AS j INNER JOIN @ins AS n ON n.id = j.id
-WHERE j.batch_id IS NOT NULL;",
-    promote!(),
-    "
-COMMIT TRANSACTION;
 SELECT id FROM @ins ORDER BY id;
 SELECT d.dedupe_key, d.id FROM {s}.jobs AS d
 WHERE d.queue = @P1 AND d.state IN ('ready', 'blocked', 'running', 'retrying')
   AND d.dedupe_key IN (SELECT dedupe FROM @in WHERE dedupe IS NOT NULL);",
+    promote!(),
+    "
+COMMIT TRANSACTION;",
     events!()
 );
 
 /// Cancels the live jobs listed in `@cx` (locked by the batch): they become
-/// `cancelled`, a running one's attempt is closed in the log, which revokes its lease
-/// (SPEC B7), and what they held is promoted.
+/// `cancelled`, and a running one's attempt is closed in the log, which revokes its
+/// lease (SPEC B7). The caller has put their batches and groups in `@tb`/`@tg` and
+/// locked them, and promotes after.
 macro_rules! cancel {
     () => {
         "
@@ -498,9 +525,6 @@ INSERT INTO {s}.attempts (job_id, attempt, worker, started_at, ended_at, outcome
 SELECT id, attempts, ISNULL(worker, N''), ISNULL(started_at, @now), @now, 'cancelled'
 FROM @cd WHERE prev = 'running';
 INSERT INTO @fq (queue) SELECT queue FROM @cd;
-INSERT INTO @tg (queue, grp) SELECT DISTINCT queue, group_key FROM @cd
-WHERE group_key IS NOT NULL;
-INSERT INTO @tb (id) SELECT DISTINCT batch_id FROM @cd WHERE batch_id IS NOT NULL;
 "
     };
 }
@@ -511,8 +535,8 @@ macro_rules! cancel_declare {
 DECLARE @now datetime2(6) = SYSUTCDATETIME();
 DECLARE @cx TABLE (id bigint NOT NULL PRIMARY KEY);
 DECLARE @cd TABLE (
-    id bigint NOT NULL PRIMARY KEY, queue nvarchar(128) NOT NULL, group_key nvarchar(256) NULL,
-    batch_id bigint NULL, prev varchar(9) NOT NULL, attempts smallint NOT NULL,
+    id bigint NOT NULL PRIMARY KEY, queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
+    group_key nvarchar(256) COLLATE Latin1_General_100_BIN2 NULL, batch_id bigint NULL, prev varchar(9) NOT NULL, attempts smallint NOT NULL,
     worker nvarchar(max) NULL, started_at datetime2(6) NULL);"
     };
 }
@@ -525,6 +549,12 @@ pub(crate) const CANCEL_JOB: &str = concat!(
     "
 DECLARE @found varchar(9) = NULL;
 BEGIN TRANSACTION;
+INSERT INTO @tb (id)
+SELECT batch_id FROM {s}.jobs WHERE id = @P1 AND queue = @P2 AND batch_id IS NOT NULL;
+INSERT INTO @tg (queue, grp)
+SELECT queue, group_key FROM {s}.jobs WHERE id = @P1 AND queue = @P2 AND group_key IS NOT NULL;",
+    lock!(),
+    "
 SELECT @found = state FROM {s}.jobs WITH (UPDLOCK, ROWLOCK, READCOMMITTEDLOCK)
 WHERE id = @P1 AND queue = @P2;
 INSERT INTO @cx (id) SELECT @P1 WHERE @found IN ('ready', 'blocked', 'running', 'retrying');",
@@ -536,19 +566,25 @@ SELECT @found AS found;",
     events!()
 );
 
-/// Cancels every live job of batch `@P1` of queue `@P2` and seals it. Locks the jobs
-/// first, then the batch (the order settles use), then takes the jobs that joined in
-/// between. Result sets: (batch found, jobs cancelled); the queues to wake.
+/// Cancels every live job of batch `@P1` of queue `@P2` and seals it. Seals first,
+/// which locks the batch (so no enqueue into it is under way and none can follow),
+/// then locks its groups, then its jobs: the order every write batch uses. Result
+/// sets: (batch found, jobs cancelled); the queues to wake.
 pub(crate) const CANCEL_BATCH: &str = concat!(
     cancel_declare!(),
     promote_declare!(),
     "
 DECLARE @sealed int = 0;
 BEGIN TRANSACTION;
-SELECT @locked = COUNT(*) FROM {s}.jobs WITH (UPDLOCK, ROWLOCK, READCOMMITTEDLOCK)
-WHERE batch_id = @P1 AND state IN ('ready', 'blocked', 'running', 'retrying');
 UPDATE {s}.batches SET sealed = 1 WHERE id = @P1 AND queue = @P2;
 SET @sealed = @@ROWCOUNT;
+INSERT INTO @tb (id) SELECT @P1 WHERE @sealed > 0;
+INSERT INTO @tg (queue, grp)
+SELECT DISTINCT queue, group_key FROM {s}.jobs
+WHERE @sealed > 0 AND batch_id = @P1 AND group_key IS NOT NULL
+  AND state IN ('ready', 'blocked', 'running', 'retrying');",
+    lock!(),
+    "
 INSERT INTO @cx (id)
 SELECT id FROM {s}.jobs WITH (UPDLOCK, ROWLOCK, READCOMMITTEDLOCK)
 WHERE @sealed > 0 AND batch_id = @P1
@@ -571,11 +607,18 @@ pub(crate) const RETRY_DEAD: &str = concat!(
     "
 DECLARE @now datetime2(6) = SYSUTCDATETIME();
 DECLARE @ids TABLE (id bigint NOT NULL PRIMARY KEY);
-DECLARE @rv TABLE (id bigint NOT NULL PRIMARY KEY, group_key nvarchar(256) NULL);",
+DECLARE @rv TABLE (id bigint NOT NULL PRIMARY KEY,
+                   group_key nvarchar(256) COLLATE Latin1_General_100_BIN2 NULL);",
     promote_declare!(),
     "
 INSERT INTO @ids (id) SELECT DISTINCT id FROM OPENJSON(@P2) WITH (id bigint '$');
 BEGIN TRANSACTION;
+INSERT INTO @tg (queue, grp)
+SELECT DISTINCT queue, group_key FROM {s}.jobs
+WHERE queue = @P1 AND state = 'dead' AND batch_id IS NULL AND group_key IS NOT NULL
+  AND (@P2 IS NULL OR id IN (SELECT id FROM @ids));",
+    lock!(),
+    "
 UPDATE j SET state = CASE WHEN j.group_key IS NULL THEN 'ready' ELSE 'blocked' END,
     run_at = @now, attempts = 0, finished_at = NULL
 OUTPUT inserted.id, inserted.group_key INTO @rv (id, group_key)
@@ -591,8 +634,7 @@ WHERE j.queue = @P1 AND j.state = 'dead' AND j.batch_id IS NULL
                        WHERE x.queue = j.queue AND x.dedupe_key = j.dedupe_key
                          AND x.state = 'dead' AND x.batch_id IS NULL
                          AND (@P2 IS NULL OR x.id IN (SELECT id FROM @ids)))));
-INSERT INTO @rq (queue) VALUES (@P1);
-INSERT INTO @tg (queue, grp) SELECT DISTINCT @P1, group_key FROM @rv WHERE group_key IS NOT NULL;",
+INSERT INTO @rq (queue) VALUES (@P1);",
     promote!(),
     "
 COMMIT TRANSACTION;
@@ -608,12 +650,22 @@ pub(crate) const EXPIRE: &str = concat!(
     "
 DECLARE @now datetime2(6) = SYSUTCDATETIME();
 DECLARE @e TABLE (
-    id bigint NOT NULL PRIMARY KEY, next varchar(9) NOT NULL, queue nvarchar(128) NOT NULL,
-    group_key nvarchar(256) NULL, batch_id bigint NULL, stage int NULL,
+    id bigint NOT NULL PRIMARY KEY, next varchar(9) NOT NULL,
+    queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL, group_key nvarchar(256) COLLATE Latin1_General_100_BIN2 NULL, batch_id bigint NULL, stage int NULL,
     attempts smallint NOT NULL, worker nvarchar(max) NULL, started_at datetime2(6) NULL);",
     promote_declare!(),
     "
 BEGIN TRANSACTION;
+INSERT INTO @tb (id)
+SELECT DISTINCT batch_id FROM {s}.jobs
+WHERE queue = @P1 AND state = 'running' AND lease_expires_at <= @now
+  AND (@P2 = 1 OR attempts >= max_attempts) AND batch_id IS NOT NULL;
+INSERT INTO @tg (queue, grp)
+SELECT DISTINCT queue, group_key FROM {s}.jobs
+WHERE queue = @P1 AND state = 'running' AND lease_expires_at <= @now
+  AND (@P2 = 1 OR attempts >= max_attempts) AND group_key IS NOT NULL;",
+    lock!(),
+    "
 UPDATE j SET state = CASE WHEN j.attempts < j.max_attempts THEN 'retrying' ELSE 'dead' END,
     last_error = N'lease expired', lease_token = NULL, lease_expires_at = NULL,
     finished_at = CASE WHEN j.attempts < j.max_attempts THEN NULL ELSE @now END
@@ -629,10 +681,6 @@ SELECT id, attempts, ISNULL(worker, N''), ISNULL(started_at, @now), @now, 'expir
 FROM @e;
 INSERT INTO @rq (queue) SELECT DISTINCT queue FROM @e WHERE next = 'retrying';
 INSERT INTO @fq (queue) SELECT queue FROM @e WHERE next = 'dead' AND batch_id IS NOT NULL;
-INSERT INTO @tg (queue, grp) SELECT DISTINCT queue, group_key FROM @e
-WHERE next = 'dead' AND group_key IS NOT NULL;
-INSERT INTO @tb (id) SELECT DISTINCT batch_id FROM @e
-WHERE next = 'dead' AND batch_id IS NOT NULL;
 INSERT INTO @th (batch, stage) SELECT batch_id, MIN(stage) FROM @e
 WHERE next = 'dead' AND batch_id IS NOT NULL AND stage IS NOT NULL GROUP BY batch_id;",
     promote!(),
@@ -651,10 +699,10 @@ DECLARE @p TABLE (id bigint NOT NULL PRIMARY KEY);
 DECLARE @cutoff datetime2(6) = DATEADD(millisecond, -@P3, DATEADD(day, -@P2, SYSUTCDATETIME()));
 BEGIN TRANSACTION;
 INSERT INTO @p (id)
-SELECT TOP (@P4) id FROM {s}.jobs WITH (ROWLOCK, READPAST)
+SELECT TOP (@P4) id FROM {s}.jobs WITH (ROWLOCK, UPDLOCK, READPAST, READCOMMITTEDLOCK)
 WHERE queue = @P1 AND finished_at IS NOT NULL AND finished_at <= @cutoff;
 DELETE FROM {s}.attempts WHERE job_id IN (SELECT id FROM @p);
-DELETE FROM {s}.jobs WHERE id IN (SELECT id FROM @p);
+DELETE FROM {s}.jobs WHERE id IN (SELECT id FROM @p) AND finished_at IS NOT NULL;
 COMMIT TRANSACTION;
 SELECT COUNT(*) AS pruned FROM @p;";
 
