@@ -6,14 +6,22 @@
 //! cargo run --release --manifest-path bench/Cargo.toml -- --quick
 //! ```
 //!
-//! Scenarios so far: enqueue (one at a time from 8 tasks, and batches of 1,000) and
-//! drain (pre-enqueued no-op jobs, worker concurrency 1/4/16/64), plus the raw loops
-//! (PostgreSQL: claim 50 with the `SKIP LOCKED` CTE, then one batched `DELETE`; Redis:
-//! pop 50 with `ZPOPMIN` in one script, acknowledge the 50 in another). Each row is
-//! printed and appended as JSON to the results file.
+//! Scenarios: 1 enqueue (one at a time from 8 tasks, and batches of 1,000), 2 drain
+//! (pre-enqueued no-op jobs, worker concurrency 1/4/16/64), 3 enqueue-to-start latency
+//! at 500 jobs/s, 4 stages (20 x 50 in one batch), 5 groups (100 x 100), 6 claim
+//! latency with 1k/100k/1M pending; the raw loops (PostgreSQL: claim 50 with the
+//! `SKIP LOCKED` CTE, then one batched `DELETE`; Redis: pop 50 with `ZPOPMIN` in one
+//! script, acknowledge the 50 in another); and the peers (apalis, graphile_worker,
+//! built from `bench/peers`) on every scenario they can run. Each row is printed as
+//! measured and appended as JSON to the results file; ratios come last.
 
+mod backlog;
+mod groups;
+mod latency;
+mod peers;
 mod raw;
 mod scenarios;
+mod stages;
 mod targets;
 
 use std::{io::Write, path::PathBuf};
@@ -35,6 +43,9 @@ struct Args {
     /// Runs per measurement (interleaved across targets); the median is reported.
     #[arg(long, default_value_t = 3)]
     runs: usize,
+    /// Leave the peers (apalis, graphile_worker) out.
+    #[arg(long)]
+    no_peers: bool,
     /// Where rows are appended as JSON lines.
     #[arg(long, default_value = "bench/results.jsonl")]
     results: PathBuf,
@@ -46,29 +57,42 @@ pub struct Row {
     pub target: String,
     pub value: f64,
     pub unit: &'static str,
+    /// For a peer: every setting it ran with.
+    pub note: String,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let n = if args.quick { 5_000 } else { 50_000 };
+    anyhow::ensure!(args.all || args.quick, "say --all or --quick");
+    let quick = args.quick;
+    let n = if quick { 5_000 } else { 50_000 };
     let targets = targets::available().await?;
+    let peers = peers::Peers::build(args.no_peers);
+    let runs = args.runs;
     let mut rows = Vec::new();
     print_header();
-    if args.all || args.quick {
-        let found = scenarios::enqueue(&targets, n, args.runs).await?;
+    let mut add = |found: Vec<Row>| {
         print(&found);
         rows.extend(found);
-        for concurrency in [1, 4, 16, 64] {
-            let jobs = if concurrency == 1 { n / 5 } else { n };
-            let found = scenarios::drain(&targets, jobs, concurrency, args.runs).await?;
-            print(&found);
-            rows.extend(found);
-        }
-        let found = raw::loops(&targets, n, args.runs).await?;
-        print(&found);
-        rows.extend(found);
+    };
+    add(scenarios::enqueue(&targets, &peers, n, runs).await?);
+    for concurrency in [1, 4, 16, 64] {
+        let jobs = if concurrency == 1 { n / 5 } else { n };
+        add(scenarios::drain(&targets, &peers, jobs, concurrency, runs).await?);
     }
+    add(raw::loops(&targets, n, runs).await?);
+    add(latency::latency(&targets, &peers, if quick { 500 } else { 2_000 }, runs).await?);
+    add(stages::stages(&targets, runs).await?);
+    add(groups::groups(&targets, &peers, if quick { 10 } else { 100 }, runs).await?);
+    let sizes: &[usize] = if quick {
+        &[1_000, 10_000, 100_000]
+    } else {
+        &[1_000, 100_000, 1_000_000]
+    };
+    // Printed as measured inside (each size takes a while to build).
+    rows.extend(backlog::backlog(&targets, sizes).await?);
+    print_ratios(&rows);
     let mut file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -76,25 +100,75 @@ async fn main() -> anyhow::Result<()> {
     let at = chrono::Utc::now().to_rfc3339();
     for r in &rows {
         let line = serde_json::json!({
-            "at": at, "scenario": r.scenario, "target": r.target,
-            "value": r.value, "unit": r.unit, "runs": args.runs, "jobs": n,
+            "at": at, "scenario": r.scenario, "target": r.target, "value": r.value,
+            "unit": r.unit, "runs": runs, "jobs": n, "settings": r.note,
         });
         writeln!(file, "{line}")?;
     }
     Ok(())
 }
 
+/// Ratios of ours to each peer and to the raw limit, for every scenario both ran:
+/// relayq on a server against the peer or raw loop on the same server.
+#[allow(clippy::print_stdout)]
+fn print_ratios(rows: &[Row]) {
+    const SAME_SERVER: &[(&str, &[&str])] = &[
+        (
+            "postgres",
+            &["apalis-postgres", "graphile-worker", "raw:postgres"],
+        ),
+        ("redis", &["apalis-redis", "raw:redis"]),
+        ("sqlite", &["apalis-sqlite"]),
+    ];
+    println!("\nratios (ours / other; for ms rows, other / ours, so above 1 is better)");
+    let find = |scenario: &str, target: &str| {
+        rows.iter()
+            .find(|r| r.scenario == scenario && r.target == target)
+    };
+    for r in rows {
+        let Some((_, others)) = SAME_SERVER.iter().find(|(t, _)| *t == r.target) else {
+            continue;
+        };
+        for other in *others {
+            let theirs = match other.strip_prefix("raw:") {
+                Some(server) if r.scenario.starts_with("drain, concurrency 16") => rows
+                    .iter()
+                    .find(|x| x.scenario.starts_with("raw drain") && x.target == server),
+                Some(_) => None,
+                None => find(&r.scenario, other),
+            };
+            if let Some(t) = theirs {
+                let ratio = if r.unit == "ms" {
+                    t.value / r.value
+                } else {
+                    r.value / t.value
+                };
+                println!(
+                    "{:<44} {:<9} / {:<16} {:>6.2}",
+                    r.scenario, r.target, other, ratio
+                );
+            }
+        }
+    }
+    for r in rows.iter().filter(|r| !r.note.is_empty()) {
+        if find(&r.scenario, &r.target).is_some_and(|f| std::ptr::eq(f, r)) {
+            println!("settings {} ({}): {}", r.target, r.scenario, r.note);
+        }
+    }
+}
+
 #[allow(clippy::print_stdout)]
 fn print_header() {
-    println!("{:<34} {:<16} {:>12}", "scenario", "target", "median");
+    println!("{:<44} {:<16} {:>12}", "scenario", "target", "median");
 }
 
 /// Prints rows as soon as they are measured.
 #[allow(clippy::print_stdout)]
-fn print(rows: &[Row]) {
+pub(crate) fn print(rows: &[Row]) {
     for r in rows {
+        let digits = if r.unit == "ms" { 2 } else { 0 };
         println!(
-            "{:<34} {:<16} {:>10.0} {}",
+            "{:<44} {:<16} {:>10.digits$} {}",
             r.scenario, r.target, r.value, r.unit
         );
     }

@@ -31,6 +31,7 @@ pub async fn loops(targets: &[Target], n: usize, runs: usize) -> anyhow::Result<
                 target: t.label().to_owned(),
                 value: median(samples),
                 unit: "jobs/s",
+                note: String::new(),
             });
         }
     }

@@ -14,9 +14,9 @@ use relayq_core::{
 };
 use tokio::sync::Notify;
 
-use crate::{Row, median, targets::Target};
+use crate::{Row, median, peers::Peers, targets::Target};
 
-fn queue(tag: &str) -> String {
+pub(crate) fn queue(tag: &str) -> String {
     format!("bench-{tag}-{}-{}", std::process::id(), fastrand_suffix())
 }
 
@@ -24,52 +24,88 @@ fn fastrand_suffix() -> u64 {
     u64::try_from(chrono::Utc::now().timestamp_micros()).unwrap_or_default()
 }
 
-fn job(q: &str) -> NewJob {
+pub(crate) fn job(q: &str) -> NewJob {
     NewJob::new(q, vec![b'x'; 100])
 }
 
 #[allow(clippy::cast_precision_loss)]
-fn rate(n: usize, d: Duration) -> f64 {
+pub(crate) fn rate(n: usize, d: Duration) -> f64 {
     n as f64 / d.as_secs_f64()
 }
 
-/// Runs `measure` on each target `runs` times, interleaved, and reports medians.
-async fn each<F, Fut>(
+/// A peer's counterpart of a scenario: (peer scenario name, jobs, concurrency).
+pub(crate) type PeerJob<'a> = Option<(&'a Peers, &'a str, usize, u32)>;
+
+/// Runs `measure` on each target `runs` times, interleaved (A B A B, peers included),
+/// and reports medians.
+pub(crate) async fn each<F, Fut>(
     targets: &[Target],
     runs: usize,
     scenario: &str,
+    peer: PeerJob<'_>,
     measure: F,
 ) -> anyhow::Result<Vec<Row>>
 where
     F: Fn(Arc<dyn Backend>, usize) -> Fut,
     Fut: Future<Output = anyhow::Result<f64>>,
 {
+    let peers: Vec<&str> = peer.map(|(p, s, ..)| p.running(s)).unwrap_or_default();
     let mut samples: Vec<Vec<f64>> = targets.iter().map(|_| Vec::new()).collect();
+    let mut peer_samples: Vec<Vec<f64>> = peers.iter().map(|_| Vec::new()).collect();
+    let mut notes: Vec<String> = peers.iter().map(|_| String::new()).collect();
     for _ in 0..runs {
         for (i, t) in targets.iter().enumerate() {
             let backend = t.open().await?;
             samples[i].push(measure(backend, t.scale()).await?);
         }
+        if let Some((p, s, jobs, concurrency)) = peer {
+            for (i, name) in peers.iter().enumerate() {
+                // A peer that fails (apalis-redis cannot drain more than about 8,000
+                // jobs, see bench/README.md) is reported, not fatal.
+                match p.run(name, s, jobs, concurrency).await {
+                    Ok(m) => {
+                        peer_samples[i].push(m.value);
+                        notes[i] = m.settings;
+                    }
+                    Err(e) => notes[i] = format!("FAILED: {e}"),
+                }
+            }
+        }
     }
-    Ok(targets
+    let ours = targets.iter().zip(samples).map(|(t, s)| Row {
+        scenario: scenario.to_owned(),
+        target: t.label().to_owned(),
+        value: median(s),
+        unit: "jobs/s",
+        note: String::new(),
+    });
+    let theirs = peers
         .iter()
-        .zip(samples)
-        .map(|(t, s)| Row {
+        .zip(peer_samples)
+        .zip(notes)
+        .map(|((p, s), note)| Row {
             scenario: scenario.to_owned(),
-            target: t.label().to_owned(),
+            target: (*p).to_owned(),
             value: median(s),
             unit: "jobs/s",
-        })
-        .collect())
+            note,
+        });
+    Ok(ours.chain(theirs).collect())
 }
 
 /// Scenario 1: `n` jobs of 100 bytes, one at a time from 8 tasks, and in batches of
 /// 1,000.
-pub async fn enqueue(targets: &[Target], n: usize, runs: usize) -> anyhow::Result<Vec<Row>> {
+pub async fn enqueue(
+    targets: &[Target],
+    peers: &Peers,
+    n: usize,
+    runs: usize,
+) -> anyhow::Result<Vec<Row>> {
     let mut rows = each(
         targets,
         runs,
         "enqueue 1 x 8 tasks",
+        Some((peers, "enqueue-single", n, 8)),
         |b, scale| async move {
             let n = n / scale;
             let q = queue("enq1");
@@ -99,6 +135,7 @@ pub async fn enqueue(targets: &[Target], n: usize, runs: usize) -> anyhow::Resul
             targets,
             runs,
             "enqueue batches of 1000",
+            Some((peers, "enqueue-batch", n, 1)),
             |b, scale| async move {
                 let n = (n / scale).max(1000);
                 let q = queue("enqb");
@@ -120,46 +157,53 @@ pub async fn enqueue(targets: &[Target], n: usize, runs: usize) -> anyhow::Resul
 /// clock stops when the worker has stopped with every outcome stored.
 pub async fn drain(
     targets: &[Target],
+    peers: &Peers,
     n: usize,
     concurrency: u32,
     runs: usize,
 ) -> anyhow::Result<Vec<Row>> {
     let name = format!("drain, concurrency {concurrency}");
-    each(targets, runs, &name, |b, scale| async move {
-        let n = (n / scale).max(1000);
-        let q = queue("drain");
-        for _ in 0..n.div_ceil(1000) {
-            b.enqueue((0..1000).map(|_| job(&q)).collect()).await?;
-        }
-        let n = n.div_ceil(1000) * 1000;
-        let done = Arc::new(AtomicU64::new(0));
-        let all_done = Arc::new(Notify::new());
-        let (d, a) = (done.clone(), all_done.clone());
-        let start = Instant::now();
-        let worker = Worker::builder(b.clone(), [q.clone()])
-            .concurrency(concurrency)
-            .handler(move |_job: ClaimedJob| {
-                let (d, a) = (d.clone(), a.clone());
-                async move {
-                    if d.fetch_add(1, Ordering::Relaxed) + 1 == n as u64 {
-                        a.notify_one();
+    each(
+        targets,
+        runs,
+        &name,
+        Some((peers, "drain", n, concurrency)),
+        |b, scale| async move {
+            let n = (n / scale).max(1000);
+            let q = queue("drain");
+            for _ in 0..n.div_ceil(1000) {
+                b.enqueue((0..1000).map(|_| job(&q)).collect()).await?;
+            }
+            let n = n.div_ceil(1000) * 1000;
+            let done = Arc::new(AtomicU64::new(0));
+            let all_done = Arc::new(Notify::new());
+            let (d, a) = (done.clone(), all_done.clone());
+            let start = Instant::now();
+            let worker = Worker::builder(b.clone(), [q.clone()])
+                .concurrency(concurrency)
+                .handler(move |_job: ClaimedJob| {
+                    let (d, a) = (d.clone(), a.clone());
+                    async move {
+                        if d.fetch_add(1, Ordering::Relaxed) + 1 == n as u64 {
+                            a.notify_one();
+                        }
+                        Ok::<_, JobError>(())
                     }
-                    Ok::<_, JobError>(())
-                }
-            })
-            .build()?
-            .spawn();
-        all_done.notified().await;
-        worker.shutdown().await?;
-        let r = rate(n, start.elapsed());
-        clean(&*b, &q).await?;
-        Ok(r)
-    })
+                })
+                .build()?
+                .spawn();
+            all_done.notified().await;
+            worker.shutdown().await?;
+            let r = rate(n, start.elapsed());
+            clean(&*b, &q).await?;
+            Ok(r)
+        },
+    )
     .await
 }
 
 /// Drops what a measurement left behind.
-async fn clean(b: &dyn Backend, q: &str) -> anyhow::Result<()> {
+pub(crate) async fn clean(b: &dyn Backend, q: &str) -> anyhow::Result<()> {
     b.maintain(q, Duration::ZERO).await?;
     Ok(())
 }

@@ -39,6 +39,48 @@ impl Target {
         }
     }
 
+    /// Two handles on one store: a producer and a consumer. Separate connections where
+    /// the backend has them (so wake-ups cross its notification path); the same
+    /// instance for the in-memory model, whose handles do not share a store.
+    pub async fn open_pair(&self) -> anyhow::Result<(Arc<dyn Backend>, Arc<dyn Backend>)> {
+        match self {
+            Target::Memory => {
+                let b = self.open().await?;
+                Ok((b.clone(), b))
+            }
+            _ => Ok((self.open().await?, self.open().await?)),
+        }
+    }
+
+    /// A handle on a namespace of its own (schema, key prefix or database file) and
+    /// what removes it afterwards.
+    pub async fn open_isolated(&self, ns: &str) -> anyhow::Result<(Arc<dyn Backend>, Cleanup)> {
+        Ok(match self {
+            Target::Memory | Target::RedisCluster(_) => (self.open().await?, Cleanup::None),
+            Target::Sqlite(dir) => {
+                let path = dir.path().join(format!("{ns}.db"));
+                let url = format!("sqlite://{}", path.display());
+                let b = Arc::new(relayq_sqlite::SqliteBackend::open(&url).await?);
+                (b, Cleanup::File(path))
+            }
+            Target::Postgres(url) => {
+                let schema = format!("relayq_bench_{ns}");
+                let config = relayq_postgres::Config::default()
+                    .with_schema(&schema)
+                    .with_max_connections(4);
+                let b = relayq_postgres::PostgresBackend::connect_with(url, config).await?;
+                b.migrate().await?;
+                let pool = b.pool().clone();
+                (Arc::new(b), Cleanup::Schema(pool, schema))
+            }
+            Target::Redis(url) => {
+                let prefix = format!("relayq-bench-{ns}");
+                let b = relayq_redis::RedisBackend::connect_with_prefix(url, &prefix).await?;
+                (Arc::new(b), Cleanup::Keys(url.clone(), prefix))
+            }
+        })
+    }
+
     /// A fresh handle on the target.
     pub async fn open(&self) -> anyhow::Result<Arc<dyn Backend>> {
         Ok(match self {
@@ -63,5 +105,47 @@ impl Target {
                 Arc::new(relayq_redis::RedisBackend::cluster(&urls, "relayq-bench").await?)
             }
         })
+    }
+}
+
+/// What [`Target::open_isolated`] made, to remove.
+pub enum Cleanup {
+    None,
+    File(std::path::PathBuf),
+    Schema(sqlx::PgPool, String),
+    Keys(String, String),
+}
+
+impl Cleanup {
+    pub async fn run(self) -> anyhow::Result<()> {
+        match self {
+            Cleanup::None => {}
+            Cleanup::File(path) => {
+                for ext in ["", "-wal", "-shm"] {
+                    let _ = std::fs::remove_file(format!("{}{ext}", path.display()));
+                }
+            }
+            Cleanup::Schema(pool, schema) => {
+                let sql = format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE");
+                sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+                    .execute(&pool)
+                    .await?;
+            }
+            Cleanup::Keys(url, prefix) => {
+                let client = redis::Client::open(url.as_str())?;
+                let mut c = client.get_multiplexed_async_connection().await?;
+                let keys: Vec<String> = redis::cmd("KEYS")
+                    .arg(format!("{prefix}:*"))
+                    .query_async(&mut c)
+                    .await?;
+                for chunk in keys.chunks(500) {
+                    redis::cmd("UNLINK")
+                        .arg(chunk)
+                        .query_async::<()>(&mut c)
+                        .await?;
+                }
+            }
+        }
+        Ok(())
     }
 }

@@ -1,0 +1,83 @@
+//! Scenario 6: claim latency with 1,000 / 100,000 / 1,000,000 pending jobs. Each size
+//! gets a namespace of its own (schema, key prefix, database file), dropped after.
+//! Three rounds of 100 claims of 5 (each followed by an untimed completion and as many
+//! new jobs, so the backlog stays put) on the same backlog; the median of the rounds' p50 and p99 is reported. Redis Cluster is
+//! left out: a queue lives in one hash slot, so its claim is the standalone script.
+
+use std::time::{Duration, Instant};
+
+use relayq_core::{ClaimRequest, NewJob, Settle};
+
+use crate::{Row, median, scenarios::job, targets::Target};
+
+const CLAIMS: usize = 100;
+const ROUNDS: usize = 3;
+
+pub async fn backlog(targets: &[Target], sizes: &[usize]) -> anyhow::Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    for &size in sizes {
+        for t in targets {
+            if matches!(t, Target::RedisCluster(_)) {
+                continue;
+            }
+            let n = (size / t.scale()).max(1000);
+            let [p50, p99] = once(t, n).await?;
+            for (what, v) in [("p50", p50), ("p99", p99)] {
+                let row = Row {
+                    scenario: format!("claim 5 with {n} pending, {what}"),
+                    target: t.label().to_owned(),
+                    value: v,
+                    unit: "ms",
+                    note: String::new(),
+                };
+                crate::print(std::slice::from_ref(&row));
+                rows.push(row);
+            }
+        }
+    }
+    Ok(rows)
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+async fn once(t: &Target, n: usize) -> anyhow::Result<[f64; 2]> {
+    let (b, cleanup) = t.open_isolated(&format!("backlog{n}")).await?;
+    let q = crate::scenarios::queue("backlog");
+    let mut left = n;
+    while left > 0 {
+        let k = left.min(1000);
+        b.enqueue((0..k).map(|_| job(&q)).collect::<Vec<NewJob>>())
+            .await?;
+        left -= k;
+    }
+    let mut p50s = Vec::new();
+    let mut p99s = Vec::new();
+    for _ in 0..ROUNDS {
+        let mut took = Vec::with_capacity(CLAIMS);
+        for _ in 0..CLAIMS {
+            let start = Instant::now();
+            let jobs = b
+                .claim(ClaimRequest::new(&q, "bench", 5, Duration::from_secs(60)))
+                .await?;
+            took.push(ms(start.elapsed()));
+            anyhow::ensure!(!jobs.is_empty(), "the backlog ran dry");
+            // Untimed: complete them and put as many back, so the backlog stays at n.
+            let k = jobs.len();
+            b.settle_many(
+                jobs.into_iter()
+                    .map(|j| Settle::complete(j.lease))
+                    .collect(),
+            )
+            .await?;
+            b.enqueue((0..k).map(|_| job(&q)).collect()).await?;
+        }
+        took.sort_by(f64::total_cmp);
+        p50s.push(took[CLAIMS / 2]);
+        p99s.push(took[CLAIMS * 99 / 100]);
+    }
+    drop(b);
+    cleanup.run().await?;
+    Ok([median(p50s), median(p99s)])
+}

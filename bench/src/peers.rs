@@ -1,0 +1,128 @@
+//! The peers, built and run as a separate program (`bench/peers`, a workspace of its
+//! own: apalis 1.0 and graphile_worker 0.14 use sqlx 0.8, relayq sqlx 0.9, and two
+//! SQLite libraries cannot link into one binary). One invocation is one measurement
+//! and prints one JSON line.
+
+use std::{path::PathBuf, process::Stdio};
+
+use serde_json::Value;
+
+/// Peers and the scenarios each runs.
+pub const PEERS: &[(&str, &[&str])] = &[
+    (
+        "apalis-postgres",
+        &["enqueue-single", "enqueue-batch", "drain", "latency"],
+    ),
+    (
+        "apalis-redis",
+        &["enqueue-single", "enqueue-batch", "drain", "latency"],
+    ),
+    (
+        "apalis-sqlite",
+        &["enqueue-single", "enqueue-batch", "drain", "latency"],
+    ),
+    (
+        "graphile-worker",
+        &[
+            "enqueue-single",
+            "enqueue-batch",
+            "drain",
+            "latency",
+            "groups",
+        ],
+    ),
+];
+
+/// What one peer run measured.
+pub struct Measured {
+    pub value: f64,
+    pub p99: Option<f64>,
+    pub max: Option<f64>,
+    pub settings: String,
+}
+
+pub struct Peers {
+    binary: Option<PathBuf>,
+}
+
+fn dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("peers")
+}
+
+impl Peers {
+    /// Builds the peers' program (once; cargo caches it) unless `skip`. A failed build
+    /// leaves the peers out with one line saying why.
+    #[allow(clippy::print_stderr)]
+    pub fn build(skip: bool) -> Self {
+        if skip {
+            return Self { binary: None };
+        }
+        let status = std::process::Command::new(env!("CARGO"))
+            .args(["build", "--release", "--quiet", "--manifest-path"])
+            .arg(dir().join("Cargo.toml"))
+            .stdout(Stdio::null())
+            .status();
+        let binary = dir().join("target/release/relayq-bench-peers");
+        match status {
+            Ok(s) if s.success() && binary.exists() => Self {
+                binary: Some(binary),
+            },
+            other => {
+                eprintln!("peers left out: building bench/peers failed ({other:?})");
+                Self { binary: None }
+            }
+        }
+    }
+
+    /// The peers that run `scenario`.
+    pub fn running(&self, scenario: &str) -> Vec<&'static str> {
+        if self.binary.is_none() {
+            return Vec::new();
+        }
+        PEERS
+            .iter()
+            .filter(|(_, s)| s.contains(&scenario))
+            .map(|(p, _)| *p)
+            .collect()
+    }
+
+    /// Runs `peer` on `scenario` once.
+    pub async fn run(
+        &self,
+        peer: &str,
+        scenario: &str,
+        jobs: usize,
+        concurrency: u32,
+    ) -> anyhow::Result<Measured> {
+        let binary = self
+            .binary
+            .as_ref()
+            .ok_or_else(|| anyhow::anyhow!("peers not built"))?;
+        let mut cmd = tokio::process::Command::new(binary);
+        cmd.args(["--peer", peer, "--scenario", scenario])
+            .args(["--jobs", &jobs.to_string()])
+            .args(["--concurrency", &concurrency.to_string()]);
+        if let Ok(url) = std::env::var("RELAYQ_POSTGRES_URL") {
+            cmd.args(["--postgres-url", &url]);
+        }
+        if let Ok(url) = std::env::var("RELAYQ_REDIS_URL") {
+            cmd.args(["--redis-url", &url]);
+        }
+        let out = cmd.stderr(Stdio::inherit()).output().await?;
+        anyhow::ensure!(
+            out.status.success(),
+            "{peer} {scenario} failed ({})",
+            out.status
+        );
+        let line = String::from_utf8(out.stdout)?;
+        let v: Value = serde_json::from_str(line.trim())?;
+        Ok(Measured {
+            value: v["value"]
+                .as_f64()
+                .ok_or_else(|| anyhow::anyhow!("{peer}: no value in {line}"))?,
+            p99: v["p99"].as_f64(),
+            max: v["max"].as_f64(),
+            settings: v["settings"].as_str().unwrap_or_default().to_owned(),
+        })
+    }
+}

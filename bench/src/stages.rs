@@ -1,0 +1,109 @@
+//! Scenario 4: one batch of 20 stages x 50 no-op jobs, 16 worker slots: total time, and
+//! the stage-transition latency (last end of stage k to first start of stage k+1).
+
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use relayq_core::{
+    ClaimedJob, NewJob, OnFailure, WaitFor,
+    worker::{JobError, Worker},
+};
+
+use crate::{Row, median, scenarios::queue, targets::Target};
+
+const STAGES: i32 = 20;
+const PER_STAGE: usize = 50;
+
+/// Per stage: (first start, last end).
+type Spans = BTreeMap<i32, (Instant, Instant)>;
+
+pub async fn stages(targets: &[Target], runs: usize) -> anyhow::Result<Vec<Row>> {
+    let mut samples: Vec<[Vec<f64>; 3]> = targets.iter().map(|_| Default::default()).collect();
+    for _ in 0..runs {
+        for (i, t) in targets.iter().enumerate() {
+            let [total, p50, p99] = once(t).await?;
+            samples[i][0].push(total);
+            samples[i][1].push(p50);
+            samples[i][2].push(p99);
+        }
+    }
+    let mut rows = Vec::new();
+    for (t, [total, p50, p99]) in targets.iter().zip(samples) {
+        for (what, s) in [
+            ("total", total),
+            ("transition p50", p50),
+            ("transition p99", p99),
+        ] {
+            rows.push(Row {
+                scenario: format!("stages 20x50, {what}"),
+                target: t.label().to_owned(),
+                value: median(s),
+                unit: "ms",
+                note: String::new(),
+            });
+        }
+    }
+    Ok(rows)
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+async fn once(t: &Target) -> anyhow::Result<[f64; 3]> {
+    let b = t.open().await?;
+    let q = queue("stages");
+    let batch = b.open_batch(&q, OnFailure::Continue).await?;
+    let jobs = (0..STAGES)
+        .flat_map(|s| (0..PER_STAGE).map(move |_| (s + 1) * 100))
+        .map(|stage| NewJob::new(&q, b"x".to_vec()).in_batch(batch.id, stage))
+        .collect();
+    b.enqueue(jobs).await?;
+    b.seal(&batch).await?;
+    let spans = Arc::new(Mutex::new(Spans::new()));
+    let s = spans.clone();
+    let start = Instant::now();
+    let worker = Worker::builder(b.clone(), [q.clone()])
+        .concurrency(16)
+        .handler(move |job: ClaimedJob| {
+            let s = s.clone();
+            async move {
+                let stage = job.stage.unwrap_or_default();
+                let began = Instant::now();
+                s.lock()
+                    .expect("spans")
+                    .entry(stage)
+                    .and_modify(|e| e.0 = e.0.min(began))
+                    .or_insert((began, began));
+                // The end is when the handler returns; the settle follows in the
+                // worker's batched acknowledgement, part of the transition.
+                s.lock()
+                    .expect("spans")
+                    .entry(stage)
+                    .and_modify(|e| e.1 = e.1.max(Instant::now()));
+                Ok::<_, JobError>(())
+            }
+        })
+        .build()?
+        .spawn();
+    let done = b
+        .wait(&batch, WaitFor::Batch, Duration::from_secs(120))
+        .await?;
+    let total = ms(start.elapsed());
+    worker.shutdown().await?;
+    anyhow::ensure!(!done.failed, "the batch failed");
+    crate::scenarios::clean(&*b, &q).await?;
+    let spans = spans.lock().expect("spans");
+    let spans: Vec<_> = spans.values().collect();
+    anyhow::ensure!(spans.len() == STAGES as usize, "not every stage ran");
+    let mut gaps: Vec<f64> = spans
+        .windows(2)
+        .map(|w| ms(w[1].0.saturating_duration_since(w[0].1)))
+        .collect();
+    gaps.sort_by(f64::total_cmp);
+    let p = |q: f64| gaps[((gaps.len() - 1) as f64 * q).round() as usize];
+    Ok([total, p(0.5), p(0.99)])
+}
