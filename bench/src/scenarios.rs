@@ -105,9 +105,9 @@ pub async fn enqueue(
         targets,
         runs,
         "enqueue 1 x 8 tasks",
-        Some((peers, "enqueue-single", n, 8)),
+        Some((peers, "enqueue-single", n / 5, 8)),
         |b, scale| async move {
-            let n = n / scale;
+            let n = n / 5 / scale;
             let q = queue("enq1");
             let start = Instant::now();
             let tasks: Vec<_> = (0..8)

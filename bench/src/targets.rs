@@ -10,6 +10,7 @@ pub enum Target {
     Postgres(String),
     Redis(String),
     RedisCluster(Vec<String>),
+    Mssql(String),
 }
 
 pub async fn available() -> anyhow::Result<Vec<Target>> {
@@ -24,6 +25,9 @@ pub async fn available() -> anyhow::Result<Vec<Target>> {
         out.push(Target::RedisCluster(
             urls.split(',').map(|u| u.trim().to_owned()).collect(),
         ));
+    }
+    if let Ok(url) = std::env::var("RELAYQ_MSSQL_URL") {
+        out.push(Target::Mssql(url));
     }
     Ok(out)
 }
@@ -56,7 +60,11 @@ impl Target {
     /// what removes it afterwards.
     pub async fn open_isolated(&self, ns: &str) -> anyhow::Result<(Arc<dyn Backend>, Cleanup)> {
         Ok(match self {
-            Target::Memory | Target::RedisCluster(_) => (self.open().await?, Cleanup::None),
+            // SQL Server's backlog stays in the shared bench schema; its queue name is
+            // fresh, and `maintain` prunes what finished.
+            Target::Memory | Target::RedisCluster(_) | Target::Mssql(_) => {
+                (self.open().await?, Cleanup::None)
+            }
             Target::Sqlite(dir) => {
                 let path = dir.path().join(format!("{ns}.db"));
                 let url = format!("sqlite://{}", path.display());
@@ -103,6 +111,14 @@ impl Target {
             Target::RedisCluster(urls) => {
                 let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
                 Arc::new(relayq_redis::RedisBackend::cluster(&urls, "relayq-bench").await?)
+            }
+            Target::Mssql(url) => {
+                let config = relayq_mssql::Config::default()
+                    .with_schema("relayq_bench")
+                    .with_max_connections(16);
+                let b = relayq_mssql::MssqlBackend::connect_with(url, config).await?;
+                b.migrate().await?;
+                Arc::new(b)
             }
         })
     }
