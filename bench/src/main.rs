@@ -177,6 +177,12 @@ pub(crate) fn print(rows: &[Row]) {
     }
 }
 
+/// A line of commentary among the rows.
+#[allow(clippy::print_stdout)]
+pub(crate) fn say(line: &str) {
+    println!("  ({line})");
+}
+
 /// The median of `xs` (not empty).
 pub fn median(mut xs: Vec<f64>) -> f64 {
     xs.sort_by(f64::total_cmp);

@@ -83,7 +83,15 @@ where
         .iter()
         .zip(peer_samples)
         .zip(notes)
-        .map(|((p, s), note)| Row {
+        .filter_map(|((p, s), note)| {
+            if s.is_empty() {
+                // Every run of this peer failed; say so once, with the reason.
+                crate::say(&format!("{p} could not run {scenario}: {note}"));
+                return None;
+            }
+            Some((p, s, note))
+        })
+        .map(|(p, s, note)| Row {
             scenario: scenario.to_owned(),
             target: (*p).to_owned(),
             value: median(s),
