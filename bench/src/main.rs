@@ -43,6 +43,10 @@ struct Args {
     /// Runs per measurement (interleaved across targets); the median is reported.
     #[arg(long, default_value_t = 3)]
     runs: usize,
+    /// Run only these scenarios (comma-separated: enqueue, drain, raw, latency,
+    /// stages, groups, backlog).
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
     /// Leave the peers (apalis, graphile_worker) out.
     #[arg(long)]
     no_peers: bool,
@@ -76,25 +80,42 @@ async fn main() -> anyhow::Result<()> {
         print(&found);
         rows.extend(found);
     };
-    // One-at-a-time enqueues and the low-concurrency drains get a fifth of the jobs:
-    // at their rates (a few thousand per second, some peers below one thousand) the
-    // full count alone would take the whole run's ten minutes.
-    add(scenarios::enqueue(&targets, &peers, n, runs).await?);
+    // The headline drain (concurrency 16) gets all 50,000 jobs; one-at-a-time
+    // enqueues (a tenth) and the rest of the sweep (a fifth) get fewer: at their rates
+    // (some peers enqueue below 1,000 jobs/s) full counts would take twice the ten
+    // minutes `--all` has on this machine.
+    let on = |name: &str| args.only.is_empty() || args.only.iter().any(|o| o == name);
+    if on("enqueue") {
+        add(scenarios::enqueue(&targets, &peers, n, runs).await?);
+    }
     for concurrency in [1, 4, 16, 64] {
-        let jobs = if concurrency < 16 { n / 5 } else { n };
+        if !on("drain") {
+            break;
+        }
+        let jobs = if concurrency == 16 { n } else { n / 5 };
         add(scenarios::drain(&targets, &peers, jobs, concurrency, runs).await?);
     }
-    add(raw::loops(&targets, n, runs).await?);
-    add(latency::latency(&targets, &peers, if quick { 500 } else { 1_000 }, runs).await?);
-    add(stages::stages(&targets, runs).await?);
-    add(groups::groups(&targets, &peers, if quick { 10 } else { 100 }, runs).await?);
+    if on("raw") {
+        add(raw::loops(&targets, n, runs).await?);
+    }
+    if on("latency") {
+        add(latency::latency(&targets, &peers, if quick { 500 } else { 1_000 }, runs).await?);
+    }
+    if on("stages") {
+        add(stages::stages(&targets, runs).await?);
+    }
+    if on("groups") {
+        add(groups::groups(&targets, &peers, if quick { 10 } else { 100 }, runs).await?);
+    }
     let sizes: &[usize] = if quick {
         &[1_000, 10_000, 100_000]
     } else {
         &[1_000, 100_000, 1_000_000]
     };
-    // Printed as measured inside (each size takes a while to build).
-    rows.extend(backlog::backlog(&targets, sizes).await?);
+    if on("backlog") {
+        // Printed as measured inside (each size takes a while to build).
+        rows.extend(backlog::backlog(&targets, sizes).await?);
+    }
     print_ratios(&rows);
     let mut file = std::fs::OpenOptions::new()
         .create(true)

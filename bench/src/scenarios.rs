@@ -113,9 +113,9 @@ pub async fn enqueue(
         targets,
         runs,
         "enqueue 1 x 8 tasks",
-        Some((peers, "enqueue-single", n / 5, 8)),
+        Some((peers, "enqueue-single", n / 10, 8)),
         |b, scale| async move {
-            let n = n / 5 / scale;
+            let n = n / 10 / scale;
             let q = queue("enq1");
             let start = Instant::now();
             let tasks: Vec<_> = (0..8)

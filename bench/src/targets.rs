@@ -148,12 +148,30 @@ impl Cleanup {
                     .await?;
             }
             Cleanup::Keys(url, prefix) => {
+                // SCAN, not KEYS, and no response timeout: a million jobs' keys take a
+                // while to list and to unlink.
                 let client = redis::Client::open(url.as_str())?;
-                let mut c = client.get_multiplexed_async_connection().await?;
-                let keys: Vec<String> = redis::cmd("KEYS")
-                    .arg(format!("{prefix}:*"))
-                    .query_async(&mut c)
+                let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+                let mut c = client
+                    .get_multiplexed_async_connection_with_config(&config)
                     .await?;
+                let mut keys: Vec<String> = Vec::new();
+                let mut cursor: u64 = 0;
+                loop {
+                    let (next, found): (u64, Vec<String>) = redis::cmd("SCAN")
+                        .arg(cursor)
+                        .arg("MATCH")
+                        .arg(format!("{prefix}:*"))
+                        .arg("COUNT")
+                        .arg(10_000)
+                        .query_async(&mut c)
+                        .await?;
+                    keys.extend(found);
+                    cursor = next;
+                    if cursor == 0 {
+                        break;
+                    }
+                }
                 for chunk in keys.chunks(500) {
                     redis::cmd("UNLINK")
                         .arg(chunk)
