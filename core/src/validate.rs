@@ -65,6 +65,29 @@ pub fn queue_name(name: &str) -> Result<()> {
     Ok(())
 }
 
+/// Checks the name of the schema a SQL backend keeps its tables in: 1 to 48 bytes of
+/// `a-z 0-9 _`, not starting with a digit. Such a name needs no escaping in any SQL
+/// dialect's quoted identifiers or string literals, and leaves room for names derived
+/// from it (PostgreSQL's notification channel, 63 bytes at most).
+///
+/// # Errors
+/// [`Error::InvalidInput`] on field `schema`.
+pub fn schema_name(name: &str) -> Result<()> {
+    let valid = !name.is_empty()
+        && name.len() <= 48
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    if valid {
+        return Ok(());
+    }
+    Err(Error::invalid(
+        "schema",
+        format!("{name:?} must be 1 to 48 bytes of a-z, 0-9 and _, not starting with a digit"),
+    ))
+}
+
 /// Checks free text stored as a label (group, dedupe key, worker, `enqueued_by`): 1 to
 /// 255 bytes, no control characters. Quotes, brackets and braces are stored verbatim.
 ///
@@ -265,6 +288,37 @@ pub fn settles(settles: &mut [Settle]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn schema_names() {
+        for ok in ["relayq", "a", "_x", "app_2", &"a".repeat(48)] {
+            assert!(schema_name(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            "A",
+            "1a",
+            "a-b",
+            "a.b",
+            "a\"b",
+            "a]b",
+            "a'b",
+            "a b",
+            &"a".repeat(49),
+        ] {
+            let err = schema_name(bad).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    Error::InvalidInput {
+                        field: "schema",
+                        ..
+                    }
+                ),
+                "{bad}: {err}"
+            );
+        }
+    }
 
     #[test]
     fn queue_names() {
