@@ -46,7 +46,7 @@ impl bb8::ManageConnection for Manager {
 
     async fn is_valid(&self, conn: &mut Conn) -> std::result::Result<(), Self::Error> {
         conn.client
-            .simple_query("SELECT 1")
+            .simple_query(sql::PING)
             .await?
             .into_results()
             .await?;

@@ -239,7 +239,7 @@ impl MssqlBackend {
                 .await
                 .map_err(db)?;
         }
-        c.simple_query("COMMIT TRANSACTION")
+        c.simple_query(sql::MIGRATE_COMMIT)
             .await
             .map_err(db)?
             .into_results()

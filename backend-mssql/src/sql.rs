@@ -49,6 +49,12 @@ IF OBJECT_ID(N'{s}.migrations', N'U') IS NULL
         applied_at datetime2(6) NOT NULL);
 SELECT ISNULL(MAX(version), 0) AS version FROM {s}.migrations;";
 
+/// Ends the migration transaction [`MIGRATE_BEGIN`] opened.
+pub(crate) const MIGRATE_COMMIT: &str = "COMMIT TRANSACTION;";
+
+/// Checks that a pooled connection still answers.
+pub(crate) const PING: &str = "SELECT 1;";
+
 /// Records migration `@P1` as applied (inside the migration transaction).
 pub(crate) const MIGRATE_RECORD: &str =
     "INSERT INTO {s}.migrations (version, applied_at) VALUES (@P1, SYSUTCDATETIME());";
@@ -787,6 +793,8 @@ pub(crate) const ALL: &[(&str, &str)] = &[
     ("SESSION", SESSION),
     ("MIGRATE_BEGIN", MIGRATE_BEGIN),
     ("MIGRATE_RECORD", MIGRATE_RECORD),
+    ("MIGRATE_COMMIT", MIGRATE_COMMIT),
+    ("PING", PING),
     ("MIGRATION_1", MIGRATIONS[0]),
     ("CLAIM", CLAIM),
     ("SETTLE", SETTLE),
@@ -854,7 +862,7 @@ mod tests {
         for (name, sql) in ALL {
             let begins = sql.matches("BEGIN TRANSACTION").count();
             let ends = sql.matches("COMMIT TRANSACTION").count();
-            if *name != "MIGRATE_BEGIN" {
+            if !name.starts_with("MIGRATE_") {
                 assert_eq!(begins, ends, "{name}");
             }
         }
