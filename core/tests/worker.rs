@@ -490,6 +490,15 @@ fn build_rejects_bad_settings() {
     assert_eq!(
         field(
             Worker::builder(b.clone(), ["q"])
+                .prefetch(1001)
+                .handler(ok)
+                .build()
+        ),
+        Some("prefetch")
+    );
+    assert_eq!(
+        field(
+            Worker::builder(b.clone(), ["q"])
                 .lease(Duration::ZERO)
                 .handler(ok)
                 .build()
@@ -506,4 +515,105 @@ fn build_rejects_bad_settings() {
         ),
         Some("heartbeat")
     );
+}
+
+#[tokio::test]
+async fn prefetch_claims_ahead_and_runs_each_job_once() {
+    let b = Arc::new(MemoryBackend::new());
+    let q = queue();
+    let ids = enqueue_n(&b, &q, 200, 1).await;
+    let ran = Arc::new(Mutex::new(Vec::new()));
+    let seen = ran.clone();
+    let w = builder(&b, &q)
+        .concurrency(2)
+        .prefetch(50)
+        .handler(move |job: ClaimedJob| {
+            seen.lock().unwrap().push(job.id());
+            async { Ok::<_, JobError>(()) }
+        })
+        .build()
+        .unwrap()
+        .spawn();
+    until("all jobs succeeded", async || {
+        b.queue_stats(&q).await.unwrap().count(JobState::Succeeded) == 200
+    })
+    .await;
+    let report = w.shutdown().await.unwrap();
+    assert_eq!((report.claimed, report.succeeded), (200, 200));
+    let mut ran = ran.lock().unwrap().clone();
+    ran.sort_unstable();
+    assert_eq!(ran, ids, "every job ran exactly once");
+    // One server time per claim call: without prefetch two slots would take ~100 claims.
+    let mut claims = HashSet::new();
+    for id in ids {
+        claims.insert(b.job(&q, id).await.unwrap().attempt_log[0].started_at);
+    }
+    assert!(claims.len() <= 20, "200 jobs took {} claims", claims.len());
+}
+
+#[tokio::test]
+async fn prefetch_releases_buffered_jobs_at_shutdown() {
+    let b = Arc::new(MemoryBackend::new());
+    let q = queue();
+    let ids = enqueue_n(&b, &q, 6, 3).await;
+    let (handler, _) = stoppable();
+    let w = builder(&b, &q)
+        .concurrency(1)
+        .prefetch(5)
+        .shutdown_timeout(Duration::from_millis(100))
+        .handler(handler)
+        .build()
+        .unwrap()
+        .spawn();
+    until("1 running and 5 buffered, all leased", async || {
+        b.running(&q).await.unwrap().len() == 6
+    })
+    .await;
+    let report = w.shutdown().await.unwrap();
+    assert_eq!((report.claimed, report.released), (6, 6));
+    for id in ids {
+        let info = b.job(&q, id).await.unwrap();
+        assert_eq!(info.state, JobState::Ready);
+        assert_eq!(info.attempts, 0, "a released attempt is not counted");
+    }
+}
+
+#[tokio::test]
+async fn prefetch_releases_jobs_held_past_a_heartbeat_and_does_not_reclaim_them() {
+    let b = Arc::new(MemoryBackend::new());
+    let q = queue();
+    let ids = enqueue_n(&b, &q, 4, 3).await;
+    let (handler, _) = stoppable();
+    let hold = Duration::from_millis(100);
+    let w = builder(&b, &q)
+        .concurrency(1)
+        .prefetch(3)
+        .lease(Duration::from_secs(30))
+        .heartbeat(hold)
+        .shutdown_timeout(Duration::from_millis(100))
+        .handler(handler)
+        .build()
+        .unwrap()
+        .spawn();
+    until("all 4 leased", async || {
+        b.running(&q).await.unwrap().len() == 4
+    })
+    .await;
+    until("the 3 buffered released", async || {
+        b.queue_stats(&q).await.unwrap().count(JobState::Ready) == 3
+    })
+    .await;
+    // The slot stays busy, so nothing left the buffer: refilling it would only claim
+    // and release the same jobs again. Watch for ten hold periods.
+    let watch = Instant::now() + hold * 10;
+    while Instant::now() < watch {
+        assert_eq!(b.running(&q).await.unwrap().len(), 1, "buffer refilled");
+        sleep(Duration::from_millis(10)).await;
+    }
+    for id in &ids[1..] {
+        let info = b.job(&q, *id).await.unwrap();
+        assert_eq!(info.attempts, 0, "a released attempt is not counted");
+        assert_eq!(info.attempt_log.len(), 1, "claimed once, released once");
+    }
+    w.shutdown().await.unwrap();
 }

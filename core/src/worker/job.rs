@@ -70,13 +70,18 @@ impl Drop for Slot {
 
 impl JobRun {
     /// Takes a slot now (so the claim loop counts it at once) and returns the job's
-    /// future.
-    pub(super) fn start(self, job: ClaimedJob) -> impl Future<Output = ()> + Send + 'static {
+    /// future. Heartbeats are timed from `claimed_at`, when the lease was taken: a job
+    /// that waited in the prefetch buffer is renewed on the same schedule as any other.
+    pub(super) fn start(
+        self,
+        job: ClaimedJob,
+        claimed_at: Instant,
+    ) -> impl Future<Output = ()> + Send + 'static {
         let slot = self.slots.take();
-        self.run(job, slot)
+        self.run(job, claimed_at, slot)
     }
 
-    async fn run(self, job: ClaimedJob, slot: Slot) {
+    async fn run(self, job: ClaimedJob, claimed_at: Instant, slot: Slot) {
         let lease = job.lease.clone();
         let span = tracing::info_span!("relayq.job", queue = %lease.queue, id = %lease.job, attempt = lease.attempt);
         let handler = self.handler.clone();
@@ -89,6 +94,7 @@ impl JobRun {
             self.backend.clone(),
             lease.clone(),
             self.lease_length,
+            claimed_at + self.heartbeat_every,
             self.heartbeat_every,
             lost.clone(),
         );
@@ -127,16 +133,17 @@ impl JobRun {
     }
 }
 
-/// Extends the lease every `every` until it is lost, then cancels `lost`. Transient
-/// errors are logged and retried at the next beat.
+/// Extends the lease at `first` and every `every` after until it is lost, then cancels
+/// `lost`. Transient errors are logged and retried at the next beat.
 async fn heartbeat(
     backend: Arc<dyn Backend>,
     lease: Lease,
     length: Duration,
+    first: Instant,
     every: Duration,
     lost: CancellationToken,
 ) {
-    let mut beat = interval_at(Instant::now() + every, every);
+    let mut beat = interval_at(first, every);
     beat.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
         beat.tick().await;

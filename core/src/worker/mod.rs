@@ -12,9 +12,12 @@
 //!   flushed after a few milliseconds or when enough wait (W1);
 //! - claims again as soon as a slot frees; when idle it waits for the backend's
 //!   events, and polls with bounded backoff (at most 1 s by default) as a fallback (W2);
+//! - optionally ([`WorkerBuilder::prefetch`]) claims ahead of its free slots into a
+//!   local buffer, so short jobs do not wait a round trip for each claim;
 //! - on shutdown stops claiming, lets running handlers finish until a deadline, then
 //!   releases what is left (W4).
 
+mod buffer;
 mod handler;
 mod job;
 mod run;
@@ -36,6 +39,7 @@ use crate::{Backend, Error, Result, validate};
 struct Config {
     name: String,
     concurrency: u32,
+    prefetch: u32,
     lease: Duration,
     heartbeat: Option<Duration>,
     timeout: Option<Duration>,
@@ -77,6 +81,7 @@ impl Worker {
             config: Config {
                 name: format!("worker-{}-{:04x}", std::process::id(), fastrand::u16(..)),
                 concurrency: 8,
+                prefetch: 0,
                 lease: Duration::from_secs(30),
                 heartbeat: None,
                 timeout: None,
@@ -153,6 +158,30 @@ impl WorkerBuilder {
         self
     }
 
+    /// Claims up to `n` jobs beyond the free slots into a local buffer (0..=1000).
+    /// Default 0: claim only for free slots, as SPEC W1 describes.
+    ///
+    /// With short jobs a worker otherwise spends a claim round trip per handful of
+    /// jobs; a buffer lets freed slots start the next job at once while one claim
+    /// tops the buffer up in the background.
+    ///
+    /// # Behavior
+    /// - Buffered jobs are leased: no other worker can take them, they count under the
+    ///   queue's `max_running`, and a buffered group head holds its group.
+    /// - A job waits in the buffer for at most one heartbeat interval; then it is
+    ///   released (`ready` again, attempt not counted) so its lease never expires
+    ///   unrenewed.
+    /// - The buffer is refilled ahead of free slots only while jobs leave it for
+    ///   slots, so long-running jobs do not make a worker claim and release in a loop.
+    /// - On shutdown every buffered job is released (SPEC W4).
+    /// - Jobs start in claim order, so `(priority, run_at, id)` order holds within one
+    ///   worker; across workers a buffered job may start after a later one elsewhere.
+    #[must_use]
+    pub fn prefetch(mut self, n: u32) -> Self {
+        self.config.prefetch = n;
+        self
+    }
+
     /// Lease length of each claim, renewed by heartbeats. Default 30 s.
     #[must_use]
     pub fn lease(mut self, lease: Duration) -> Self {
@@ -216,7 +245,7 @@ impl WorkerBuilder {
     /// # Errors
     /// [`Error::InvalidInput`] naming the bad setting: no queue or a bad queue name
     /// (`queues`/`queue`), `concurrency` outside 1..=1000, a bad `lease`, `heartbeat` not
-    /// shorter than the lease, `settle_batch` outside 1..=1000, a bad `name`, or no
+    /// shorter than the lease, `settle_batch` or `prefetch` out of range, a bad `name`, or no
     /// `handler`.
     pub fn build(self) -> Result<Worker> {
         let c = &self.config;
@@ -234,6 +263,12 @@ impl WorkerBuilder {
             return Err(Error::invalid(
                 "concurrency",
                 format!("must be 1..=1000, got {}", c.concurrency),
+            ));
+        }
+        if c.prefetch > validate::MAX_CLAIM_LIMIT {
+            return Err(Error::invalid(
+                "prefetch",
+                format!("must be 0..=1000, got {}", c.prefetch),
             ));
         }
         validate::lease_length("lease", c.lease)?;

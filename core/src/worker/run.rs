@@ -1,30 +1,46 @@
 //! The worker's claim loop (SPEC W1, W2, W4, W5).
+//!
+//! One claim is in flight at a time, and the loop keeps serving while it is: slots that
+//! free meanwhile are filled from the prefetch buffer, and expired buffered jobs are
+//! released on time.
 
-use std::{sync::Arc, time::Duration};
+use std::{pin::Pin, sync::Arc, time::Duration};
 
 use tokio::{
     sync::{broadcast, mpsc},
     task::JoinSet,
-    time::sleep,
+    time::{Instant, sleep, sleep_until},
 };
 use tokio_util::sync::CancellationToken;
 
 use super::{
     Config, Worker, WorkerReport,
+    buffer::Buffer,
     job::{JobRun, Settling, Slots},
     settler::Settler,
     stats::Stats,
 };
-use crate::{Backend, ClaimRequest, Event, EventKind, Result};
+use crate::{Backend, ClaimRequest, ClaimedJob, Event, EventKind, Result, Settle, validate};
+
+/// What one claim round brought back.
+struct Claimed {
+    jobs: Vec<ClaimedJob>,
+    asked: u32,
+    failed: bool,
+    at: Instant,
+}
+
+type Claiming = Pin<Box<dyn Future<Output = Claimed> + Send>>;
 
 pub(super) struct Runner {
     backend: Arc<dyn Backend>,
-    queues: Vec<String>,
+    queues: Arc<[String]>,
     config: Config,
     stats: Arc<Stats>,
     jobs: JoinSet<()>,
     template: JobRun,
     settle_rx: Option<mpsc::Receiver<Settling>>,
+    buffer: Buffer,
     /// Index of the queue the next round starts with (SPEC W5).
     next_queue: usize,
 }
@@ -49,11 +65,12 @@ impl Runner {
                 slots: Slots::default(),
             },
             backend: w.backend,
-            queues: w.queues,
+            queues: w.queues.into(),
             config: w.config,
             stats: Arc::new(Stats::default()),
             jobs: JoinSet::new(),
             settle_rx: Some(rx),
+            buffer: Buffer::new(heartbeat_every),
             next_queue: 0,
         }
     }
@@ -68,36 +85,63 @@ impl Runner {
         let settler = tokio::spawn(settler.run(self.settle_rx.take().expect("taken once")));
         let mut events = self.backend.subscribe();
         let mut idle = self.config.poll_min;
+        // Claim without waiting: set when there is likely work (start, a freed slot, an
+        // event, a poll tick, a full claim), cleared when a claim came back short.
+        let mut eager = true;
+        let mut claiming: Option<Claiming> = None;
         tracing::info!(worker = %self.config.name, queues = ?self.queues, "worker started");
 
-        while !shutdown.is_cancelled() {
+        loop {
             // Reap job tasks that ended (their slots were freed already).
             while self.jobs.try_join_next().is_some() {}
-            let free = self.free_slots();
-            if free > 0 {
-                let (claimed, failed) = self.claim_round(free).await;
-                if claimed > 0 {
-                    idle = self.config.poll_min;
-                    if claimed == free {
-                        // Every slot asked for was filled: there is likely more work.
-                        continue;
-                    }
-                } else if failed {
-                    idle = (idle * 2).min(self.config.poll_max);
-                }
+            let expired = self.buffer.take_expired(Instant::now());
+            self.release(expired).await;
+            self.start_buffered();
+            if shutdown.is_cancelled() {
+                break;
             }
-            let free = self.free_slots();
+            let want = self.want();
+            if claiming.is_none() && eager && want > 0 {
+                claiming = Some(self.claim_round(want));
+            }
+            // Nothing in flight and room for work: wait for an event or a poll tick.
+            let waiting = claiming.is_none() && want > 0;
+            let expiry = self.buffer.next_expiry();
             let freed = self.template.slots.freed.clone();
             tokio::select! {
-                // A handler returned: claim again at once for the freed slots (SPEC W1).
-                () = freed.notified() => {}
-                woke = next_event(&mut events, &self.queues), if free > 0 => {
+                got = async { claiming.as_mut().expect("guarded").await }, if claiming.is_some() => {
+                    claiming = None;
+                    let n = u32::try_from(got.jobs.len()).unwrap_or(u32::MAX);
+                    self.buffer.push(got.at, got.jobs);
+                    eager = n == got.asked;
+                    if n > 0 {
+                        idle = self.config.poll_min;
+                    } else if got.failed {
+                        idle = (idle * 2).min(self.config.poll_max);
+                    }
+                }
+                // A handler returned: claim again at once for the freed slot (SPEC W1).
+                () = freed.notified() => eager = true,
+                woke = next_event(&mut events, &self.queues), if waiting => {
+                    eager = true;
                     if woke { idle = self.config.poll_min; }
                 }
-                () = sleep(idle), if free > 0 => idle = (idle * 2).min(self.config.poll_max),
+                () = sleep(idle), if waiting => {
+                    eager = true;
+                    idle = (idle * 2).min(self.config.poll_max);
+                }
+                () = sleep_until(expiry.unwrap_or_else(Instant::now)), if expiry.is_some() => {}
                 () = shutdown.cancelled() => {}
             }
         }
+        // A claim in flight is finished, not dropped: its jobs are leased on the server
+        // and must be released, not left to expire (SPEC W4).
+        if let Some(claiming) = claiming {
+            let got = claiming.await;
+            self.buffer.push(got.at, got.jobs);
+        }
+        let buffered = self.buffer.take_all();
+        self.release(buffered).await;
         self.shut_down().await;
         settler.await.ok();
         let report = self.stats.report();
@@ -111,40 +155,99 @@ impl Runner {
             .saturating_sub(self.template.slots.busy())
     }
 
-    /// Claims up to `free` jobs, asking the queues in turn from `next_queue` on; the next
-    /// round starts one queue later (SPEC W5). Returns (jobs claimed, a claim failed).
-    async fn claim_round(&mut self, free: u32) -> (u32, bool) {
-        let n = self.queues.len();
-        let start = self.next_queue;
-        self.next_queue = (start + 1) % n;
-        let (mut claimed, mut failed) = (0, false);
-        for i in 0..n {
-            let want = free - claimed;
-            if want == 0 {
+    /// How many jobs to claim now; 0 for none.
+    ///
+    /// Without prefetch this is the free slots (SPEC W1). With it, a claim also tops the
+    /// buffer up to `prefetch`, once a free slot found it empty or, while jobs are
+    /// leaving it, once it is down to half.
+    fn want(&self) -> u32 {
+        let free = self.free_slots();
+        let prefetch = self.config.prefetch;
+        let buffered = self.buffer.len();
+        let refill = prefetch > 0 && buffered <= prefetch / 2 && self.buffer.consumed();
+        if free == 0 && !refill {
+            return 0;
+        }
+        (free + prefetch)
+            .saturating_sub(buffered)
+            .min(validate::MAX_CLAIM_LIMIT)
+    }
+
+    /// Moves buffered jobs into free slots, oldest first.
+    fn start_buffered(&mut self) {
+        while self.free_slots() > 0 {
+            let Some((claimed_at, job)) = self.buffer.pop() else {
                 break;
+            };
+            self.jobs
+                .spawn(self.template.clone_for_job().start(job, claimed_at));
+        }
+    }
+
+    /// Gives buffered jobs back in one call: `ready` again, the attempt not counted
+    /// (SPEC L4). Done before the next claim, so that claim cannot take them straight
+    /// back. If the call fails the leases expire and the jobs are claimed again (SPEC C5).
+    async fn release(&self, jobs: Vec<ClaimedJob>) {
+        if jobs.is_empty() {
+            return;
+        }
+        let n = jobs.len();
+        let settles = jobs.into_iter().map(|j| Settle::release(j.lease)).collect();
+        match self.backend.settle_many(settles).await {
+            Ok(results) => {
+                let released = results.iter().filter(|r| r.is_ok()).count();
+                self.stats.add_released(released);
+                self.stats.add_lost(n - released);
+                tracing::debug!(jobs = n, released, "released buffered jobs");
             }
-            let queue = &self.queues[(start + i) % n];
-            let req = ClaimRequest::new(
-                queue.clone(),
-                self.config.name.clone(),
-                want,
-                self.config.lease,
-            );
-            match self.backend.claim(req).await {
-                Ok(jobs) => {
-                    claimed += u32::try_from(jobs.len()).unwrap_or(u32::MAX);
-                    self.stats.add_claimed(jobs.len());
-                    for job in jobs {
-                        self.jobs.spawn(self.template.clone_for_job().start(job));
-                    }
-                }
-                Err(e) => {
-                    failed = true;
-                    tracing::warn!(queue = %queue, error = %e, "claim failed; backing off");
-                }
+            Err(e) => {
+                self.stats.add_lost(n);
+                tracing::warn!(jobs = n, error = %e, "could not release buffered jobs; their leases will expire");
             }
         }
-        (claimed, failed)
+    }
+
+    /// Claims up to `want` jobs, asking the queues in turn from `next_queue` on; the next
+    /// round starts one queue later (SPEC W5).
+    fn claim_round(&mut self, want: u32) -> Claiming {
+        self.buffer.claim_started();
+        let start = self.next_queue;
+        self.next_queue = (start + 1) % self.queues.len();
+        let (backend, queues, stats) = (
+            self.backend.clone(),
+            self.queues.clone(),
+            self.stats.clone(),
+        );
+        let (worker, lease) = (self.config.name.clone(), self.config.lease);
+        Box::pin(async move {
+            let at = Instant::now();
+            let (mut jobs, mut failed) = (Vec::new(), false);
+            let n = queues.len();
+            for i in 0..n {
+                let left = want - u32::try_from(jobs.len()).unwrap_or(want);
+                if left == 0 {
+                    break;
+                }
+                let queue = &queues[(start + i) % n];
+                let req = ClaimRequest::new(queue.clone(), worker.clone(), left, lease);
+                match backend.claim(req).await {
+                    Ok(got) => {
+                        stats.add_claimed(got.len());
+                        jobs.extend(got);
+                    }
+                    Err(e) => {
+                        failed = true;
+                        tracing::warn!(queue = %queue, error = %e, "claim failed; backing off");
+                    }
+                }
+            }
+            Claimed {
+                jobs,
+                asked: want,
+                failed,
+                at,
+            }
+        })
     }
 
     /// SPEC W4: let running handlers finish until the deadline, then release the rest.

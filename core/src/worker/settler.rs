@@ -67,7 +67,7 @@ impl Settler {
         match result {
             Ok(Settled::Completed) => self.stats.add_succeeded(),
             Ok(Settled::Retrying { .. } | Settled::Dead) => self.stats.add_failed(),
-            Ok(Settled::Released) => self.stats.add_released(),
+            Ok(Settled::Released) => self.stats.add_released(1),
             Err(e) => {
                 self.stats.add_lost(1);
                 let outcome = match settle.outcome {

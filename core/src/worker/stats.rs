@@ -11,7 +11,7 @@ pub struct WorkerReport {
     pub succeeded: u64,
     /// Attempts failed (the job retries or is dead).
     pub failed: u64,
-    /// Jobs released (shutdown).
+    /// Jobs released (shutdown, or held too long in the prefetch buffer).
     pub released: u64,
     /// Outcomes the backend refused (stale lease) or could not take (backend down).
     pub lost: u64,
@@ -36,8 +36,8 @@ impl Stats {
     pub(super) fn add_failed(&self) {
         self.failed.fetch_add(1, Relaxed);
     }
-    pub(super) fn add_released(&self) {
-        self.released.fetch_add(1, Relaxed);
+    pub(super) fn add_released(&self, n: usize) {
+        self.released.fetch_add(n as u64, Relaxed);
     }
     pub(super) fn add_lost(&self, n: usize) {
         self.lost.fetch_add(n as u64, Relaxed);

@@ -1,0 +1,81 @@
+//! Claimed jobs waiting for a free slot: the opt-in prefetch buffer.
+//!
+//! A buffered job holds its lease on the server (so it counts under `max_running` and
+//! blocks its group) but is not heartbeated. It is therefore held for at most one
+//! heartbeat interval: a job still waiting then is released, so its lease never comes
+//! near expiry and it never burns an attempt by sitting here.
+
+use std::{collections::VecDeque, time::Duration};
+
+use tokio::time::Instant;
+
+use crate::ClaimedJob;
+
+pub(super) struct Buffer {
+    /// Jobs in claim order, each with the moment it was claimed.
+    jobs: VecDeque<(Instant, ClaimedJob)>,
+    /// Longest a job may wait here.
+    hold: Duration,
+    /// Set when a job leaves for a slot; cleared when a claim starts. Refilling ahead
+    /// of free slots is only worth it while jobs are leaving (short jobs): with long
+    /// jobs the buffer would just be claimed, held and released over and over.
+    consumed: bool,
+}
+
+impl Buffer {
+    pub(super) fn new(hold: Duration) -> Self {
+        Self {
+            jobs: VecDeque::new(),
+            hold,
+            consumed: false,
+        }
+    }
+
+    pub(super) fn len(&self) -> u32 {
+        u32::try_from(self.jobs.len()).unwrap_or(u32::MAX)
+    }
+
+    pub(super) fn push(&mut self, claimed_at: Instant, jobs: Vec<ClaimedJob>) {
+        self.jobs.extend(jobs.into_iter().map(|j| (claimed_at, j)));
+    }
+
+    /// The oldest job, for a free slot.
+    pub(super) fn pop(&mut self) -> Option<(Instant, ClaimedJob)> {
+        let job = self.jobs.pop_front();
+        self.consumed |= job.is_some();
+        job
+    }
+
+    /// Whether jobs left for slots since the last claim started.
+    pub(super) fn consumed(&self) -> bool {
+        self.consumed
+    }
+
+    pub(super) fn claim_started(&mut self) {
+        self.consumed = false;
+    }
+
+    /// When the oldest job must be released, if any is buffered.
+    pub(super) fn next_expiry(&self) -> Option<Instant> {
+        self.jobs.front().map(|(at, _)| *at + self.hold)
+    }
+
+    /// Removes the jobs held for `hold` or longer at `now`. Jobs that expire here are
+    /// not leaving fast, so refilling ahead waits for the next job to leave.
+    pub(super) fn take_expired(&mut self, now: Instant) -> Vec<ClaimedJob> {
+        let n = self
+            .jobs
+            .iter()
+            .take_while(|(at, _)| *at + self.hold <= now)
+            .count();
+        if n > 0 {
+            self.consumed = false;
+        }
+        self.jobs.drain(..n).map(|(_, j)| j).collect()
+    }
+
+    /// Removes every job (shutdown).
+    pub(super) fn take_all(&mut self) -> Vec<ClaimedJob> {
+        self.jobs.drain(..).map(|(_, j)| j).collect()
+    }
+}
