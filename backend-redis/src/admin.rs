@@ -170,6 +170,19 @@ impl Inspect for RedisBackend {
         let mut state: JobState = req("st")?.parse()?;
         let attempts: u32 = req("at")?.parse().map_err(Error::backend)?;
         let run_at = reply::time(micros_of(&req("ra")?)?);
+        // The last attempt of a plainly completed job is kept in the hash (`lo` set),
+        // not in the log list; see `complete_plain` in lib.lua.
+        if let Some(outcome) = field("lo") {
+            log.push(AttemptRecord {
+                attempt: attempts,
+                worker: field("w").unwrap_or_default(),
+                started_at: reply::time(micros_of(&req("sa")?)?),
+                ended_at: Some(reply::time(micros_of(&req("fa")?)?)),
+                outcome: outcome.parse()?,
+                error: None,
+                output: field("out"),
+            });
+        }
         if state == JobState::Running {
             log.push(AttemptRecord {
                 attempt: attempts,

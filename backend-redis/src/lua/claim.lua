@@ -24,24 +24,27 @@ local out = {}
 if limit > 0 then
   local lease = tonumber(ARGV[4])
   local popped = redis.call('ZPOPMIN', B .. ':ready', limit)
+  -- The running index gets every claimed job in one call.
+  local running = {}
   for i = 1, #popped, 2 do
     local id = id_of(popped[i])
     local k = (i + 1) / 2
-    local old = get(id, 'st')
-    stat(old, -1)
+    local h = redis.call('HMGET', jk(id), 'st', 'at', 'p', 'pr', 'ra', 'ma', 'g', 'b', 's', 'by')
+    stat(h[1], -1)
     stat('running', 1)
     local ex = NOW + lease
-    local at = redis.call('HINCRBY', jk(id), 'at', 1)
-    redis.call('HSET', jk(id), 'st', 'running', 'tk', ARGV[5 + k], 'ex', s(ex),
+    local at = (tonumber(h[2]) or 0) + 1
+    redis.call('HSET', jk(id), 'st', 'running', 'at', s(at), 'tk', ARGV[5 + k], 'ex', s(ex),
       'w', ARGV[5], 'sa', s(NOW))
-    redis.call('ZADD', B .. ':running', s(ex), id)
-    local h = redis.call('HMGET', jk(id), 'p', 'pr', 'ra', 'ma', 'g', 'b', 's', 'by')
-    for _, v in ipairs({id, ARGV[5 + k], at, s(ex), h[1], h[2], h[3], h[4]}) do
+    running[#running + 1] = s(ex)
+    running[#running + 1] = id
+    for _, v in ipairs({id, ARGV[5 + k], at, s(ex), h[3], h[4], h[5], h[6]}) do
       out[#out + 1] = v
     end
     -- Optional fields as '' when absent: a nil would end the array.
-    for j = 5, 8 do out[#out + 1] = h[j] or '' end
+    for j = 7, 10 do out[#out + 1] = h[j] or '' end
   end
+  if #running > 0 then redis.call('ZADD', B .. ':running', unpack(running)) end
 end
 publish()
 return out

@@ -23,7 +23,8 @@
 -- Job hash fields: st state, p payload, pr priority, ra run_at, ma max attempts,
 -- at attempts, g group, gm group member key, b batch, s stage, dk dedupe key,
 -- by enqueued_by, ca created, fa finished, le last error, tk lease token,
--- ex lease expiry, w worker, sa started.
+-- ex lease expiry, w worker, sa started; lo and out: the outcome and output of a last
+-- attempt kept in the hash rather than the log list (see complete_plain).
 --
 -- Times are integer microseconds from TIME, the server's clock. Numbers are written
 -- with string.format('%d'): Lua's own number-to-string keeps only 14 digits.
@@ -34,6 +35,9 @@ local QUEUE = ARGV[2]
 local clock = redis.call('TIME')
 local NOW = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 local EVENTS = {}
+-- Per-state count changes, written once per state when the script ends: one HINCRBY
+-- per state and script instead of two per job.
+local STATS = {}
 
 local function s(n) return string.format('%d', n) end
 -- Ids may arrive as numbers: `..` would write large ones as 1.2e+14, so format them.
@@ -48,25 +52,28 @@ local function id_of(member) return tonumber(string.sub(member, 19)) end
 local function get(id, f) return redis.call('HGET', jk(id), f) end
 local function num(id, f) return tonumber(redis.call('HGET', jk(id), f)) end
 
-local function stat(state, n)
-  local v = redis.call('HINCRBY', B .. ':stats', state, n)
-  if v <= 0 then redis.call('HDEL', B .. ':stats', state) end
-end
+local function stat(state, n) STATS[state] = (STATS[state] or 0) + n end
 
 local function event(kind) EVENTS[kind .. ':' .. QUEUE] = true end
 
+-- Ends every writing script: stores the count changes and sends the events.
 local function publish()
+  for state, n in pairs(STATS) do
+    if n ~= 0 then
+      local v = redis.call('HINCRBY', B .. ':stats', state, n)
+      if v <= 0 then redis.call('HDEL', B .. ':stats', state) end
+    end
+  end
+  STATS = {}
   for msg in pairs(EVENTS) do redis.call('PUBLISH', CHANNEL, msg) end
 end
 
--- Takes the job out of the index of its current state.
-local function unindex(id)
-  local h = redis.call('HMGET', jk(id), 'st', 'ra')
-  local st = h[1]
+-- Takes the job out of the index of its current state `st` (its run_at is `ra`).
+local function unindex(id, st, ra)
   if st == 'ready' or st == 'retrying' then
     redis.call('ZREM', B .. ':delay', id)
     redis.call('ZREM', B .. ':backoff', id)
-    redis.call('ZREM', B .. ':ready', okey(tonumber(h[2]), id))
+    redis.call('ZREM', B .. ':ready', okey(tonumber(ra), id))
   elseif st == 'running' then
     redis.call('ZREM', B .. ':running', id)
   end
@@ -88,17 +95,18 @@ local function index(id)
   end
 end
 
--- Moves job `id` to state `st`, setting the extra fields {f1, v1, ...} first.
+-- Moves job `id` to state `st`, setting the extra fields {f1, v1, ...} with it.
 local function set_state(id, st, extra)
-  unindex(id)
-  local old = get(id, 'st')
+  local h = redis.call('HMGET', jk(id), 'st', 'ra')
+  local old = h[1]
+  unindex(id, old, h[2])
   if old then stat(old, -1) end
   stat(st, 1)
-  redis.call('HSET', jk(id), 'st', st)
-  if extra then
-    for i = 1, #extra, 2 do redis.call('HSET', jk(id), extra[i], extra[i + 1]) end
-  end
-  index(id)
+  local fields = {'st', st}
+  for _, v in ipairs(extra or {}) do fields[#fields + 1] = v end
+  redis.call('HSET', jk(id), unpack(fields))
+  -- Finished and blocked jobs are in no index.
+  if st == 'ready' or st == 'retrying' or st == 'running' then index(id) end
 end
 
 local function clear_lease(id) redis.call('HDEL', jk(id), 'tk', 'ex') end
@@ -115,9 +123,10 @@ local function regroup(id)
   redis.call('HSET', jk(id), 'gm', gm)
 end
 
--- Closes attempt `attempt` of job `id` in the log (SPEC L5).
-local function log(id, attempt, outcome, err, output)
-  local h = redis.call('HMGET', jk(id), 'w', 'sa')
+-- Closes attempt `attempt` of job `id` in the log (SPEC L5). `ran` is the job's
+-- {worker, started} when the caller read them already.
+local function log(id, attempt, outcome, err, output, ran)
+  local h = ran or redis.call('HMGET', jk(id), 'w', 'sa')
   local entry = {a = attempt, w = h[1] or '', s = h[2] or s(NOW), e = s(NOW), o = outcome}
   if err then entry.x = err end
   if output then entry.out = output end
@@ -203,9 +212,10 @@ end
 -- it: its dedupe key, its group's next job, its batch's next stage.
 finish = function(id, st, err)
   local h = redis.call('HMGET', jk(id), 'g', 'b', 's', 'dk', 'gm')
-  set_state(id, st, {'fa', s(NOW)})
+  local extra = {'fa', s(NOW)}
+  if err then extra[3], extra[4] = 'le', err end
+  set_state(id, st, extra)
   clear_lease(id)
-  if err then redis.call('HSET', jk(id), 'le', err) end
   redis.call('ZADD', B .. ':done', s(NOW), id)
   if st == 'dead' then redis.call('ZADD', B .. ':dead', id, id) end
   if h[4] and redis.call('HGET', B .. ':dedupe', h[4]) == s(id) then
@@ -227,6 +237,33 @@ finish = function(id, st, err)
     end
   end
   if h[1] then settle_group(h[1]) end
+end
+
+-- finish(id, 'succeeded') for a running job with no group, batch or dedupe key, the
+-- hot path of a drain: nothing waits for such a job, so finishing it touches only its
+-- hash and two indexes. The attempt's log record stays in the hash (worker `w`,
+-- started `sa`, ended `fa`, outcome `lo`, output `out`) instead of a JSON entry in the
+-- log list; readers append it to the list's entries. The index changes are collected
+-- in `done` and made by `flush_completed`, one call for many jobs.
+local function complete_plain(id, output, done)
+  local fields = {'st', 'succeeded', 'fa', s(NOW), 'lo', 'succeeded'}
+  if output then fields[7], fields[8] = 'out', output end
+  redis.call('HSET', jk(id), unpack(fields))
+  clear_lease(id)
+  done[#done + 1] = id
+  stat('running', -1)
+  stat('succeeded', 1)
+end
+
+local function flush_completed(done)
+  if #done == 0 then return end
+  redis.call('ZREM', B .. ':running', unpack(done))
+  local scored = {}
+  for _, id in ipairs(done) do
+    scored[#scored + 1] = s(NOW)
+    scored[#scored + 1] = id
+  end
+  redis.call('ZADD', B .. ':done', unpack(scored))
 end
 
 -- SPEC C5: a running job whose lease expired retries in place (keeping its group and
