@@ -43,8 +43,8 @@ struct Args {
     /// Runs per measurement (interleaved across targets); the median is reported.
     #[arg(long, default_value_t = 3)]
     runs: usize,
-    /// Run only these scenarios (comma-separated: enqueue, drain, raw, latency,
-    /// stages, groups, backlog).
+    /// Run only these scenarios (comma-separated: enqueue, drain, drain16 (the
+    /// concurrency-16 rows alone), raw, latency, stages, groups, backlog).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Leave the peers (apalis, graphile_worker) out.
@@ -64,6 +64,10 @@ pub struct Row {
     /// For a peer: every setting it ran with.
     pub note: String,
 }
+
+/// Prefetch of the drain rows that use it: the fetch-ahead the peers run with (graphile
+/// local queue 100, apalis batch 100).
+const PREFETCH: u32 = 100;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -89,11 +93,17 @@ async fn main() -> anyhow::Result<()> {
         add(scenarios::enqueue(&targets, &peers, n, runs).await?);
     }
     for concurrency in [1, 4, 16, 64] {
-        if !on("drain") {
-            break;
+        // `drain16` runs just the headline rows.
+        if !(on("drain") || concurrency == 16 && on("drain16")) {
+            continue;
         }
         let jobs = if concurrency == 16 { n } else { n / 5 };
-        add(scenarios::drain(&targets, &peers, jobs, concurrency, runs).await?);
+        add(scenarios::drain(&targets, &peers, jobs, concurrency, 0, runs).await?);
+        if concurrency == 16 {
+            // The same drain with the worker's opt-in prefetch, the counterpart of the
+            // peers' fetch-ahead settings.
+            add(scenarios::drain(&targets, &peers, jobs, concurrency, PREFETCH, runs).await?);
+        }
     }
     if on("raw") {
         add(raw::loops(&targets, n, runs).await?);
@@ -159,7 +169,11 @@ fn print_ratios(rows: &[Row]) {
                     .iter()
                     .find(|x| x.scenario.starts_with("raw drain") && x.target == server),
                 Some(_) => None,
-                None => find(&r.scenario, other),
+                // Peers run the prefetch rows' drain without the suffix.
+                None => find(
+                    r.scenario.split(", prefetch").next().unwrap_or_default(),
+                    other,
+                ),
             };
             if let Some(t) = theirs {
                 let ratio = if r.unit == "ms" {

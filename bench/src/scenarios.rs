@@ -161,52 +161,54 @@ pub async fn enqueue(
     Ok(rows)
 }
 
-/// Scenario 2: `n` pre-enqueued no-op jobs drained by a worker of `concurrency`; the
-/// clock stops when the worker has stopped with every outcome stored.
+/// Scenario 2: `n` pre-enqueued no-op jobs drained by a worker of `concurrency` that
+/// claims `prefetch` jobs ahead of its free slots; the clock stops when the worker has
+/// stopped with every outcome stored. Peers run only the rows without prefetch (their
+/// own settings already fetch ahead, see `peers.rs`).
 pub async fn drain(
     targets: &[Target],
     peers: &Peers,
     n: usize,
     concurrency: u32,
+    prefetch: u32,
     runs: usize,
 ) -> anyhow::Result<Vec<Row>> {
-    let name = format!("drain, concurrency {concurrency}");
-    each(
-        targets,
-        runs,
-        &name,
-        Some((peers, "drain", n, concurrency)),
-        |b, scale| async move {
-            let n = (n / scale).max(1000);
-            let q = queue("drain");
-            for _ in 0..n.div_ceil(1000) {
-                b.enqueue((0..1000).map(|_| job(&q)).collect()).await?;
-            }
-            let n = n.div_ceil(1000) * 1000;
-            let done = Arc::new(AtomicU64::new(0));
-            let all_done = Arc::new(Notify::new());
-            let (d, a) = (done.clone(), all_done.clone());
-            let start = Instant::now();
-            let worker = Worker::builder(b.clone(), [q.clone()])
-                .concurrency(concurrency)
-                .handler(move |_job: ClaimedJob| {
-                    let (d, a) = (d.clone(), a.clone());
-                    async move {
-                        if d.fetch_add(1, Ordering::Relaxed) + 1 == n as u64 {
-                            a.notify_one();
-                        }
-                        Ok::<_, JobError>(())
+    let name = match prefetch {
+        0 => format!("drain, concurrency {concurrency}"),
+        p => format!("drain, concurrency {concurrency}, prefetch {p}"),
+    };
+    let peer = (prefetch == 0).then_some((peers, "drain", n, concurrency));
+    each(targets, runs, &name, peer, |b, scale| async move {
+        let n = (n / scale).max(1000);
+        let q = queue("drain");
+        for _ in 0..n.div_ceil(1000) {
+            b.enqueue((0..1000).map(|_| job(&q)).collect()).await?;
+        }
+        let n = n.div_ceil(1000) * 1000;
+        let done = Arc::new(AtomicU64::new(0));
+        let all_done = Arc::new(Notify::new());
+        let (d, a) = (done.clone(), all_done.clone());
+        let start = Instant::now();
+        let worker = Worker::builder(b.clone(), [q.clone()])
+            .concurrency(concurrency)
+            .prefetch(prefetch)
+            .handler(move |_job: ClaimedJob| {
+                let (d, a) = (d.clone(), a.clone());
+                async move {
+                    if d.fetch_add(1, Ordering::Relaxed) + 1 == n as u64 {
+                        a.notify_one();
                     }
-                })
-                .build()?
-                .spawn();
-            all_done.notified().await;
-            worker.shutdown().await?;
-            let r = rate(n, start.elapsed());
-            clean(&*b, &q).await?;
-            Ok(r)
-        },
-    )
+                    Ok::<_, JobError>(())
+                }
+            })
+            .build()?
+            .spawn();
+        all_done.notified().await;
+        worker.shutdown().await?;
+        let r = rate(n, start.elapsed());
+        clean(&*b, &q).await?;
+        Ok(r)
+    })
     .await
 }
 
