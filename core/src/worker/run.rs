@@ -1,11 +1,13 @@
 //! The worker's claim loop (SPEC W1, W2, W4, W5).
 //!
-//! One claim is in flight at a time, and the loop keeps serving while it is: slots that
+//! Claims run beside the loop, which keeps serving while they are in flight: slots that
 //! free meanwhile are filled from the prefetch buffer, and expired buffered jobs are
-//! released on time.
+//! released on time. Without prefetch one claim is in flight at a time (SPEC W1); with
+//! it two, so one claim's round trip hides behind the other's.
 
 use std::{pin::Pin, sync::Arc, time::Duration};
 
+use futures::{StreamExt, stream::FuturesUnordered};
 use tokio::{
     sync::{broadcast, mpsc},
     task::JoinSet,
@@ -41,6 +43,8 @@ pub(super) struct Runner {
     template: JobRun,
     settle_rx: Option<mpsc::Receiver<Settling>>,
     buffer: Buffer,
+    /// Jobs asked for by the claims in flight.
+    asking: u32,
     /// Index of the queue the next round starts with (SPEC W5).
     next_queue: usize,
 }
@@ -71,6 +75,7 @@ impl Runner {
             jobs: JoinSet::new(),
             settle_rx: Some(rx),
             buffer: Buffer::new(heartbeat_every),
+            asking: 0,
             next_queue: 0,
         }
     }
@@ -88,7 +93,8 @@ impl Runner {
         // Claim without waiting: set when there is likely work (start, a freed slot, an
         // event, a poll tick, a full claim), cleared when a claim came back short.
         let mut eager = true;
-        let mut claiming: Option<Claiming> = None;
+        let mut claiming: FuturesUnordered<Claiming> = FuturesUnordered::new();
+        let max_claims = if self.config.prefetch > 0 { 2 } else { 1 };
         tracing::info!(worker = %self.config.name, queues = ?self.queues, "worker started");
 
         loop {
@@ -101,16 +107,17 @@ impl Runner {
                 break;
             }
             let want = self.want();
-            if claiming.is_none() && eager && want > 0 {
-                claiming = Some(self.claim_round(want));
+            if claiming.len() < max_claims && eager && want > 0 {
+                claiming.push(self.claim_round(want));
+                continue;
             }
             // Nothing in flight and room for work: wait for an event or a poll tick.
-            let waiting = claiming.is_none() && want > 0;
+            let waiting = claiming.is_empty() && want > 0;
             let expiry = self.buffer.next_expiry();
             let freed = self.template.slots.freed.clone();
             tokio::select! {
-                got = async { claiming.as_mut().expect("guarded").await }, if claiming.is_some() => {
-                    claiming = None;
+                Some(got) = claiming.next(), if !claiming.is_empty() => {
+                    self.asking -= got.asked;
                     let n = u32::try_from(got.jobs.len()).unwrap_or(u32::MAX);
                     self.buffer.push(got.at, got.jobs);
                     eager = n == got.asked;
@@ -136,8 +143,7 @@ impl Runner {
         }
         // A claim in flight is finished, not dropped: its jobs are leased on the server
         // and must be released, not left to expire (SPEC W4).
-        if let Some(claiming) = claiming {
-            let got = claiming.await;
+        while let Some(got) = claiming.next().await {
             self.buffer.push(got.at, got.jobs);
         }
         let buffered = self.buffer.take_all();
@@ -159,11 +165,12 @@ impl Runner {
     ///
     /// Without prefetch this is the free slots (SPEC W1). With it, a claim also tops the
     /// buffer up to `prefetch`, once a free slot found it empty or, while jobs are
-    /// leaving it, once it is down to half.
+    /// leaving it, once it is down to half. Jobs asked for by claims in flight count as
+    /// buffered.
     fn want(&self) -> u32 {
-        let free = self.free_slots();
         let prefetch = self.config.prefetch;
-        let buffered = self.buffer.len();
+        let buffered = self.buffer.len() + self.asking;
+        let free = self.free_slots().saturating_sub(self.buffer.len());
         let refill = prefetch > 0 && buffered <= prefetch / 2 && self.buffer.consumed();
         if free == 0 && !refill {
             return 0;
@@ -211,6 +218,7 @@ impl Runner {
     /// round starts one queue later (SPEC W5).
     fn claim_round(&mut self, want: u32) -> Claiming {
         self.buffer.claim_started();
+        self.asking += want;
         let start = self.next_queue;
         self.next_queue = (start + 1) % self.queues.len();
         let (backend, queues, stats) = (

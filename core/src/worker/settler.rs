@@ -4,15 +4,22 @@
 //! so outcomes are collected until `max_batch` wait or `delay` passes, then sent in one
 //! call. Backend errors are retried a few times; if they persist the leases simply
 //! expire and the jobs are claimed again (SPEC X3): nothing is lost.
+//!
+//! Up to [`IN_FLIGHT`] calls run at once: a database settle waits for its commit to
+//! reach the disk, and one call at a time would cap a worker at one batch per fsync.
 
 use std::{sync::Arc, time::Duration};
 
 use backon::{ExponentialBuilder, Retryable};
-use tokio::{sync::mpsc, time::Instant};
+use tokio::{sync::mpsc, task::JoinSet, time::Instant};
 
 use super::{job::Settling, stats::Stats};
 use crate::{Backend, Error, Outcome, Settle, Settled};
 
+/// Settle calls a worker has in flight at most.
+const IN_FLIGHT: usize = 4;
+
+#[derive(Clone)]
 pub(super) struct Settler {
     pub(super) backend: Arc<dyn Backend>,
     pub(super) max_batch: usize,
@@ -22,6 +29,7 @@ pub(super) struct Settler {
 
 impl Settler {
     pub(super) async fn run(self, mut rx: mpsc::Receiver<Settling>) {
+        let mut flushing = JoinSet::new();
         while let Some(first) = rx.recv().await {
             let mut batch = vec![first];
             let deadline = Instant::now() + self.delay;
@@ -31,8 +39,13 @@ impl Settler {
                     Ok(None) | Err(_) => break,
                 }
             }
-            self.flush(batch).await;
+            while flushing.len() >= IN_FLIGHT {
+                flushing.join_next().await;
+            }
+            let me = self.clone();
+            flushing.spawn(async move { me.flush(batch).await });
         }
+        while flushing.join_next().await.is_some() {}
     }
 
     /// Settles `batch`; each job's sender is dropped once its outcome is stored or
