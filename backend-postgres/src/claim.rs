@@ -19,8 +19,11 @@ use crate::{
 /// `expired` takes running jobs whose lease ran out and that have attempts left
 /// (SPEC C5), usually none, found through the running index. Both are
 /// `MATERIALIZED`, so the `UPDATE` touches exactly the rows they locked (PostgreSQL
-/// bug #15715). Their limit is a literal, `{limit}`, so that cached generic plans
-/// estimate it right (see [`Schema::sql_limit`](crate::schema::Schema::sql_limit)). The expired attempts are closed in the log, and one extra row of flags
+/// bug #15715). Their inner limit is a literal, `{limit}`, the request's limit rounded
+/// up to a power of two, so that cached generic plans estimate it right (see
+/// [`Schema::sql_limit`](crate::schema::Schema::sql_limit)) while a worker needs at
+/// most 11 statements; the outer `LIMIT $2` stops the scan, so only the rows claimed
+/// are locked. The expired attempts are closed in the log, and one extra row of flags
 /// says whether the queue has a concurrency limit (the caller then claims under the
 /// queue's lock) and whether expired jobs without attempts left wait to be made dead.
 ///
@@ -57,19 +60,19 @@ macro_rules! claim_sql {
         concat!(
             "WITH settings AS MATERIALIZED (
                 SELECT paused, max_running FROM {s}.queues WHERE queue = $1),
-            ready AS MATERIALIZED (
+            ready AS MATERIALIZED (SELECT * FROM (
                 SELECT id, state, attempts, worker, started_at, priority, run_at FROM {s}.jobs
                 WHERE queue = $1 AND state IN ('ready', 'retrying') AND run_at <= now() ",
             $gate,
             "   ORDER BY priority, run_at, id LIMIT {limit}
-                FOR UPDATE SKIP LOCKED),
-            expired AS MATERIALIZED (
+                FOR UPDATE SKIP LOCKED) l LIMIT $2),
+            expired AS MATERIALIZED (SELECT * FROM (
                 SELECT id, state, attempts, worker, started_at, priority, run_at FROM {s}.jobs
                 WHERE queue = $1 AND state = 'running' AND lease_expires_at <= now()
                   AND attempts < max_attempts ",
             $gate,
             "   ORDER BY priority, run_at, id LIMIT {limit}
-                FOR UPDATE SKIP LOCKED),
+                FOR UPDATE SKIP LOCKED) l LIMIT $2),
             c AS MATERIALIZED (
                 SELECT * FROM ready UNION ALL SELECT * FROM expired
                 ORDER BY priority, run_at, id LIMIT $2),
@@ -189,7 +192,9 @@ impl PostgresBackend {
         E: sqlx::PgExecutor<'c>,
     {
         // `limit` is at most the request's, which was validated to 1..=1000.
-        let literal = u32::try_from(limit).map_err(Error::backend)?;
+        let literal = u32::try_from(limit)
+            .map_err(Error::backend)?
+            .next_power_of_two();
         let rows: Vec<Row> = sqlx::query_as(self.sql_limit(sql, literal))
             .bind(&req.queue)
             .bind(limit)

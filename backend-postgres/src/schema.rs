@@ -61,8 +61,8 @@ impl Schema {
     /// may switch to after five executions, cannot see `$n` and assumes a tenth of the
     /// table comes back, so on a large table whose rows are no longer in index order it
     /// can pick a sequential scan and a sort. A literal limit keeps every plan's estimate
-    /// honest. It costs one prepared statement per distinct limit and connection; a
-    /// worker uses at most its concurrency's worth (claims ask for its free slots).
+    /// honest. It costs one prepared statement per distinct limit and connection, so
+    /// callers round limits to a few values (the claim: powers of two).
     pub(crate) fn sql_limit(&self, template: &'static str, limit: u32) -> AssertSqlSafe<Arc<str>> {
         self.cached(template, limit)
     }
