@@ -47,6 +47,14 @@ struct Args {
     /// concurrency-16 rows alone), raw, latency, stages, groups, backlog).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    /// Measure only these of our targets (comma-separated: memory, sqlite, postgres,
+    /// redis, redis-cluster, mssql); default every available one.
+    #[arg(long, value_delimiter = ',')]
+    targets: Vec<String>,
+    /// The worker prefetch of the drain rows that use one. Default 100: the fetch-ahead
+    /// the peers run with (graphile_worker's local queue, apalis's batch).
+    #[arg(long, default_value_t = 100)]
+    prefetch: u32,
     /// Leave the peers (apalis, graphile_worker) out.
     #[arg(long)]
     no_peers: bool,
@@ -65,17 +73,16 @@ pub struct Row {
     pub note: String,
 }
 
-/// Prefetch of the drain rows that use it: the fetch-ahead the peers run with (graphile
-/// local queue 100, apalis batch 100).
-const PREFETCH: u32 = 100;
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     anyhow::ensure!(args.all || args.quick, "say --all or --quick");
     let quick = args.quick;
     let n = if quick { 5_000 } else { 50_000 };
-    let targets = targets::available().await?;
+    let mut targets = targets::available().await?;
+    if !args.targets.is_empty() {
+        targets.retain(|t| args.targets.iter().any(|n| n == t.label()));
+    }
     let peers = peers::Peers::build(args.no_peers);
     let runs = args.runs;
     let mut rows = Vec::new();
@@ -102,7 +109,7 @@ async fn main() -> anyhow::Result<()> {
         if concurrency == 16 {
             // The same drain with the worker's opt-in prefetch, the counterpart of the
             // peers' fetch-ahead settings.
-            add(scenarios::drain(&targets, &peers, jobs, concurrency, PREFETCH, runs).await?);
+            add(scenarios::drain(&targets, &peers, jobs, concurrency, args.prefetch, runs).await?);
         }
     }
     if on("raw") {

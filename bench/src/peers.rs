@@ -116,6 +116,9 @@ impl Peers {
             .args(["--jobs", &jobs.to_string()])
             .args(["--concurrency", &concurrency.to_string()]);
         if let Ok(url) = std::env::var("RELAYQ_POSTGRES_URL") {
+            if matches!(peer, "apalis-postgres" | "graphile-worker") {
+                crate::targets::vacuum(&url).await?;
+            }
             cmd.args(["--postgres-url", &url]);
         }
         if let Ok(url) = std::env::var("RELAYQ_REDIS_URL") {

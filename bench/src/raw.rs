@@ -40,6 +40,7 @@ pub async fn loops(targets: &[Target], n: usize, runs: usize) -> anyhow::Result<
 
 #[allow(clippy::cast_precision_loss)]
 async fn postgres(url: &str, n: usize) -> anyhow::Result<f64> {
+    crate::targets::vacuum(url).await?;
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(u32::try_from(LOOPS)? + 1)
         .connect(url)

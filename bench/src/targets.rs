@@ -98,6 +98,7 @@ impl Target {
                 Arc::new(relayq_sqlite::SqliteBackend::open(&url).await?)
             }
             Target::Postgres(url) => {
+                vacuum(url).await?;
                 let config = relayq_postgres::Config::default()
                     .with_schema("relayq_bench")
                     .with_max_connections(16);
@@ -122,6 +123,22 @@ impl Target {
             }
         })
     }
+}
+
+/// Vacuums the whole PostgreSQL database, run before every PostgreSQL measurement
+/// (ours, the raw loop's and each peer's).
+///
+/// The server here runs with `autovacuum = off`. Without it, the dead rows of earlier
+/// runs pile up (2.2 million in the bench schema after a few drains) and every later
+/// measurement, ours or a peer's, slows by a different amount. A database-wide `VACUUM`
+/// gives each one the clean tables autovacuum keeps on a production server; on clean
+/// tables it takes a fraction of a second.
+pub async fn vacuum(url: &str) -> anyhow::Result<()> {
+    use sqlx::Connection;
+    let mut c = sqlx::PgConnection::connect(url).await?;
+    sqlx::raw_sql("VACUUM").execute(&mut c).await?;
+    c.close().await?;
+    Ok(())
 }
 
 /// What [`Target::open_isolated`] made, to remove.
