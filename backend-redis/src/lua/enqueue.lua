@@ -35,9 +35,13 @@ for i = 0, n - 1 do
   else
     local id = redis.call('INCR', B .. ':seq')
     local ra = ARGV[o + 3] ~= '' and tonumber(ARGV[o + 3]) or NOW + tonumber(ARGV[o + 4])
-    redis.call('HSET', jk(id), 'p', ARGV[o + 1], 'pr', ARGV[o + 2], 'ra', s(ra),
-      'ma', ARGV[o + 5], 'at', '0', 'ca', s(NOW))
-    if by ~= '' then redis.call('HSET', jk(id), 'by', by) end
+    local plain = g == '' and b == ''
+    local fields = {'p', ARGV[o + 1], 'pr', ARGV[o + 2], 'ra', s(ra), 'ma', ARGV[o + 5],
+      'at', '0', 'ca', s(NOW)}
+    if by ~= '' then fields[#fields + 1], fields[#fields + 2] = 'by', by end
+    -- A job with no group or batch is ready at once: its state goes in the same write.
+    if plain then fields[#fields + 1], fields[#fields + 2] = 'st', 'ready' end
+    redis.call('HSET', jk(id), unpack(fields))
     if dk ~= '' then
       redis.call('HSET', jk(id), 'dk', dk)
       redis.call('HSET', B .. ':dedupe', dk, s(id))
@@ -56,7 +60,16 @@ for i = 0, n - 1 do
       table.insert(batches[b], id)
     end
     -- Jobs with a group or a batch start blocked; promotion below decides.
-    set_state(id, (g == '' and b == '') and 'ready' or 'blocked')
+    if plain then
+      stat('ready', 1)
+      if ra > NOW then
+        redis.call('ZADD', B .. ':delay', s(ra), id)
+      else
+        redis.call('ZADD', B .. ':ready', ARGV[o + 2], okey(ra, id))
+      end
+    else
+      set_state(id, 'blocked')
+    end
     out[#out + 1] = id
     out[#out + 1] = 0
   end
