@@ -30,7 +30,7 @@ pub async fn groups(
 ) -> anyhow::Result<Vec<Row>> {
     let name = format!("groups {GROUPS}x{per_group}, concurrency 16");
     let peer = Some((peers, "groups", GROUPS * per_group, 16));
-    crate::scenarios::each(targets, runs, &name, peer, |b, scale| async move {
+    crate::scenarios::each(targets, runs, &name, peer, false, |b, scale| async move {
         once(b, (per_group / scale).max(2)).await
     })
     .await

@@ -87,14 +87,18 @@ async fn main() -> anyhow::Result<()> {
     let runs = args.runs;
     let mut rows = Vec::new();
     print_header();
+    let started = std::time::Instant::now();
+    let mut last = started;
     let mut add = |found: Vec<Row>| {
         print(&found);
+        say(&format!("measured in {:.0?}", last.elapsed()));
+        last = std::time::Instant::now();
         rows.extend(found);
     };
     // The headline drain (concurrency 16) gets all 50,000 jobs; one-at-a-time
-    // enqueues (a tenth) and the rest of the sweep (a fifth) get fewer: at their rates
-    // (some peers enqueue below 1,000 jobs/s) full counts would take twice the ten
-    // minutes `--all` has on this machine.
+    // enqueues and the rest of the sweep get a tenth: at their rates (some peers
+    // enqueue below 2,000 jobs/s, and concurrency 1 without prefetch drains ~1,400
+    // jobs/s) full counts would take far beyond the ten minutes `--all` has here.
     let on = |name: &str| args.only.is_empty() || args.only.iter().any(|o| o == name);
     if on("enqueue") {
         add(scenarios::enqueue(&targets, &peers, n, runs).await?);
@@ -104,7 +108,7 @@ async fn main() -> anyhow::Result<()> {
         if !(on("drain") || concurrency == 16 && on("drain16")) {
             continue;
         }
-        let jobs = if concurrency == 16 { n } else { n / 5 };
+        let jobs = if concurrency == 16 { n } else { n / 10 };
         add(scenarios::drain(&targets, &peers, jobs, concurrency, 0, runs).await?);
         if concurrency == 16 {
             // The same drain with the worker's opt-in prefetch, the counterpart of the
@@ -133,6 +137,7 @@ async fn main() -> anyhow::Result<()> {
         // Printed as measured inside (each size takes a while to build).
         rows.extend(backlog::backlog(&targets, sizes).await?);
     }
+    say(&format!("all measured in {:.0?}", started.elapsed()));
     print_ratios(&rows);
     let mut file = std::fs::OpenOptions::new()
         .create(true)

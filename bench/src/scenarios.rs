@@ -14,7 +14,11 @@ use relayq_core::{
 };
 use tokio::sync::Notify;
 
-use crate::{Row, median, peers::Peers, targets::Target};
+use crate::{
+    Row, median,
+    peers::Peers,
+    targets::{Cleanup, Target},
+};
 
 pub(crate) fn queue(tag: &str) -> String {
     format!("bench-{tag}-{}-{}", std::process::id(), fastrand_suffix())
@@ -37,12 +41,15 @@ pub(crate) fn rate(n: usize, d: Duration) -> f64 {
 pub(crate) type PeerJob<'a> = Option<(&'a Peers, &'a str, usize, u32)>;
 
 /// Runs `measure` on each target `runs` times, interleaved (A B A B, peers included),
-/// and reports medians.
+/// and reports medians. With `isolated`, each measurement gets a namespace of its own
+/// (schema, key prefix or file), removed afterwards: for scenarios that leave jobs
+/// behind, which would otherwise pile up under every later measurement.
 pub(crate) async fn each<F, Fut>(
     targets: &[Target],
     runs: usize,
     scenario: &str,
     peer: PeerJob<'_>,
+    isolated: bool,
     measure: F,
 ) -> anyhow::Result<Vec<Row>>
 where
@@ -53,10 +60,16 @@ where
     let mut samples: Vec<Vec<f64>> = targets.iter().map(|_| Vec::new()).collect();
     let mut peer_samples: Vec<Vec<f64>> = peers.iter().map(|_| Vec::new()).collect();
     let mut notes: Vec<String> = peers.iter().map(|_| String::new()).collect();
-    for _ in 0..runs {
+    for run in 0..runs {
         for (i, t) in targets.iter().enumerate() {
-            let backend = t.open().await?;
+            let (backend, cleanup) = if isolated {
+                t.open_isolated(&format!("m{}_{run}_{i}", std::process::id()))
+                    .await?
+            } else {
+                (t.open().await?, Cleanup::None)
+            };
             samples[i].push(measure(backend, t.scale()).await?);
+            cleanup.run().await?;
         }
         if let Some((p, s, jobs, concurrency)) = peer {
             for (i, name) in peers.iter().enumerate() {
@@ -114,6 +127,7 @@ pub async fn enqueue(
         runs,
         "enqueue 1 x 8 tasks",
         Some((peers, "enqueue-single", n / 10, 8)),
+        true,
         |b, scale| async move {
             let n = n / 10 / scale;
             let q = queue("enq1");
@@ -144,6 +158,7 @@ pub async fn enqueue(
             runs,
             "enqueue batches of 1000",
             Some((peers, "enqueue-batch", n, 1)),
+            true,
             |b, scale| async move {
                 let n = (n / scale).max(1000);
                 let q = queue("enqb");
@@ -178,7 +193,7 @@ pub async fn drain(
         p => format!("drain, concurrency {concurrency}, prefetch {p}"),
     };
     let peer = (prefetch == 0).then_some((peers, "drain", n, concurrency));
-    each(targets, runs, &name, peer, |b, scale| async move {
+    each(targets, runs, &name, peer, false, |b, scale| async move {
         let n = (n / scale).max(1000);
         let q = queue("drain");
         for _ in 0..n.div_ceil(1000) {

@@ -62,8 +62,12 @@ impl Target {
         Ok(match self {
             // SQL Server's backlog stays in the shared bench schema; its queue name is
             // fresh, and `maintain` prunes what finished.
-            Target::Memory | Target::RedisCluster(_) | Target::Mssql(_) => {
-                (self.open().await?, Cleanup::None)
+            Target::Memory | Target::Mssql(_) => (self.open().await?, Cleanup::None),
+            Target::RedisCluster(urls) => {
+                let prefix = format!("relayq-bench-{ns}");
+                let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
+                let b = relayq_redis::RedisBackend::cluster(&nodes, &prefix).await?;
+                (Arc::new(b), Cleanup::Keys(urls.clone(), prefix))
             }
             Target::Sqlite(dir) => {
                 let path = dir.path().join(format!("{ns}.db"));
@@ -72,10 +76,11 @@ impl Target {
                 (b, Cleanup::File(path))
             }
             Target::Postgres(url) => {
+                vacuum(url).await?;
                 let schema = format!("relayq_bench_{ns}");
                 let config = relayq_postgres::Config::default()
                     .with_schema(&schema)
-                    .with_max_connections(4);
+                    .with_max_connections(16);
                 let b = relayq_postgres::PostgresBackend::connect_with(url, config).await?;
                 b.migrate().await?;
                 let pool = b.pool().clone();
@@ -84,7 +89,7 @@ impl Target {
             Target::Redis(url) => {
                 let prefix = format!("relayq-bench-{ns}");
                 let b = relayq_redis::RedisBackend::connect_with_prefix(url, &prefix).await?;
-                (Arc::new(b), Cleanup::Keys(url.clone(), prefix))
+                (Arc::new(b), Cleanup::Keys(vec![url.clone()], prefix))
             }
         })
     }
@@ -146,7 +151,9 @@ pub enum Cleanup {
     None,
     File(std::path::PathBuf),
     Schema(sqlx::PgPool, String),
-    Keys(String, String),
+    /// Every key under a prefix, on each of these nodes. A namespace holds one queue,
+    /// so its keys share one hash slot and can go in multi-key `UNLINK`s.
+    Keys(Vec<String>, String),
 }
 
 impl Cleanup {
@@ -164,39 +171,47 @@ impl Cleanup {
                     .execute(&pool)
                     .await?;
             }
-            Cleanup::Keys(url, prefix) => {
-                // SCAN, not KEYS, and no response timeout: a million jobs' keys take a
-                // while to list and to unlink.
-                let client = redis::Client::open(url.as_str())?;
-                let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
-                let mut c = client
-                    .get_multiplexed_async_connection_with_config(&config)
-                    .await?;
-                let mut keys: Vec<String> = Vec::new();
-                let mut cursor: u64 = 0;
-                loop {
-                    let (next, found): (u64, Vec<String>) = redis::cmd("SCAN")
-                        .arg(cursor)
-                        .arg("MATCH")
-                        .arg(format!("{prefix}:*"))
-                        .arg("COUNT")
-                        .arg(10_000)
-                        .query_async(&mut c)
-                        .await?;
-                    keys.extend(found);
-                    cursor = next;
-                    if cursor == 0 {
-                        break;
-                    }
-                }
-                for chunk in keys.chunks(500) {
-                    redis::cmd("UNLINK")
-                        .arg(chunk)
-                        .query_async::<()>(&mut c)
-                        .await?;
+            Cleanup::Keys(urls, prefix) => {
+                for url in urls {
+                    unlink_prefix(&url, &prefix).await?;
                 }
             }
         }
         Ok(())
     }
+}
+
+/// Removes every key under `prefix` on the node at `url`.
+async fn unlink_prefix(url: &str, prefix: &str) -> anyhow::Result<()> {
+    // SCAN, not KEYS, and no response timeout: a million jobs' keys take a while to
+    // list and to unlink.
+    let client = redis::Client::open(url)?;
+    let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+    let mut c = client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await?;
+    let mut keys: Vec<String> = Vec::new();
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, found): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(format!("{prefix}:*"))
+            .arg("COUNT")
+            .arg(10_000)
+            .query_async(&mut c)
+            .await?;
+        keys.extend(found);
+        cursor = next;
+        if cursor == 0 {
+            break;
+        }
+    }
+    for chunk in keys.chunks(500) {
+        redis::cmd("UNLINK")
+            .arg(chunk)
+            .query_async::<()>(&mut c)
+            .await?;
+    }
+    Ok(())
 }
