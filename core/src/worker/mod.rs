@@ -162,8 +162,11 @@ impl WorkerBuilder {
     /// Default 0: claim only for free slots, as SPEC W1 describes.
     ///
     /// With short jobs a worker otherwise spends a claim round trip per handful of
-    /// jobs; a buffer lets freed slots start the next job at once while one claim
-    /// tops the buffer up in the background.
+    /// jobs; a buffer lets freed slots start the next job at once while claims (up to
+    /// two at a time) top it up in the background. For a queue of short jobs a few
+    /// hundred is a good start: the benchmark drains fastest here with 256
+    /// (`docs/BENCHMARKS.md`). Leave it at 0 for long jobs, or where several workers
+    /// should share a small queue evenly.
     ///
     /// # Behavior
     /// - Buffered jobs are leased: no other worker can take them, they count under the
