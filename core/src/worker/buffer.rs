@@ -35,8 +35,13 @@ impl Buffer {
         u32::try_from(self.jobs.len()).unwrap_or(u32::MAX)
     }
 
+    /// Adds a claim's jobs, kept in claim-start order: two claims in flight may come
+    /// back in either order, and expiry only looks at the front.
     pub(super) fn push(&mut self, claimed_at: Instant, jobs: Vec<ClaimedJob>) {
-        self.jobs.extend(jobs.into_iter().map(|j| (claimed_at, j)));
+        let at = self.jobs.partition_point(|(t, _)| *t <= claimed_at);
+        for (i, job) in jobs.into_iter().enumerate() {
+            self.jobs.insert(at + i, (claimed_at, job));
+        }
     }
 
     /// The oldest job, for a free slot.

@@ -175,10 +175,13 @@ impl WorkerBuilder {
     ///   released (`ready` again, attempt not counted) so its lease never expires
     ///   unrenewed.
     /// - The buffer is refilled ahead of free slots only while jobs leave it for
-    ///   slots, so long-running jobs do not make a worker claim and release in a loop.
+    ///   slots: a worker whose slots stay busy claims nothing more. With long jobs,
+    ///   each freed slot still claims up to `n` ahead, and what no slot takes within a
+    ///   heartbeat interval goes back; keep prefetch for short jobs.
     /// - On shutdown every buffered job is released (SPEC W4).
-    /// - Jobs start in claim order, so `(priority, run_at, id)` order holds within one
-    ///   worker; across workers a buffered job may start after a later one elsewhere.
+    /// - Jobs start in the order their claims started, so `(priority, run_at, id)`
+    ///   order holds within one worker; across workers a buffered job may start after
+    ///   a later one elsewhere.
     #[must_use]
     pub fn prefetch(mut self, n: u32) -> Self {
         self.config.prefetch = n;

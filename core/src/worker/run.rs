@@ -22,7 +22,9 @@ use super::{
     settler::Settler,
     stats::Stats,
 };
-use crate::{Backend, ClaimRequest, ClaimedJob, Event, EventKind, Result, Settle, validate};
+use backon::{ExponentialBuilder, Retryable};
+
+use crate::{Backend, ClaimRequest, ClaimedJob, Error, Event, EventKind, Result, Settle, validate};
 
 /// What one claim round brought back.
 struct Claimed {
@@ -100,12 +102,13 @@ impl Runner {
         loop {
             // Reap job tasks that ended (their slots were freed already).
             while self.jobs.try_join_next().is_some() {}
-            let expired = self.buffer.take_expired(Instant::now());
-            self.release(expired).await;
-            self.start_buffered();
             if shutdown.is_cancelled() {
                 break;
             }
+            // Free slots first: a job is released only if no slot could take it in time.
+            self.start_buffered();
+            let expired = self.buffer.take_expired(Instant::now());
+            self.release(expired).await;
             let want = self.want();
             if claiming.len() < max_claims && eager && want > 0 {
                 claiming.push(self.claim_round(want));
@@ -191,25 +194,37 @@ impl Runner {
         }
     }
 
-    /// Gives buffered jobs back in one call: `ready` again, the attempt not counted
-    /// (SPEC L4). Done before the next claim, so that claim cannot take them straight
-    /// back. If the call fails the leases expire and the jobs are claimed again (SPEC C5).
+    /// Gives buffered jobs back: `ready` again, the attempt not counted (SPEC L4).
+    /// Done before the next claim, so that claim cannot take them straight back; in
+    /// calls of at most 1000, each retried like the settler's. If a call still fails
+    /// the leases expire and the jobs are claimed again (SPEC C5).
     async fn release(&self, jobs: Vec<ClaimedJob>) {
-        if jobs.is_empty() {
-            return;
-        }
-        let n = jobs.len();
-        let settles = jobs.into_iter().map(|j| Settle::release(j.lease)).collect();
-        match self.backend.settle_many(settles).await {
-            Ok(results) => {
-                let released = results.iter().filter(|r| r.is_ok()).count();
-                self.stats.add_released(released);
-                self.stats.add_lost(n - released);
-                tracing::debug!(jobs = n, released, "released buffered jobs");
-            }
-            Err(e) => {
-                self.stats.add_lost(n);
-                tracing::warn!(jobs = n, error = %e, "could not release buffered jobs; their leases will expire");
+        for chunk in jobs.chunks(validate::MAX_SETTLE) {
+            let n = chunk.len();
+            let settles: Vec<Settle> = chunk
+                .iter()
+                .map(|j| Settle::release(j.lease.clone()))
+                .collect();
+            let attempt = || self.backend.settle_many(settles.clone());
+            let results = attempt
+                .retry(
+                    ExponentialBuilder::default()
+                        .with_min_delay(Duration::from_millis(10))
+                        .with_max_times(5),
+                )
+                .when(|e| matches!(e, Error::Backend { .. }))
+                .await;
+            match results {
+                Ok(results) => {
+                    let released = results.iter().filter(|r| r.is_ok()).count();
+                    self.stats.add_released(released);
+                    self.stats.add_lost(n - released);
+                    tracing::debug!(jobs = n, released, "released buffered jobs");
+                }
+                Err(e) => {
+                    self.stats.add_lost(n);
+                    tracing::warn!(jobs = n, error = %e, "could not release buffered jobs; their leases will expire");
+                }
             }
         }
     }
