@@ -19,12 +19,10 @@ use super::{
     Config, Worker, WorkerReport,
     buffer::Buffer,
     job::{JobRun, Settling, Slots},
-    settler::Settler,
+    settler::{self, Settler},
     stats::Stats,
 };
-use backon::{ExponentialBuilder, Retryable};
-
-use crate::{Backend, ClaimRequest, ClaimedJob, Error, Event, EventKind, Result, Settle, validate};
+use crate::{Backend, ClaimRequest, ClaimedJob, Event, EventKind, Result, Settle, validate};
 
 /// What one claim round brought back.
 struct Claimed {
@@ -205,15 +203,7 @@ impl Runner {
                 .iter()
                 .map(|j| Settle::release(j.lease.clone()))
                 .collect();
-            let attempt = || self.backend.settle_many(settles.clone());
-            let results = attempt
-                .retry(
-                    ExponentialBuilder::default()
-                        .with_min_delay(Duration::from_millis(10))
-                        .with_max_times(5),
-                )
-                .when(|e| matches!(e, Error::Backend { .. }))
-                .await;
+            let results = settler::settle_retrying(&*self.backend, &settles).await;
             match results {
                 Ok(results) => {
                     let released = results.iter().filter(|r| r.is_ok()).count();

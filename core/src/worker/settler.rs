@@ -27,6 +27,23 @@ pub(super) struct Settler {
     pub(super) stats: Arc<Stats>,
 }
 
+/// `settle_many`, retried a few times with backoff on backend errors (not on invalid
+/// input, which would fail again).
+pub(super) async fn settle_retrying(
+    backend: &dyn Backend,
+    batch: &[Settle],
+) -> crate::Result<Vec<crate::Result<Settled>>> {
+    let attempt = || backend.settle_many(batch.to_vec());
+    attempt
+        .retry(
+            ExponentialBuilder::default()
+                .with_min_delay(Duration::from_millis(10))
+                .with_max_times(5),
+        )
+        .when(|e| matches!(e, Error::Backend { .. }))
+        .await
+}
+
 impl Settler {
     pub(super) async fn run(self, mut rx: mpsc::Receiver<Settling>) {
         let mut flushing = JoinSet::new();
@@ -53,16 +70,7 @@ impl Settler {
     async fn flush(&self, batch: Vec<Settling>) {
         let (batch, _stored): (Vec<Settle>, Vec<_>) = batch.into_iter().unzip();
         let n = batch.len();
-        let attempt = || self.backend.settle_many(batch.clone());
-        let results = attempt
-            .retry(
-                ExponentialBuilder::default()
-                    .with_min_delay(Duration::from_millis(10))
-                    .with_max_times(5),
-            )
-            .when(|e| matches!(e, Error::Backend { .. }))
-            .await;
-        match results {
+        match settle_retrying(&*self.backend, &batch).await {
             Ok(results) => {
                 for (settle, result) in batch.iter().zip(results) {
                     self.record(settle, &result);
