@@ -1,23 +1,29 @@
 //! Scenario 6: claim latency with 1,000 / 100,000 / 1,000,000 pending jobs. Each size
 //! gets a namespace of its own (schema, key prefix, database file), dropped after.
 //! Three rounds of 100 claims of 5 (each followed by an untimed completion and as many
-//! new jobs, so the backlog stays put) on the same backlog; the median of the rounds' p50 and p99 is reported. Redis Cluster is
-//! left out: a queue lives in one hash slot, so its claim is the standalone script.
+//! new jobs, so the backlog stays put) on the same backlog; the median of the rounds'
+//! p50 and p99 is reported. Redis Cluster is left out: a queue lives in one hash slot,
+//! so its claim is the standalone script.
 
 use std::time::{Duration, Instant};
 
-use relayq_core::{ClaimRequest, NewJob, Settle};
+use relayq_core::{ClaimRequest, NewJob, Settle, validate};
 
 use crate::{Row, median, scenarios::job, targets::Target};
 
 const CLAIMS: usize = 100;
 const ROUNDS: usize = 3;
+/// Enqueue calls in flight while a backlog is built.
+const BUILDERS: usize = 4;
 
 pub async fn backlog(targets: &[Target], sizes: &[usize]) -> anyhow::Result<Vec<Row>> {
     let mut rows = Vec::new();
     for &size in sizes {
         for t in targets {
-            if matches!(t, Target::RedisCluster(_)) {
+            // The in-memory model scans every open job per claim: at its largest size
+            // (100,000) one size took ~15 s of `--all` and says nothing new.
+            let largest = Some(&size) == sizes.last();
+            if matches!(t, Target::RedisCluster(_)) || largest && matches!(t, Target::Memory) {
                 continue;
             }
             let n = (size / t.scale()).max(1000);
@@ -45,12 +51,25 @@ fn ms(d: Duration) -> f64 {
 async fn once(t: &Target, n: usize) -> anyhow::Result<[f64; 2]> {
     let (b, cleanup) = t.open_isolated(&format!("backlog{n}")).await?;
     let q = crate::scenarios::queue("backlog");
+    // Built untimed in the largest calls enqueue takes, a few at a time: at 1,000 per
+    // call one after another, the three 1M backlogs took a fifth of `--all`.
+    let mut building = tokio::task::JoinSet::new();
     let mut left = n;
     while left > 0 {
-        let k = left.min(1000);
-        b.enqueue((0..k).map(|_| job(&q)).collect::<Vec<NewJob>>())
-            .await?;
+        let k = left.min(validate::MAX_JOBS_PER_ENQUEUE);
         left -= k;
+        if building.len() == BUILDERS {
+            building.join_next().await.expect("not empty")??;
+        }
+        let (b, q) = (b.clone(), q.clone());
+        building.spawn(async move {
+            b.enqueue((0..k).map(|_| job(&q)).collect::<Vec<NewJob>>())
+                .await
+                .map(drop)
+        });
+    }
+    while let Some(built) = building.join_next().await {
+        built??;
     }
     let mut p50s = Vec::new();
     let mut p99s = Vec::new();
