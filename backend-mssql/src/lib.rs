@@ -67,6 +67,10 @@ use tokio::sync::broadcast;
 
 pub use schema::DEFAULT_SCHEMA;
 
+/// The schema version this crate migrates to; [`MssqlBackend::migrate`] refuses a
+/// schema at a newer one (the test suites name their schemas after it).
+pub const SCHEMA_VERSION: usize = sql::MIGRATIONS.len();
+
 use crate::{conn::Manager, error::db, schema::Schema};
 
 /// The most rows one claim takes, whatever the request asks: well below the 5,000

@@ -54,7 +54,7 @@ use sqlx::{
 };
 use tokio::sync::broadcast;
 
-pub use schema::DEFAULT_SCHEMA;
+pub use schema::{DEFAULT_SCHEMA, SCHEMA_VERSION};
 
 use crate::{listen::Listener, schema::Schema};
 

@@ -17,6 +17,12 @@ pub const DEFAULT_SCHEMA: &str = "relayq";
 /// The migrations, one entry per version; `{s}` stands for the quoted schema name.
 const MIGRATIONS: &[&str] = &[include_str!("../migrations/0001_init.sql")];
 
+/// The schema version this crate migrates to. [`migrate`](crate::PostgresBackend::migrate)
+/// refuses a schema at a newer one, so processes sharing a schema must agree on it (the
+/// test suites name their schemas after it, so a server used by two versions keeps them
+/// apart).
+pub const SCHEMA_VERSION: usize = MIGRATIONS.len();
+
 /// A validated schema name and the statements of this crate, written for it.
 ///
 /// Statements are templates with `{s}` where the schema goes: identifiers cannot be

@@ -9,11 +9,16 @@ use relayq_conformance::{Env, harness::Server};
 use relayq_core::Backend;
 use relayq_postgres::{Config, PostgresBackend};
 
-const SCHEMA: &str = "relayq_conformance";
+/// Named after the schema version, so a server shared with another version of this
+/// crate (an older checkout, a branch with a new migration) never hands either one a
+/// schema it refuses.
+fn schema() -> String {
+    format!("relayq_conformance_v{}", relayq_postgres::SCHEMA_VERSION)
+}
 
 async fn open(url: &str) -> relayq_core::Result<PostgresBackend> {
     let config = Config::default()
-        .with_schema(SCHEMA)
+        .with_schema(schema())
         .with_max_connections(4);
     PostgresBackend::connect_with(url, config).await
 }

@@ -18,7 +18,8 @@ proptest! {
             let Some(url) = relayq_conformance::harness::server_url(Server::Postgres).await else {
                 return Ok(());
             };
-            let config = Config::default().with_schema("relayq_model").with_max_connections(2);
+            let schema = format!("relayq_model_v{}", relayq_postgres::SCHEMA_VERSION);
+            let config = Config::default().with_schema(schema).with_max_connections(2);
             let subject = PostgresBackend::connect_with(&url, config).await?;
             subject.migrate().await?;
             let subject: Arc<dyn Backend> = Arc::new(subject);
