@@ -137,7 +137,13 @@ impl PostgresBackend {
             }
         }
         let mut tx = self.inner.pool.begin().await.map_err(db)?;
+        // Not a cached statement: a generic plan cannot see how many leases the arrays
+        // hold and, once the table is analyzed with a large backlog in another queue,
+        // joins them by scanning the whole table. Planned with its arrays, every
+        // settle looks its leases up by id (docs/BENCHMARKS.md, Findings 2: a drain
+        // went from 751 to 18,962 jobs/s).
         let rows: Vec<Row> = sqlx::query_as(self.sql(SETTLE))
+            .persistent(false)
             .bind(&arrays.ids)
             .bind(&arrays.tokens)
             .bind(&arrays.queues)
