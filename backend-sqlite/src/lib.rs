@@ -17,6 +17,10 @@
 //!   microseconds since the epoch.
 //! - **Wake-ups**: handles opened in one process on one file share in-process events;
 //!   workers in other processes notice new jobs by polling (bounded, default ≤ 1 s).
+//! - **Writers in one process queue in order** for the file's write lock: a write
+//!   transaction first takes an in-process turn per file, so it never waits in SQLite's
+//!   busy handler, which sleeps up to 100 ms between retries. Writers in other
+//!   processes still wait through `busy_timeout`.
 //! - **Durability**: WAL with `synchronous = NORMAL`: a committed enqueue survives a
 //!   crash of the process; a power cut may lose the last transactions.
 //!
@@ -42,6 +46,7 @@ mod settle;
 
 use std::{
     collections::HashMap,
+    ops::{Deref, DerefMut},
     path::PathBuf,
     str::FromStr,
     sync::{Arc, Mutex, OnceLock, PoisonError},
@@ -55,7 +60,7 @@ use sqlx::{
     Connection, SqliteConnection, SqlitePool,
     sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous},
 };
-use tokio::sync::broadcast;
+use tokio::sync::{OwnedMutexGuard, broadcast};
 
 /// How long a writer waits for another process's write lock before failing.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -70,7 +75,7 @@ pub struct SqliteBackend {
 struct Inner {
     pool: SqlitePool,
     limits: Limits,
-    events: EventBus,
+    shared: Shared,
 }
 
 impl SqliteBackend {
@@ -97,7 +102,7 @@ impl SqliteBackend {
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(BUSY_TIMEOUT);
         enable_wal(&options).await?;
-        let events = shared_events(options.get_filename().to_path_buf());
+        let shared = Shared::of(options.get_filename().to_path_buf());
         let pool = SqlitePoolOptions::new()
             .max_connections(4)
             .connect_with(options)
@@ -108,7 +113,7 @@ impl SqliteBackend {
             inner: Arc::new(Inner {
                 pool,
                 limits,
-                events,
+                shared,
             }),
         })
     }
@@ -124,39 +129,80 @@ impl SqliteBackend {
     /// writer's (SPEC C2). Returns the transaction and "now", read once the lock is
     /// held: a call that waited for the lock must not be stamped with the time it
     /// started waiting.
-    async fn write(&self) -> Result<(sqlx::Transaction<'static, sqlx::Sqlite>, DateTime<Utc>)> {
+    async fn write(&self) -> Result<(Write, DateTime<Utc>)> {
+        let turn = self.inner.shared.writer.clone().lock_owned().await;
         let tx = self
             .inner
             .pool
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(db)?;
-        Ok((tx, Utc::now()))
+        Ok((Write { tx, _turn: turn }, Utc::now()))
     }
 
     fn notify(&self, queue: &str, kind: EventKind) {
-        self.inner.events.notify(queue, kind);
+        self.inner.shared.events.notify(queue, kind);
     }
 }
 
 impl Events for SqliteBackend {
     fn subscribe(&self) -> Option<broadcast::Receiver<Event>> {
-        Some(self.inner.events.subscribe())
+        Some(self.inner.shared.events.subscribe())
     }
 }
 
-/// One event channel per database file in this process, so every handle on one file
-/// wakes the others' workers.
-fn shared_events(path: PathBuf) -> EventBus {
-    static CHANNELS: OnceLock<Mutex<HashMap<PathBuf, EventBus>>> = OnceLock::new();
-    let key = std::fs::canonicalize(&path).unwrap_or(path);
-    CHANNELS
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .entry(key)
-        .or_default()
-        .clone()
+/// What every handle on one database file in this process shares.
+#[derive(Debug, Clone, Default)]
+struct Shared {
+    /// Wakes the workers of every handle.
+    events: EventBus,
+    /// The turn to write. SQLite lets one writer in at a time; a second connection's
+    /// `BEGIN IMMEDIATE` waits in the busy handler, which polls with sleeps of 1 to
+    /// 100 ms, so a settle that promotes the next stage could sit out 25 ms behind a
+    /// claim. Queued here instead, in-process writers get the lock in FIFO order the
+    /// moment it frees.
+    writer: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl Shared {
+    fn of(path: PathBuf) -> Self {
+        static FILES: OnceLock<Mutex<HashMap<PathBuf, Shared>>> = OnceLock::new();
+        let key = std::fs::canonicalize(&path).unwrap_or(path);
+        FILES
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(key)
+            .or_default()
+            .clone()
+    }
+}
+
+/// A write transaction holding this process's turn to write until it ends.
+struct Write {
+    tx: sqlx::Transaction<'static, sqlx::Sqlite>,
+    // Declared after `tx`: dropped after it, so an abandoned transaction's rollback
+    // is queued before the next writer goes.
+    _turn: OwnedMutexGuard<()>,
+}
+
+impl Write {
+    async fn commit(self) -> std::result::Result<(), sqlx::Error> {
+        self.tx.commit().await
+    }
+}
+
+impl Deref for Write {
+    type Target = SqliteConnection;
+    fn deref(&self) -> &SqliteConnection {
+        &self.tx
+    }
+}
+
+impl DerefMut for Write {
+    fn deref_mut(&mut self) -> &mut SqliteConnection {
+        &mut self.tx
+    }
 }
 
 type Conn = SqliteConnection;
