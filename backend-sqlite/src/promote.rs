@@ -7,6 +7,12 @@
 //!   stage is released (SPEC G2, G4);
 //! - a batch job is `ready`, `running` or `retrying` only if no unfinished job of its
 //!   batch has a lower stage (SPEC B2).
+//!
+//! Every look-up names its index (`INDEXED BY`) and repeats the partial index's
+//! `state IN (...)` term: SQLite uses a partial index only when the query's WHERE
+//! contains its condition, and otherwise picked `relayq_jobs_batch` or
+//! `relayq_jobs_state`, which scan every job of the batch, finished ones included, or
+//! every ready job of the queue, once per settled job.
 
 use chrono::{DateTime, Utc};
 use relayq_core::{JobState, Result};
@@ -85,8 +91,9 @@ pub(crate) async fn release_stage(c: &mut Conn, batch: i64) -> Result<()> {
     .await
     .map_err(db)?;
     sqlx::query(
-        "UPDATE relayq_jobs SET state = 'ready'
-         WHERE batch_id = ?1 AND stage = ?2 AND state = 'blocked' AND group_key IS NULL",
+        "UPDATE relayq_jobs INDEXED BY relayq_jobs_stage SET state = 'ready'
+         WHERE batch_id = ?1 AND stage = ?2 AND state = 'blocked' AND group_key IS NULL
+           AND state IN ('ready', 'blocked', 'running', 'retrying')",
     )
     .bind(batch)
     .bind(floor)
@@ -94,8 +101,9 @@ pub(crate) async fn release_stage(c: &mut Conn, batch: i64) -> Result<()> {
     .await
     .map_err(db)?;
     let groups: Vec<(String, String)> = sqlx::query_as(
-        "SELECT DISTINCT queue, group_key FROM relayq_jobs
-         WHERE batch_id = ?1 AND stage = ?2 AND state = 'blocked' AND group_key IS NOT NULL",
+        "SELECT DISTINCT queue, group_key FROM relayq_jobs INDEXED BY relayq_jobs_stage
+         WHERE batch_id = ?1 AND stage = ?2 AND state = 'blocked' AND group_key IS NOT NULL
+           AND state IN ('ready', 'blocked', 'running', 'retrying')",
     )
     .bind(batch)
     .bind(floor)
@@ -112,8 +120,9 @@ pub(crate) async fn release_stage(c: &mut Conn, batch: i64) -> Result<()> {
 /// earliest stage-released job is the one `ready` job and every other is `blocked`.
 pub(crate) async fn settle_group(c: &mut Conn, queue: &str, group: &str) -> Result<()> {
     let busy: Option<i64> = sqlx::query_scalar(
-        "SELECT id FROM relayq_jobs
-         WHERE queue = ?1 AND group_key = ?2 AND state IN ('running', 'retrying') LIMIT 1",
+        "SELECT id FROM relayq_jobs INDEXED BY relayq_jobs_group
+         WHERE queue = ?1 AND group_key = ?2 AND state IN ('running', 'retrying')
+           AND state IN ('ready', 'blocked', 'running', 'retrying') LIMIT 1",
     )
     .bind(queue)
     .bind(group)
@@ -124,8 +133,9 @@ pub(crate) async fn settle_group(c: &mut Conn, queue: &str, group: &str) -> Resu
         return Ok(());
     }
     let head: Option<i64> = sqlx::query_scalar(
-        "SELECT j.id FROM relayq_jobs j
+        "SELECT j.id FROM relayq_jobs j INDEXED BY relayq_jobs_group
          WHERE j.queue = ?1 AND j.group_key = ?2 AND j.state IN ('ready', 'blocked')
+           AND j.state IN ('ready', 'blocked', 'running', 'retrying')
            AND (j.batch_id IS NULL OR j.stage <= (
                 SELECT MIN(s.stage) FROM relayq_jobs s
                 WHERE s.batch_id = j.batch_id
@@ -138,8 +148,9 @@ pub(crate) async fn settle_group(c: &mut Conn, queue: &str, group: &str) -> Resu
     .await
     .map_err(db)?;
     sqlx::query(
-        "UPDATE relayq_jobs SET state = 'blocked'
-         WHERE queue = ?1 AND group_key = ?2 AND state = 'ready' AND id IS NOT ?3",
+        "UPDATE relayq_jobs INDEXED BY relayq_jobs_group SET state = 'blocked'
+         WHERE queue = ?1 AND group_key = ?2 AND state = 'ready' AND id IS NOT ?3
+           AND state IN ('ready', 'blocked', 'running', 'retrying')",
     )
     .bind(queue)
     .bind(group)
