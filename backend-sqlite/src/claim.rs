@@ -131,6 +131,7 @@ pub(crate) async fn expire(c: &mut Conn, queue: &str, now: DateTime<Utc>) -> Res
     .await
     .map_err(db)?;
     let (mut requeued, mut dead) = (0, 0);
+    let mut touched = promote::Touched::default();
     for e in expired {
         let error = "lease expired";
         let ended = Ended {
@@ -168,8 +169,9 @@ pub(crate) async fn expire(c: &mut Conn, queue: &str, now: DateTime<Utc>) -> Res
                 stage: e.stage,
                 state: JobState::Dead,
             };
-            promote::on_finish(c, &finished, now).await?;
+            touched.finished(c, &finished, now).await?;
         }
     }
+    touched.promote(c).await?;
     Ok((requeued, dead))
 }

@@ -14,6 +14,8 @@
 //! `relayq_jobs_state`, which scan every job of the batch, finished ones included, or
 //! every ready job of the queue, once per settled job.
 
+use std::collections::BTreeSet;
+
 use chrono::{DateTime, Utc};
 use relayq_core::{JobState, Result};
 
@@ -28,20 +30,61 @@ pub(crate) struct Finished<'a> {
     pub(crate) state: JobState,
 }
 
-/// Applies what follows from a finished job: a `Halt` batch fails and cancels its later
-/// stages (SPEC B6), the next stage is released (SPEC B2), and the group gets its next
-/// holder (SPEC G2).
+/// Applies what follows from one finished job; see [`Touched`].
 pub(crate) async fn on_finish(c: &mut Conn, job: &Finished<'_>, now: DateTime<Utc>) -> Result<()> {
-    if let (Some(batch), Some(stage)) = (job.batch, job.stage) {
-        if job.state == JobState::Dead {
-            halt(c, batch, stage, now).await?;
+    let mut touched = Touched::default();
+    touched.finished(c, job, now).await?;
+    touched.promote(c).await
+}
+
+/// The batches and groups a write transaction finished jobs of, promoted once at its
+/// end: a settle of 50 jobs of one stage releases the next stage once, not 50 times.
+/// Promotion reads only the current rows, so once at the end leaves the same state as
+/// once per job.
+#[derive(Default)]
+pub(crate) struct Touched {
+    batches: BTreeSet<i64>,
+    groups: BTreeSet<(String, String)>,
+}
+
+impl Touched {
+    /// Records a finished job. A dead one halts its `Halt` batch at once, which fails
+    /// the batch and cancels every job of a later stage (SPEC B6).
+    pub(crate) async fn finished(
+        &mut self,
+        c: &mut Conn,
+        job: &Finished<'_>,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        if let (Some(batch), Some(stage)) = (job.batch, job.stage) {
+            if job.state == JobState::Dead {
+                halt(c, batch, stage, now).await?;
+            }
+            self.batches.insert(batch);
         }
-        release_stage(c, batch).await?;
+        if let Some(group) = job.group {
+            self.group(job.queue, group);
+        }
+        Ok(())
     }
-    if let Some(group) = job.group {
-        settle_group(c, job.queue, group).await?;
+
+    /// Records a group whose holder may have changed (a job of it finished or was
+    /// released).
+    pub(crate) fn group(&mut self, queue: &str, group: &str) {
+        self.groups.insert((queue.to_owned(), group.to_owned()));
     }
-    Ok(())
+
+    /// Releases each batch's next stage (SPEC B2), then gives each group its holder
+    /// (SPEC G2).
+    pub(crate) async fn promote(self, c: &mut Conn) -> Result<()> {
+        for batch in self.batches {
+            release_stage(c, batch).await?;
+        }
+        for (queue, group) in self.groups {
+            settle_group(c, &queue, &group).await?;
+        }
+        Ok(())
+    }
 }
 
 /// SPEC B6: in a `Halt` batch, a dead job fails the batch and cancels every job of a

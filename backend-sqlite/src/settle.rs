@@ -51,9 +51,11 @@ impl Complete for SqliteBackend {
         validate::settles(&mut settles)?;
         let (mut tx, now) = self.write().await?;
         let mut out = Vec::with_capacity(settles.len());
+        let mut touched = promote::Touched::default();
         for s in &settles {
-            out.push(settle_one(&mut tx, s, now).await?);
+            out.push(settle_one(&mut tx, s, now, &mut touched).await?);
         }
+        touched.promote(&mut tx).await?;
         tx.commit().await.map_err(db)?;
         let mut queues: Vec<&str> = settles
             .iter()
@@ -95,7 +97,12 @@ impl Complete for SqliteBackend {
 
 /// Settles one lease inside the transaction. The outer error is a database failure
 /// (the whole call fails); the inner one is this lease's verdict.
-async fn settle_one(c: &mut Conn, s: &Settle, now: DateTime<Utc>) -> Result<Result<Settled>> {
+async fn settle_one(
+    c: &mut Conn,
+    s: &Settle,
+    now: DateTime<Utc>,
+    touched: &mut promote::Touched,
+) -> Result<Result<Settled>> {
     let (sql, error, retry_at) = match &s.outcome {
         Outcome::Complete => (COMPLETE, None, None),
         Outcome::Fail { error, retry } => {
@@ -149,7 +156,7 @@ async fn settle_one(c: &mut Conn, s: &Settle, now: DateTime<Utc>) -> Result<Resu
     if let (Settled::Released, Some(group)) = (settled, row.group_key.as_deref()) {
         // A released job no longer holds its group: an earlier job of the group whose
         // stage was released meanwhile goes first (SPEC G2).
-        promote::settle_group(c, &s.lease.queue, group).await?;
+        touched.group(&s.lease.queue, group);
     }
     if let Some(state) = finished {
         let f = promote::Finished {
@@ -159,7 +166,7 @@ async fn settle_one(c: &mut Conn, s: &Settle, now: DateTime<Utc>) -> Result<Resu
             stage: row.stage,
             state,
         };
-        promote::on_finish(c, &f, now).await?;
+        touched.finished(c, &f, now).await?;
     }
     Ok(Ok(settled))
 }
