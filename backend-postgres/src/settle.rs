@@ -13,10 +13,16 @@ use relayq_core::{
     Complete, Error, JobState, Lease, Outcome, Result, Retry, Settle, Settled, validate,
 };
 
-/// Settles the leases given as arrays (one element per lease). Only rows still held
-/// by the given token, running and unexpired, are touched (SPEC L1): they are locked
-/// in id order, finished ones move to `finished`, retrying and released ones stay, and
-/// every ended attempt goes to the log. Returns one row per settled lease.
+/// Settles the leases given as arrays (one element per lease, in id order). Only rows
+/// still held by the given token, running and unexpired, are touched (SPEC L1):
+/// finished ones move to `finished`, retrying and released ones stay, and every ended
+/// attempt goes to the log. Returns one row per settled lease.
+///
+/// Each lease's row is locked through its primary key, one after another in the
+/// arrays' order, so concurrent settles lock in id order. The `OFFSET 0` keeps the
+/// lease checks out of that lookup: with them inside, a table analyzed while nothing
+/// ran looks to have no running rows, and the planner read every running job through
+/// the running index instead (`tests/postgres.rs` checks both plans).
 const SETTLE: &str = concat!(
     "WITH i AS (
         SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::text[], $5::bigint[],
@@ -35,11 +41,10 @@ const SETTLE: &str = concat!(
                CASE WHEN i.retry_at IS NOT NULL THEN GREATEST(i.retry_at, now())
                     ELSE now() + i.delay_us::float8 * interval '1 microsecond'
                END AS retry_at
-        FROM {s}.jobs j JOIN i ON j.id = i.id
+        FROM i CROSS JOIN LATERAL (
+            SELECT * FROM {s}.jobs j WHERE j.id = i.id OFFSET 0 FOR UPDATE) j
         WHERE j.lease_token = i.token AND j.queue = i.queue AND j.state = 'running'
-          AND j.lease_expires_at > now()
-        ORDER BY j.id
-        FOR UPDATE OF j),
+          AND j.lease_expires_at > now()),
     g AS (
         DELETE FROM {s}.jobs j USING m
         WHERE j.id = m.id AND m.next IN ('succeeded', 'dead')
@@ -130,20 +135,19 @@ impl PostgresBackend {
         // A lease given twice in one call: the first counts, the others are stale, as
         // if they came one after another.
         let mut seen = HashSet::new();
+        let mut order: Vec<(usize, &Settle)> = settles
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| seen.insert((s.lease.job, s.lease.token)))
+            .collect();
+        // Rows are locked in array order: id order, as every other writer locks them.
+        order.sort_by_key(|(_, s)| s.lease.job);
         let mut arrays = Arrays::default();
-        for (i, s) in settles.iter().enumerate() {
-            if seen.insert((s.lease.job, s.lease.token)) {
-                arrays.push(i, s);
-            }
+        for (i, s) in order {
+            arrays.push(i, s);
         }
         let mut tx = self.inner.pool.begin().await.map_err(db)?;
-        // Not a cached statement: a generic plan cannot see how many leases the arrays
-        // hold and, once the table is analyzed with a large backlog in another queue,
-        // joins them by scanning the whole table. Planned with its arrays, every
-        // settle looks its leases up by id (docs/BENCHMARKS.md, Findings 2: a drain
-        // went from 751 to 18,962 jobs/s).
         let rows: Vec<Row> = sqlx::query_as(self.sql(SETTLE))
-            .persistent(false)
             .bind(&arrays.ids)
             .bind(&arrays.tokens)
             .bind(&arrays.queues)
@@ -182,6 +186,46 @@ impl PostgresBackend {
         listen::send(&mut tx, &self.inner.schema.channel(), &payloads).await?;
         tx.commit().await.map_err(db)?;
         Ok((out, payloads))
+    }
+}
+
+impl PostgresBackend {
+    /// The plan PostgreSQL picks for the settle statement with two leases: the custom
+    /// plan for these arrays, or, with `generic`, the generic plan a prepared statement
+    /// may switch to after five executions. For checking that settles look their leases
+    /// up by id on your data.
+    ///
+    /// # Errors
+    /// [`Error::Backend`] when the server fails.
+    pub async fn explain_settle(&self, generic: bool) -> Result<String> {
+        // A connection of its own, closed after: PREPARE outlives transactions.
+        let mut conn = self.pool().acquire().await.map_err(db)?.detach();
+        let mode = if generic {
+            "force_generic_plan"
+        } else {
+            "force_custom_plan"
+        };
+        let sql = &self.sql(SETTLE).0;
+        let setup = format!(
+            "SET plan_cache_mode = {mode};
+             PREPARE relayq_settle (bigint[], uuid[], text[], text[], bigint[],
+                                    timestamptz[], text[], text[]) AS {sql}"
+        );
+        sqlx::raw_sql(sqlx::AssertSqlSafe(setup))
+            .execute(&mut conn)
+            .await
+            .map_err(db)?;
+        let lines: Vec<String> = sqlx::query_scalar(
+            "EXPLAIN EXECUTE relayq_settle ('{1,2}',
+                 '{00000000-0000-0000-0000-000000000001,00000000-0000-0000-0000-000000000002}',
+                 '{q,q}', '{complete,complete}', '{NULL,NULL}', '{NULL,NULL}', '{NULL,NULL}',
+                 '{NULL,NULL}')",
+        )
+        .fetch_all(&mut conn)
+        .await
+        .map_err(db)?;
+        let _ = sqlx::Connection::close(conn).await;
+        Ok(lines.join("\n"))
     }
 }
 
