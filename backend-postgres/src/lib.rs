@@ -71,6 +71,13 @@ pub struct Config {
     /// Pool size for [`PostgresBackend::connect_with`] (default 10). One connection is
     /// held by the notification listener once something subscribes to events.
     pub max_connections: u32,
+    /// Connections the pool opens before [`PostgresBackend::connect_with`] returns and
+    /// keeps open (default 0: each is opened when first needed). Opening one mid-load
+    /// stalls the call that needed it for the whole set-up: over TLS with sqlx that
+    /// took about 90 ms on loopback here, against 2–5 ms without (docs/BENCHMARKS.md,
+    /// Findings 4). A worker uses up to 2 claim and 4 settle connections at once, plus
+    /// one per heartbeat in progress.
+    pub min_connections: u32,
     /// How long an operation waits for a connection from the pool (and
     /// [`PostgresBackend::connect_with`] for the first one) before failing with
     /// [`Error::Backend`]; default 30 s.
@@ -83,6 +90,7 @@ impl Default for Config {
             schema: DEFAULT_SCHEMA.to_owned(),
             limits: Limits::default(),
             max_connections: 10,
+            min_connections: 0,
             acquire_timeout: Duration::from_secs(30),
         }
     }
@@ -107,6 +115,13 @@ impl Config {
     #[must_use]
     pub fn with_max_connections(mut self, n: u32) -> Self {
         self.max_connections = n;
+        self
+    }
+
+    /// The settings with `n` connections opened up front and kept open.
+    #[must_use]
+    pub fn with_min_connections(mut self, n: u32) -> Self {
+        self.min_connections = n;
         self
     }
 }
@@ -141,7 +156,7 @@ impl PostgresBackend {
     ///
     /// # Errors
     /// As [`connect`](Self::connect); [`Error::InvalidInput`] on `schema` for a bad
-    /// schema name.
+    /// schema name, and on `min_connections` when it exceeds `max_connections`.
     pub async fn connect_with(url: &str, config: Config) -> Result<Self> {
         if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
             return Err(Error::invalid(
@@ -156,8 +171,19 @@ impl PostgresBackend {
             None => options.application_name("relayq"),
         };
         let schema = Schema::new(&config.schema)?;
+        let max = config.max_connections.max(2);
+        if config.min_connections > max {
+            return Err(Error::invalid(
+                "min_connections",
+                format!(
+                    "{} is more than max_connections ({max})",
+                    config.min_connections
+                ),
+            ));
+        }
         let pool = PgPoolOptions::new()
-            .max_connections(config.max_connections.max(2))
+            .max_connections(max)
+            .min_connections(config.min_connections)
             .acquire_timeout(config.acquire_timeout)
             .connect_with(options)
             .await

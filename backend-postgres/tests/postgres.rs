@@ -446,6 +446,41 @@ async fn connection_failures_are_backend_errors() {
     drop_schema(&other).await;
 }
 
+/// `min_connections` are open when `connect_with` returns, so a worker's first claims
+/// and settles do not wait for connection set-up; more than `max_connections` is
+/// refused before any connection is made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn min_connections_are_open_on_return() {
+    let err = PostgresBackend::connect_with(
+        "postgres://postgres@127.0.0.1:1/test",
+        Config::default()
+            .with_max_connections(4)
+            .with_min_connections(5),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::InvalidInput {
+                field: "min_connections",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let Some(url) = url().await else { return };
+    let warm = Config::default()
+        .with_max_connections(8)
+        .with_min_connections(6);
+    let b = PostgresBackend::connect_with(&url, warm).await.unwrap();
+    assert!(b.pool().size() >= 6, "pool size {}", b.pool().size());
+    let cold = PostgresBackend::connect_with(&url, Config::default())
+        .await
+        .unwrap();
+    assert!(cold.pool().size() < 6, "pool size {}", cold.pool().size());
+}
+
 /// Jobs with a group (or batch, or dedupe key) need READ COMMITTED: a REPEATABLE READ
 /// snapshot would hide the running holder of the group. Plain jobs are fine anywhere.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
