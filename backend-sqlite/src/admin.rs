@@ -18,6 +18,7 @@ impl SqliteBackend {
         max: Option<Option<u32>>,
     ) -> Result<()> {
         validate::queue_name(queue)?;
+        let (mut tx, _) = self.write().await?;
         sqlx::query(
             "INSERT INTO relayq_queues (queue, paused, max_running) VALUES (?1, COALESCE(?2, 0), ?4)
              ON CONFLICT (queue) DO UPDATE SET
@@ -28,9 +29,10 @@ impl SqliteBackend {
         .bind(paused)
         .bind(max.is_some())
         .bind(max.flatten().map(i64::from))
-        .execute(self.pool())
+        .execute(&mut *tx)
         .await
         .map_err(db)?;
+        tx.commit().await.map_err(db)?;
         self.notify(queue, EventKind::Ready);
         Ok(())
     }

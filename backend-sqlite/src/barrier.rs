@@ -1,7 +1,6 @@
 //! SPEC B: batches and their stages.
 
 use async_trait::async_trait;
-use chrono::Utc;
 use relayq_core::{
     Batch, BatchId, BatchProgress, Error, EventKind, JobState, OnFailure, OrderBarrier, Result,
     StageProgress, validate,
@@ -13,16 +12,18 @@ use crate::{SqliteBackend, db, us};
 impl OrderBarrier for SqliteBackend {
     async fn open_batch(&self, queue: &str, on_failure: OnFailure) -> Result<Batch> {
         validate::queue_name(queue)?;
+        let (mut tx, now) = self.write().await?;
         let id: i64 = sqlx::query_scalar(
             "INSERT INTO relayq_batches (queue, on_failure, created_at) VALUES (?1, ?2, ?3)
              RETURNING id",
         )
         .bind(queue)
         .bind(on_failure.as_str())
-        .bind(us(Utc::now()))
-        .fetch_one(self.pool())
+        .bind(us(now))
+        .fetch_one(&mut *tx)
         .await
         .map_err(db)?;
+        tx.commit().await.map_err(db)?;
         Ok(Batch {
             queue: queue.to_owned(),
             id: BatchId(id),
@@ -31,13 +32,15 @@ impl OrderBarrier for SqliteBackend {
 
     async fn seal(&self, batch: &Batch) -> Result<()> {
         validate::queue_name(&batch.queue)?;
+        let (mut tx, _) = self.write().await?;
         let n = sqlx::query("UPDATE relayq_batches SET sealed = 1 WHERE id = ?1 AND queue = ?2")
             .bind(batch.id.0)
             .bind(&batch.queue)
-            .execute(self.pool())
+            .execute(&mut *tx)
             .await
             .map_err(db)?
             .rows_affected();
+        tx.commit().await.map_err(db)?;
         if n == 0 {
             return Err(Error::not_found(batch.to_string()));
         }

@@ -182,7 +182,9 @@ impl Shared {
 struct Write {
     tx: sqlx::Transaction<'static, sqlx::Sqlite>,
     // Declared after `tx`: dropped after it, so an abandoned transaction's rollback
-    // is queued before the next writer goes.
+    // is queued before the next writer goes. (It runs on its connection's thread; a
+    // next writer that is quicker waits for it in the busy handler, as other
+    // processes do.)
     _turn: OwnedMutexGuard<()>,
 }
 
