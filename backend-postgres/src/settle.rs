@@ -19,10 +19,12 @@ use relayq_core::{
 /// attempt goes to the log. Returns one row per settled lease.
 ///
 /// Each lease's row is locked through its primary key, one after another in the
-/// arrays' order, so concurrent settles lock in id order. The `OFFSET 0` keeps the
-/// lease checks out of that lookup: with them inside, a table analyzed while nothing
-/// ran looks to have no running rows, and the planner read every running job through
-/// the running index instead (`tests/postgres.rs` checks both plans).
+/// arrays' order, so concurrent settles lock in id order; a row whose token no longer
+/// matches is not locked (the token is checked again on the newest row version after
+/// a wait). The `OFFSET 0` keeps the other lease checks out of that lookup: with the
+/// state and expiry inside, a table analyzed while nothing ran looks to have no
+/// running rows, and the planner read every running job through the running index
+/// instead (`tests/postgres.rs` checks both plans).
 const SETTLE: &str = concat!(
     "WITH i AS (
         SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::text[], $5::bigint[],
@@ -42,9 +44,9 @@ const SETTLE: &str = concat!(
                     ELSE now() + i.delay_us::float8 * interval '1 microsecond'
                END AS retry_at
         FROM i CROSS JOIN LATERAL (
-            SELECT * FROM {s}.jobs j WHERE j.id = i.id OFFSET 0 FOR UPDATE) j
-        WHERE j.lease_token = i.token AND j.queue = i.queue AND j.state = 'running'
-          AND j.lease_expires_at > now()),
+            SELECT * FROM {s}.jobs j WHERE j.id = i.id AND j.lease_token = i.token
+            OFFSET 0 FOR UPDATE) j
+        WHERE j.queue = i.queue AND j.state = 'running' AND j.lease_expires_at > now()),
     g AS (
         DELETE FROM {s}.jobs j USING m
         WHERE j.id = m.id AND m.next IN ('succeeded', 'dead')

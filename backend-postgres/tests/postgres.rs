@@ -7,8 +7,8 @@ use std::{sync::Arc, time::Duration};
 use futures::future::join_all;
 use relayq_conformance::{harness::Server, poll_until, queue_name};
 use relayq_core::{
-    Backend, Claim, ClaimRequest, Enqueue, Error, EventKind, Events, Inspect, JobState, NewJob,
-    OnFailure, OrderBarrier, worker::Worker,
+    Backend, Claim, ClaimRequest, Complete, Enqueue, Error, EventKind, Events, Inspect, JobState,
+    Lease, LeaseToken, NewJob, OnFailure, OrderBarrier, Settle, worker::Worker,
 };
 use relayq_postgres::{Config, PostgresBackend};
 
@@ -444,6 +444,45 @@ async fn connection_failures_are_backend_errors() {
         .await
         .unwrap();
     drop_schema(&other).await;
+}
+
+/// A settle whose token no longer matches does not lock the job's row: it answers
+/// `StaleLease` at once while another transaction holds that row, instead of waiting
+/// for it (and, in a settle of many leases, holding locks it will not use meanwhile).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_settle_does_not_wait_for_a_locked_row() {
+    let Some(url) = url().await else { return };
+    let b = fresh(&url, "stalelock").await;
+    let q = queue_name("stalelock");
+    b.enqueue(jobs(&q, 1)).await.unwrap();
+    let claimed = b.claim(ClaimRequest::new(&q, "w", 1, LEASE)).await.unwrap();
+    let lease = claimed[0].lease.clone();
+    let mut holder = b.pool().begin().await.unwrap();
+    let lock = format!(
+        "SELECT id FROM \"{}\".jobs WHERE id = $1 FOR UPDATE",
+        b.schema()
+    );
+    sqlx::query(sqlx::AssertSqlSafe(lock))
+        .bind(lease.job.0)
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let stale = Lease {
+        token: LeaseToken::random(),
+        ..lease.clone()
+    };
+    let settled = tokio::time::timeout(
+        Duration::from_secs(10),
+        b.settle_many(vec![Settle::complete(stale)]),
+    )
+    .await
+    .expect("the stale settle waited for the row lock")
+    .unwrap();
+    assert!(matches!(settled[0], Err(Error::StaleLease)), "{settled:?}");
+    holder.rollback().await.unwrap();
+    let done = b.settle_many(vec![Settle::complete(lease)]).await.unwrap();
+    assert!(done[0].is_ok(), "{done:?}");
+    drop_schema(&b).await;
 }
 
 /// `min_connections` are open when `connect_with` returns, so a worker's first claims
