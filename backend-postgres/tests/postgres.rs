@@ -155,11 +155,7 @@ async fn claim_plans_use_the_claim_index_after_analyze() {
         b.enqueue(jobs(&q, 1_000)).await.unwrap();
         b.enqueue(jobs(&other, 1_000)).await.unwrap();
     }
-    let analyze = format!("ANALYZE \"{}\".jobs", b.schema());
-    sqlx::raw_sql(sqlx::AssertSqlSafe(analyze))
-        .execute(b.pool())
-        .await
-        .unwrap();
+    analyze(&b).await;
     for generic in [false, true] {
         let plan = b.explain_claim(&q, 50, generic).await.unwrap();
         assert!(!plan.contains("Seq Scan"), "generic={generic}:\n{plan}");
@@ -169,10 +165,19 @@ async fn claim_plans_use_the_claim_index_after_analyze() {
     drop_schema(&b).await;
 }
 
+/// Refreshes the planner's statistics of the jobs table, as autovacuum would.
+async fn analyze(b: &PostgresBackend) {
+    let analyze = format!("ANALYZE \"{}\".jobs", b.schema());
+    sqlx::raw_sql(sqlx::AssertSqlSafe(analyze))
+        .execute(b.pool())
+        .await
+        .unwrap();
+}
+
 /// Both plans of the settle statement find each lease's row by primary key. Analyzed
 /// while nothing runs, the table looks to have no running rows, and the planner took
 /// the running index instead: every settle then read every running job of every
-/// queue (a drain with 150,000 jobs waiting elsewhere fell to 751 jobs/s).
+/// queue.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn settle_plans_find_leases_by_id_after_analyze() {
     let Some(url) = url().await else { return };
@@ -181,11 +186,7 @@ async fn settle_plans_find_leases_by_id_after_analyze() {
     for _ in 0..20 {
         b.enqueue(jobs(&q, 1_000)).await.unwrap();
     }
-    let analyze = format!("ANALYZE \"{}\".jobs", b.schema());
-    sqlx::raw_sql(sqlx::AssertSqlSafe(analyze))
-        .execute(b.pool())
-        .await
-        .unwrap();
+    analyze(&b).await;
     for generic in [false, true] {
         let plan = b.explain_settle(generic).await.unwrap();
         // The lookup is CTE `m`; the later CTEs delete and update by id.
