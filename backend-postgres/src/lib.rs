@@ -176,7 +176,7 @@ impl PostgresBackend {
             return Err(Error::invalid(
                 "min_connections",
                 format!(
-                    "{} is more than max_connections ({max})",
+                    "{} is more than the pool's size ({max}: max_connections, at least 2)",
                     config.min_connections
                 ),
             ));

@@ -447,7 +447,7 @@ async fn connection_failures_are_backend_errors() {
     drop_schema(&other).await;
 }
 
-/// A settle whose token no longer matches does not lock the job's row: it answers
+/// SPEC L1: a settle whose token no longer matches does not lock the job's row: it answers
 /// `StaleLease` at once while another transaction holds that row, instead of waiting
 /// for it (and, in a settle of many leases, holding locks it will not use meanwhile).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
