@@ -17,7 +17,7 @@ use crate::{
 };
 
 /// Fields per claimed job in the claim script's reply.
-const CLAIMED_FIELDS: usize = 12;
+const CLAIMED_FIELDS: usize = 10;
 
 #[async_trait]
 impl Enqueue for RedisBackend {
@@ -80,36 +80,43 @@ impl Claim for RedisBackend {
         args.extend(tokens.iter().map(|t| t.0.to_string().into_bytes()));
         let out: Value = self.run(&scripts::CLAIM, &req.queue, &args).await?;
         let items = reply::items(out)?;
-        items
-            .chunks(CLAIMED_FIELDS)
-            .map(|f| {
+        let Some((expiry, jobs)) = items.split_first() else {
+            return Err(bad("claim"));
+        };
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let expires_at = reply::time(int(expiry)?);
+        // The k-th job claimed holds the k-th token, as the script hands them out.
+        jobs.chunks(CLAIMED_FIELDS)
+            .zip(tokens)
+            .map(|(f, token)| {
                 if f.len() != CLAIMED_FIELDS {
                     return Err(bad("claim"));
                 }
-                let token = uuid::Uuid::parse_str(&text(&f[1])?).map_err(Error::backend)?;
                 Ok(ClaimedJob {
                     lease: Lease {
                         queue: req.queue.clone(),
                         job: JobId(int(&f[0])?),
-                        token: LeaseToken(token),
-                        attempt: u32::try_from(int(&f[2])?).map_err(Error::backend)?,
-                        expires_at: reply::time(int(&f[3])?),
+                        token,
+                        attempt: u32::try_from(int(&f[1])?).map_err(Error::backend)?,
+                        expires_at,
                         worker: req.worker.clone(),
                     },
-                    payload: reply::bytes(&f[4])?,
-                    priority: i16::try_from(int(&f[5])?).map_err(Error::backend)?,
-                    run_at: reply::time(int(&f[6])?),
-                    max_attempts: u16::try_from(int(&f[7])?).map_err(Error::backend)?,
-                    group: opt_text(&f[8])?,
-                    batch: opt_text(&f[9])?
+                    payload: reply::bytes(&f[2])?,
+                    priority: i16::try_from(int(&f[3])?).map_err(Error::backend)?,
+                    run_at: reply::time(int(&f[4])?),
+                    max_attempts: u16::try_from(int(&f[5])?).map_err(Error::backend)?,
+                    group: opt_text(&f[6])?,
+                    batch: opt_text(&f[7])?
                         .map(|b| b.parse().map(BatchId))
                         .transpose()
                         .map_err(Error::backend)?,
-                    stage: opt_text(&f[10])?
+                    stage: opt_text(&f[8])?
                         .map(|s| s.parse())
                         .transpose()
                         .map_err(Error::backend)?,
-                    enqueued_by: opt_text(&f[11])?,
+                    enqueued_by: opt_text(&f[9])?,
                 })
             })
             .collect()

@@ -1,6 +1,7 @@
 -- SPEC C: ARGV[3] = limit, ARGV[4] = lease (microseconds), ARGV[5] = worker, then one
 -- fresh random token per job that may be claimed (made by the caller: Lua's random
--- numbers are not). Returns 12 fields per claimed job, in order-key order.
+-- numbers are not). Returns the lease expiry, then 10 fields per claimed job, in
+-- order-key order; the k-th job claimed holds the k-th token.
 local settings = redis.call('HMGET', B .. ':settings', 'paused', 'max')
 -- Expired leases first (SPEC C5), in bounded chunks.
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', B .. ':running', '-inf', s(NOW), 'LIMIT', 0, 100)) do
@@ -20,29 +21,33 @@ if settings[2] then
   local live = redis.call('ZCOUNT', B .. ':running', '(' .. s(NOW), '+inf')
   limit = math.min(limit, tonumber(settings[2]) - live)
 end
-local out = {}
+local out = {''}
 if limit > 0 then
   local lease = tonumber(ARGV[4])
   local popped = redis.call('ZPOPMIN', B .. ':ready', limit)
   -- The running index gets every claimed job in one call.
   local running = {}
+  local ex = s(NOW + lease)
+  out[1] = ex
   for i = 1, #popped, 2 do
-    local id = id_of(popped[i])
+    -- The id as decimal text, without the order key's zero padding: no number to
+    -- string conversions on the hot path.
+    local id = string.match(popped[i], '^0*(%d+)$', 19)
     local k = (i + 1) / 2
-    local h = redis.call('HMGET', jk(id), 'st', 'at', 'p', 'pr', 'ra', 'ma', 'g', 'b', 's', 'by')
+    local key = B .. ':job:' .. id
+    local h = redis.call('HMGET', key, 'st', 'at', 'p', 'pr', 'ra', 'ma', 'g', 'b', 's', 'by')
     stat(h[1], -1)
     stat('running', 1)
-    local ex = NOW + lease
-    local at = (tonumber(h[2]) or 0) + 1
-    redis.call('HSET', jk(id), 'st', 'running', 'at', s(at), 'tk', ARGV[5 + k], 'ex', s(ex),
-      'w', ARGV[5], 'sa', s(NOW))
-    running[#running + 1] = s(ex)
-    running[#running + 1] = id
-    for _, v in ipairs({id, ARGV[5 + k], at, s(ex), h[3], h[4], h[5], h[6]}) do
-      out[#out + 1] = v
-    end
+    local at = s((tonumber(h[2]) or 0) + 1)
+    local token = ARGV[5 + k]
+    redis.call('HSET', key, 'st', 'running', 'at', at, 'tk', token, 'ex', ex, 'w', ARGV[5],
+      'sa', NOWS)
+    running[i], running[i + 1] = ex, id
+    local n = #out
+    out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = id, at, h[3], h[4], h[5]
     -- Optional fields as '' when absent: a nil would end the array.
-    for j = 7, 10 do out[#out + 1] = h[j] or '' end
+    out[n + 6], out[n + 7], out[n + 8], out[n + 9], out[n + 10] = h[6], h[7] or '',
+      h[8] or '', h[9] or '', h[10] or ''
   end
   if #running > 0 then redis.call('ZADD', B .. ':running', unpack(running)) end
 end

@@ -34,6 +34,8 @@ local CHANNEL = ARGV[1]
 local QUEUE = ARGV[2]
 local clock = redis.call('TIME')
 local NOW = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+-- NOW as written to keys and fields, formatted once per script.
+local NOWS = string.format('%d', NOW)
 local EVENTS = {}
 -- Per-state count changes, written once per state when the script ends: one HINCRBY
 -- per state and script instead of two per job.
@@ -243,13 +245,18 @@ end
 -- hot path of a drain: nothing waits for such a job, so finishing it touches only its
 -- hash and two indexes. The attempt's log record stays in the hash (worker `w`,
 -- started `sa`, ended `fa`, outcome `lo`, output `out`) instead of a JSON entry in the
--- log list; readers append it to the list's entries. The index changes are collected
--- in `done` and made by `flush_completed`, one call for many jobs.
+-- log list; readers append it to the list's entries. The token is blanked in the same
+-- write rather than deleted (one call, not two); the expiry `ex` stays behind, read by
+-- nothing once the state is not running. `id` is the decimal id as given. The index
+-- changes are collected in `done` and made by `flush_completed`, one call for many.
 local function complete_plain(id, output, done)
-  local fields = {'st', 'succeeded', 'fa', s(NOW), 'lo', 'succeeded'}
-  if output then fields[7], fields[8] = 'out', output end
-  redis.call('HSET', jk(id), unpack(fields))
-  clear_lease(id)
+  local k = B .. ':job:' .. id
+  if output then
+    redis.call('HSET', k, 'st', 'succeeded', 'fa', NOWS, 'lo', 'succeeded', 'tk', '',
+      'out', output)
+  else
+    redis.call('HSET', k, 'st', 'succeeded', 'fa', NOWS, 'lo', 'succeeded', 'tk', '')
+  end
   done[#done + 1] = id
   stat('running', -1)
   stat('succeeded', 1)
@@ -259,9 +266,9 @@ local function flush_completed(done)
   if #done == 0 then return end
   redis.call('ZREM', B .. ':running', unpack(done))
   local scored = {}
-  for _, id in ipairs(done) do
-    scored[#scored + 1] = s(NOW)
-    scored[#scored + 1] = id
+  for i, id in ipairs(done) do
+    scored[2 * i - 1] = NOWS
+    scored[2 * i] = id
   end
   redis.call('ZADD', B .. ':done', unpack(scored))
 end

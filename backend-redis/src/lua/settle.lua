@@ -2,53 +2,62 @@
 -- release), retry delay (microseconds, or ''), retry time (absolute, or ''), error,
 -- output ('' = none, else '=' .. text). Each lease is judged on its own token, one after
 -- another. Returns one verdict per lease: 'c', 'r', 'd', 't<run_at>' or 's' (stale).
+
+-- Every outcome but a plain completion: the lease at ARGV offset `o` holds job `id`
+-- of group `g` (or nil). Returns the verdict.
+local function settle_one(o, id, g, output)
+  local kind = ARGV[o + 3]
+  local h = redis.call('HMGET', jk(id), 'at', 'ma', 'w', 'sa')
+  local at, ma, ran = tonumber(h[1]), tonumber(h[2]), {h[3], h[4]}
+  if kind == 'complete' then
+    log(id, at, 'succeeded', nil, output, ran)
+    finish(id, 'succeeded')
+    return 'c'
+  elseif kind == 'release' then
+    -- The attempt is not counted (SPEC L4), and a released job no longer holds its
+    -- group: an earlier job whose stage was released meanwhile goes first (SPEC G2).
+    log(id, at, 'released', nil, output, ran)
+    clear_lease(id)
+    redis.call('HSET', jk(id), 'at', s(at - 1))
+    if g then
+      set_state(id, 'blocked')
+      redis.call('DEL', ghk(g))
+      settle_group(g)
+    else
+      set_state(id, 'ready')
+    end
+    return 'r'
+  end
+  local err = ARGV[o + 6]
+  log(id, at, 'failed', err, output, ran)
+  local delay, when = ARGV[o + 4], ARGV[o + 5]
+  if at < ma and (delay ~= '' or when ~= '') then
+    local ra = when ~= '' and math.max(tonumber(when), NOW) or NOW + tonumber(delay)
+    clear_lease(id)
+    set_state(id, 'retrying', {'ra', s(ra), 'le', err})
+    regroup(id)
+    return 't' .. s(ra)
+  end
+  finish(id, 'dead', err)
+  return 'd'
+end
+
 local n = tonumber(ARGV[3])
 local out, done = {}, {}
 for i = 0, n - 1 do
   local o = 3 + i * 7
-  local id = tonumber(ARGV[o + 1])
-  local h = redis.call('HMGET', jk(id), 'st', 'tk', 'ex', 'at', 'ma', 'g', 'w', 'sa', 'b', 'dk')
+  -- Only what judges the lease and tells a plain completion (no group, batch or dedupe
+  -- key), the hot path; the other outcomes read the rest.
+  local h = redis.call('HMGET', B .. ':job:' .. ARGV[o + 1], 'st', 'tk', 'ex', 'g', 'b', 'dk')
   if h[1] ~= 'running' or h[2] ~= ARGV[o + 2] or tonumber(h[3]) <= NOW then
     out[#out + 1] = 's'
   else
-    local kind, at, ma, g = ARGV[o + 3], tonumber(h[4]), tonumber(h[5]), h[6]
     local output = ARGV[o + 7] ~= '' and string.sub(ARGV[o + 7], 2) or nil
-    local ran = {h[7], h[8]}
-    if kind == 'complete' and not g and not h[9] and not h[10] then
-      complete_plain(id, output, done)
+    if ARGV[o + 3] == 'complete' and not h[4] and not h[5] and not h[6] then
+      complete_plain(ARGV[o + 1], output, done)
       out[#out + 1] = 'c'
-    elseif kind == 'complete' then
-      log(id, at, 'succeeded', nil, output, ran)
-      finish(id, 'succeeded')
-      out[#out + 1] = 'c'
-    elseif kind == 'release' then
-      -- The attempt is not counted (SPEC L4), and a released job no longer holds its
-      -- group: an earlier job whose stage was released meanwhile goes first (SPEC G2).
-      log(id, at, 'released', nil, output, ran)
-      clear_lease(id)
-      redis.call('HSET', jk(id), 'at', s(at - 1))
-      if g then
-        set_state(id, 'blocked')
-        redis.call('DEL', ghk(g))
-        settle_group(g)
-      else
-        set_state(id, 'ready')
-      end
-      out[#out + 1] = 'r'
     else
-      local err = ARGV[o + 6]
-      log(id, at, 'failed', err, output, ran)
-      local delay, when = ARGV[o + 4], ARGV[o + 5]
-      if at < ma and (delay ~= '' or when ~= '') then
-        local ra = when ~= '' and math.max(tonumber(when), NOW) or NOW + tonumber(delay)
-        clear_lease(id)
-        set_state(id, 'retrying', {'ra', s(ra), 'le', err})
-        regroup(id)
-        out[#out + 1] = 't' .. s(ra)
-      else
-        finish(id, 'dead', err)
-        out[#out + 1] = 'd'
-      end
+      out[#out + 1] = settle_one(o, tonumber(ARGV[o + 1]), h[4], output)
     end
   end
 end
