@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use relayq_core::{Admin, Batch, Error, EventKind, JobId, Maintenance, Result, validate};
 
 use crate::{
-    MssqlBackend, retry_deadlocks,
+    MssqlBackend,
     rows::{self, num, req},
     sql,
 };
@@ -35,7 +35,7 @@ impl MssqlBackend {
     /// without attempts left, are dead. With `all` false, only the dead-bound ones (the
     /// claim takes the others over itself). Returns (requeued, dead).
     pub(crate) async fn expire(&self, queue: &str, all: bool) -> Result<(u64, u64)> {
-        let sets = retry_deadlocks!(self.run(sql::EXPIRE, &[&queue, &all]))?;
+        let sets = self.run_retrying(sql::EXPIRE, &[&queue, &all]).await?;
         let r = rows::set(&sets, 0)?
             .first()
             .ok_or_else(|| Error::backend("expire returned no counts"))?;
@@ -86,7 +86,7 @@ impl Admin for MssqlBackend {
 
     async fn cancel_job(&self, queue: &str, id: JobId) -> Result<bool> {
         validate::queue_name(queue)?;
-        let sets = retry_deadlocks!(self.run(sql::CANCEL_JOB, &[&id.0, &queue]))?;
+        let sets = self.run_retrying(sql::CANCEL_JOB, &[&id.0, &queue]).await?;
         let found = rows::set(&sets, 0)?
             .first()
             .map(|r| rows::get::<&str>(r, 0))
@@ -103,8 +103,9 @@ impl Admin for MssqlBackend {
 
     async fn cancel_batch(&self, batch: &Batch) -> Result<u64> {
         validate::queue_name(&batch.queue)?;
-        let sets =
-            retry_deadlocks!(self.run(sql::CANCEL_BATCH, &[&batch.id.0, &batch.queue.as_str()]))?;
+        let sets = self
+            .run_retrying(sql::CANCEL_BATCH, &[&batch.id.0, &batch.queue.as_str()])
+            .await?;
         let r = rows::set(&sets, 0)?
             .first()
             .ok_or_else(|| Error::backend("cancel returned no counts"))?;
@@ -120,7 +121,9 @@ impl Admin for MssqlBackend {
         let ids: Option<String> = ids.map(|ids| {
             serde_json::Value::from(ids.iter().map(|id| id.0).collect::<Vec<_>>()).to_string()
         });
-        let sets = retry_deadlocks!(self.run(sql::RETRY_DEAD, &[&queue, &ids.as_deref()]))?;
+        let sets = self
+            .run_retrying(sql::RETRY_DEAD, &[&queue, &ids.as_deref()])
+            .await?;
         let n = rows::set(&sets, 0)?
             .first()
             .map(|r| req::<i32>(r, 0))

@@ -7,7 +7,7 @@ use relayq_core::{
 use tiberius::Row;
 
 use crate::{
-    MAX_CLAIM, MssqlBackend, keys, retry_deadlocks,
+    MAX_CLAIM, MssqlBackend, keys,
     rows::{self, num, req},
     sql,
 };
@@ -41,10 +41,12 @@ impl MssqlBackend {
         limit: i32,
     ) -> Result<(Vec<ClaimedJob>, bool)> {
         let lease = rows::millis(req_.lease);
-        let sets = retry_deadlocks!(self.run(
-            sql::CLAIM,
-            &[&req_.queue.as_str(), &limit, &lease, &req_.worker.as_str()]
-        ))?;
+        let sets = self
+            .run_retrying(
+                sql::CLAIM,
+                &[&req_.queue.as_str(), &limit, &lease, &req_.worker.as_str()],
+            )
+            .await?;
         let jobs = rows::set(&sets, 0)?
             .iter()
             .map(|r| to_job(req_, r))

@@ -3,12 +3,14 @@
 use std::collections::HashMap;
 
 use async_trait::async_trait;
-use relayq_core::{Enqueue, Enqueued, Error, JobId, NewJob, Result, RunAt, validate};
+use relayq_core::{
+    Enqueue, Enqueued, Error, JobId, NewJob, Result, RunAt, retry::retry_transient, validate,
+};
 use serde_json::{Value, json};
 use tiberius::Row;
 
 use crate::{
-    MssqlBackend, keys, retry_deadlocks,
+    MssqlBackend, keys,
     rows::{self, req},
     sql,
 };
@@ -131,7 +133,7 @@ impl Enqueue for MssqlBackend {
             return Ok(Vec::new());
         }
         let doc = jobs_json(&jobs)?;
-        retry_deadlocks!(self.enqueue_batch(&jobs, &doc))
+        retry_transient(|| self.enqueue_batch(&jobs, &doc), crate::error::retryable).await
     }
 }
 

@@ -263,6 +263,16 @@ impl MssqlBackend {
         self.inner.schema.sql(template)
     }
 
+    /// [`Self::run`], run again while the server aborts the batch with an error that
+    /// running it again resolves (a deadlock victim, a key race: [`error::retryable`]).
+    async fn run_retrying(
+        &self,
+        template: &'static str,
+        params: &[&dyn ToSql],
+    ) -> Result<Vec<Vec<Row>>> {
+        relayq_core::retry::retry_transient(|| self.run(template, params), error::retryable).await
+    }
+
     /// Runs one batch and returns its result sets. A connection whose request failed
     /// or was abandoned is discarded by the pool (see [`conn::Conn::busy`]).
     async fn run(&self, template: &'static str, params: &[&dyn ToSql]) -> Result<Vec<Vec<Row>>> {
@@ -316,30 +326,6 @@ fn shared_events(key: &str) -> EventBus {
         .or_default()
         .clone()
 }
-
-/// How many times a transaction chosen as a deadlock victim is run again.
-const DEADLOCK_RETRIES: u32 = 5;
-
-/// Runs `$op` (an expression producing a future of `Result`) again while it fails with
-/// an error that running the whole batch again resolves (see [`error::retryable`]).
-macro_rules! retry_deadlocks {
-    ($op:expr) => {{
-        let mut tries = 0;
-        loop {
-            match $op.await {
-                Err(e) if tries < $crate::DEADLOCK_RETRIES && $crate::error::retryable(&e) => {
-                    tries += 1;
-                    tracing::debug!(tries, "transaction lost a deadlock; running it again");
-                    let pause =
-                        std::time::Duration::from_millis(fastrand::u64(1..=20 * u64::from(tries)));
-                    tokio::time::sleep(pause).await;
-                }
-                result => break result,
-            }
-        }
-    }};
-}
-pub(crate) use retry_deadlocks;
 
 /// The README's examples compile.
 #[cfg(doctest)]

@@ -5,12 +5,13 @@ use std::{collections::HashSet, time::Duration};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use relayq_core::{
-    Complete, Error, JobState, Lease, Outcome, Result, Retry, Settle, Settled, validate,
+    Complete, Error, JobState, Lease, Outcome, Result, Retry, Settle, Settled,
+    retry::retry_transient, validate,
 };
 use serde_json::{Value, json};
 
 use crate::{
-    MssqlBackend, retry_deadlocks,
+    MssqlBackend,
     rows::{self, req},
     sql,
 };
@@ -87,7 +88,7 @@ impl Complete for MssqlBackend {
         if settles.is_empty() {
             return Ok(Vec::new());
         }
-        retry_deadlocks!(self.settle_batch(&settles))
+        retry_transient(|| self.settle_batch(&settles), crate::error::retryable).await
     }
 
     async fn heartbeat(&self, lease: &Lease, extend: Duration) -> Result<DateTime<Utc>> {

@@ -3,13 +3,14 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use relayq_core::{Admin, Batch, Error, JobId, JobState, Maintenance, Result, validate};
+use relayq_core::{
+    Admin, Batch, Error, JobId, JobState, Maintenance, Result, retry::retry_transient, validate,
+};
 use sqlx::PgConnection;
 
 use crate::{
     PostgresBackend, db, listen, micros,
     promote::{self, Touched, archive},
-    retry_deadlocks,
 };
 
 /// Cancels the unfinished jobs `$1` (ids, locked by the caller): they move to
@@ -258,14 +259,16 @@ impl Admin for PostgresBackend {
 
     async fn cancel_job(&self, queue: &str, id: JobId) -> Result<bool> {
         validate::queue_name(queue)?;
-        let (changed, payloads) = retry_deadlocks!(self.cancel_job_tx(queue, id))?;
+        let (changed, payloads) =
+            retry_transient(|| self.cancel_job_tx(queue, id), crate::retryable).await?;
         self.notify_local(&payloads);
         Ok(changed)
     }
 
     async fn cancel_batch(&self, batch: &Batch) -> Result<u64> {
         validate::queue_name(&batch.queue)?;
-        let (n, payloads) = retry_deadlocks!(self.cancel_batch_tx(batch))?;
+        let (n, payloads) =
+            retry_transient(|| self.cancel_batch_tx(batch), crate::retryable).await?;
         self.notify_local(&payloads);
         Ok(n)
     }
@@ -273,7 +276,11 @@ impl Admin for PostgresBackend {
     async fn retry_dead(&self, queue: &str, ids: Option<&[JobId]>) -> Result<u64> {
         validate::queue_name(queue)?;
         let ids: Option<Vec<i64>> = ids.map(|ids| ids.iter().map(|id| id.0).collect());
-        let (n, payloads) = retry_deadlocks!(self.retry_dead_tx(queue, ids.as_deref()))?;
+        let (n, payloads) = retry_transient(
+            || self.retry_dead_tx(queue, ids.as_deref()),
+            crate::retryable,
+        )
+        .await?;
         self.notify_local(&payloads);
         Ok(n)
     }

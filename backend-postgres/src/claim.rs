@@ -4,13 +4,12 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use relayq_core::{
     BatchId, Claim, ClaimRequest, ClaimedJob, Error, JobId, JobState, Lease, LeaseToken, Result,
-    validate,
+    retry::retry_transient, validate,
 };
 
 use crate::{
     PostgresBackend, db, micros,
     promote::{self, Touched, archive},
-    retry_deadlocks,
 };
 
 /// The claim statement; `$gate` is an extra condition on both candidate scans.
@@ -269,7 +268,8 @@ impl PostgresBackend {
     /// which releases what waited for them. With `all` false, only the dead-bound ones
     /// (the claim statement takes the others over itself). Returns (requeued, dead).
     pub(crate) async fn expire(&self, queue: &str, all: bool) -> Result<(u64, u64)> {
-        let (counts, payloads) = retry_deadlocks!(self.expire_tx(queue, all))?;
+        let (counts, payloads) =
+            retry_transient(|| self.expire_tx(queue, all), crate::retryable).await?;
         self.notify_local(&payloads);
         Ok(counts)
     }

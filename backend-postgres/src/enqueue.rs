@@ -4,13 +4,15 @@ use std::collections::{BTreeSet, HashMap};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use relayq_core::{BatchId, Enqueue, Enqueued, Error, JobId, NewJob, Result, RunAt, validate};
+use relayq_core::{
+    BatchId, Enqueue, Enqueued, Error, JobId, NewJob, Result, RunAt, retry::retry_transient,
+    validate,
+};
 use sqlx::{Connection, PgConnection};
 
 use crate::{
     PostgresBackend, db, listen, micros,
     promote::{self, Touched},
-    retry_deadlocks,
 };
 
 /// Inserts the jobs given as arrays, in input order (so their ids increase in that
@@ -360,7 +362,7 @@ impl Enqueue for PostgresBackend {
             let out = self.insert(&mut c, &jobs[0].queue, &jobs).await?;
             (out, vec![format!("{}:{}", listen::READY, jobs[0].queue)])
         } else {
-            retry_deadlocks!(self.enqueue_tx(&jobs))?
+            retry_transient(|| self.enqueue_tx(&jobs), crate::retryable).await?
         };
         self.notify_local(&payloads);
         Ok(out)

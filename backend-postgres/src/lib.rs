@@ -270,11 +270,8 @@ fn db(e: sqlx::Error) -> Error {
     Error::backend(e)
 }
 
-/// How many times a transaction that lost a deadlock is run again.
-const DEADLOCK_RETRIES: u32 = 5;
-
 /// Whether `e` is a deadlock (or serialization failure) that running the transaction
-/// again can resolve. Locks are taken in a fixed order, so these are rare (see
+/// again can resolve (with [`relayq_core::retry::retry_transient`]). Locks are taken in a fixed order, so these are rare (see
 /// `promote`).
 fn retryable(e: &Error) -> bool {
     let Error::Backend { source } = e else {
@@ -285,28 +282,6 @@ fn retryable(e: &Error) -> bool {
         _ => false,
     }
 }
-
-/// Runs `$op` (an expression producing a future of `Result`) again while it fails with
-/// a deadlock, at most [`DEADLOCK_RETRIES`] times.
-macro_rules! retry_deadlocks {
-    ($op:expr) => {{
-        let mut tries = 0;
-        loop {
-            match $op.await {
-                Err(e) if tries < $crate::DEADLOCK_RETRIES && $crate::retryable(&e) => {
-                    tries += 1;
-                    tracing::debug!(tries, "transaction lost a deadlock; running it again");
-                    // Stagger the retries of transactions that collided.
-                    let pause =
-                        std::time::Duration::from_millis(fastrand::u64(1..=20 * u64::from(tries)));
-                    tokio::time::sleep(pause).await;
-                }
-                result => break result,
-            }
-        }
-    }};
-}
-pub(crate) use retry_deadlocks;
 
 /// Microseconds in `d`, saturating, for `$n * interval '1 microsecond'`.
 fn micros(d: std::time::Duration) -> i64 {

@@ -15,7 +15,7 @@
 //! jobs' rows (a released stage, a group's next holder); a transaction that cancels one
 //! of exactly those rows while waiting for the same batch or group can still form a
 //! cycle, which PostgreSQL breaks after `deadlock_timeout` and the loser runs again
-//! (`retry_deadlocks!`). Claims take no promotion lock: they only turn `ready` into
+//! (`retry_transient`). Claims take no promotion lock: they only turn `ready` into
 //! `running`, which the group statements below allow for.
 
 use std::collections::{BTreeMap, BTreeSet};

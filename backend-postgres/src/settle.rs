@@ -5,12 +5,12 @@ use std::{collections::HashSet, time::Duration};
 use crate::{
     PostgresBackend, db, listen, micros,
     promote::{self, Touched, archive},
-    retry_deadlocks,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use relayq_core::{
-    Complete, Error, JobState, Lease, Outcome, Result, Retry, Settle, Settled, validate,
+    Complete, Error, JobState, Lease, Outcome, Result, Retry, Settle, Settled,
+    retry::retry_transient, validate,
 };
 
 /// Settles the leases given as arrays (one element per lease, in id order). Only rows
@@ -238,7 +238,8 @@ impl Complete for PostgresBackend {
         if settles.is_empty() {
             return Ok(Vec::new());
         }
-        let (out, payloads) = retry_deadlocks!(self.settle_tx(&settles))?;
+        let (out, payloads) =
+            retry_transient(|| self.settle_tx(&settles), crate::retryable).await?;
         self.notify_local(&payloads);
         Ok(out)
     }

@@ -57,6 +57,7 @@ mod job;
 mod lease;
 pub mod listing;
 pub mod memory;
+pub mod retry;
 pub mod settle;
 mod traits;
 pub mod validate;
