@@ -12,12 +12,12 @@ use relayq_core::{
 
 use crate::{
     RedisBackend, arg, micros,
-    reply::{self, bad, int, opt_text, text},
+    reply::{self, bad, int, text},
     scripts,
 };
 
 /// Fields per claimed job in the claim script's reply.
-const CLAIMED_FIELDS: usize = 10;
+const CLAIMED_FIELDS: usize = 5;
 
 #[async_trait]
 impl Enqueue for RedisBackend {
@@ -94,6 +94,19 @@ impl Claim for RedisBackend {
                 if f.len() != CLAIMED_FIELDS {
                     return Err(bad("claim"));
                 }
+                let fixed = reply::bytes(&f[4])?;
+                let mut fixed = fixed.split(|&b| b == 0).map(std::str::from_utf8);
+                let mut next = || -> Result<Option<&str>> {
+                    let v = fixed.next().ok_or_else(|| bad("claim"))?;
+                    Ok(Some(v.map_err(Error::backend)?).filter(|v| !v.is_empty()))
+                };
+                let (priority, max_attempts) = (next()?, next()?);
+                let (group, batch, stage, enqueued_by) = (next()?, next()?, next()?, next()?);
+                let number = |v: Option<&str>| -> Result<i64> {
+                    v.ok_or_else(|| bad("claim"))?
+                        .parse()
+                        .map_err(Error::backend)
+                };
                 Ok(ClaimedJob {
                     lease: Lease {
                         queue: req.queue.clone(),
@@ -104,19 +117,13 @@ impl Claim for RedisBackend {
                         worker: req.worker.clone(),
                     },
                     payload: reply::bytes(&f[2])?,
-                    priority: i16::try_from(int(&f[3])?).map_err(Error::backend)?,
-                    run_at: reply::time(int(&f[4])?),
-                    max_attempts: u16::try_from(int(&f[5])?).map_err(Error::backend)?,
-                    group: opt_text(&f[6])?,
-                    batch: opt_text(&f[7])?
-                        .map(|b| b.parse().map(BatchId))
-                        .transpose()
-                        .map_err(Error::backend)?,
-                    stage: opt_text(&f[8])?
-                        .map(|s| s.parse())
-                        .transpose()
-                        .map_err(Error::backend)?,
-                    enqueued_by: opt_text(&f[9])?,
+                    priority: i16::try_from(number(priority)?).map_err(Error::backend)?,
+                    run_at: reply::time(int(&f[3])?),
+                    max_attempts: u16::try_from(number(max_attempts)?).map_err(Error::backend)?,
+                    group: group.map(str::to_owned),
+                    batch: batch.map(|b| number(Some(b)).map(BatchId)).transpose()?,
+                    stage: stage.map(str::parse).transpose().map_err(Error::backend)?,
+                    enqueued_by: enqueued_by.map(str::to_owned),
                 })
             })
             .collect()

@@ -11,7 +11,7 @@ use redis::AsyncCommands;
 use relayq_conformance::{harness::Server, poll_until, queue_name};
 use relayq_core::{
     Admin, Backend, Claim, ClaimRequest, ClaimedJob, Complete, Enqueue, Error, Inspect, JobState,
-    NewJob,
+    NewJob, OrderBarrier,
     worker::{JobError, Worker},
 };
 use relayq_redis::RedisBackend;
@@ -342,4 +342,75 @@ async fn published_wakeups_survive_a_killed_subscriber() {
     let got = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await;
     assert_eq!(got.unwrap(), Some(second.id));
     worker.shutdown().await.unwrap();
+}
+
+/// A job stored before jobs kept their claimed fields in one hash value (`c`) is
+/// claimed with the same fields as one stored now: the claim rebuilds the value from
+/// the separate fields.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_stored_without_the_claimed_fields_value_claim_the_same() {
+    let Some((b, mut raw)) = setup().await else {
+        return;
+    };
+    let q = queue_name("packed");
+    let batch = b
+        .open_batch(&q, relayq_core::OnFailure::Continue)
+        .await
+        .unwrap();
+    let job = || {
+        NewJob::new(&q, b"body".to_vec())
+            .priority(-3)
+            .max_attempts(7)
+            .group("g|é {x}")
+            .in_batch(batch.id, 4)
+            .enqueued_by("tester; with \"quotes\"")
+    };
+    let plain = NewJob::new(&q, Vec::new()).priority(-2);
+    let ids = b.enqueue(vec![job(), plain]).await.unwrap();
+    let old = b.enqueue(vec![job()]).await.unwrap()[0].id;
+    let fields: usize = raw
+        .hdel(format!("{}:job:{}", b.queue_key(&q), old.0), "c")
+        .await
+        .unwrap();
+    assert_eq!(fields, 1, "the job hash had the value");
+    let got = b.claim(ClaimRequest::new(&q, "w", 5, LEASE)).await.unwrap();
+    // The grouped jobs take turns: the first of the group, then the plain job.
+    let seen: Vec<_> = got.iter().map(|j| j.lease.job).collect();
+    assert_eq!(seen, vec![ids[0].id, ids[1].id]);
+    let fields = |j: &ClaimedJob| {
+        (
+            j.priority,
+            j.max_attempts,
+            j.group.clone(),
+            j.batch,
+            j.stage,
+            j.enqueued_by.clone(),
+            j.payload.clone(),
+        )
+    };
+    let new = fields(&got[0]);
+    assert_eq!(
+        new,
+        (
+            -3,
+            7,
+            Some("g|é {x}".to_owned()),
+            Some(batch.id),
+            Some(4),
+            Some("tester; with \"quotes\"".to_owned()),
+            b"body".to_vec()
+        )
+    );
+    assert_eq!(fields(&got[1]), (-2, 3, None, None, None, None, Vec::new()));
+    // The old job is next in its group once the first one finished (the settle makes
+    // it ready in the same script).
+    b.settle_many(vec![relayq_core::Settle::complete(got[0].lease.clone())])
+        .await
+        .unwrap()
+        .remove(0)
+        .unwrap();
+    let next = b.claim(ClaimRequest::new(&q, "w", 5, LEASE)).await.unwrap();
+    assert_eq!(next.len(), 1);
+    assert_eq!(next[0].lease.job, old);
+    assert_eq!(fields(&next[0]), new);
 }

@@ -1,7 +1,8 @@
 -- SPEC C: ARGV[3] = limit, ARGV[4] = lease (microseconds), ARGV[5] = worker, then one
 -- fresh random token per job that may be claimed (made by the caller: Lua's random
--- numbers are not). Returns the lease expiry, then 10 fields per claimed job, in
--- order-key order; the k-th job claimed holds the k-th token.
+-- numbers are not). Returns the lease expiry, then 5 fields per claimed job (id,
+-- attempt, payload, run_at, claimed_fields), in order-key order; the k-th job claimed
+-- holds the k-th token.
 local settings = redis.call('HMGET', B .. ':settings', 'paused', 'max')
 -- Expired leases first (SPEC C5), in bounded chunks.
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', B .. ':running', '-inf', s(NOW), 'LIMIT', 0, 100)) do
@@ -35,7 +36,12 @@ if limit > 0 then
     local id = string.match(popped[i], '^0*(%d+)$', 19)
     local k = (i + 1) / 2
     local key = B .. ':job:' .. id
-    local h = redis.call('HMGET', key, 'st', 'at', 'p', 'pr', 'ra', 'ma', 'g', 'b', 's', 'by')
+    local h = redis.call('HMGET', key, 'st', 'at', 'p', 'ra', 'c')
+    if not h[5] then
+      -- Enqueued before jobs kept their claimed fields in one value.
+      local f = redis.call('HMGET', key, 'pr', 'ma', 'g', 'b', 's', 'by')
+      h[5] = claimed_fields(f[1], f[2], f[3], f[4], f[5], f[6])
+    end
     stat(h[1], -1)
     stat('running', 1)
     local at = s((tonumber(h[2]) or 0) + 1)
@@ -45,9 +51,6 @@ if limit > 0 then
     running[i], running[i + 1] = ex, id
     local n = #out
     out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = id, at, h[3], h[4], h[5]
-    -- Optional fields as '' when absent: a nil would end the array.
-    out[n + 6], out[n + 7], out[n + 8], out[n + 9], out[n + 10] = h[6], h[7] or '',
-      h[8] or '', h[9] or '', h[10] or ''
   end
   if #running > 0 then redis.call('ZADD', B .. ':running', unpack(running)) end
 end

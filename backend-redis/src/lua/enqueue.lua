@@ -37,7 +37,8 @@ for i = 0, n - 1 do
     local ra = ARGV[o + 3] ~= '' and tonumber(ARGV[o + 3]) or NOW + tonumber(ARGV[o + 4])
     local plain = g == '' and b == ''
     local fields = {'p', ARGV[o + 1], 'pr', ARGV[o + 2], 'ra', s(ra), 'ma', ARGV[o + 5],
-      'at', '0', 'ca', s(NOW)}
+      'at', '0', 'ca', s(NOW), 'c', claimed_fields(ARGV[o + 2], ARGV[o + 5], g, b,
+        b ~= '' and ARGV[o + 8] or '', by)}
     if by ~= '' then fields[#fields + 1], fields[#fields + 2] = 'by', by end
     -- A job with no group or batch is ready at once: its state goes in the same write.
     if plain then fields[#fields + 1], fields[#fields + 2] = 'st', 'ready' end

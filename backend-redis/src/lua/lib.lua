@@ -24,7 +24,8 @@
 -- at attempts, g group, gm group member key, b batch, s stage, dk dedupe key,
 -- by enqueued_by, ca created, fa finished, le last error, tk lease token,
 -- ex lease expiry, w worker, sa started; lo and out: the outcome and output of a last
--- attempt kept in the hash rather than the log list (see complete_plain).
+-- attempt kept in the hash rather than the log list (see complete_plain); c the fields
+-- a claim returns that never change, in one value (see claimed_fields).
 --
 -- Times are integer microseconds from TIME, the server's clock. Numbers are written
 -- with string.format('%d'): Lua's own number-to-string keeps only 14 digits.
@@ -53,6 +54,13 @@ local function okey(ra, id) return string.format('%018d%019d', math.max(ra, 0), 
 local function id_of(member) return tonumber(string.sub(member, 19)) end
 local function get(id, f) return redis.call('HGET', jk(id), f) end
 local function num(id, f) return tonumber(redis.call('HGET', jk(id), f)) end
+
+-- A job's fields that never change and that a claim returns, as one value: priority,
+-- max attempts, group, batch, stage, enqueued_by, each '' when absent, joined by NUL
+-- (no label holds one). A claim then reads and returns one value for six.
+local function claimed_fields(pr, ma, g, b, st, by)
+  return table.concat({pr, ma, g or '', b or '', st or '', by or ''}, '\0')
+end
 
 local function stat(state, n) STATS[state] = (STATS[state] or 0) + n end
 
