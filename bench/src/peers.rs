@@ -7,6 +7,10 @@ use std::{path::PathBuf, process::Stdio};
 
 use serde_json::Value;
 
+/// The longest a peer's measurement may take; its slowest (apalis-postgres draining
+/// 50,000 jobs) takes about 15 s.
+const PEER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+
 /// Peers and the scenarios each runs.
 pub const PEERS: &[(&str, &[&str])] = &[
     (
@@ -124,7 +128,14 @@ impl Peers {
         if let Ok(url) = std::env::var("RELAYQ_REDIS_URL") {
             cmd.args(["--redis-url", &url]);
         }
-        let out = cmd.stderr(Stdio::inherit()).output().await?;
+        // A peer run that hangs (apalis-postgres's latency run once sat idle for over
+        // ten minutes) is killed and reported, not waited for.
+        let out = tokio::time::timeout(
+            PEER_TIMEOUT,
+            cmd.stderr(Stdio::inherit()).kill_on_drop(true).output(),
+        )
+        .await
+        .map_err(|_| anyhow::anyhow!("{peer} {scenario} took over {PEER_TIMEOUT:?}; killed"))??;
         anyhow::ensure!(
             out.status.success(),
             "{peer} {scenario} failed ({})",
