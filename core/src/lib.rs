@@ -12,6 +12,8 @@
 //!   `Arc<dyn Backend>` works. Each method documents its `# Behavior`, citing the SPEC
 //!   rules the conformance suite (`relayq-conformance`) tests.
 //! - **Validation** ([`validate`]) happens here, once, for every backend.
+//! - **For adapters**: [`retry::retry_transient`] runs a transaction again after the
+//!   server aborted it to resolve a race (a deadlock victim).
 //! - **[`memory::MemoryBackend`]**: the reference model, every rule of the SPEC.
 //! - **[`worker::Worker`]**: claims into free slots, heartbeats, settles in batches,
 //!   wakes on backend events, shuts down gracefully.
