@@ -414,3 +414,53 @@ async fn jobs_stored_without_the_claimed_fields_value_claim_the_same() {
     assert_eq!(next[0].lease.job, old);
     assert_eq!(fields(&next[0]), new);
 }
+
+/// SPEC M3 on plain completions, which are indexed for pruning by a list in finishing
+/// order: maintenance prunes those older than the retention from the list's head and
+/// keeps the first younger one and all after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_completions_are_pruned_oldest_first() {
+    let Some((b, mut raw)) = setup().await else {
+        return;
+    };
+    let q = queue_name("donelist");
+    let ids: Vec<_> = b
+        .enqueue(jobs(&q, 3))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.id)
+        .collect();
+    // One claim and one settle each, so the list holds them in id order.
+    for _ in 0..3 {
+        let got = b.claim(ClaimRequest::new(&q, "w", 1, LEASE)).await.unwrap();
+        b.settle_many(vec![relayq_core::Settle::complete(got[0].lease.clone())])
+            .await
+            .unwrap()
+            .remove(0)
+            .unwrap();
+    }
+    // The first two finished two hours ago.
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(&mut raw).await.unwrap();
+    let old = (secs - 7_200) * 1_000_000 + micros;
+    for id in &ids[..2] {
+        let _: () = raw
+            .hset(format!("{}:job:{}", b.queue_key(&q), id.0), "fa", old)
+            .await
+            .unwrap();
+    }
+    let m = b.maintain(&q, Duration::from_secs(3_600)).await.unwrap();
+    assert_eq!(m.pruned, 2);
+    for id in &ids[..2] {
+        assert!(matches!(b.job(&q, *id).await, Err(Error::NotFound { .. })));
+    }
+    assert_eq!(b.job(&q, ids[2]).await.unwrap().state, JobState::Succeeded);
+    assert_eq!(
+        b.maintain(&q, Duration::from_secs(3_600))
+            .await
+            .unwrap()
+            .pruned,
+        0
+    );
+    assert_eq!(b.maintain(&q, Duration::ZERO).await.unwrap().pruned, 1);
+}

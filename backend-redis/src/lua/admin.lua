@@ -68,7 +68,23 @@ elseif op == 'maintain' then
     redis.call('ZREM', B .. ':dead', id)
     if h[2] then redis.call('SREM', bk(h[2]) .. ':jobs', id) end
   end
-  local more = (requeued + dead == budget or #ids == budget) and 1 or 0
+  -- Plain completions, oldest first, up to the first one still kept. Their list is in
+  -- finishing order; after the server's clock stepped back, a few may wait behind a
+  -- later one for a while.
+  local listed = 0
+  if #ids < budget then
+    local head = redis.call('LRANGE', B .. ':donelist', 0, budget - #ids - 1)
+    for _, id in ipairs(head) do
+      local h = redis.call('HMGET', jk(id), 'st', 'fa')
+      if h[1] and tonumber(h[2]) > cutoff then break end
+      if h[1] then stat(h[1], -1) end
+      redis.call('DEL', jk(id), jk(id) .. ':log')
+      listed = listed + 1
+    end
+    if listed > 0 then redis.call('LTRIM', B .. ':donelist', listed, -1) end
+  end
+  local pruned = #ids + listed
+  local more = (requeued + dead == budget or pruned == budget) and 1 or 0
   if more == 0 then
     -- Sealed batches left without jobs go too.
     for _, b in ipairs(redis.call('ZRANGE', B .. ':batches', 0, -1)) do
@@ -79,6 +95,6 @@ elseif op == 'maintain' then
     end
   end
   publish()
-  return {requeued, dead, #ids, more}
+  return {requeued, dead, pruned, more}
 end
 return redis.error_reply('RELAYQ_BUG unknown admin operation ' .. op)

@@ -14,6 +14,9 @@
 --   B:backoff        retrying jobs not yet due: score = run_at
 --   B:running        running jobs: score = lease expiry
 --   B:done           finished jobs: score = finished_at     B:dead  dead jobs by id
+--   B:donelist       plain completions (see complete_plain), in finishing order: their
+--                    index for pruning, a list because appending costs less than a
+--                    sorted-set insert
 --   B:stats          count per state                       B:settings  paused, max
 --   B:dedupe         dedupe key -> unfinished job id
 --   B:g:<group>      the group's unfinished jobs by order key; B:gh:<group> its holder
@@ -256,7 +259,8 @@ end
 -- log list; readers append it to the list's entries. The token is blanked in the same
 -- write rather than deleted (one call, not two); the expiry `ex` stays behind, read by
 -- nothing once the state is not running. `id` is the decimal id as given. The index
--- changes are collected in `done` and made by `flush_completed`, one call for many.
+-- changes are collected in `done` and made by `flush_completed`, one call for many:
+-- out of the running index, onto the end of B:donelist.
 local function complete_plain(id, output, done)
   local k = B .. ':job:' .. id
   if output then
@@ -273,12 +277,7 @@ end
 local function flush_completed(done)
   if #done == 0 then return end
   redis.call('ZREM', B .. ':running', unpack(done))
-  local scored = {}
-  for i, id in ipairs(done) do
-    scored[2 * i - 1] = NOWS
-    scored[2 * i] = id
-  end
-  redis.call('ZADD', B .. ':done', unpack(scored))
+  redis.call('RPUSH', B .. ':donelist', unpack(done))
 end
 
 -- SPEC C5: a running job whose lease expired retries in place (keeping its group and
