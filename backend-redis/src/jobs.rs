@@ -195,7 +195,16 @@ impl Complete for RedisBackend {
     }
 }
 
+/// One lease's record for the settle script: a completion without output in three
+/// arguments (`c`, id, token), anything else in eight (`x`, id, token, kind, retry
+/// delay, retry time, error, output).
 fn push_settle(args: &mut Vec<Vec<u8>>, s: &Settle) {
+    let id = arg(s.lease.job.0);
+    let token = s.lease.token.0.to_string().into_bytes();
+    if matches!(s.outcome, Outcome::Complete) && s.output.is_none() {
+        args.extend([b"c".to_vec(), id, token]);
+        return;
+    }
     let (kind, delay, at, error) = match &s.outcome {
         Outcome::Complete => ("complete", String::new(), String::new(), ""),
         Outcome::Release => ("release", String::new(), String::new(), ""),
@@ -213,9 +222,7 @@ fn push_settle(args: &mut Vec<Vec<u8>>, s: &Settle) {
             ("fail", delay, at, error.as_str())
         }
     };
-    args.push(arg(s.lease.job.0));
-    args.push(s.lease.token.0.to_string().into_bytes());
-    args.push(kind.as_bytes().to_vec());
+    args.extend([b"x".to_vec(), id, token, kind.as_bytes().to_vec()]);
     args.push(delay.into_bytes());
     args.push(at.into_bytes());
     args.push(error.as_bytes().to_vec());

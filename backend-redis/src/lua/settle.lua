@@ -1,12 +1,13 @@
--- SPEC L: ARGV[3] = n, then 7 fields per lease: job id, token, kind (complete, fail,
--- release), retry delay (microseconds, or ''), retry time (absolute, or ''), error,
--- output ('' = none, else '=' .. text). Each lease is judged on its own token, one after
--- another. Returns one verdict per lease: 'c', 'r', 'd', 't<run_at>' or 's' (stale).
+-- SPEC L: ARGV[3] = n, then one record per lease: 'c', job id, token for a completion
+-- without output (the common case, in three arguments); else 'x', job id, token, kind
+-- (complete, fail, release), retry delay (microseconds, or ''), retry time (absolute,
+-- or ''), error, output ('' = none, else '=' .. text). Each lease is judged on its own
+-- token, one after another. Returns one verdict per lease: 'c', 'r', 'd', 't<run_at>'
+-- or 's' (stale).
 
--- Every outcome but a plain completion: the lease at ARGV offset `o` holds job `id`
--- of group `g` (or nil). Returns the verdict.
-local function settle_one(o, id, g, output)
-  local kind = ARGV[o + 3]
+-- Every outcome but a plain completion, `kind`, of job `id` of group `g` (or nil); a
+-- failure's delay, time and error are ARGV[o + 4] to ARGV[o + 6]. Returns the verdict.
+local function settle_one(o, kind, id, g, output)
   local h = redis.call('HMGET', jk(id), 'at', 'ma', 'w', 'sa')
   local at, ma, ran = tonumber(h[1]), tonumber(h[2]), {h[3], h[4]}
   if kind == 'complete' then
@@ -44,22 +45,30 @@ end
 
 local n = tonumber(ARGV[3])
 local out, done = {}, {}
-for i = 0, n - 1 do
-  local o = 3 + i * 7
+local o = 3
+for i = 1, n do
+  local id, full = ARGV[o + 2], ARGV[o + 1] == 'x'
   -- Only what judges the lease and tells a plain completion (no group, batch or dedupe
   -- key), the hot path; the other outcomes read the rest.
-  local h = redis.call('HMGET', B .. ':job:' .. ARGV[o + 1], 'st', 'tk', 'ex', 'g', 'b', 'dk')
-  if h[1] ~= 'running' or h[2] ~= ARGV[o + 2] or tonumber(h[3]) <= NOW then
-    out[#out + 1] = 's'
+  local h = redis.call('HMGET', B .. ':job:' .. id, 'st', 'tk', 'ex', 'g', 'b', 'dk')
+  if h[1] ~= 'running' or h[2] ~= ARGV[o + 3] or tonumber(h[3]) <= NOW then
+    out[i] = 's'
+  elseif not full and not h[4] and not h[5] and not h[6] then
+    complete_plain(id, nil, done)
+    out[i] = 'c'
+  elseif not full then
+    -- A completion in three arguments of a job that is not plain.
+    out[i] = settle_one(o + 1, 'complete', tonumber(id), h[4], nil)
   else
-    local output = ARGV[o + 7] ~= '' and string.sub(ARGV[o + 7], 2) or nil
-    if ARGV[o + 3] == 'complete' and not h[4] and not h[5] and not h[6] then
-      complete_plain(ARGV[o + 1], output, done)
-      out[#out + 1] = 'c'
+    local output = ARGV[o + 8] ~= '' and string.sub(ARGV[o + 8], 2) or nil
+    if ARGV[o + 4] == 'complete' and not h[4] and not h[5] and not h[6] then
+      complete_plain(id, output, done)
+      out[i] = 'c'
     else
-      out[#out + 1] = settle_one(o, tonumber(ARGV[o + 1]), h[4], output)
+      out[i] = settle_one(o + 1, ARGV[o + 4], tonumber(id), h[4], output)
     end
   end
+  o = o + (full and 8 or 3)
 end
 flush_completed(done)
 publish()
