@@ -35,6 +35,7 @@ pub async fn latency(
         .map(|_| Default::default())
         .collect();
     let mut notes = vec![String::new(); targets.len() + theirs.len()];
+    let mut failed = vec![0; notes.len()];
     for _ in 0..runs {
         for (i, t) in targets.iter().enumerate() {
             let [p50, p99, max] = once(t, n).await?;
@@ -43,10 +44,15 @@ pub async fn latency(
             samples[i][2].push(max);
         }
         for (j, p) in theirs.iter().enumerate() {
-            let Ok(m) = peers.run(p, "latency", n, 16).await else {
-                continue;
-            };
             let i = targets.len() + j;
+            let m = match peers.run(p, "latency", n, 16).await {
+                Ok(m) => m,
+                Err(e) => {
+                    crate::say(&format!("{p} latency: a run failed: {e}"));
+                    failed[i] += 1;
+                    continue;
+                }
+            };
             samples[i][0].push(m.value);
             samples[i][1].push(m.p99.unwrap_or(f64::NAN));
             samples[i][2].push(m.max.unwrap_or(f64::NAN));
@@ -58,9 +64,15 @@ pub async fn latency(
         .map(|t| t.label().to_owned())
         .chain(theirs.iter().map(|p| (*p).to_owned()));
     let mut rows = Vec::new();
-    for ((label, [p50, p99, max]), note) in labels.zip(samples).zip(notes) {
+    for (((label, [p50, p99, max]), mut note), failed) in labels.zip(samples).zip(notes).zip(failed)
+    {
         if p50.is_empty() {
             continue;
+        }
+        if failed > 0 {
+            note.push_str(&format!(
+                "; {failed} of {runs} runs failed, the figures are the others'"
+            ));
         }
         for (what, s) in [("p50", p50), ("p99", p99), ("max", max)] {
             rows.push(Row {

@@ -60,6 +60,7 @@ where
     let mut samples: Vec<Vec<f64>> = targets.iter().map(|_| Vec::new()).collect();
     let mut peer_samples: Vec<Vec<f64>> = peers.iter().map(|_| Vec::new()).collect();
     let mut notes: Vec<String> = peers.iter().map(|_| String::new()).collect();
+    let mut failed = vec![0; peers.len()];
     for run in 0..runs {
         for (i, t) in targets.iter().enumerate() {
             let (backend, cleanup) = if isolated {
@@ -80,7 +81,13 @@ where
                         peer_samples[i].push(m.value);
                         notes[i] = m.settings;
                     }
-                    Err(e) => notes[i] = format!("FAILED: {e}"),
+                    Err(e) => {
+                        crate::say(&format!("{name} {scenario}: a run failed: {e}"));
+                        failed[i] += 1;
+                        if peer_samples[i].is_empty() {
+                            notes[i] = format!("FAILED: {e}");
+                        }
+                    }
                 }
             }
         }
@@ -96,11 +103,17 @@ where
         .iter()
         .zip(peer_samples)
         .zip(notes)
-        .filter_map(|((p, s), note)| {
+        .zip(failed)
+        .filter_map(|(((p, s), mut note), failed)| {
             if s.is_empty() {
                 // Every run of this peer failed; say so once, with the reason.
                 crate::say(&format!("{p} could not run {scenario}: {note}"));
                 return None;
+            }
+            if failed > 0 {
+                note.push_str(&format!(
+                    "; {failed} of {runs} runs failed, the figure is the others'"
+                ));
             }
             Some((p, s, note))
         })
