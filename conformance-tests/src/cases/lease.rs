@@ -528,6 +528,60 @@ pub async fn l6_settle_many_judges_each_lease(env: &Env) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// SPEC L1, L6: a lease given twice in one `settle_many` call is settled by its first
+/// entry; the second is judged after it, like a second call, and is `StaleLease`.
+pub async fn l6_lease_repeated_in_one_call_settles_once(env: &Env) -> anyhow::Result<()> {
+    let b = env.backend();
+    let q = queue_name("l6repeat");
+    let all = enqueue_n(b, &q, 3).await?;
+    let jobs = claim_exactly(b, &q, &all).await?;
+    let hour = Duration::from_secs(3600);
+    let results = b
+        .settle_many(vec![
+            Settle::complete(jobs[0].lease.clone()),
+            Settle::complete(jobs[0].lease.clone()),
+            Settle::fail(jobs[1].lease.clone(), "later", Retry::After(hour)),
+            Settle::complete(jobs[1].lease.clone()),
+            Settle::release(jobs[2].lease.clone()),
+            Settle::fail(jobs[2].lease.clone(), "gone", Retry::Never),
+        ])
+        .await?;
+    let shape: Vec<_> = results
+        .iter()
+        .map(|r| r.as_ref().map_err(relayq_core::Error::is_stale_lease))
+        .collect();
+    ensure!(
+        matches!(
+            shape.as_slice(),
+            [
+                Ok(Settled::Completed),
+                Err(true),
+                Ok(Settled::Retrying { .. }),
+                Err(true),
+                Ok(Settled::Released),
+                Err(true)
+            ]
+        ),
+        "settle_many results: {results:?}"
+    );
+    for (id, want) in all
+        .iter()
+        .zip([JobState::Succeeded, JobState::Retrying, JobState::Ready])
+    {
+        expect_state(b, &q, *id, want).await?;
+    }
+    // Each attempt was closed once.
+    for id in &all {
+        let log = b.job(&q, *id).await?.attempt_log;
+        ensure!(
+            log.len() == 1,
+            "job {id} has {} log entries: {log:?}",
+            log.len()
+        );
+    }
+    Ok(())
+}
+
 /// SPEC L6, X3: a settle call rejected as a whole (more than 1000 leases, a bad retry
 /// time) settles nothing: every lease still holds.
 pub async fn l6_rejected_settle_call_settles_nothing(env: &Env) -> anyhow::Result<()> {
