@@ -25,6 +25,9 @@ use crate::{
 /// are locked. The expired attempts are closed in the log, and one extra row of flags
 /// says whether the queue has a concurrency limit (the caller then claims under the
 /// queue's lock) and whether expired jobs without attempts left wait to be made dead.
+/// When `$5` is true, the flags row also sets `synchronous_commit` to `off` for the
+/// statement's transaction alone, so its commit does not wait for the WAL flush (see
+/// [`Config::durable_claims`](crate::Config::durable_claims)); `CASE` calls it only then.
 ///
 /// `EXPLAIN` with 1,000,000 ready jobs in the queue, after `ANALYZE` (PostgreSQL 15,
 /// custom plan for a limit of 50; costs and the flag sub-plans trimmed). Every scan is
@@ -100,7 +103,9 @@ macro_rules! claim_sql {
                        EXISTS (SELECT 1 FROM {s}.jobs
                                WHERE queue = $1 AND state = 'running'
                                  AND lease_expires_at <= now()
-                                 AND attempts >= max_attempts) AS doomed)
+                                 AND attempts >= max_attempts) AS doomed,
+                       CASE WHEN $5 THEN set_config('synchronous_commit', 'off', true)
+                       END AS async)
             SELECT f.limited, f.doomed, c.id, c.lease_token, c.attempts, c.payload, c.priority,
                    c.run_at, c.max_attempts, c.group_key, c.batch_id, c.stage, c.enqueued_by,
                    c.lease_expires_at
@@ -199,6 +204,7 @@ impl PostgresBackend {
             .bind(limit)
             .bind(micros(req.lease))
             .bind(&req.worker)
+            .bind(!self.inner.durable_claims)
             .fetch_all(c)
             .await
             .map_err(db)?;
@@ -357,14 +363,15 @@ impl PostgresBackend {
         let sql = self.sql_limit(CLAIM_FREE, limit).0;
         let setup = format!(
             "SET plan_cache_mode = {mode};
-             PREPARE relayq_claim (text, bigint, float8, text) AS {sql}"
+             PREPARE relayq_claim (text, bigint, float8, text, boolean) AS {sql}"
         );
         sqlx::raw_sql(sqlx::AssertSqlSafe(setup))
             .execute(&mut conn)
             .await
             .map_err(db)?;
         // The queue name was validated: letters, digits and `_-.:` only.
-        let explain = format!("EXPLAIN EXECUTE relayq_claim ('{queue}', {limit}, 30e6, 'explain')");
+        let explain =
+            format!("EXPLAIN EXECUTE relayq_claim ('{queue}', {limit}, 30e6, 'explain', false)");
         let lines: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(explain))
             .fetch_all(&mut conn)
             .await

@@ -7,8 +7,8 @@ use std::{sync::Arc, time::Duration};
 use futures::future::join_all;
 use relayq_conformance::{harness::Server, poll_until, queue_name};
 use relayq_core::{
-    Backend, Claim, ClaimRequest, Complete, Enqueue, Error, EventKind, Events, Inspect, JobState,
-    Lease, LeaseToken, NewJob, OnFailure, OrderBarrier, Settle, worker::Worker,
+    Admin, Backend, Claim, ClaimRequest, Complete, Enqueue, Error, EventKind, Events, Inspect,
+    JobState, Lease, LeaseToken, NewJob, OnFailure, OrderBarrier, Settle, worker::Worker,
 };
 use relayq_postgres::{Config, PostgresBackend};
 
@@ -552,4 +552,44 @@ async fn enqueue_in_needs_read_committed_for_groups() {
     b.job(&q, plain[0].id).await.unwrap();
     assert_eq!(b.queue_stats(&q).await.unwrap().total(), 1);
     drop_schema(&b).await;
+}
+
+/// A claim turns `synchronous_commit` off for its own transaction only (see
+/// `Config::durable_claims`): the enqueues and settles that follow on the same pooled
+/// connection still wait for their flush, whichever claim path ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_leave_the_sessions_commit_setting_as_it_was() {
+    let Some(url) = url().await else { return };
+    let setup = fresh(&url, "synccommit").await;
+    // One connection, so every statement below runs on the one the claims used.
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&url)
+        .await
+        .unwrap();
+    let b =
+        PostgresBackend::from_pool(pool, &Config::default().with_schema(setup.schema())).unwrap();
+    let show = || async {
+        sqlx::query_scalar::<_, String>("SHOW synchronous_commit")
+            .fetch_one(b.pool())
+            .await
+            .unwrap()
+    };
+    let before = show().await;
+    assert_ne!(
+        before, "off",
+        "the server's own setting is off: nothing to see"
+    );
+    let q = queue_name("synccommit");
+    b.enqueue(jobs(&q, 2)).await.unwrap();
+    // The unlimited path: one statement in its own transaction.
+    let got = b.claim(ClaimRequest::new(&q, "w", 1, LEASE)).await.unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(show().await, before, "after a claim");
+    // The limited path: the claim statement inside the queue lock's transaction.
+    b.set_max_running(&q, Some(5)).await.unwrap();
+    let got = b.claim(ClaimRequest::new(&q, "w", 1, LEASE)).await.unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(show().await, before, "after a claim of a limited queue");
+    drop_schema(&setup).await;
 }
