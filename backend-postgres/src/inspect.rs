@@ -28,6 +28,7 @@ struct JobRow {
     last_error: Option<String>,
     worker: Option<String>,
     started_at: Option<DateTime<Utc>>,
+    output: Option<String>,
 }
 
 #[derive(sqlx::FromRow)]
@@ -107,12 +108,12 @@ impl Inspect for PostgresBackend {
                              ELSE state END AS state,
                     payload, priority, run_at, attempts, max_attempts, group_key, batch_id,
                     stage, dedupe_key, enqueued_by, created_at, NULL::timestamptz AS finished_at,
-                    last_error, worker, started_at
+                    last_error, worker, started_at, NULL AS output
              FROM {s}.jobs WHERE id = $1 AND queue = $2
              UNION ALL
              SELECT id, state, payload, priority, run_at, attempts, max_attempts, group_key,
                     batch_id, stage, dedupe_key, enqueued_by, created_at, finished_at,
-                    last_error, NULL, NULL
+                    last_error, worker, started_at, output
              FROM {s}.finished WHERE id = $1 AND queue = $2",
         ))
         .bind(id.0)
@@ -145,17 +146,29 @@ impl Inspect for PostgresBackend {
             })
             .collect::<Result<Vec<_>>>()?;
         let state: JobState = row.state.parse()?;
-        if state == JobState::Running {
+        match (state, row.worker) {
             // The running attempt lives on the job row until it ends.
-            log.push(AttemptRecord {
+            (JobState::Running, worker) => log.push(AttemptRecord {
                 attempt: num(row.attempts)?,
-                worker: row.worker.unwrap_or_default(),
+                worker: worker.unwrap_or_default(),
                 started_at: row.started_at.unwrap_or(row.created_at),
                 ended_at: None,
                 outcome: AttemptOutcome::Running,
                 error: None,
                 output: None,
-            });
+            }),
+            // The attempt that succeeded lives on the finished row (jobs finished before
+            // schema version 2 have it in `attempts`, and no worker here).
+            (JobState::Succeeded, Some(worker)) => log.push(AttemptRecord {
+                attempt: num(row.attempts)?,
+                worker,
+                started_at: row.started_at.unwrap_or(row.created_at),
+                ended_at: row.finished_at,
+                outcome: AttemptOutcome::Succeeded,
+                error: None,
+                output: row.output,
+            }),
+            _ => {}
         }
         Ok(JobInfo {
             id: JobId(row.id),

@@ -14,7 +14,8 @@
 //!   transaction lock), always taken in the order job rows, batches, groups.
 //! - **Finished jobs leave the hot table**: they move to `finished` (kept for the
 //!   retention, SPEC M3) in the transaction that finishes them, so the claim index only
-//!   covers live work.
+//!   covers live work. The attempt that succeeded stays on that `finished` row; every
+//!   other ended attempt is a row of the `attempts` log.
 //! - **Claims do not wait for the disk**: a claim commits without waiting for its
 //!   write-ahead log flush; one lost in a server crash only makes its jobs claimable
 //!   again. Settles and enqueues wait as usual. [`Config::durable_claims`] makes claims

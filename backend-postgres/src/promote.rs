@@ -26,19 +26,26 @@ use sqlx::PgConnection;
 use crate::{db, schema::Schema};
 
 /// Moves the rows of CTE `$from` (aliased `g`, with every job column) into `finished`
-/// with state `$state` and last error `$error` (SQL expressions).
+/// with state `$state` and last error `$error` (SQL expressions); with `$attempt`, the
+/// worker, start and output of the attempt that succeeded (three SQL expressions, NULL
+/// when the job did not succeed), which then has no row in `attempts`.
 macro_rules! archive {
     ($from:literal, $state:literal, $error:literal) => {
+        archive!($from, $state, $error, "NULL, NULL, NULL")
+    };
+    ($from:literal, $state:literal, $error:literal, $attempt:literal) => {
         concat!(
             "INSERT INTO {s}.finished (id, queue, state, payload, priority, run_at, ",
             "max_attempts, attempts, group_key, batch_id, stage, dedupe_key, enqueued_by, ",
-            "created_at, last_error, finished_at) ",
+            "created_at, last_error, finished_at, worker, started_at, output) ",
             "SELECT g.id, g.queue, ",
             $state,
             ", g.payload, g.priority, g.run_at, g.max_attempts, g.attempts, g.group_key, ",
             "g.batch_id, g.stage, g.dedupe_key, g.enqueued_by, g.created_at, ",
             $error,
-            ", now() FROM ",
+            ", now(), ",
+            $attempt,
+            " FROM ",
             $from
         )
     };

@@ -15,7 +15,10 @@ use crate::db;
 pub const DEFAULT_SCHEMA: &str = "relayq";
 
 /// The migrations, one entry per version; `{s}` stands for the quoted schema name.
-const MIGRATIONS: &[&str] = &[include_str!("../migrations/0001_init.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("../migrations/0001_init.sql"),
+    include_str!("../migrations/0002_succeeded_attempt.sql"),
+];
 
 /// The schema version this crate migrates to. [`migrate`](crate::PostgresBackend::migrate)
 /// refuses a schema at a newer one, so processes sharing a schema must agree on it (the

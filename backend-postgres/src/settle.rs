@@ -16,7 +16,8 @@ use relayq_core::{
 /// Settles the leases given as arrays (one element per lease, in id order). Only rows
 /// still held by the given token, running and unexpired, are touched (SPEC L1):
 /// finished ones move to `finished`, retrying and released ones stay, and every ended
-/// attempt goes to the log. Returns one row per settled lease.
+/// attempt goes to the log: a succeeded one onto its `finished` row, the others into
+/// `attempts`. Returns one row per settled lease.
 ///
 /// Each lease's row is locked through its primary key, one after another in the
 /// arrays' order, so concurrent settles lock in id order; a row whose token no longer
@@ -50,12 +51,15 @@ const SETTLE: &str = concat!(
     g AS (
         DELETE FROM {s}.jobs j USING m
         WHERE j.id = m.id AND m.next IN ('succeeded', 'dead')
-        RETURNING j.*, m.next, m.error AS fail_error),
+        RETURNING j.*, m.next, m.error AS fail_error, m.output AS done_output),
     archived AS (",
     archive!(
         "g",
         "g.next",
-        "CASE WHEN g.next = 'dead' THEN g.fail_error ELSE g.last_error END"
+        "CASE WHEN g.next = 'dead' THEN g.fail_error ELSE g.last_error END",
+        "CASE WHEN g.next = 'succeeded' THEN g.worker END,
+         CASE WHEN g.next = 'succeeded' THEN g.started_at END,
+         CASE WHEN g.next = 'succeeded' THEN g.done_output END"
     ),
     "),
     kept AS (
@@ -73,7 +77,7 @@ const SETTLE: &str = concat!(
                CASE kind WHEN 'complete' THEN 'succeeded' WHEN 'release' THEN 'released'
                          ELSE 'failed' END,
                error, output
-        FROM m)
+        FROM m WHERE next <> 'succeeded')
     SELECT ord, next, retry_at, queue, group_key, batch_id, stage FROM m"
 );
 

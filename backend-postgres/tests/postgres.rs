@@ -325,7 +325,10 @@ async fn migrations_run_concurrently_and_repeatedly() {
         .fetch_one(backends[0].pool())
         .await
         .unwrap();
-    assert_eq!(versions, 1);
+    assert_eq!(
+        versions,
+        i64::try_from(relayq_postgres::SCHEMA_VERSION).unwrap()
+    );
     let q = queue_name("mig");
     backends[2]
         .enqueue_one(NewJob::new(&q, vec![]))
@@ -592,4 +595,125 @@ async fn claims_leave_the_sessions_commit_setting_as_it_was() {
     assert_eq!(got.len(), 1);
     assert_eq!(show().await, before, "after a claim of a limited queue");
     drop_schema(&setup).await;
+}
+
+/// Schema version 2 keeps a succeeded attempt on its `finished` row, not in `attempts`.
+/// A job finished under version 1, with that attempt in `attempts`, reads the same log
+/// after the upgrade; a job finished after it has one `attempts` row less.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn succeeded_attempts_read_the_same_across_the_upgrade() {
+    let Some(url) = url().await else { return };
+    let schema = format!(
+        "relayq_t_v1_{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    );
+    let b = PostgresBackend::connect_with(&url, Config::default().with_schema(schema.clone()))
+        .await
+        .unwrap();
+    let exec = |sql: String| {
+        let pool = b.pool().clone();
+        async move {
+            sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+                .execute(&pool)
+                .await
+                .unwrap();
+        }
+    };
+    // Version 1 as 0.1 created it, with a job that succeeded on its second attempt.
+    let s = format!("\"{schema}\"");
+    exec(format!(
+        "CREATE SCHEMA {s};
+         CREATE TABLE {s}.migrations (version integer PRIMARY KEY,
+                                      applied_at timestamptz NOT NULL DEFAULT now());
+         INSERT INTO {s}.migrations (version) VALUES (1);"
+    ))
+    .await;
+    exec(include_str!("../migrations/0001_init.sql").replace("{s}", &s)).await;
+    let q = queue_name("v1");
+    exec(format!(
+        "INSERT INTO {s}.finished (id, queue, state, payload, priority, run_at, max_attempts,
+                                   attempts, created_at, finished_at)
+         VALUES (7, '{q}', 'succeeded', '\\x00', 0, now(), 3, 2, now(), now());
+         INSERT INTO {s}.attempts (job_id, attempt, worker, started_at, ended_at, outcome,
+                                   error, output)
+         VALUES (7, 1, 'old', now(), now(), 'failed', 'boom', NULL),
+                (7, 2, 'old', now(), now(), 'succeeded', NULL, 'done then');"
+    ))
+    .await;
+    b.migrate().await.unwrap();
+    let old = b.job(&q, relayq_core::JobId(7)).await.unwrap();
+    let outcomes: Vec<_> = old
+        .attempt_log
+        .iter()
+        .map(|a| (a.attempt, a.outcome, a.output.clone()))
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            (1, relayq_core::AttemptOutcome::Failed, None),
+            (
+                2,
+                relayq_core::AttemptOutcome::Succeeded,
+                Some("done then".into())
+            ),
+        ]
+    );
+    // A job finished now: same log, its success on the finished row.
+    let id = b.enqueue_one(NewJob::new(&q, vec![1])).await.unwrap().id;
+    let first = b
+        .claim(ClaimRequest::new(&q, "w1", 1, LEASE))
+        .await
+        .unwrap();
+    b.settle_many(vec![Settle::fail(
+        first[0].lease.clone(),
+        "boom",
+        relayq_core::Retry::At(chrono::Utc::now()),
+    )])
+    .await
+    .unwrap()
+    .remove(0)
+    .unwrap();
+    let second = poll_until("the retry is claimable", Duration::from_secs(5), || async {
+        let got = b.claim(ClaimRequest::new(&q, "w2", 1, LEASE)).await?;
+        Ok((!got.is_empty()).then_some(got))
+    })
+    .await
+    .unwrap();
+    b.settle_many(vec![
+        Settle::complete(second[0].lease.clone()).with_output(Some("done now".into())),
+    ])
+    .await
+    .unwrap()
+    .remove(0)
+    .unwrap();
+    let new = b.job(&q, id).await.unwrap();
+    let log: Vec<_> = new
+        .attempt_log
+        .iter()
+        .map(|a| (a.attempt, a.worker.as_str(), a.outcome, a.output.clone()))
+        .collect();
+    assert_eq!(
+        log,
+        [
+            (1, "w1", relayq_core::AttemptOutcome::Failed, None),
+            (
+                2,
+                "w2",
+                relayq_core::AttemptOutcome::Succeeded,
+                Some("done now".into())
+            ),
+        ]
+    );
+    let done = &new.attempt_log[1];
+    assert_eq!(done.ended_at, new.finished_at);
+    assert!(done.started_at <= new.finished_at.unwrap());
+    let rows: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT count(*) FROM {s}.attempts WHERE job_id = $1"
+    )))
+    .bind(id.0)
+    .fetch_one(b.pool())
+    .await
+    .unwrap();
+    assert_eq!(rows, 1, "only the failed attempt has a row of its own");
+    drop_schema(&b).await;
 }
