@@ -403,3 +403,58 @@ impl Claim for PostgresBackend {
         Ok(found.jobs)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use relayq_conformance::harness::{Server, server_url};
+    use relayq_core::{Enqueue, NewJob};
+
+    use super::*;
+    use crate::Config;
+
+    /// The claim statement turns `synchronous_commit` off for the transaction it runs
+    /// in, unless claims are durable (see `Config::durable_claims`). Run inside an open
+    /// transaction here, so the setting can be read before the commit.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn claims_commit_asynchronously_unless_durable() {
+        let Some(url) = server_url(Server::Postgres).await else {
+            return;
+        };
+        let schema = format!(
+            "relayq_t_async_{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        );
+        for (durable, want) in [(false, "off"), (true, "on")] {
+            let config = Config::default()
+                .with_schema(schema.clone())
+                .with_durable_claims(durable);
+            let b = PostgresBackend::connect_with(&url, config).await.unwrap();
+            b.migrate().await.unwrap();
+            let q = relayq_conformance::queue_name("async");
+            b.enqueue_one(NewJob::new(&q, vec![])).await.unwrap();
+            let mut tx = b.pool().begin().await.unwrap();
+            sqlx::query("SET LOCAL synchronous_commit = on")
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+            let req = ClaimRequest::new(&q, "w", 1, std::time::Duration::from_secs(30));
+            let found = b
+                .claim_statement(&mut *tx, CLAIM_FREE, &req, 1)
+                .await
+                .unwrap();
+            assert_eq!(found.jobs.len(), 1);
+            let now: String = sqlx::query_scalar("SHOW synchronous_commit")
+                .fetch_one(&mut *tx)
+                .await
+                .unwrap();
+            assert_eq!(now, want, "durable claims: {durable}");
+            tx.rollback().await.unwrap();
+        }
+        let drop = format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE");
+        let b = PostgresBackend::connect(&url).await.unwrap();
+        sqlx::raw_sql(sqlx::AssertSqlSafe(drop))
+            .execute(b.pool())
+            .await
+            .unwrap();
+    }
+}

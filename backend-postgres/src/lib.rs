@@ -91,11 +91,14 @@ pub struct Config {
     ///
     /// By default a claim commits with `synchronous_commit = off`, for its own
     /// transaction only: it returns without waiting for the write-ahead log to be
-    /// flushed, which the next settle, enqueue or background WAL writer does within
-    /// milliseconds. A claim lost in a server crash leaves its jobs as they were before
-    /// it, claimable again: a worker that had started one cannot settle it (its token
-    /// is unknown, `StaleLease`), and the job runs again, as jobs whose worker lost its
-    /// connection in the crash may anyway. Every other write, settles and enqueues
+    /// flushed, which the next settle or enqueue does, or the server's WAL writer
+    /// within `3 × wal_writer_delay` (600 ms by default). A claim lost in a server crash
+    /// leaves its jobs as they were before it, claimable again: a worker that had
+    /// started one cannot settle it (its token is unknown, `StaleLease`), and the job
+    /// runs again, as jobs whose worker lost its connection in the crash may anyway.
+    /// The lost attempt is neither counted nor logged, so a job whose handler brings
+    /// the database server down is retried without reaching `max_attempts`; durable
+    /// claims count it. Every other write, settles and enqueues
     /// among them, waits for its flush as the server is configured to, so an
     /// acknowledged enqueue or completion is never lost, and a completion's flush
     /// includes the claim before it. Set `true` to make claims wait as well: claims
