@@ -301,6 +301,16 @@ impl Events for PostgresBackend {
 
 /// Maps a driver error into the core error, keeping it as the source.
 fn db(e: sqlx::Error) -> Error {
+    // A missing table or column: the schema was never created, or by an older version
+    // (its statements would fail the same way each time). Say what to do about it.
+    if let sqlx::Error::Database(d) = &e
+        && matches!(d.code().as_deref(), Some("42P01" | "42703"))
+    {
+        return Error::backend(format!(
+            "{e} (the schema is missing or older than this relayq-postgres, which needs \
+             schema version {SCHEMA_VERSION}: run migrate())"
+        ));
+    }
     Error::backend(e)
 }
 

@@ -597,38 +597,99 @@ async fn claims_leave_the_sessions_commit_setting_as_it_was() {
     drop_schema(&setup).await;
 }
 
+/// A backend on a new schema at version 1, as relayq-postgres 0.1 created it, not
+/// migrated further; and the schema's quoted name.
+async fn version_1(url: &str) -> (PostgresBackend, String) {
+    let schema = format!(
+        "relayq_t_v1_{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    );
+    let b = PostgresBackend::connect_with(url, Config::default().with_schema(schema.clone()))
+        .await
+        .unwrap();
+    let s = format!("\"{schema}\"");
+    run_sql(
+        &b,
+        format!(
+            "CREATE SCHEMA {s};
+             CREATE TABLE {s}.migrations (version integer PRIMARY KEY,
+                                          applied_at timestamptz NOT NULL DEFAULT now());
+             INSERT INTO {s}.migrations (version) VALUES (1);"
+        ),
+    )
+    .await;
+    run_sql(
+        &b,
+        include_str!("../migrations/0001_init.sql").replace("{s}", &s),
+    )
+    .await;
+    (b, s)
+}
+
+async fn run_sql(b: &PostgresBackend, sql: String) {
+    sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+        .execute(b.pool())
+        .await
+        .unwrap();
+}
+
+/// A schema never migrated, or migrated by an older version, fails with an error that
+/// says to run `migrate()`, not only PostgreSQL's missing relation or column.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unmigrated_schemas_say_to_migrate() {
+    let Some(url) = url().await else { return };
+    let none = PostgresBackend::connect_with(
+        &url,
+        Config::default().with_schema(format!(
+            "relayq_t_none_{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        )),
+    )
+    .await
+    .unwrap();
+    let q = queue_name("unmigrated");
+    let err = none
+        .claim(ClaimRequest::new(&q, "w", 1, LEASE))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Backend { .. }) && err.to_string().contains("run migrate()"),
+        "{err}"
+    );
+    // Version 1: claims work; a completion, and reading a job, need version 2's
+    // columns. The failed completion changed nothing.
+    let (old, s) = version_1(&url).await;
+    old.enqueue_one(NewJob::new(&q, vec![])).await.unwrap();
+    let got = old
+        .claim(ClaimRequest::new(&q, "w", 1, LEASE))
+        .await
+        .unwrap();
+    let err = old.complete(&got[0].lease).await.unwrap_err();
+    assert!(err.to_string().contains("run migrate()"), "{err}");
+    let err = old.job(&q, got[0].lease.job).await.unwrap_err();
+    assert!(err.to_string().contains("run migrate()"), "{err}");
+    let state: String = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT state FROM {s}.jobs WHERE id = $1"
+    )))
+    .bind(got[0].lease.job.0)
+    .fetch_one(old.pool())
+    .await
+    .unwrap();
+    assert_eq!(state, "running");
+    // Once migrated, the same lease completes.
+    old.migrate().await.unwrap();
+    old.complete(&got[0].lease).await.unwrap();
+    drop_schema(&old).await;
+}
+
 /// Schema version 2 keeps a succeeded attempt on its `finished` row, not in `attempts`.
 /// A job finished under version 1, with that attempt in `attempts`, reads the same log
 /// after the upgrade; a job finished after it has one `attempts` row less.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn succeeded_attempts_read_the_same_across_the_upgrade() {
     let Some(url) = url().await else { return };
-    let schema = format!(
-        "relayq_t_v1_{}",
-        &uuid::Uuid::new_v4().simple().to_string()[..8]
-    );
-    let b = PostgresBackend::connect_with(&url, Config::default().with_schema(schema.clone()))
-        .await
-        .unwrap();
-    let exec = |sql: String| {
-        let pool = b.pool().clone();
-        async move {
-            sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
-                .execute(&pool)
-                .await
-                .unwrap();
-        }
-    };
-    // Version 1 as 0.1 created it, with a job that succeeded on its second attempt.
-    let s = format!("\"{schema}\"");
-    exec(format!(
-        "CREATE SCHEMA {s};
-         CREATE TABLE {s}.migrations (version integer PRIMARY KEY,
-                                      applied_at timestamptz NOT NULL DEFAULT now());
-         INSERT INTO {s}.migrations (version) VALUES (1);"
-    ))
-    .await;
-    exec(include_str!("../migrations/0001_init.sql").replace("{s}", &s)).await;
+    let (b, s) = version_1(&url).await;
+    let exec = |sql: String| run_sql(&b, sql);
     let q = queue_name("v1");
     exec(format!(
         "INSERT INTO {s}.finished (id, queue, state, payload, priority, run_at, max_attempts,
