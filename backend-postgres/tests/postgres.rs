@@ -35,11 +35,11 @@ async fn fresh(url: &str, tag: &str) -> PostgresBackend {
 }
 
 async fn drop_schema(b: &PostgresBackend) {
-    let sql = format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", b.schema());
-    sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
-        .execute(b.pool())
-        .await
-        .expect("drop schema");
+    run_sql(
+        b,
+        format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", b.schema()),
+    )
+    .await;
 }
 
 fn jobs(queue: &str, n: usize) -> Vec<NewJob> {
@@ -167,11 +167,7 @@ async fn claim_plans_use_the_claim_index_after_analyze() {
 
 /// Refreshes the planner's statistics of the jobs table, as autovacuum would.
 async fn analyze(b: &PostgresBackend) {
-    let analyze = format!("ANALYZE \"{}\".jobs", b.schema());
-    sqlx::raw_sql(sqlx::AssertSqlSafe(analyze))
-        .execute(b.pool())
-        .await
-        .unwrap();
+    run_sql(b, format!("ANALYZE \"{}\".jobs", b.schema())).await;
 }
 
 /// Both plans of the settle statement find each lease's row by primary key. Analyzed

@@ -468,6 +468,15 @@ pub async fn l5_running_lists_holders(env: &Env) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `settle_many`'s answers with each error reduced to whether it is `StaleLease`, for
+/// matching against the expected pattern.
+fn shape(results: &[relayq_core::Result<Settled>]) -> Vec<Result<&Settled, bool>> {
+    results
+        .iter()
+        .map(|r| r.as_ref().map_err(relayq_core::Error::is_stale_lease))
+        .collect()
+}
+
 /// SPEC L6: `settle_many` judges each lease on its own and answers one result per
 /// lease, in input order.
 pub async fn l6_settle_many_judges_each_lease(env: &Env) -> anyhow::Result<()> {
@@ -491,10 +500,7 @@ pub async fn l6_settle_many_judges_each_lease(env: &Env) -> anyhow::Result<()> {
         "5 settles gave {} results",
         results.len()
     );
-    let shape: Vec<_> = results
-        .iter()
-        .map(|r| r.as_ref().map_err(relayq_core::Error::is_stale_lease))
-        .collect();
+    let shape = shape(&results);
     ensure!(
         matches!(
             shape.as_slice(),
@@ -546,10 +552,7 @@ pub async fn l6_lease_repeated_in_one_call_settles_once(env: &Env) -> anyhow::Re
             Settle::fail(jobs[2].lease.clone(), "gone", Retry::Never),
         ])
         .await?;
-    let shape: Vec<_> = results
-        .iter()
-        .map(|r| r.as_ref().map_err(relayq_core::Error::is_stale_lease))
-        .collect();
+    let shape = shape(&results);
     ensure!(
         matches!(
             shape.as_slice(),
