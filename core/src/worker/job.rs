@@ -1,5 +1,5 @@
 //! One job's life inside a worker: run the handler in its own task (so a panic is
-//! caught and a timeout can abort it), heartbeat the lease from another task meanwhile,
+//! caught and a timeout can abort it), heartbeat the lease from the job's task meanwhile,
 //! and hand the outcome to the settler (SPEC W1, W3, W4).
 //!
 //! The slot frees as soon as the handler returns, but the lease is heartbeated until
@@ -8,6 +8,7 @@
 
 use std::{
     any::Any,
+    pin::pin,
     sync::{
         Arc,
         atomic::{AtomicU32, Ordering},
@@ -85,20 +86,21 @@ impl JobRun {
         let lease = job.lease.clone();
         let span = tracing::info_span!("relayq.job", queue = %lease.queue, id = %lease.job, attempt = lease.attempt);
         let handler = self.handler.clone();
-        // Aborted when dropped: a handler never outlives its job's task.
+        // Aborted when dropped: a handler never outlives its job's task. It runs in a task
+        // of its own so that one blocking its thread cannot stall the heartbeats below.
         let mut task = AbortOnDropHandle::new(tokio::spawn(
             async move { handler.handle(job).await }.instrument(span.clone()),
         ));
-        let lost = CancellationToken::new();
+        // Heartbeats run in this task, which otherwise only waits: a task fewer per job.
+        // The future ends only when the lease is lost.
         let beat = heartbeat(
             self.backend.clone(),
             lease.clone(),
             self.lease_length,
             claimed_at + self.heartbeat_every,
             self.heartbeat_every,
-            lost.clone(),
         );
-        let _beat = AbortOnDropHandle::new(tokio::spawn(beat.instrument(span.clone())));
+        let mut beat = pin!(beat.instrument(span.clone()));
         let deadline = self.timeout.map(|t| Instant::now() + t);
 
         let settle = tokio::select! {
@@ -110,7 +112,7 @@ impl JobRun {
                 }
                 Err(_) => Settle::release(lease),
             },
-            () = lost.cancelled() => {
+            () = &mut beat => {
                 // Cancelled, or expired and taken over: someone else owns it now.
                 span.in_scope(|| tracing::warn!("lease lost while running; handler stopped"));
                 return;
@@ -125,23 +127,31 @@ impl JobRun {
         drop(task);
         drop(slot);
         span.in_scope(|| tracing::debug!(outcome = ?settle.outcome, "job done"));
+        // Heartbeats go on until the outcome is stored (or given up on); a lease lost
+        // meanwhile ends the wait, as the outcome can no longer be stored.
         let (stored, acked) = oneshot::channel();
-        if self.settle.send((settle, stored)).await.is_ok() {
-            // Heartbeats go on until the outcome is stored (or given up on).
-            let _ = acked.await;
+        tokio::select! {
+            sent = self.settle.send((settle, stored)) => {
+                if sent.is_ok() {
+                    tokio::select! {
+                        _ = acked => {}
+                        () = &mut beat => {}
+                    }
+                }
+            }
+            () = &mut beat => {}
         }
     }
 }
 
-/// Extends the lease at `first` and every `every` after until it is lost, then cancels
-/// `lost`. Transient errors are logged and retried at the next beat.
+/// Extends the lease at `first` and every `every` after; returns once the lease is
+/// lost. Transient errors are logged and retried at the next beat.
 async fn heartbeat(
     backend: Arc<dyn Backend>,
     lease: Lease,
     length: Duration,
     first: Instant,
     every: Duration,
-    lost: CancellationToken,
 ) {
     let mut beat = interval_at(first, every);
     beat.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -149,10 +159,7 @@ async fn heartbeat(
         beat.tick().await;
         match backend.heartbeat(&lease, length).await {
             Ok(_) => {}
-            Err(Error::StaleLease) => {
-                lost.cancel();
-                return;
-            }
+            Err(Error::StaleLease) => return,
             Err(e) => tracing::warn!(error = %e, "heartbeat failed; will retry"),
         }
     }
