@@ -3,8 +3,10 @@
 //!
 //! ```sh
 //! RELAYQ_REDIS_URL=redis://127.0.0.1:6379 \
-//!     cargo run --release -p relayq-redis --example drain -- 50000 16
+//!     cargo run --release -p relayq-redis --example drain -- 50000 16 256
 //! ```
+//!
+//! Arguments: jobs (50,000), worker concurrency (16), worker prefetch (0).
 
 use std::{
     sync::Arc,
@@ -23,6 +25,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let n: usize = args.next().map_or(Ok(50_000), |a| a.parse())?;
     let concurrency: u32 = args.next().map_or(Ok(16), |a| a.parse())?;
+    let prefetch: u32 = args.next().map_or(Ok(0), |a| a.parse())?;
     let url = std::env::var("RELAYQ_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
     let b = RedisBackend::connect_with_prefix(&url, "relayq-drain").await?;
     let q = format!("drain-{}", std::process::id());
@@ -32,11 +35,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let start = Instant::now();
     let worker = Worker::builder(backend, [q.clone()])
         .concurrency(concurrency)
+        .prefetch(prefetch)
         .handler(|_job: ClaimedJob| async { Ok::<_, JobError>(()) })
         .build()?
         .spawn();
     while b.queue_stats(&q).await?.count(JobState::Succeeded) < n as u64 {
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let worker_rate = rate(n, start);
     worker.shutdown().await?;
@@ -59,7 +63,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     std::io::Write::write_fmt(
         &mut out,
         format_args!(
-            "{n} no-op jobs: worker (concurrency {concurrency}) {worker_rate:.0} jobs/s; \
+            "{n} no-op jobs: worker (concurrency {concurrency}, prefetch {prefetch}) \
+             {worker_rate:.0} jobs/s; \
              claim 50 + settle 50 loop {loop_rate:.0} jobs/s\n"
         ),
     )?;

@@ -249,6 +249,45 @@ async fn w1_heartbeat_keeps_a_long_job_alive_past_its_first_lease() {
     assert_eq!(info.attempt_log.len(), 1);
 }
 
+/// Heartbeats come from a task of their own, so a handler that blocks its thread (which
+/// it should not, but CPU-bound or synchronous code does) still keeps its lease while
+/// the runtime has another thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn w1_a_handler_blocking_its_thread_keeps_its_lease() {
+    let b = Arc::new(MemoryBackend::new());
+    let q = queue();
+    let id = enqueue_n(&b, &q, 1, 3).await[0];
+    let lease = Duration::from_millis(300);
+    let w = builder(&b, &q)
+        .lease(lease)
+        .handler(|_job: ClaimedJob| async move {
+            // Four leases' worth of work that never yields (not a wait for anything).
+            std::thread::sleep(Duration::from_millis(1200));
+            Ok::<_, JobError>(())
+        })
+        .build()
+        .unwrap()
+        .spawn();
+    until("job running", async || {
+        state(&b, &q, id).await == JobState::Running
+    })
+    .await;
+    while state(&b, &q, id).await == JobState::Running {
+        let other = b
+            .claim(ClaimRequest::new(&q, "thief", 1, lease))
+            .await
+            .unwrap();
+        assert!(other.is_empty(), "a blocked handler's job was taken over");
+        sleep(Duration::from_millis(50)).await;
+    }
+    until("job succeeded", async || {
+        state(&b, &q, id).await == JobState::Succeeded
+    })
+    .await;
+    w.shutdown().await.unwrap();
+    assert_eq!(b.job(&q, id).await.unwrap().attempts, 1);
+}
+
 #[tokio::test]
 async fn w1_a_revoked_lease_stops_the_handler() {
     let b = Arc::new(MemoryBackend::new());

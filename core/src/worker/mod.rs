@@ -4,10 +4,10 @@
 //! (`concurrency`):
 //! - it claims up to its free slots in one call, taking queues in turn so a busy queue
 //!   cannot starve another (W1, W5);
-//! - runs the handler of each job in its own task, heartbeating the lease every
-//!   lease/3 while it runs and until its outcome is stored; a handler error fails the job (retryable unless
-//!   permanent), a panic fails it with the panic text, a handler past its timeout is
-//!   failed (W3);
+//! - runs the handler of each job in its own task, while one keeper task heartbeats
+//!   every started job's lease every lease/3 until its outcome is stored; a handler
+//!   error fails the job (retryable unless permanent), a panic fails it with the panic
+//!   text, a handler past its timeout is failed (W3);
 //! - hands outcomes to a settler that acknowledges many in one `settle_many` call,
 //!   flushed after a few milliseconds or when enough wait (W1);
 //! - claims again as soon as a slot frees; when idle it waits for the backend's
@@ -20,6 +20,7 @@
 mod buffer;
 mod handler;
 mod job;
+mod keeper;
 mod run;
 mod settler;
 mod stats;

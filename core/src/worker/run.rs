@@ -18,7 +18,8 @@ use tokio_util::sync::CancellationToken;
 use super::{
     Config, Worker, WorkerReport,
     buffer::Buffer,
-    job::{JobRun, Settling, Slots},
+    job::{JobRun, Slots},
+    keeper::{self, Keeper},
     settler::{self, Settler},
     stats::Stats,
 };
@@ -41,7 +42,11 @@ pub(super) struct Runner {
     stats: Arc<Stats>,
     jobs: JoinSet<()>,
     template: JobRun,
-    settle_rx: Option<mpsc::Receiver<Settling>>,
+    settle_rx: Option<mpsc::Receiver<Settle>>,
+    /// Tells the keeper which jobs started, so it heartbeats their leases.
+    keeper: mpsc::UnboundedSender<keeper::Msg>,
+    keeper_rx: Option<mpsc::UnboundedReceiver<keeper::Msg>>,
+    heartbeat_every: Duration,
     buffer: Buffer,
     /// Jobs asked for by the claims in flight.
     asking: u32,
@@ -52,6 +57,7 @@ pub(super) struct Runner {
 impl Runner {
     pub(super) fn new(w: Worker) -> Self {
         let (tx, rx) = mpsc::channel(w.config.concurrency as usize * 2 + 16);
+        let (keeper, keeper_rx) = mpsc::unbounded_channel();
         let heartbeat_every = w
             .config
             .heartbeat
@@ -59,10 +65,7 @@ impl Runner {
             .max(Duration::from_millis(1));
         Self {
             template: JobRun {
-                backend: w.backend.clone(),
                 handler: w.handler,
-                lease_length: w.config.lease,
-                heartbeat_every,
                 timeout: w.config.timeout,
                 abort: CancellationToken::new(),
                 settle: tx,
@@ -74,6 +77,9 @@ impl Runner {
             stats: Arc::new(Stats::default()),
             jobs: JoinSet::new(),
             settle_rx: Some(rx),
+            keeper,
+            keeper_rx: Some(keeper_rx),
+            heartbeat_every,
             buffer: Buffer::new(heartbeat_every),
             asking: 0,
             next_queue: 0,
@@ -81,11 +87,18 @@ impl Runner {
     }
 
     pub(super) async fn run(mut self, shutdown: CancellationToken) -> Result<WorkerReport> {
+        let keeper = Keeper {
+            backend: self.backend.clone(),
+            length: self.config.lease,
+            every: self.heartbeat_every,
+        };
+        let keeper = tokio::spawn(keeper.run(self.keeper_rx.take().expect("taken once")));
         let settler = Settler {
             backend: self.backend.clone(),
             max_batch: self.config.settle_batch,
             delay: self.config.settle_delay,
             stats: self.stats.clone(),
+            keeper: self.keeper.clone(),
         };
         let settler = tokio::spawn(settler.run(self.settle_rx.take().expect("taken once")));
         let mut events = self.backend.subscribe();
@@ -151,6 +164,9 @@ impl Runner {
         self.release(buffered).await;
         self.shut_down().await;
         settler.await.ok();
+        // The settler is done and every job has ended: no lease is left to beat.
+        drop(self.keeper);
+        keeper.await.ok();
         let report = self.stats.report();
         tracing::info!(worker = %self.config.name, ?report, "worker stopped");
         Ok(report)
@@ -187,8 +203,14 @@ impl Runner {
             let Some((claimed_at, job)) = self.buffer.pop() else {
                 break;
             };
-            self.jobs
-                .spawn(self.template.clone_for_job().start(job, claimed_at));
+            let lease = job.lease.clone();
+            let task = self.jobs.spawn(self.template.clone_for_job().start(job));
+            // Heartbeats are timed from the claim: a job that waited in the prefetch
+            // buffer is renewed on the same schedule as any other.
+            let first = claimed_at + self.heartbeat_every;
+            let _ = self
+                .keeper
+                .send(keeper::Msg::Started { lease, first, task });
         }
     }
 
@@ -288,10 +310,7 @@ impl Runner {
 impl JobRun {
     fn clone_for_job(&self) -> Self {
         Self {
-            backend: self.backend.clone(),
             handler: self.handler.clone(),
-            lease_length: self.lease_length,
-            heartbeat_every: self.heartbeat_every,
             timeout: self.timeout,
             abort: self.abort.clone(),
             settle: self.settle.clone(),

@@ -13,7 +13,7 @@ use std::{sync::Arc, time::Duration};
 use backon::{ExponentialBuilder, Retryable};
 use tokio::{sync::mpsc, task::JoinSet, time::Instant};
 
-use super::{job::Settling, stats::Stats};
+use super::{keeper, stats::Stats};
 use crate::{Backend, Error, Outcome, Settle, Settled};
 
 /// Settle calls a worker has in flight at most.
@@ -25,6 +25,8 @@ pub(super) struct Settler {
     pub(super) max_batch: usize,
     pub(super) delay: Duration,
     pub(super) stats: Arc<Stats>,
+    /// Told when a job's outcome is stored or given up on, to stop its heartbeats.
+    pub(super) keeper: mpsc::UnboundedSender<keeper::Msg>,
 }
 
 /// `settle_many`, retried a few times with backoff on backend errors (not on invalid
@@ -45,7 +47,7 @@ pub(super) async fn settle_retrying(
 }
 
 impl Settler {
-    pub(super) async fn run(self, mut rx: mpsc::Receiver<Settling>) {
+    pub(super) async fn run(self, mut rx: mpsc::Receiver<Settle>) {
         let mut flushing = JoinSet::new();
         while let Some(first) = rx.recv().await {
             let mut batch = vec![first];
@@ -65,10 +67,9 @@ impl Settler {
         while flushing.join_next().await.is_some() {}
     }
 
-    /// Settles `batch`; each job's sender is dropped once its outcome is stored or
-    /// given up on, which ends the job's heartbeats.
-    async fn flush(&self, batch: Vec<Settling>) {
-        let (batch, _stored): (Vec<Settle>, Vec<_>) = batch.into_iter().unzip();
+    /// Settles `batch`, then tells the keeper to stop the jobs' heartbeats: their
+    /// outcomes are stored or given up on.
+    async fn flush(&self, batch: Vec<Settle>) {
         let n = batch.len();
         match settle_retrying(&*self.backend, &batch).await {
             Ok(results) => {
@@ -80,6 +81,11 @@ impl Settler {
                 self.stats.add_lost(n);
                 tracing::error!(error = %e, jobs = n, "could not settle; their leases will expire and the jobs run again");
             }
+        }
+        for s in &batch {
+            let _ = self
+                .keeper
+                .send(keeper::Msg::Stored(s.lease.job, s.lease.token));
         }
     }
 
