@@ -211,6 +211,46 @@ async fn w3_handler_past_its_timeout_is_failed() {
     assert!(err.contains("timed out"), "{err}");
 }
 
+/// A handler that never yields cannot be stopped at its timeout; once it returns, it is
+/// failed all the same rather than counted a success.
+#[tokio::test]
+async fn w3_a_handler_that_blocks_past_its_timeout_is_failed() {
+    let (err, report) = dies_with(|w| {
+        w.timeout(Duration::from_millis(50))
+            .handler(|_job: ClaimedJob| async move {
+                // Work that never yields (not a wait for anything).
+                std::thread::sleep(Duration::from_millis(200));
+                Ok::<_, JobError>(())
+            })
+    })
+    .await;
+    assert!(err.contains("timed out"), "{err}");
+    assert_eq!((report.succeeded, report.failed), (0, 1));
+}
+
+/// A hand-written handler whose `handle` panics before returning its future.
+struct PanicsEarly;
+
+impl worker::Handler for PanicsEarly {
+    fn handle<'a, 'b>(
+        &'a self,
+        _job: ClaimedJob,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<worker::Done, JobError>> + Send + 'b>>
+    where
+        'a: 'b,
+        Self: 'b,
+    {
+        panic!("boom before the future")
+    }
+}
+
+#[tokio::test]
+async fn w3_a_panic_before_the_handlers_future_fails_the_job() {
+    let (err, report) = dies_with(|w| w.handler(PanicsEarly)).await;
+    assert_eq!(report.failed, 1);
+    assert!(err.contains("boom before the future"), "{err}");
+}
+
 #[tokio::test]
 async fn w1_heartbeat_keeps_a_long_job_alive_past_its_first_lease() {
     let b = Arc::new(MemoryBackend::new());

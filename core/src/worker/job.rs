@@ -3,6 +3,10 @@
 //! W3, W4). Its lease is heartbeated meanwhile by the [keeper](super::keeper), which
 //! aborts this task if the lease is lost.
 //!
+//! The handler runs in the job's own task, so its timeout and the shutdown deadline
+//! stop it at an `.await`: a handler that blocks its thread is stopped once it yields,
+//! and one that returns past its timeout is failed all the same.
+//!
 //! The slot frees as soon as the handler returns; the keeper goes on heartbeating the
 //! lease until the settler has stored the outcome.
 
@@ -24,11 +28,13 @@ use tokio::{
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::Handler;
-use crate::{ClaimedJob, Retry, Settle};
+use super::{Handler, keeper};
+use crate::{ClaimedJob, JobId, LeaseToken, Retry, Settle};
 
 pub(super) struct JobRun {
     pub(super) handler: Arc<dyn Handler>,
+    /// Told when the job ends without handing an outcome to the settler.
+    pub(super) keeper: mpsc::UnboundedSender<keeper::Msg>,
     pub(super) timeout: Option<Duration>,
     /// Cancelled when the shutdown deadline passes: the job is released.
     pub(super) abort: CancellationToken,
@@ -74,16 +80,29 @@ impl JobRun {
 
     async fn run(self, job: ClaimedJob, slot: Slot) {
         let lease = job.lease.clone();
+        let mut ended = Ended {
+            keeper: self.keeper.clone(),
+            key: Some((lease.job, lease.token)),
+        };
         let span = tracing::info_span!("relayq.job", queue = %lease.queue, id = %lease.job, attempt = lease.attempt);
-        // The handler runs in this task: dropping its future (timeout, shutdown, or the
-        // keeper aborting the task) stops it.
-        let handled = AssertUnwindSafe(self.handler.handle(job))
+        // Dropping this future (timeout, shutdown, or the keeper aborting the task) stops
+        // the handler; `async` so that a panic in `handle` itself is caught too.
+        let handler = self.handler.clone();
+        let handled = AssertUnwindSafe(async move { handler.handle(job).await })
             .catch_unwind()
             .instrument(span.clone());
         let deadline = self.timeout.map(|t| Instant::now() + t);
+        let timed_out = || {
+            let after = self.timeout.unwrap_or_default();
+            format!("handler timed out after {after:?}")
+        };
 
         let settle = tokio::select! {
             res = handled => match res {
+                // Returned without yielding in time (it blocked its thread): failed.
+                Ok(_) if deadline.is_some_and(|d| Instant::now() >= d) => {
+                    Settle::fail(lease, timed_out(), Retry::Backoff)
+                }
                 Ok(Ok(done)) => Settle::complete(lease).with_output(done.output),
                 Ok(Err(e)) => Settle::fail(lease, e.message, e.retry),
                 Err(panic) => {
@@ -91,16 +110,33 @@ impl JobRun {
                 }
             },
             () = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
-                let after = self.timeout.unwrap_or_default();
-                Settle::fail(lease, format!("handler timed out after {after:?}"), Retry::Backoff)
+                Settle::fail(lease, timed_out(), Retry::Backoff)
             }
             () = self.abort.cancelled() => Settle::release(lease),
         };
         drop(slot);
         span.in_scope(|| tracing::debug!(outcome = ?settle.outcome, "job done"));
-        // The settler outlives every job task, so this only fails if it panicked; the
-        // lease then expires and the job is claimed again.
-        let _ = self.settle.send(settle).await;
+        // Handed over: the settler tells the keeper once it is stored. The settler
+        // outlives every job task, so a failed send means it panicked.
+        if self.settle.send(settle).await.is_ok() {
+            ended.key = None;
+        }
+    }
+}
+
+/// Tells the keeper that a job ended without handing its outcome to the settler (its
+/// lease was lost, the worker was dropped, the settler is gone), so that it stops
+/// heartbeating the lease. Disarmed once the outcome is handed over.
+struct Ended {
+    keeper: mpsc::UnboundedSender<keeper::Msg>,
+    key: Option<(JobId, LeaseToken)>,
+}
+
+impl Drop for Ended {
+    fn drop(&mut self) {
+        if let Some((job, token)) = self.key.take() {
+            let _ = self.keeper.send(keeper::Msg::Ended(job, token));
+        }
     }
 }
 

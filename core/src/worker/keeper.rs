@@ -1,23 +1,31 @@
 //! Heartbeats for every started job of a worker, from one task (SPEC W1).
 //!
-//! A job is kept from the moment it starts until the settler has stored its outcome (or
-//! given up on it): a slow settle must not let a finished job's lease expire and the job
-//! run again. Each lease is extended every `every`, timed from its claim. When a
-//! heartbeat finds the lease lost (cancelled, or expired and taken over), the job's task
-//! is aborted, which stops its handler: someone else owns the job now.
+//! A job is kept from the moment it starts until it ends: until the settler has stored
+//! its outcome or given up on it (a slow settle must not let a finished job's lease
+//! expire and the job run again), or until its task ended without handing one over.
+//! Each lease is extended on a fixed schedule, every `every` from its claim. When a beat
+//! finds the lease lost (cancelled, or expired and taken over), the job's task is
+//! aborted, which stops its handler: someone else owns the job now.
 //!
 //! One task with one timer queue, rather than a timer task per job: short jobs end long
-//! before their first beat, and then all a job costs here is two messages.
+//! before their first beat, and then all a job costs here is two messages. Heartbeats
+//! stay off the jobs' tasks, so a handler that blocks its thread does not stop them
+//! while the runtime has another.
 
-use std::{collections::HashMap, sync::Arc, time::Duration};
+use std::{
+    collections::{HashMap, HashSet},
+    panic::AssertUnwindSafe,
+    sync::Arc,
+    time::Duration,
+};
 
-use futures::{StreamExt, stream::FuturesUnordered};
+use futures::{FutureExt, StreamExt, stream::FuturesUnordered};
 use tokio::{sync::mpsc, task::AbortHandle, time::Instant};
 use tokio_util::time::{DelayQueue, delay_queue};
 
 use crate::{Backend, Error, JobId, Lease, LeaseToken};
 
-/// What the keeper is told.
+/// What the keeper is told. Every job that gets a `Started` gets one `Ended`.
 pub(super) enum Msg {
     /// A job started: beat its lease at `first`, then every `every`; abort its task if
     /// the lease is lost.
@@ -26,16 +34,19 @@ pub(super) enum Msg {
         first: Instant,
         task: AbortHandle,
     },
-    /// A job's outcome was stored or given up on: stop beating its lease.
-    Stored(JobId, LeaseToken),
+    /// A job ended: its outcome was stored or given up on, or its task ended without
+    /// one. Its lease needs no more beats.
+    Ended(JobId, LeaseToken),
 }
 
 type Key = (JobId, LeaseToken);
 
 struct Held {
     lease: Lease,
-    /// Its entry in the timer queue; `None` while a beat is in flight.
-    due: Option<delay_queue::Key>,
+    /// When its next beat is due, and its entry in the timer queue; no entry while a
+    /// beat is in flight or once the lease is lost.
+    next: Instant,
+    timer: Option<delay_queue::Key>,
     task: AbortHandle,
 }
 
@@ -50,10 +61,8 @@ impl Keeper {
     pub(super) async fn run(self, mut rx: mpsc::UnboundedReceiver<Msg>) {
         let mut held: HashMap<Key, Held> = HashMap::new();
         let mut timers: DelayQueue<Key> = DelayQueue::new();
-        // `Stored` may overtake its `Started` (they come from different tasks); a job
-        // whose lease was lost may still be stored after. Entries older than a lease are
-        // dropped: by then every `Started` has long arrived.
-        let mut stored_early: HashMap<Key, Instant> = HashMap::new();
+        // `Ended` may overtake its `Started`: they come from different tasks.
+        let mut ended_early: HashSet<Key> = HashSet::new();
         let mut beating = FuturesUnordered::new();
         loop {
             tokio::select! {
@@ -61,25 +70,21 @@ impl Keeper {
                     None => break,
                     Some(Msg::Started { lease, first, task }) => {
                         let key = (lease.job, lease.token);
-                        if stored_early.remove(&key).is_none() {
-                            let due = Some(timers.insert_at(key, first));
-                            held.insert(key, Held { lease, due, task });
+                        if !ended_early.remove(&key) {
+                            let timer = Some(timers.insert_at(key, first));
+                            held.insert(key, Held { lease, next: first, timer, task });
                         }
                     }
-                    Some(Msg::Stored(job, token)) => {
+                    Some(Msg::Ended(job, token)) => {
                         let key = (job, token);
                         match held.remove(&key) {
                             Some(h) => {
-                                if let Some(due) = h.due {
-                                    timers.remove(&due);
+                                if let Some(timer) = h.timer {
+                                    timers.remove(&timer);
                                 }
                             }
                             None => {
-                                let now = Instant::now();
-                                if stored_early.len() >= 64 {
-                                    stored_early.retain(|_, at| now - *at < self.length);
-                                }
-                                stored_early.insert(key, now);
+                                ended_early.insert(key);
                             }
                         }
                     }
@@ -87,26 +92,39 @@ impl Keeper {
                 Some(expired) = timers.next(), if !timers.is_empty() => {
                     let key = expired.into_inner();
                     if let Some(h) = held.get_mut(&key) {
-                        h.due = None;
+                        h.timer = None;
                         let (backend, lease, length) = (self.backend.clone(), h.lease.clone(), self.length);
-                        beating.push(async move { (key, backend.heartbeat(&lease, length).await) });
+                        // A backend that panics fails this beat, not the keeper.
+                        beating.push(async move {
+                            let beat = AssertUnwindSafe(backend.heartbeat(&lease, length)).catch_unwind();
+                            let result = beat.await.unwrap_or_else(|_| Err(Error::backend("heartbeat panicked")));
+                            (key, result)
+                        });
                     }
                 }
                 Some((key, result)) = beating.next(), if !beating.is_empty() => {
-                    // Gone meanwhile: stored, so nothing to beat or abort.
+                    // Ended meanwhile: nothing to beat or abort.
                     let Some(h) = held.get_mut(&key) else { continue };
                     match result {
                         Err(Error::StaleLease) => {
-                            h.task.abort();
                             let lease = &h.lease;
-                            tracing::warn!(queue = %lease.queue, id = %lease.job, attempt = lease.attempt, "lease lost while running; handler stopped");
-                            held.remove(&key);
+                            if h.task.is_finished() {
+                                // Most likely stored just now, before its `Ended` came.
+                                tracing::debug!(queue = %lease.queue, id = %lease.job, "lease gone after the job's task ended");
+                            } else {
+                                h.task.abort();
+                                tracing::warn!(queue = %lease.queue, id = %lease.job, attempt = lease.attempt, "lease lost while running; handler stopped");
+                            }
+                            // Kept, without beats, until its `Ended`.
                         }
                         other => {
                             if let Err(e) = other {
                                 tracing::warn!(error = %e, "heartbeat failed; will retry");
                             }
-                            h.due = Some(timers.insert(key, self.every));
+                            // On schedule; after a beat that overran it, one interval on.
+                            let now = Instant::now();
+                            h.next = Some(h.next + self.every).filter(|t| *t > now).unwrap_or(now + self.every);
+                            h.timer = Some(timers.insert_at(key, h.next));
                         }
                     }
                 }

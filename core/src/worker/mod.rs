@@ -204,6 +204,9 @@ impl WorkerBuilder {
     }
 
     /// Fails a handler still running after `timeout` (SPEC W3). Default none.
+    ///
+    /// The handler is stopped at an `.await`: one that blocks its thread runs on until it
+    /// yields or returns, and is failed then, even if it returned `Ok`.
     #[must_use]
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.config.timeout = Some(timeout);
@@ -211,7 +214,8 @@ impl WorkerBuilder {
     }
 
     /// How long shutdown lets running handlers finish before releasing them. Default
-    /// 30 s.
+    /// 30 s. Like [`timeout`](Self::timeout), the release happens at an `.await`: a
+    /// handler that blocks its thread holds shutdown up until it yields or returns.
     #[must_use]
     pub fn shutdown_timeout(mut self, d: Duration) -> Self {
         self.config.shutdown_timeout = d;

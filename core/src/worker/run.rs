@@ -66,6 +66,7 @@ impl Runner {
         Self {
             template: JobRun {
                 handler: w.handler,
+                keeper: keeper.clone(),
                 timeout: w.config.timeout,
                 abort: CancellationToken::new(),
                 settle: tx,
@@ -166,6 +167,7 @@ impl Runner {
         settler.await.ok();
         // The settler is done and every job has ended: no lease is left to beat.
         drop(self.keeper);
+        drop(self.template);
         keeper.await.ok();
         let report = self.stats.report();
         tracing::info!(worker = %self.config.name, ?report, "worker stopped");
@@ -208,9 +210,15 @@ impl Runner {
             // Heartbeats are timed from the claim: a job that waited in the prefetch
             // buffer is renewed on the same schedule as any other.
             let first = claimed_at + self.heartbeat_every;
-            let _ = self
+            if self
                 .keeper
-                .send(keeper::Msg::Started { lease, first, task });
+                .send(keeper::Msg::Started { lease, first, task })
+                .is_err()
+            {
+                tracing::error!(
+                    "the heartbeat keeper is gone; this job's lease will not be renewed"
+                );
+            }
         }
     }
 
@@ -311,6 +319,7 @@ impl JobRun {
     fn clone_for_job(&self) -> Self {
         Self {
             handler: self.handler.clone(),
+            keeper: self.keeper.clone(),
             timeout: self.timeout,
             abort: self.abort.clone(),
             settle: self.settle.clone(),

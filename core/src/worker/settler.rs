@@ -85,7 +85,7 @@ impl Settler {
         for s in &batch {
             let _ = self
                 .keeper
-                .send(keeper::Msg::Stored(s.lease.job, s.lease.token));
+                .send(keeper::Msg::Ended(s.lease.job, s.lease.token));
         }
     }
 
