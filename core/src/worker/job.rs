@@ -81,7 +81,7 @@ impl JobRun {
     async fn run(self, job: ClaimedJob, slot: Slot) {
         let lease = job.lease.clone();
         let mut ended = Ended {
-            keeper: self.keeper.clone(),
+            keeper: self.keeper,
             key: Some((lease.job, lease.token)),
         };
         let span = tracing::info_span!("relayq.job", queue = %lease.queue, id = %lease.job, attempt = lease.attempt);
