@@ -228,6 +228,31 @@ async fn w3_a_handler_that_blocks_past_its_timeout_is_failed() {
     assert_eq!((report.succeeded, report.failed), (0, 1));
 }
 
+/// A handler's own permanent failure stands even when it is seen past the timeout.
+#[tokio::test]
+async fn w3_a_permanent_error_seen_past_the_timeout_stays_permanent() {
+    let b = Arc::new(MemoryBackend::new());
+    let q = queue();
+    let id = enqueue_n(&b, &q, 1, 3).await[0];
+    let w = builder(&b, &q)
+        .timeout(Duration::from_millis(20))
+        .handler(|_job: ClaimedJob| async move {
+            std::thread::sleep(Duration::from_millis(100));
+            Err::<(), _>(JobError::permanent("bad input"))
+        })
+        .build()
+        .unwrap()
+        .spawn();
+    until("job dead", async || {
+        state(&b, &q, id).await == JobState::Dead
+    })
+    .await;
+    w.shutdown().await.unwrap();
+    let info = b.job(&q, id).await.unwrap();
+    assert_eq!(info.attempts, 1);
+    assert_eq!(info.last_error.as_deref(), Some("bad input"));
+}
+
 /// A hand-written handler whose `handle` panics before returning its future.
 struct PanicsEarly;
 

@@ -31,14 +31,18 @@ use tracing::Instrument;
 use super::{Handler, keeper};
 use crate::{ClaimedJob, JobId, LeaseToken, Retry, Settle};
 
+/// An outcome for the settler, with the guard that tells the keeper the job ended once
+/// the settler is done with it (stored, given up on, or dropped in a panic).
+pub(super) type Settling = (Settle, Ended);
+
 pub(super) struct JobRun {
     pub(super) handler: Arc<dyn Handler>,
-    /// Told when the job ends without handing an outcome to the settler.
+    /// Told when the job ends (through its [`Ended`] guard).
     pub(super) keeper: mpsc::UnboundedSender<keeper::Msg>,
     pub(super) timeout: Option<Duration>,
     /// Cancelled when the shutdown deadline passes: the job is released.
     pub(super) abort: CancellationToken,
-    pub(super) settle: mpsc::Sender<Settle>,
+    pub(super) settle: mpsc::Sender<Settling>,
     pub(super) slots: Slots,
 }
 
@@ -72,18 +76,20 @@ impl Drop for Slot {
 
 impl JobRun {
     /// Takes a slot now (so the claim loop counts it at once) and returns the job's
-    /// future, to be spawned as its task.
+    /// future, to be spawned as its task. The job's [`Ended`] guard is made here too, so
+    /// that the keeper hears of a task dropped before it first ran.
     pub(super) fn start(self, job: ClaimedJob) -> impl Future<Output = ()> + Send + 'static {
         let slot = self.slots.take();
-        self.run(job, slot)
+        let ended = Ended {
+            keeper: self.keeper.clone(),
+            job: job.lease.job,
+            token: job.lease.token,
+        };
+        self.run(job, slot, ended)
     }
 
-    async fn run(self, job: ClaimedJob, slot: Slot) {
+    async fn run(self, job: ClaimedJob, slot: Slot, ended: Ended) {
         let lease = job.lease.clone();
-        let mut ended = Ended {
-            keeper: self.keeper,
-            key: Some((lease.job, lease.token)),
-        };
         let span = tracing::info_span!("relayq.job", queue = %lease.queue, id = %lease.job, attempt = lease.attempt);
         // Dropping this future (timeout, shutdown, or the keeper aborting the task) stops
         // the handler; `async` so that a panic in `handle` itself is caught too.
@@ -99,8 +105,9 @@ impl JobRun {
 
         let settle = tokio::select! {
             res = handled => match res {
-                // Returned without yielding in time (it blocked its thread): failed.
-                Ok(_) if deadline.is_some_and(|d| Instant::now() >= d) => {
+                // Succeeded past its timeout, seen only now: it blocked its thread, or
+                // its task ran late.
+                Ok(Ok(_)) if deadline.is_some_and(|d| Instant::now() >= d) => {
                     Settle::fail(lease, timed_out(), Retry::Backoff)
                 }
                 Ok(Ok(done)) => Settle::complete(lease).with_output(done.output),
@@ -116,27 +123,26 @@ impl JobRun {
         };
         drop(slot);
         span.in_scope(|| tracing::debug!(outcome = ?settle.outcome, "job done"));
-        // Handed over: the settler tells the keeper once it is stored. The settler
-        // outlives every job task, so a failed send means it panicked.
-        if self.settle.send(settle).await.is_ok() {
-            ended.key = None;
-        }
+        // The guard goes along: the settler drops it once done with the outcome. If the
+        // send fails (the settler panicked), it drops here.
+        let _ = self.settle.send((settle, ended)).await;
     }
 }
 
-/// Tells the keeper that a job ended without handing its outcome to the settler (its
-/// lease was lost, the worker was dropped, the settler is gone), so that it stops
-/// heartbeating the lease. Disarmed once the outcome is handed over.
-struct Ended {
+/// Tells the keeper, when dropped, that a job ended, so that it stops heartbeating the
+/// lease. It lives in the job's task until the outcome goes to the settler, then with
+/// the outcome until it is stored or given up on; a task aborted or dropped (lease
+/// lost, worker dropped) or a settler that panics drops it on the way. So each started
+/// job ends exactly once.
+pub(super) struct Ended {
     keeper: mpsc::UnboundedSender<keeper::Msg>,
-    key: Option<(JobId, LeaseToken)>,
+    job: JobId,
+    token: LeaseToken,
 }
 
 impl Drop for Ended {
     fn drop(&mut self) {
-        if let Some((job, token)) = self.key.take() {
-            let _ = self.keeper.send(keeper::Msg::Ended(job, token));
-        }
+        let _ = self.keeper.send(keeper::Msg::Ended(self.job, self.token));
     }
 }
 

@@ -5,7 +5,8 @@
 //! - it claims up to its free slots in one call, taking queues in turn so a busy queue
 //!   cannot starve another (W1, W5);
 //! - runs the handler of each job in its own task, while one keeper task heartbeats
-//!   every started job's lease every lease/3 until its outcome is stored; a handler
+//!   every started job's lease (every lease/3 by default) until its outcome is stored
+//!   or given up on; a handler
 //!   error fails the job (retryable unless permanent), a panic fails it with the panic
 //!   text, a handler past its timeout is failed (W3);
 //! - hands outcomes to a settler that acknowledges many in one `settle_many` call,

@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use super::{
     Config, Worker, WorkerReport,
     buffer::Buffer,
-    job::{JobRun, Slots},
+    job::{JobRun, Settling, Slots},
     keeper::{self, Keeper},
     settler::{self, Settler},
     stats::Stats,
@@ -42,7 +42,7 @@ pub(super) struct Runner {
     stats: Arc<Stats>,
     jobs: JoinSet<()>,
     template: JobRun,
-    settle_rx: Option<mpsc::Receiver<Settle>>,
+    settle_rx: Option<mpsc::Receiver<Settling>>,
     /// Tells the keeper which jobs started, so it heartbeats their leases.
     keeper: mpsc::UnboundedSender<keeper::Msg>,
     keeper_rx: Option<mpsc::UnboundedReceiver<keeper::Msg>>,
@@ -99,7 +99,6 @@ impl Runner {
             max_batch: self.config.settle_batch,
             delay: self.config.settle_delay,
             stats: self.stats.clone(),
-            keeper: self.keeper.clone(),
         };
         let settler = tokio::spawn(settler.run(self.settle_rx.take().expect("taken once")));
         let mut events = self.backend.subscribe();

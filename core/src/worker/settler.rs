@@ -13,7 +13,7 @@ use std::{sync::Arc, time::Duration};
 use backon::{ExponentialBuilder, Retryable};
 use tokio::{sync::mpsc, task::JoinSet, time::Instant};
 
-use super::{keeper, stats::Stats};
+use super::{job::Settling, stats::Stats};
 use crate::{Backend, Error, Outcome, Settle, Settled};
 
 /// Settle calls a worker has in flight at most.
@@ -25,8 +25,6 @@ pub(super) struct Settler {
     pub(super) max_batch: usize,
     pub(super) delay: Duration,
     pub(super) stats: Arc<Stats>,
-    /// Told when a job's outcome is stored or given up on, to stop its heartbeats.
-    pub(super) keeper: mpsc::UnboundedSender<keeper::Msg>,
 }
 
 /// `settle_many`, retried a few times with backoff on backend errors (not on invalid
@@ -47,7 +45,7 @@ pub(super) async fn settle_retrying(
 }
 
 impl Settler {
-    pub(super) async fn run(self, mut rx: mpsc::Receiver<Settle>) {
+    pub(super) async fn run(self, mut rx: mpsc::Receiver<Settling>) {
         let mut flushing = JoinSet::new();
         while let Some(first) = rx.recv().await {
             let mut batch = vec![first];
@@ -67,9 +65,10 @@ impl Settler {
         while flushing.join_next().await.is_some() {}
     }
 
-    /// Settles `batch`, then tells the keeper to stop the jobs' heartbeats: their
+    /// Settles `batch`, then drops the jobs' guards, which stops their heartbeats: the
     /// outcomes are stored or given up on.
-    async fn flush(&self, batch: Vec<Settle>) {
+    async fn flush(&self, batch: Vec<Settling>) {
+        let (batch, _ended): (Vec<Settle>, Vec<_>) = batch.into_iter().unzip();
         let n = batch.len();
         match settle_retrying(&*self.backend, &batch).await {
             Ok(results) => {
@@ -81,11 +80,6 @@ impl Settler {
                 self.stats.add_lost(n);
                 tracing::error!(error = %e, jobs = n, "could not settle; their leases will expire and the jobs run again");
             }
-        }
-        for s in &batch {
-            let _ = self
-                .keeper
-                .send(keeper::Msg::Ended(s.lease.job, s.lease.token));
         }
     }
 
