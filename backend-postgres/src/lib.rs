@@ -105,6 +105,12 @@ pub struct Config {
     /// then also survive a crash, at the cost of one flush wait each (about 20% of
     /// drain throughput without prefetch here, docs/BENCHMARKS.md).
     pub durable_claims: bool,
+    /// How long [`PostgresBackend::migrate`] waits for a table lock before giving up
+    /// (default 5 s). A migration that alters a table waits for every transaction
+    /// using it, and while it waits, claims and settles queue behind it: a long query
+    /// on `finished` would stall the workers for as long as it runs. Past this time
+    /// `migrate` fails, changes nothing, and can simply be run again later.
+    pub migrate_lock_timeout: Duration,
 }
 
 impl Default for Config {
@@ -116,6 +122,7 @@ impl Default for Config {
             min_connections: 0,
             acquire_timeout: Duration::from_secs(30),
             durable_claims: false,
+            migrate_lock_timeout: Duration::from_secs(5),
         }
     }
 }
@@ -156,6 +163,13 @@ impl Config {
         self.durable_claims = durable;
         self
     }
+
+    /// The settings with another [`migrate_lock_timeout`](Self::migrate_lock_timeout).
+    #[must_use]
+    pub fn with_migrate_lock_timeout(mut self, timeout: Duration) -> Self {
+        self.migrate_lock_timeout = timeout;
+        self
+    }
 }
 
 /// A relayq backend on a PostgreSQL database. Cheap to clone; clones share the pool.
@@ -170,6 +184,7 @@ struct Inner {
     schema: Schema,
     limits: Limits,
     durable_claims: bool,
+    migrate_lock_timeout: Duration,
     events: EventBus,
     listener: Listener,
 }
@@ -243,6 +258,7 @@ impl PostgresBackend {
                 schema,
                 limits: config.limits,
                 durable_claims: config.durable_claims,
+                migrate_lock_timeout: config.migrate_lock_timeout,
                 events,
                 listener,
             }),
@@ -251,13 +267,16 @@ impl PostgresBackend {
 
     /// Creates the schema and its tables, or brings them up to date. Safe to run from
     /// many processes at once: the migrations run in one transaction under an advisory
-    /// transaction lock per schema.
+    /// transaction lock per schema. A table lock not granted within
+    /// [`Config::migrate_lock_timeout`] fails it, with nothing changed, rather than
+    /// leave workers queued behind it.
     ///
     /// # Errors
-    /// [`Error::Backend`] when the server fails, or when the schema was created by a
-    /// newer relayq-postgres.
+    /// [`Error::Backend`] when the server fails, when a table lock was not granted in
+    /// time, or when the schema was created by a newer relayq-postgres.
     pub async fn migrate(&self) -> Result<()> {
-        self.inner.schema.migrate(&self.inner.pool).await
+        let timeout = self.inner.migrate_lock_timeout;
+        self.inner.schema.migrate(&self.inner.pool, timeout).await
     }
 
     /// The connection pool, for callers that want to look at the tables.

@@ -4,6 +4,7 @@
 use std::{
     collections::HashMap,
     sync::{Arc, PoisonError, RwLock},
+    time::Duration,
 };
 
 use relayq_core::{Error, Result};
@@ -104,7 +105,7 @@ impl Schema {
 
     /// Applies the migrations not yet applied, in one transaction under an advisory
     /// transaction lock per schema, so processes starting together apply each once.
-    pub(crate) async fn migrate(&self, pool: &PgPool) -> Result<()> {
+    pub(crate) async fn migrate(&self, pool: &PgPool, lock_timeout: Duration) -> Result<()> {
         let mut tx = pool.begin().await.map_err(db)?;
         sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('relayq migrate ' || $1, 0))")
             .bind(&self.name)
@@ -134,11 +135,17 @@ impl Schema {
                 MIGRATIONS.len()
             )));
         }
+        // Only for the migrations themselves: they may alter tables the workers use.
+        sqlx::query("SELECT set_config('lock_timeout', $1, true)")
+            .bind(format!("{}ms", lock_timeout.as_millis().max(1)))
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
         for (i, sql) in MIGRATIONS.iter().enumerate().skip(applied) {
             sqlx::raw_sql(AssertSqlSafe(self.fill(sql)))
                 .execute(&mut *tx)
                 .await
-                .map_err(db)?;
+                .map_err(|e| self.lock_not_granted(e, lock_timeout))?;
             sqlx::query(self.sql("INSERT INTO {s}.migrations (version) VALUES ($1)"))
                 .bind(i32::try_from(i + 1).map_err(Error::backend)?)
                 .execute(&mut *tx)
@@ -146,6 +153,21 @@ impl Schema {
                 .map_err(db)?;
         }
         tx.commit().await.map_err(db)
+    }
+
+    /// Says what to do when a migration's table lock was not granted in time.
+    fn lock_not_granted(&self, e: sqlx::Error, timeout: Duration) -> Error {
+        if let sqlx::Error::Database(d) = &e
+            && d.code().as_deref() == Some("55P03")
+        {
+            return Error::backend(format!(
+                "migrate: a table of schema {} stayed locked for {timeout:?} (a long query or \
+                 open transaction uses it); nothing was changed: run migrate() again later, or \
+                 raise Config::migrate_lock_timeout",
+                self.name
+            ));
+        }
+        db(e)
     }
 }
 

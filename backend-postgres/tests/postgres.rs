@@ -775,6 +775,52 @@ async fn succeeded_attempts_read_the_same_across_the_upgrade() {
     drop_schema(&b).await;
 }
 
+/// A migration whose table stays locked gives up after the configured wait with an
+/// error that says so, changes nothing, and succeeds once the lock is gone (instead of
+/// queueing every claim and settle behind its lock for as long as the holder runs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_gives_up_on_a_locked_table_and_changes_nothing() {
+    let Some(url) = url().await else { return };
+    let (b, s) = version_1(&url).await;
+    let impatient = PostgresBackend::connect_with(
+        &url,
+        Config::default()
+            .with_schema(s.trim_matches('"'))
+            .with_migrate_lock_timeout(Duration::from_millis(100)),
+    )
+    .await
+    .unwrap();
+    let version = async || -> i32 {
+        sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT max(version) FROM {s}.migrations"
+        )))
+        .fetch_one(b.pool())
+        .await
+        .unwrap()
+    };
+    // A long transaction reading `finished`, which migration 2 alters.
+    let mut holder = b.pool().begin().await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "LOCK TABLE {s}.finished IN ACCESS SHARE MODE"
+    )))
+    .execute(&mut *holder)
+    .await
+    .unwrap();
+    let err = tokio::time::timeout(Duration::from_secs(30), impatient.migrate())
+        .await
+        .expect("migrate waited on the lock instead of giving up")
+        .unwrap_err();
+    assert!(err.to_string().contains("stayed locked"), "{err}");
+    assert_eq!(version().await, 1);
+    holder.rollback().await.unwrap();
+    impatient.migrate().await.unwrap();
+    assert_eq!(
+        usize::try_from(version().await).unwrap(),
+        relayq_postgres::SCHEMA_VERSION
+    );
+    drop_schema(&b).await;
+}
+
 /// Leases settle the same from a handle that did not claim them (it knows nothing of
 /// their groups): in one call with a plain lease and a stale one, the grouped job's
 /// completion releases its group's next job, and every answer is right. (A settle
