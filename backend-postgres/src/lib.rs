@@ -109,7 +109,8 @@ pub struct Config {
     /// (default 5 s). A migration that alters a table waits for every transaction
     /// using it, and while it waits, claims and settles queue behind it: a long query
     /// on `finished` would stall the workers for as long as it runs. Past this time
-    /// `migrate` fails, changes nothing, and can simply be run again later.
+    /// `migrate` fails, changes nothing, and can simply be run again later. 1 ms to
+    /// about 24 days (PostgreSQL's limit).
     pub migrate_lock_timeout: Duration,
 }
 
@@ -219,6 +220,7 @@ impl PostgresBackend {
             None => options.application_name("relayq"),
         };
         let schema = Schema::new(&config.schema)?;
+        check_lock_timeout(config.migrate_lock_timeout)?;
         let max = config.max_connections.max(2);
         if config.min_connections > max {
             return Err(Error::invalid(
@@ -243,9 +245,11 @@ impl PostgresBackend {
     /// written so that PostgreSQL's cached generic plans stay on the indexes.
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] on `schema` for a bad schema name.
+    /// [`Error::InvalidInput`] on `schema` for a bad schema name, on
+    /// `migrate_lock_timeout` for one out of range.
     pub fn from_pool(pool: PgPool, config: &Config) -> Result<Self> {
         let schema = Schema::new(&config.schema)?;
+        check_lock_timeout(config.migrate_lock_timeout)?;
         Ok(Self::build(pool, schema, config))
     }
 
@@ -319,6 +323,17 @@ impl Events for PostgresBackend {
 }
 
 /// Maps a driver error into the core error, keeping it as the source.
+/// PostgreSQL's `lock_timeout` takes 1 ms to `i32::MAX` ms (0 would mean no limit).
+fn check_lock_timeout(timeout: Duration) -> Result<()> {
+    if timeout < Duration::from_millis(1) || timeout.as_millis() > i32::MAX as u128 {
+        return Err(Error::invalid(
+            "migrate_lock_timeout",
+            format!("{timeout:?} is outside 1 ms to {} ms", i32::MAX),
+        ));
+    }
+    Ok(())
+}
+
 fn db(e: sqlx::Error) -> Error {
     // A missing table or column: the schema was never created, or by an older version
     // (its statements would fail the same way each time). Say what to do about it.

@@ -137,7 +137,7 @@ impl Schema {
         }
         // Only for the migrations themselves: they may alter tables the workers use.
         sqlx::query("SELECT set_config('lock_timeout', $1, true)")
-            .bind(format!("{}ms", lock_timeout.as_millis().max(1)))
+            .bind(format!("{}ms", lock_timeout.as_millis()))
             .execute(&mut *tx)
             .await
             .map_err(db)?;

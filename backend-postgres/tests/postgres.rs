@@ -398,6 +398,28 @@ async fn failed_enqueue_in_leaves_the_callers_transaction_usable() {
     drop_schema(&b).await;
 }
 
+/// A migration lock timeout PostgreSQL cannot take (0 would mean no limit at all) is
+/// refused by name, before any connection is made.
+#[tokio::test]
+async fn out_of_range_migrate_lock_timeouts_are_refused() {
+    for bad in [Duration::ZERO, Duration::from_secs(30 * 24 * 3600)] {
+        let config = Config::default().with_migrate_lock_timeout(bad);
+        let err = PostgresBackend::connect_with("postgres://postgres@127.0.0.1:1/test", config)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::InvalidInput {
+                    field: "migrate_lock_timeout",
+                    ..
+                }
+            ),
+            "{bad:?}: {err}"
+        );
+    }
+}
+
 /// Connection failures are `Backend` errors, never panics: a server that does not
 /// answer, and a pool closed under a live backend.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
