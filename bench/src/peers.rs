@@ -61,11 +61,20 @@ impl Peers {
         if skip {
             return Self { binary: None };
         }
-        let status = std::process::Command::new(env!("CARGO"))
+        let mut cargo = std::process::Command::new(env!("CARGO"));
+        cargo
             .args(["build", "--release", "--quiet", "--manifest-path"])
             .arg(dir().join("Cargo.toml"))
-            .stdout(Stdio::null())
-            .status();
+            .stdout(Stdio::null());
+        // Under rustup, pin the toolchain this bench was built with. Otherwise a
+        // dependency's own `rust-toolchain.toml` (atoi 2.0 names 1.57.0) picks the
+        // compiler when the bench runs outside `cargo run`, and the build fails.
+        if std::env::var_os("RUSTUP_TOOLCHAIN").is_none()
+            && let Some(toolchain) = option_env!("RUSTUP_TOOLCHAIN")
+        {
+            cargo.env("RUSTUP_TOOLCHAIN", toolchain);
+        }
+        let status = cargo.status();
         let binary = dir().join("target/release/relayq-bench-peers");
         match status {
             Ok(s) if s.success() && binary.exists() => Self {
