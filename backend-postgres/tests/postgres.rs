@@ -407,14 +407,9 @@ async fn out_of_range_migrate_lock_timeouts_are_refused() {
         let err = PostgresBackend::connect_with("postgres://postgres@127.0.0.1:1/test", config)
             .await
             .unwrap_err();
-        assert!(
-            matches!(
-                err,
-                Error::InvalidInput {
-                    field: "migrate_lock_timeout",
-                    ..
-                }
-            ),
+        assert_eq!(
+            err.invalid_field(),
+            Some("migrate_lock_timeout"),
             "{bad:?}: {err}"
         );
     }
