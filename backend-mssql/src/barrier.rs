@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use relayq_core::{
     Batch, BatchId, BatchProgress, Error, JobState, OnFailure, OrderBarrier, Result, StageProgress,
-    validate,
+    WaitFor, validate,
 };
 
 use crate::{
@@ -43,6 +43,20 @@ impl OrderBarrier for MssqlBackend {
             .events
             .notify(&batch.queue, relayq_core::EventKind::Finished);
         Ok(())
+    }
+
+    async fn reached(&self, batch: &Batch, target: WaitFor) -> Result<bool> {
+        validate::queue_name(&batch.queue)?;
+        let sets = self
+            .run(
+                sql::REACHED,
+                &[&batch.id.0, &batch.queue.as_str(), &target.up_to()],
+            )
+            .await?;
+        let Some(row) = rows::set(&sets, 0)?.first() else {
+            return Err(Error::not_found(batch.to_string()));
+        };
+        Ok(target.reached_when(req(row, 0)?, req(row, 1)?))
     }
 
     async fn batch_progress(&self, batch: &Batch) -> Result<BatchProgress> {

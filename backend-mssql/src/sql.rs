@@ -740,6 +740,18 @@ VALUES (@P1, @P2, 0, 0, SYSUTCDATETIME());";
 pub(crate) const SEAL: &str = "
 UPDATE {s}.batches SET sealed = 1 OUTPUT inserted.id WHERE id = @P1 AND queue = @P2;";
 
+/// Whether batch `@P1` of queue `@P2` is sealed, and whether a job of a stage up to
+/// `@P3` is unfinished: one seek of `jobs_stage`, filtered to unfinished jobs (the
+/// state list matches its filter), whatever the batch's size.
+pub(crate) const REACHED: &str = "
+SELECT b.sealed,
+       CAST(CASE WHEN EXISTS (SELECT 1 FROM {s}.jobs AS j
+                              WHERE j.batch_id = b.id AND j.stage <= @P3
+                                AND j.state IN ('ready', 'blocked', 'running', 'retrying'))
+            THEN 1 ELSE 0 END AS bit) AS unfinished
+FROM {s}.batches AS b
+WHERE b.id = @P1 AND b.queue = @P2;";
+
 /// Batch `@P1` of queue `@P2` and its jobs counted by (stage, state), in one
 /// statement.
 pub(crate) const BATCH_PROGRESS: &str = "
@@ -809,6 +821,7 @@ pub(crate) const ALL: &[(&str, &str)] = &[
     ("SET_QUEUE", SET_QUEUE),
     ("OPEN_BATCH", OPEN_BATCH),
     ("SEAL", SEAL),
+    ("REACHED", REACHED),
     ("BATCH_PROGRESS", BATCH_PROGRESS),
     ("QUEUE_STATS", QUEUE_STATS),
     ("JOB", JOB),

@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use relayq_core::{
     Batch, BatchId, BatchProgress, Error, JobState, OnFailure, OrderBarrier, Result, StageProgress,
-    validate,
+    WaitFor, validate,
 };
 
 use crate::{PostgresBackend, db, listen};
@@ -48,6 +48,26 @@ impl OrderBarrier for PostgresBackend {
         }
         self.notify_local(&[payload]);
         Ok(())
+    }
+
+    async fn reached(&self, batch: &Batch, target: WaitFor) -> Result<bool> {
+        validate::queue_name(&batch.queue)?;
+        // `jobs` holds only unfinished jobs: one probe of `jobs_stage` answers, however
+        // many jobs the batch has.
+        let row: Option<(bool, bool)> = sqlx::query_as(self.sql(
+            "SELECT b.sealed,
+                    EXISTS (SELECT 1 FROM {s}.jobs WHERE batch_id = $1 AND stage <= $3)
+                 FROM {s}.batches b
+                 WHERE b.id = $1 AND b.queue = $2",
+        ))
+        .bind(batch.id.0)
+        .bind(&batch.queue)
+        .bind(target.up_to())
+        .fetch_optional(self.pool())
+        .await
+        .map_err(db)?;
+        let (sealed, unfinished) = row.ok_or_else(|| Error::not_found(batch.to_string()))?;
+        Ok(target.reached_when(sealed, unfinished))
     }
 
     async fn batch_progress(&self, batch: &Batch) -> Result<BatchProgress> {

@@ -7,7 +7,7 @@ use redis::Value;
 use relayq_core::{
     Admin, AttemptOutcome, AttemptRecord, Batch, BatchId, BatchProgress, Error, EventKind, Inspect,
     JobId, JobInfo, JobState, Maintenance, OnFailure, OrderBarrier, QueueStats, Result, RunningJob,
-    StageProgress, validate,
+    StageProgress, WaitFor, validate,
 };
 use serde::Deserialize;
 
@@ -36,6 +36,21 @@ impl OrderBarrier for RedisBackend {
         }
         self.notify_local(&batch.queue, EventKind::Finished);
         Ok(())
+    }
+
+    async fn reached(&self, batch: &Batch, target: WaitFor) -> Result<bool> {
+        let args = [b"reached".to_vec(), arg(batch.id.0), arg(target.up_to())];
+        let out: Value = self
+            .run_idempotent(&scripts::BATCH, &batch.queue, &args)
+            .await?;
+        if matches!(out, Value::Int(-1)) {
+            return Err(Error::not_found(batch.to_string()));
+        }
+        let items = reply::items(out)?;
+        let [sealed, unfinished] = items.as_slice() else {
+            return Err(bad("batch reached"));
+        };
+        Ok(target.reached_when(text(sealed)? == "1", int(unfinished)? > 0))
     }
 
     async fn batch_progress(&self, batch: &Batch) -> Result<BatchProgress> {

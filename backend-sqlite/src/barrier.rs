@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use relayq_core::{
     Batch, BatchId, BatchProgress, Error, EventKind, JobState, OnFailure, OrderBarrier, Result,
-    StageProgress, validate,
+    StageProgress, WaitFor, validate,
 };
 
 use crate::{SqliteBackend, db, us};
@@ -46,6 +46,27 @@ impl OrderBarrier for SqliteBackend {
         }
         self.notify(&batch.queue, EventKind::Finished);
         Ok(())
+    }
+
+    async fn reached(&self, batch: &Batch, target: WaitFor) -> Result<bool> {
+        validate::queue_name(&batch.queue)?;
+        // One probe of `relayq_jobs_stage`, whose rows are the unfinished jobs: the
+        // state list must match the index's own for SQLite to use it.
+        let row: Option<(bool, bool)> = sqlx::query_as(
+            "SELECT sealed,
+                    EXISTS (SELECT 1 FROM relayq_jobs
+                            WHERE batch_id = ?1 AND stage <= ?3
+                              AND state IN ('ready', 'blocked', 'running', 'retrying'))
+             FROM relayq_batches WHERE id = ?1 AND queue = ?2",
+        )
+        .bind(batch.id.0)
+        .bind(&batch.queue)
+        .bind(target.up_to())
+        .fetch_optional(self.pool())
+        .await
+        .map_err(db)?;
+        let (sealed, unfinished) = row.ok_or_else(|| Error::not_found(batch.to_string()))?;
+        Ok(target.reached_when(sealed, unfinished))
     }
 
     async fn batch_progress(&self, batch: &Batch) -> Result<BatchProgress> {

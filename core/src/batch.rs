@@ -180,3 +180,23 @@ pub enum WaitFor {
     /// The batch is sealed and every job in it is finished.
     Batch,
 }
+
+impl WaitFor {
+    /// The highest stage whose unfinished jobs keep the target from being reached: the
+    /// stage itself, or every stage (`i32::MAX`) for the batch.
+    #[must_use]
+    pub fn up_to(self) -> i32 {
+        match self {
+            Self::Stage(s) => s,
+            Self::Batch => i32::MAX,
+        }
+    }
+
+    /// Whether the target is reached, given whether the batch is sealed and whether
+    /// any job of a stage up to [`up_to`](Self::up_to) is unfinished: what a backend's
+    /// [`reached`](crate::OrderBarrier::reached) decides from one look-up.
+    #[must_use]
+    pub fn reached_when(self, sealed: bool, unfinished: bool) -> bool {
+        !unfinished && (sealed || matches!(self, Self::Stage(_)))
+    }
+}

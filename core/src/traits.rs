@@ -186,6 +186,25 @@ pub trait OrderBarrier: Events {
     /// - An unknown batch is [`Error::NotFound`].
     async fn batch_progress(&self, batch: &Batch) -> Result<BatchProgress>;
 
+    /// Whether `target` is reached, without counting the batch's jobs (SPEC B5).
+    ///
+    /// [`wait`](Self::wait) asks this at every check and reads the counts once, at the
+    /// end. Backends answer it from their index of unfinished jobs by stage, so a check
+    /// costs the same for a batch of ten jobs or a million; the default reads the
+    /// whole [`batch_progress`](Self::batch_progress).
+    ///
+    /// # Behavior
+    /// - A stage is reached when no job of it or of any stage below it is unfinished
+    ///   (pending, running or retrying), whether or not the batch is sealed (SPEC B5).
+    /// - The batch is reached when it is sealed and none of its jobs is unfinished
+    ///   (SPEC B4, B5).
+    /// - The answer equals [`BatchProgress::reached`] of `batch_progress` at the same
+    ///   moment.
+    /// - An unknown batch, or one of another queue, is [`Error::NotFound`].
+    async fn reached(&self, batch: &Batch, target: WaitFor) -> Result<bool> {
+        Ok(self.batch_progress(batch).await?.reached(target))
+    }
+
     /// Waits until `target` is reached or `timeout` passes (SPEC B5).
     ///
     /// # Behavior
@@ -194,6 +213,8 @@ pub trait OrderBarrier: Events {
     /// - After `timeout`, [`Error::Timeout`] (SPEC B5).
     /// - Polls the server no faster than every 100 ms, and wakes on the backend's
     ///   `Finished` events where it has them (SPEC B5).
+    /// - Checks with [`reached`](Self::reached), and reads the counts only once it says
+    ///   yes: waiting on a large batch does not count it again and again.
     async fn wait(
         &self,
         batch: &Batch,

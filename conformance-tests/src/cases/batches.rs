@@ -300,6 +300,75 @@ pub async fn b5_wait_returns_counts(env: &Env) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Checks `reached` for each `(target, want)`, and that `batch_progress` agrees.
+async fn expect_reached(
+    b: &dyn relayq_core::Backend,
+    batch: &Batch,
+    step: &str,
+    want: &[(WaitFor, bool)],
+) -> anyhow::Result<()> {
+    for &(target, want) in want {
+        let got = b.reached(batch, target).await?;
+        ensure!(
+            got == want,
+            "{step}: reached({target:?}) = {got}, expected {want}"
+        );
+        let p = b.batch_progress(batch).await?;
+        ensure!(
+            p.reached(target) == want,
+            "{step}: batch_progress disagrees with reached({target:?}) = {want}: {p:?}"
+        );
+    }
+    Ok(())
+}
+
+/// SPEC B4, B5: `reached` says whether a stage, with every stage below it, or the
+/// sealed batch is finished: pending, running and retrying jobs hold it; succeeded,
+/// dead and cancelled ones do not. It agrees with `batch_progress` at every step.
+pub async fn b5_reached_follows_the_batch(env: &Env) -> anyhow::Result<()> {
+    use WaitFor::{Batch as Whole, Stage};
+    let b = env.backend();
+    let q = queue_name("b5reached");
+    let batch = b.open_batch(&q, OnFailure::Continue).await?;
+    expect_reached(b, &batch, "empty", &[(Stage(1), true), (Whole, false)]).await?;
+    let all = staged(env, &batch, &[1, 1, 2, 3]).await?;
+    let pending = [(Stage(0), true), (Stage(1), false), (Stage(3), false)];
+    expect_reached(b, &batch, "enqueued", &pending).await?;
+    let first = claim_exactly(b, &q, &all[..2]).await?;
+    expect_reached(b, &batch, "running", &[(Stage(1), false)]).await?;
+    b.complete(&first[0].lease).await?;
+    let later = Retry::After(Duration::from_secs(3600));
+    b.fail(&first[1].lease, "again later", later).await?;
+    expect_state(b, &q, all[1], JobState::Retrying).await?;
+    expect_reached(b, &batch, "retrying", &[(Stage(1), false)]).await?;
+    ensure!(b.cancel_job(&q, all[1]).await?, "cancel of a retrying job");
+    let one_done = [
+        (Stage(1), true),
+        (Stage(2), false),
+        (Stage(i32::MAX), false),
+    ];
+    expect_reached(b, &batch, "stage 1 done", &one_done).await?;
+    let second = claim_exactly(b, &q, &all[2..3]).await?;
+    b.fail(&second[0].lease, "fatal", Retry::Never).await?;
+    let two_done = [(Stage(2), true), (Stage(3), false), (Whole, false)];
+    expect_reached(b, &batch, "stage 2 dead", &two_done).await?;
+    complete_all(b, &q, &all[3..]).await?;
+    let unsealed = [(Stage(3), true), (Stage(i32::MAX), true), (Whole, false)];
+    expect_reached(b, &batch, "all done, unsealed", &unsealed).await?;
+    b.seal(&batch).await?;
+    expect_reached(b, &batch, "sealed", &[(Whole, true)]).await?;
+    let elsewhere = Batch {
+        queue: queue_name("b5reached"),
+        id: batch.id,
+    };
+    expect_not_found(b.reached(&elsewhere, Whole).await, "reached, another queue")?;
+    let ghost = Batch {
+        id: BatchId(i64::MAX),
+        ..batch
+    };
+    expect_not_found(b.reached(&ghost, Stage(1)).await, "reached, unknown batch")
+}
+
 /// SPEC B5: `wait` that is not reached in time is `Timeout`, after about the timeout.
 pub async fn b5_wait_times_out(env: &Env) -> anyhow::Result<()> {
     let b = env.backend();
