@@ -48,15 +48,12 @@ impl OrderBarrier for MssqlBackend {
     async fn reached(&self, batch: &Batch, target: WaitFor) -> Result<bool> {
         validate::queue_name(&batch.queue)?;
         let sets = self
-            .run(
-                sql::REACHED,
-                &[&batch.id.0, &batch.queue.as_str(), &target.up_to()],
-            )
+            .run(sql::REACHED, &[&batch.id.0, &batch.queue.as_str()])
             .await?;
         let Some(row) = rows::set(&sets, 0)?.first() else {
             return Err(Error::not_found(batch.to_string()));
         };
-        Ok(target.reached_when(req(row, 0)?, req(row, 1)?))
+        Ok(target.reached_at(req(row, 0)?, rows::get(row, 1)?))
     }
 
     async fn batch_progress(&self, batch: &Batch) -> Result<BatchProgress> {

@@ -740,15 +740,14 @@ VALUES (@P1, @P2, 0, 0, SYSUTCDATETIME());";
 pub(crate) const SEAL: &str = "
 UPDATE {s}.batches SET sealed = 1 OUTPUT inserted.id WHERE id = @P1 AND queue = @P2;";
 
-/// Whether batch `@P1` of queue `@P2` is sealed, and whether a job of a stage up to
-/// `@P3` is unfinished: one seek of `jobs_stage`, filtered to unfinished jobs (the
-/// state list matches its filter), whatever the batch's size.
+/// Whether batch `@P1` of queue `@P2` is sealed, and its lowest stage with an
+/// unfinished job: `MIN` over the prefix of `jobs_stage`, filtered to unfinished jobs
+/// (the state list matches its filter), is one seek whatever the batch's size.
 pub(crate) const REACHED: &str = "
 SELECT b.sealed,
-       CAST(CASE WHEN EXISTS (SELECT 1 FROM {s}.jobs AS j
-                              WHERE j.batch_id = b.id AND j.stage <= @P3
-                                AND j.state IN ('ready', 'blocked', 'running', 'retrying'))
-            THEN 1 ELSE 0 END AS bit) AS unfinished
+       (SELECT MIN(j.stage) FROM {s}.jobs AS j
+        WHERE j.batch_id = b.id AND j.state IN ('ready', 'blocked', 'running', 'retrying'))
+       AS lowest
 FROM {s}.batches AS b
 WHERE b.id = @P1 AND b.queue = @P2;";
 

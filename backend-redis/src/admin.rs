@@ -39,7 +39,7 @@ impl OrderBarrier for RedisBackend {
     }
 
     async fn reached(&self, batch: &Batch, target: WaitFor) -> Result<bool> {
-        let args = [b"reached".to_vec(), arg(batch.id.0), arg(target.up_to())];
+        let args = [b"reached".to_vec(), arg(batch.id.0)];
         let out: Value = self
             .run_idempotent(&scripts::BATCH, &batch.queue, &args)
             .await?;
@@ -47,10 +47,14 @@ impl OrderBarrier for RedisBackend {
             return Err(Error::not_found(batch.to_string()));
         }
         let items = reply::items(out)?;
-        let [sealed, unfinished] = items.as_slice() else {
+        let [sealed, low] = items.as_slice() else {
             return Err(bad("batch reached"));
         };
-        Ok(target.reached_when(text(sealed)? == "1", int(unfinished)? > 0))
+        let low = reply::opt_text(low)?
+            .map(|l| l.parse::<i32>())
+            .transpose()
+            .map_err(Error::backend)?;
+        Ok(target.reached_at(text(sealed)? == "1", low))
     }
 
     async fn batch_progress(&self, batch: &Batch) -> Result<BatchProgress> {

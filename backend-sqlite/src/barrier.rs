@@ -50,23 +50,23 @@ impl OrderBarrier for SqliteBackend {
 
     async fn reached(&self, batch: &Batch, target: WaitFor) -> Result<bool> {
         validate::queue_name(&batch.queue)?;
-        // One probe of `relayq_jobs_stage`, whose rows are the unfinished jobs: the
-        // state list must match the index's own for SQLite to use it.
-        let row: Option<(bool, bool)> = sqlx::query_as(
+        // `min` over the prefix of `relayq_jobs_stage`, whose rows are the unfinished
+        // jobs, is one index probe: the state list must match the index's own for
+        // SQLite to use it.
+        let row: Option<(bool, Option<i32>)> = sqlx::query_as(
             "SELECT sealed,
-                    EXISTS (SELECT 1 FROM relayq_jobs
-                            WHERE batch_id = ?1 AND stage <= ?3
-                              AND state IN ('ready', 'blocked', 'running', 'retrying'))
+                    (SELECT min(stage) FROM relayq_jobs
+                     WHERE batch_id = ?1
+                       AND state IN ('ready', 'blocked', 'running', 'retrying'))
              FROM relayq_batches WHERE id = ?1 AND queue = ?2",
         )
         .bind(batch.id.0)
         .bind(&batch.queue)
-        .bind(target.up_to())
         .fetch_optional(self.pool())
         .await
         .map_err(db)?;
-        let (sealed, unfinished) = row.ok_or_else(|| Error::not_found(batch.to_string()))?;
-        Ok(target.reached_when(sealed, unfinished))
+        let (sealed, low) = row.ok_or_else(|| Error::not_found(batch.to_string()))?;
+        Ok(target.reached_at(sealed, low))
     }
 
     async fn batch_progress(&self, batch: &Batch) -> Result<BatchProgress> {

@@ -182,21 +182,15 @@ pub enum WaitFor {
 }
 
 impl WaitFor {
-    /// The highest stage whose unfinished jobs keep the target from being reached: the
-    /// stage itself, or every stage (`i32::MAX`) for the batch.
+    /// Whether the target is reached, given whether the batch is sealed and its lowest
+    /// stage with an unfinished job: what a backend's
+    /// [`reached`](crate::OrderBarrier::reached) decides from one index look-up.
     #[must_use]
-    pub fn up_to(self) -> i32 {
-        match self {
-            Self::Stage(s) => s,
-            Self::Batch => i32::MAX,
+    pub fn reached_at(self, sealed: bool, lowest_unfinished: Option<i32>) -> bool {
+        match (self, lowest_unfinished) {
+            (Self::Stage(s), Some(low)) => low > s,
+            (Self::Stage(_), None) => true,
+            (Self::Batch, low) => sealed && low.is_none(),
         }
-    }
-
-    /// Whether the target is reached, given whether the batch is sealed and whether
-    /// any job of a stage up to [`up_to`](Self::up_to) is unfinished: what a backend's
-    /// [`reached`](crate::OrderBarrier::reached) decides from one look-up.
-    #[must_use]
-    pub fn reached_when(self, sealed: bool, unfinished: bool) -> bool {
-        !unfinished && (sealed || matches!(self, Self::Stage(_)))
     }
 }

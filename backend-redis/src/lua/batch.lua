@@ -1,8 +1,8 @@
 -- SPEC B: ARGV[3] = 'open' (ARGV[4] = on_failure): the new batch id; 'seal' (ARGV[4] =
 -- id): 1, or -1 unknown; 'progress' (ARGV[4] = id): on_failure, sealed, failed,
 -- released stage ('' if none), then stage, state, count triples, or -1 unknown;
--- 'reached' (ARGV[4] = id, ARGV[5] = stage): sealed ('1'/'0') and whether a job of a
--- stage up to ARGV[5] is unfinished (1/0), or -1 unknown.
+-- 'reached' (ARGV[4] = id): sealed ('1'/'0') and the lowest stage with an unfinished
+-- job ('' if none), or -1 unknown.
 local op = ARGV[3]
 if op == 'open' then
   local id = redis.call('INCR', B .. ':bseq')
@@ -21,8 +21,8 @@ if op == 'seal' then
 end
 if op == 'reached' then
   -- One look-up in the live set, whatever the batch's size.
-  local live = redis.call('ZRANGEBYSCORE', bk(b) .. ':live', '-inf', ARGV[5], 'LIMIT', 0, 1)
-  return {h[2], #live}
+  local low = floor(b)
+  return {h[2], low and s(low) or ''}
 end
 local counts = {}
 for _, id in ipairs(redis.call('SMEMBERS', bk(b) .. ':jobs')) do
