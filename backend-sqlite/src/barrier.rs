@@ -8,6 +8,16 @@ use relayq_core::{
 
 use crate::{SqliteBackend, db, us};
 
+/// Whether batch `?1` of queue `?2` is sealed, and its lowest stage with an unfinished
+/// job. `min` over the prefix of `relayq_jobs_stage`, whose rows are the unfinished
+/// jobs, is one index probe: the state list must match the index's own for SQLite to
+/// use it (the test below checks the plan).
+const REACHED: &str = "
+    SELECT sealed,
+           (SELECT min(stage) FROM relayq_jobs
+            WHERE batch_id = ?1 AND state IN ('ready', 'blocked', 'running', 'retrying'))
+    FROM relayq_batches WHERE id = ?1 AND queue = ?2";
+
 #[async_trait]
 impl OrderBarrier for SqliteBackend {
     async fn open_batch(&self, queue: &str, on_failure: OnFailure) -> Result<Batch> {
@@ -50,21 +60,12 @@ impl OrderBarrier for SqliteBackend {
 
     async fn reached(&self, batch: &Batch, target: WaitFor) -> Result<bool> {
         validate::queue_name(&batch.queue)?;
-        // `min` over the prefix of `relayq_jobs_stage`, whose rows are the unfinished
-        // jobs, is one index probe: the state list must match the index's own for
-        // SQLite to use it.
-        let row: Option<(bool, Option<i32>)> = sqlx::query_as(
-            "SELECT sealed,
-                    (SELECT min(stage) FROM relayq_jobs
-                     WHERE batch_id = ?1
-                       AND state IN ('ready', 'blocked', 'running', 'retrying'))
-             FROM relayq_batches WHERE id = ?1 AND queue = ?2",
-        )
-        .bind(batch.id.0)
-        .bind(&batch.queue)
-        .fetch_optional(self.pool())
-        .await
-        .map_err(db)?;
+        let row: Option<(bool, Option<i32>)> = sqlx::query_as(REACHED)
+            .bind(batch.id.0)
+            .bind(&batch.queue)
+            .fetch_optional(self.pool())
+            .await
+            .map_err(db)?;
         let (sealed, low) = row.ok_or_else(|| Error::not_found(batch.to_string()))?;
         Ok(target.reached_at(sealed, low))
     }
@@ -109,5 +110,33 @@ impl OrderBarrier for SqliteBackend {
                 .map_err(Error::backend)?,
             stages: StageProgress::tally(rows),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::SqliteBackend;
+
+    /// `reached` probes the partial stage index, so `wait`'s checks cost the same at
+    /// any batch size.
+    #[tokio::test]
+    async fn reached_probes_the_stage_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("plan.db").display());
+        let backend = SqliteBackend::open(&url).await.unwrap();
+        let explain = format!("EXPLAIN QUERY PLAN {}", super::REACHED);
+        let plan: Vec<(i64, i64, i64, String)> = sqlx::query_as(sqlx::AssertSqlSafe(explain))
+            .bind(1_i64)
+            .bind("q")
+            .fetch_all(backend.pool())
+            .await
+            .unwrap();
+        let detail: Vec<&str> = plan.iter().map(|r| r.3.as_str()).collect();
+        assert!(
+            detail
+                .iter()
+                .any(|d| d.contains("INDEX relayq_jobs_stage (batch_id=?)")),
+            "reached does not probe the stage index: {detail:?}"
+        );
     }
 }

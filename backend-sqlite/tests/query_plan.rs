@@ -31,31 +31,3 @@ async fn claim_scan_uses_the_claim_index() {
         "claim sorts instead of reading the index in order: {detail:?}"
     );
 }
-
-/// `reached` (src/barrier.rs) takes the lowest unfinished stage from the partial stage
-/// index, so `wait`'s checks cost the same at any batch size.
-#[tokio::test]
-async fn reached_probes_the_stage_index() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}", dir.path().join("plan.db").display());
-    let backend = SqliteBackend::open(&url).await.unwrap();
-    let plan: Vec<(i64, i64, i64, String)> = sqlx::query_as(
-        "EXPLAIN QUERY PLAN SELECT sealed,
-                (SELECT min(stage) FROM relayq_jobs
-                 WHERE batch_id = ?1
-                   AND state IN ('ready', 'blocked', 'running', 'retrying'))
-         FROM relayq_batches WHERE id = ?1 AND queue = ?2",
-    )
-    .bind(1_i64)
-    .bind("q")
-    .fetch_all(backend.pool())
-    .await
-    .unwrap();
-    let detail: Vec<&str> = plan.iter().map(|r| r.3.as_str()).collect();
-    assert!(
-        detail
-            .iter()
-            .any(|d| d.contains("INDEX relayq_jobs_stage (batch_id=?)")),
-        "reached does not probe the stage index: {detail:?}"
-    );
-}

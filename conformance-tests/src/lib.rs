@@ -134,6 +134,7 @@ macro_rules! for_each_case {
             batches::b5_wait_returns_counts,
             batches::b5_wait_times_out,
             batches::b5_reached_follows_the_batch,
+            batches::b5_reached_counts_blocked_jobs,
             batches::b6_halt_cancels_later_stages,
             batches::b6_halt_opens_no_later_stage,
             batches::b6_continue_runs_later_stages,

@@ -189,13 +189,15 @@ pub trait OrderBarrier: Events {
     /// Whether `target` is reached, without counting the batch's jobs (SPEC B5).
     ///
     /// [`wait`](Self::wait) asks this at every check and reads the counts once, at the
-    /// end. Backends answer it from their index of unfinished jobs by stage, so a check
-    /// costs the same for a batch of ten jobs or a million; the default reads the
-    /// whole [`batch_progress`](Self::batch_progress).
+    /// end. The server backends answer it from their index of unfinished jobs by
+    /// stage, so a check costs the same for a batch of ten jobs or a million; the
+    /// default (the in-memory backend's) reads the whole
+    /// [`batch_progress`](Self::batch_progress).
     ///
     /// # Behavior
     /// - A stage is reached when no job of it or of any stage below it is unfinished
-    ///   (pending, running or retrying), whether or not the batch is sealed (SPEC B5).
+    ///   (scheduled, ready, blocked, retrying or running), whether or not the batch is
+    ///   sealed (SPEC B5).
     /// - The batch is reached when it is sealed and none of its jobs is unfinished
     ///   (SPEC B4, B5).
     /// - The answer equals [`BatchProgress::reached`] of `batch_progress` at the same

@@ -11,7 +11,7 @@ use relayq_core::{
 use tokio::time::Instant;
 
 use super::support::{
-    LEASE, claim, claim_exactly, claim_nothing, complete_all, enqueue_all, enqueue_n,
+    LEASE, claim, claim_exactly, claim_nothing, complete_all, enqueue, enqueue_all, enqueue_n,
     expect_invalid, expect_not_found, expect_stale, expect_state, ids, total,
 };
 use crate::{Env, queue_name};
@@ -367,6 +367,30 @@ pub async fn b5_reached_follows_the_batch(env: &Env) -> anyhow::Result<()> {
         ..batch
     };
     expect_not_found(b.reached(&ghost, Stage(1)).await, "reached, unknown batch")
+}
+
+/// SPEC B4, B5, G1: a batch job blocked behind its group's holder still holds its stage
+/// for `reached`, and so does any unfinished job of a sealed batch; stages go down to
+/// `i32::MIN`.
+pub async fn b5_reached_counts_blocked_jobs(env: &Env) -> anyhow::Result<()> {
+    use WaitFor::{Batch as Whole, Stage};
+    let b = env.backend();
+    let q = queue_name("b5blocked");
+    let holder = enqueue(b, NewJob::new(&q, b"holder".to_vec()).group("g")).await?;
+    let held = claim_exactly(b, &q, &[holder]).await?;
+    let batch = b.open_batch(&q, OnFailure::Continue).await?;
+    let low = NewJob::new(&q, b"low".to_vec())
+        .in_batch(batch.id, i32::MIN)
+        .group("g");
+    let job = enqueue(b, low).await?;
+    b.seal(&batch).await?;
+    expect_state(b, &q, job, JobState::Blocked).await?;
+    let blocked = [(Stage(i32::MIN), false), (Stage(0), false), (Whole, false)];
+    expect_reached(b, &batch, "sealed, blocked behind its group", &blocked).await?;
+    b.complete(&held[0].lease).await?;
+    complete_all(b, &q, &[job]).await?;
+    let done = [(Stage(i32::MIN), true), (Whole, true)];
+    expect_reached(b, &batch, "sealed, finished", &done).await
 }
 
 /// SPEC B5: `wait` that is not reached in time is `Timeout`, after about the timeout.
