@@ -39,33 +39,15 @@ impl OrderBarrier for RedisBackend {
     }
 
     async fn reached(&self, batch: &Batch, target: WaitFor) -> Result<bool> {
-        let args = [b"reached".to_vec(), arg(batch.id.0)];
-        let out: Value = self
-            .run_idempotent(&scripts::BATCH, &batch.queue, &args)
-            .await?;
-        if matches!(out, Value::Int(-1)) {
-            return Err(Error::not_found(batch.to_string()));
-        }
-        let items = reply::items(out)?;
+        let items = self.read_batch(b"reached", batch).await?;
         let [sealed, low] = items.as_slice() else {
             return Err(bad("batch reached"));
         };
-        let low = reply::opt_text(low)?
-            .map(|l| l.parse::<i32>())
-            .transpose()
-            .map_err(Error::backend)?;
-        Ok(target.reached_at(text(sealed)? == "1", low))
+        Ok(target.reached_at(text(sealed)? == "1", opt_stage(low)?))
     }
 
     async fn batch_progress(&self, batch: &Batch) -> Result<BatchProgress> {
-        let args = [b"progress".to_vec(), arg(batch.id.0)];
-        let out: Value = self
-            .run_idempotent(&scripts::BATCH, &batch.queue, &args)
-            .await?;
-        if matches!(out, Value::Int(-1)) {
-            return Err(Error::not_found(batch.to_string()));
-        }
-        let items = reply::items(out)?;
+        let items = self.read_batch(b"progress", batch).await?;
         if items.len() < 4 {
             return Err(bad("batch progress"));
         }
@@ -83,13 +65,33 @@ impl OrderBarrier for RedisBackend {
             on_failure: text(&items[0])?.parse()?,
             sealed: text(&items[1])? == "1",
             failed: text(&items[2])? == "1",
-            released_stage: reply::opt_text(&items[3])?
-                .map(|r| r.parse())
-                .transpose()
-                .map_err(Error::backend)?,
+            released_stage: opt_stage(&items[3])?,
             stages: StageProgress::tally(counts),
         })
     }
+}
+
+impl RedisBackend {
+    /// The batch script's read `op` of `batch`: its reply's items, or
+    /// [`Error::NotFound`].
+    async fn read_batch(&self, op: &[u8], batch: &Batch) -> Result<Vec<Value>> {
+        let args = [op.to_vec(), arg(batch.id.0)];
+        let out: Value = self
+            .run_idempotent(&scripts::BATCH, &batch.queue, &args)
+            .await?;
+        if matches!(out, Value::Int(-1)) {
+            return Err(Error::not_found(batch.to_string()));
+        }
+        reply::items(out)
+    }
+}
+
+/// A stage as the scripts reply it, `''` for none.
+fn opt_stage(v: &Value) -> Result<Option<i32>> {
+    reply::opt_text(v)?
+        .map(|s| s.parse())
+        .transpose()
+        .map_err(Error::backend)
 }
 
 /// One entry of a job's attempt log, as the scripts write it.
