@@ -166,11 +166,10 @@ impl WorkerBuilder {
     /// With short jobs a worker otherwise spends a claim round trip per handful of
     /// jobs; a buffer lets freed slots start the next job at once while claims (up to
     /// two at a time) top it up in the background. For a queue of short jobs a few
-    /// hundred is a good start: the benchmark drains fastest here with 256
-    /// (`docs/BENCHMARKS.md`). Larger claims cost a SQL server less per job (each
-    /// claim carries a fixed cost of planning and round trips): on PostgreSQL, 1,000
-    /// drained 15–20% faster than 256, at the price of one worker holding more of the
-    /// queue. Leave it at 0 for long jobs, or where several workers should share a
+    /// hundred is a good start (the benchmark runs with 256, `docs/BENCHMARKS.md`).
+    /// Larger claims cost a SQL server less per job (each claim carries a fixed cost of
+    /// planning and round trips): on PostgreSQL, 1,000 drained 15–20% faster than 256,
+    /// at the price of one worker holding more of the queue. Leave it at 0 for long jobs, or where several workers should share a
     /// small queue evenly.
     ///
     /// # Behavior
