@@ -13,7 +13,10 @@
 //!   rules the conformance suite (`relayq-conformance`) tests.
 //! - **Validation** ([`validate`]) happens here, once, for every backend.
 //! - **For adapters**: [`retry::retry_transient`] runs a transaction again after the
-//!   server aborted it to resolve a race (a deadlock victim).
+//!   server aborted it to resolve a race (a deadlock victim). Methods with a default
+//!   body work as they are; a server backend should still override
+//!   [`OrderBarrier::reached`] with one index look-up, since `wait` asks it at every
+//!   check and the default counts the whole batch.
 //! - **[`memory::MemoryBackend`]**: the reference model, every rule of the SPEC.
 //! - **[`worker::Worker`]**: claims into free slots, heartbeats, settles in batches,
 //!   wakes on backend events, shuts down gracefully.
