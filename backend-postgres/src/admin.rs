@@ -91,7 +91,7 @@ impl PostgresBackend {
         t: &Touched,
     ) -> Result<Vec<String>> {
         let payloads = t.payloads();
-        listen::send(&mut tx, &this.inner.schema.channel(), &payloads).await?;
+        listen::send(&mut tx, &this.inner.schema.channel(), &t.unsent()).await?;
         tx.commit().await.map_err(db)?;
         Ok(payloads)
     }

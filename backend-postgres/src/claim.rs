@@ -341,7 +341,7 @@ impl PostgresBackend {
         }
         promote::promote(&mut tx, &self.inner.schema, &mut touched).await?;
         let payloads = touched.payloads();
-        crate::listen::send(&mut tx, &self.inner.schema.channel(), &payloads).await?;
+        crate::listen::send(&mut tx, &self.inner.schema.channel(), &touched.unsent()).await?;
         tx.commit().await.map_err(db)?;
         Ok(((requeued, dead), payloads))
     }

@@ -132,7 +132,7 @@ impl PostgresBackend {
         }
         promote::promote(c, &self.inner.schema, &mut touched).await?;
         let payloads = touched.payloads();
-        listen::send(c, &self.inner.schema.channel(), &payloads).await?;
+        listen::send(c, &self.inner.schema.channel(), &touched.unsent()).await?;
         Ok((out, payloads))
     }
 
@@ -151,7 +151,7 @@ impl PostgresBackend {
             return Ok(());
         }
         let ids: Vec<i64> = ids.into_iter().collect();
-        let rows = promote::lock_batches(c, &self.inner.schema, &ids).await?;
+        let rows = promote::lock_batches(c, &self.inner.schema, &ids, &[]).await?;
         let batches: HashMap<i64, _> = rows
             .into_iter()
             .map(|(id, q, sealed, failed, released)| (id, (q, sealed, failed, released)))

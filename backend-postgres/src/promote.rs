@@ -65,6 +65,8 @@ pub(crate) struct Touched {
     pub(crate) ready: BTreeSet<String>,
     /// Queues where jobs finished, for batch waiters.
     pub(crate) finished: BTreeSet<String>,
+    /// Notifications already sent in this transaction (with the batches' lock).
+    sent: BTreeSet<String>,
 }
 
 impl Touched {
@@ -112,33 +114,66 @@ impl Touched {
         self.batches.insert(batch);
     }
 
-    /// The notifications to send: see [`crate::listen::payloads`].
+    /// Every notification of the transaction: see [`crate::listen::payloads`].
     pub(crate) fn payloads(&self) -> Vec<String> {
         crate::listen::payloads(
             self.ready.iter().map(String::as_str),
             self.finished.iter().map(String::as_str),
         )
     }
+
+    /// The notifications still to send: [`payloads`](Self::payloads) less those sent
+    /// with the batches' lock.
+    pub(crate) fn unsent(&self) -> Vec<String> {
+        let mut all = self.payloads();
+        all.retain(|p| !self.sent.contains(p));
+        all
+    }
 }
 
+/// A locked batch: id, queue, sealed, failed, released stage.
+pub(crate) type LockedBatch = (i64, String, bool, bool, Option<i32>);
+
 /// Locks `batches` (by id) for the rest of the transaction; returns those that exist.
+///
+/// The same round trip sends `notify` on the schema's channel. A notification is
+/// delivered at commit wherever in the transaction it was sent, and this takes a
+/// round trip off every settle that finishes batch jobs, one of those it makes while
+/// holding the batches' lock.
 pub(crate) async fn lock_batches(
     c: &mut PgConnection,
     s: &Schema,
     batches: &[i64],
-) -> Result<Vec<(i64, String, bool, bool, Option<i32>)>> {
+    notify: &[String],
+) -> Result<Vec<LockedBatch>> {
     if batches.is_empty() {
         return Ok(Vec::new());
     }
-    // Rows are locked after the sort, so in id order.
-    sqlx::query_as(s.sql(
-        "SELECT id, queue, sealed, failed, released_stage FROM {s}.batches
-         WHERE id = ANY($1) ORDER BY id FOR UPDATE",
+    // Rows are locked after the sort, so in id order. `note` is the outer side of the
+    // join, so it runs (one row) even when no batch exists.
+    let rows: Vec<(i64, Option<LockedBatch>)> = sqlx::query_as(s.sql(
+        "WITH locked AS MATERIALIZED (
+                 SELECT id, queue, sealed, failed, released_stage FROM {s}.batches
+                 WHERE id = ANY($1) ORDER BY id FOR UPDATE),
+             note AS MATERIALIZED (
+                 SELECT count(pg_notify($2, p)) AS n FROM unnest($3::text[]) AS p)
+             SELECT note.n,
+                    CASE WHEN l.id IS NOT NULL
+                         THEN (l.id, l.queue, l.sealed, l.failed, l.released_stage) END
+             FROM note LEFT JOIN locked l ON true",
     ))
     .bind(batches)
+    .bind(s.channel())
+    .bind(notify)
     .fetch_all(c)
     .await
-    .map_err(db)
+    .map_err(db)?;
+    if rows.first().map(|r| r.0) != Some(i64::try_from(notify.len()).unwrap_or(i64::MAX)) {
+        return Err(relayq_core::Error::backend(
+            "locking batches sent the wrong notifications",
+        ));
+    }
+    Ok(rows.into_iter().filter_map(|(_, batch)| batch).collect())
 }
 
 /// Applies what `t` implies: `Halt` batches with a dead job fail and cancel their later
@@ -146,7 +181,11 @@ pub(crate) async fn lock_batches(
 /// next holder (SPEC G2). Adds the queues to notify to `t`.
 pub(crate) async fn promote(c: &mut PgConnection, s: &Schema, t: &mut Touched) -> Result<()> {
     let batches: Vec<i64> = t.batches.iter().copied().collect();
-    lock_batches(c, s, &batches).await?;
+    if !batches.is_empty() {
+        let notify = t.unsent();
+        lock_batches(c, s, &batches, &notify).await?;
+        t.sent.extend(notify);
+    }
     if !t.halts.is_empty() {
         halt(c, s, t).await?;
     }

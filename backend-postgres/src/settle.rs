@@ -189,7 +189,7 @@ impl PostgresBackend {
         }
         promote::promote(&mut tx, &self.inner.schema, &mut touched).await?;
         let payloads = touched.payloads();
-        listen::send(&mut tx, &self.inner.schema.channel(), &payloads).await?;
+        listen::send(&mut tx, &self.inner.schema.channel(), &touched.unsent()).await?;
         tx.commit().await.map_err(db)?;
         Ok((out, payloads))
     }

@@ -905,3 +905,77 @@ async fn settles_from_another_handle_still_release_groups() {
     assert_eq!(next[0].lease.job, ids[1]);
     drop_schema(&claimer).await;
 }
+
+/// Waits up to 5 s for a `kind` event of `queue` on `rx`, skipping others.
+async fn expect_event(
+    rx: &mut tokio::sync::broadcast::Receiver<relayq_core::Event>,
+    queue: &str,
+    kind: EventKind,
+    what: &str,
+) {
+    let wait = async {
+        loop {
+            let ev = rx.recv().await.expect("events");
+            if ev.kind == kind && *ev.queue == *queue {
+                return;
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), wait)
+        .await
+        .unwrap_or_else(|_| panic!("no {kind:?} event for {what}"));
+}
+
+/// SPEC B5, W2: settles of batch jobs notify other handles that jobs finished, and,
+/// when a stage is released, that jobs are ready. The finished notification goes out
+/// with the batches' lock, in the same round trip; this checks none is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_settles_notify_other_handles() {
+    let Some(url) = url().await else { return };
+    let b = fresh(&url, "notify").await;
+    let other = PostgresBackend::connect_with(&url, Config::default().with_schema(b.schema()))
+        .await
+        .unwrap();
+    let mut events = other.subscribe().unwrap();
+    let q = queue_name("notify");
+    // The other handle's listener is up once it hears an enqueue.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        b.enqueue_one(NewJob::new(&q, b"warm".to_vec()))
+            .await
+            .unwrap();
+        let heard = tokio::time::timeout(Duration::from_millis(200), async {
+            loop {
+                let ev = events.recv().await.expect("events");
+                if ev.kind == EventKind::Ready && *ev.queue == *q {
+                    return;
+                }
+            }
+        })
+        .await;
+        if heard.is_ok() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the other handle's listener never heard an enqueue"
+        );
+    }
+    let batch = b.open_batch(&q, OnFailure::Continue).await.unwrap();
+    let staged = [1, 1, 2]
+        .map(|s| NewJob::new(&q, b"x".to_vec()).in_batch(batch.id, s))
+        .to_vec();
+    b.enqueue(staged).await.unwrap();
+    let claimed = b
+        .claim(ClaimRequest::new(&q, "w", 10, LEASE))
+        .await
+        .unwrap();
+    let first: Vec<_> = claimed.iter().filter(|j| j.stage == Some(1)).collect();
+    assert_eq!(first.len(), 2, "both stage-1 jobs claimed: {claimed:?}");
+    while events.try_recv().is_ok() {}
+    b.complete(&first[0].lease).await.unwrap();
+    expect_event(&mut events, &q, EventKind::Finished, "a batch job's settle").await;
+    b.complete(&first[1].lease).await.unwrap();
+    expect_event(&mut events, &q, EventKind::Ready, "the released stage").await;
+    drop_schema(&b).await;
+}
