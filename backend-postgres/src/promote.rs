@@ -65,7 +65,9 @@ pub(crate) struct Touched {
     pub(crate) ready: BTreeSet<String>,
     /// Queues where jobs finished, for batch waiters.
     pub(crate) finished: BTreeSet<String>,
-    /// Notifications already sent in this transaction (with the batches' lock).
+    /// Notifications already sent in this transaction (with the batches' lock). So a
+    /// `Touched` belongs to one transaction: reused in another, it would hold back
+    /// notifications that transaction never sent.
     sent: BTreeSet<String>,
 }
 
@@ -170,7 +172,7 @@ pub(crate) async fn lock_batches(
     .map_err(db)?;
     if rows.first().map(|r| r.0) != Some(i64::try_from(notify.len()).unwrap_or(i64::MAX)) {
         return Err(relayq_core::Error::backend(
-            "locking batches sent the wrong notifications",
+            "locking batches did not send its notifications",
         ));
     }
     Ok(rows.into_iter().filter_map(|(_, batch)| batch).collect())

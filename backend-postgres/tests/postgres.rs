@@ -938,16 +938,18 @@ async fn batch_settles_notify_other_handles() {
         .unwrap();
     let mut events = other.subscribe().unwrap();
     let q = queue_name("notify");
-    // The other handle's listener is up once it hears an enqueue.
+    // The other handle's listener is up once it hears an enqueue, in a queue of its own
+    // so the jobs below are claimed alone.
+    let warm = queue_name("notify_warm");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
-        b.enqueue_one(NewJob::new(&q, b"warm".to_vec()))
+        b.enqueue_one(NewJob::new(&warm, b"warm".to_vec()))
             .await
             .unwrap();
         let heard = tokio::time::timeout(Duration::from_millis(200), async {
             loop {
                 let ev = events.recv().await.expect("events");
-                if ev.kind == EventKind::Ready && *ev.queue == *q {
+                if ev.kind == EventKind::Ready && *ev.queue == *warm {
                     return;
                 }
             }
@@ -971,7 +973,11 @@ async fn batch_settles_notify_other_handles() {
         .await
         .unwrap();
     let first: Vec<_> = claimed.iter().filter(|j| j.stage == Some(1)).collect();
-    assert_eq!(first.len(), 2, "both stage-1 jobs claimed: {claimed:?}");
+    assert_eq!(
+        (first.len(), claimed.len()),
+        (2, 2),
+        "the two stage-1 jobs alone claimed: {claimed:?}"
+    );
     while events.try_recv().is_ok() {}
     b.complete(&first[0].lease).await.unwrap();
     expect_event(&mut events, &q, EventKind::Finished, "a batch job's settle").await;
