@@ -14,7 +14,8 @@ use crate::{
 
 /// The claim statement; `$gate` is an extra condition on both candidate scans.
 ///
-/// `ready` takes the earliest claimable jobs `FOR UPDATE SKIP LOCKED` (SPEC C3, C4);
+/// `ready` takes the earliest claimable jobs `FOR NO KEY UPDATE SKIP LOCKED` (SPEC C3,
+/// C4; not `FOR UPDATE`, which a settle's witness lock would make them skip);
 /// `expired` takes running jobs whose lease ran out and that have attempts left
 /// (SPEC C5), usually none, found through the running index. Both are
 /// `MATERIALIZED`, so the `UPDATE` touches exactly the rows they locked (PostgreSQL
@@ -70,14 +71,14 @@ macro_rules! claim_sql {
                 WHERE queue = $1 AND state IN ('ready', 'retrying') AND run_at <= now() ",
             $gate,
             "   ORDER BY priority, run_at, id LIMIT {limit}
-                FOR UPDATE SKIP LOCKED) l LIMIT $2),
+                FOR NO KEY UPDATE SKIP LOCKED) l LIMIT $2),
             expired AS MATERIALIZED (SELECT * FROM (
                 SELECT id, state, attempts, worker, started_at, priority, run_at FROM {s}.jobs
                 WHERE queue = $1 AND state = 'running' AND lease_expires_at <= now()
                   AND attempts < max_attempts ",
             $gate,
             "   ORDER BY priority, run_at, id LIMIT {limit}
-                FOR UPDATE SKIP LOCKED) l LIMIT $2),
+                FOR NO KEY UPDATE SKIP LOCKED) l LIMIT $2),
             c AS MATERIALIZED (
                 SELECT *, row_number() OVER () AS n FROM (
                     SELECT * FROM ready UNION ALL SELECT * FROM expired

@@ -4,14 +4,16 @@
 //! rule of the relayq SPEC and passes the whole conformance suite against a real server.
 //!
 //! - **Claims** are one statement: a `MATERIALIZED` CTE selects the earliest ready jobs
-//!   `FOR UPDATE SKIP LOCKED` over a partial index, and the `UPDATE` takes exactly those
+//!   `FOR NO KEY UPDATE SKIP LOCKED` over a partial index, and the `UPDATE` takes exactly those
 //!   rows (the CTE form avoids PostgreSQL bug #15715, where `WHERE id IN (SELECT ...
 //!   LIMIT n FOR UPDATE SKIP LOCKED)` can update more than `n` rows). Claimers never wait
 //!   for each other, and expired leases are taken over by the same statement (SPEC C5).
 //! - **Groups and stages by promotion**: a job is stored `blocked` until its group and
 //!   its stage allow it to run; the transaction that finishes what it waited for promotes
 //!   it. Promotions are serialized per batch (its row lock) and per group (an advisory
-//!   transaction lock), always taken in the order job rows, batches, groups.
+//!   transaction lock), always taken in the order job rows, batches, groups. A settle
+//!   that holds another unfinished job of the stage (a witness) skips the batch's lock
+//!   and promotion: it cannot be the one that releases the next stage.
 //! - **Finished jobs leave the hot table**: they move to `finished` (kept for the
 //!   retention, SPEC M3) in the transaction that finishes them, so the claim index only
 //!   covers live work. The attempt that succeeded stays on that `finished` row; every

@@ -116,6 +116,27 @@ impl Touched {
         self.batches.insert(batch);
     }
 
+    /// The settle statement holds a witness for `batch` (see `settle::SETTLE`): what it
+    /// finished cannot release a stage, so promotion neither locks the batch nor looks
+    /// for a stage to release. A halt (SPEC B6) still runs.
+    pub(crate) fn witnessed(&mut self, batch: i64) {
+        self.batches.remove(&batch);
+    }
+
+    /// The statement that finished the jobs sent the `finished` notification of every
+    /// queue in [`finished`](Self::finished), `sent` of them: checks the count and
+    /// records them as sent.
+    pub(crate) fn finished_notified(&mut self, sent: i64) -> Result<()> {
+        if usize::try_from(sent).ok() != Some(self.finished.len()) {
+            return Err(relayq_core::Error::backend(
+                "the settle did not send its notifications",
+            ));
+        }
+        let done = crate::listen::payloads([], self.finished.iter().map(String::as_str));
+        self.sent.extend(done);
+        Ok(())
+    }
+
     /// Every notification of the transaction: see [`crate::listen::payloads`].
     pub(crate) fn payloads(&self) -> Vec<String> {
         crate::listen::payloads(

@@ -26,6 +26,23 @@ use relayq_core::{
 /// state and expiry inside, a table analyzed while nothing ran looks to have no
 /// running rows, and the planner read every running job through the running index
 /// instead (`tests/postgres.rs` checks both plans).
+///
+/// **Witnesses.** Finishing batch jobs can release the batch's next stage, which
+/// promotion decides under the batch row's lock, after the statement, so that it sees
+/// every other settle's deletes. Most settles release nothing: another job of the
+/// batch, at a stage no higher than the lowest one this settle finishes, stays
+/// unfinished. The statement takes one such job `FOR KEY SHARE SKIP LOCKED` as a
+/// witness (`wit`), and then the batch needs no lock and no promotion: the stage
+/// floor cannot move while the witness is unfinished, and whatever finishes the
+/// witness (a settle's `FOR UPDATE`, a cancel's `DELETE`) must wait for this
+/// transaction's commit, so its own promotion sees these deletes. `SKIP LOCKED` makes
+/// the witness never wait, and skips jobs other settles are finishing; a settle that
+/// finds none promotes under the lock as before. A job that dies still halts its batch
+/// (SPEC B6): that `UPDATE` locks the batch row itself. Claims lock
+/// `FOR NO KEY UPDATE`, which a witness does not block.
+///
+/// The statement also sends the `finished` notification of each queue where batch jobs
+/// finished (`note`), and returns how many it sent.
 const SETTLE: &str = concat!(
     "WITH i AS (
         SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::text[], $5::bigint[],
@@ -77,8 +94,26 @@ const SETTLE: &str = concat!(
                CASE kind WHEN 'complete' THEN 'succeeded' WHEN 'release' THEN 'released'
                          ELSE 'failed' END,
                error, output
-        FROM m WHERE next <> 'succeeded')
-    SELECT ord, next, retry_at, queue, group_key, batch_id, stage FROM m"
+        FROM m WHERE next <> 'succeeded'),
+    fin AS (
+        SELECT batch_id, min(stage) AS low FROM m
+        WHERE batch_id IS NOT NULL AND next IN ('succeeded', 'dead')
+        GROUP BY batch_id),
+    wit AS MATERIALIZED (
+        SELECT f.batch_id FROM fin f CROSS JOIN LATERAL (
+            SELECT w.id FROM {s}.jobs w
+            WHERE w.batch_id = f.batch_id AND w.stage <= f.low
+              AND NOT EXISTS (SELECT 1 FROM m WHERE m.id = w.id
+                                                AND m.next IN ('succeeded', 'dead'))
+            LIMIT 1 FOR KEY SHARE SKIP LOCKED) w),
+    note AS MATERIALIZED (
+        SELECT count(pg_notify($9, $10 || queue)) AS n FROM (
+            SELECT DISTINCT queue FROM m
+            WHERE batch_id IS NOT NULL AND next IN ('succeeded', 'dead')) q)
+    SELECT ord, next, retry_at, queue, group_key, batch_id, stage,
+           COALESCE(batch_id IN (SELECT batch_id FROM wit), false) AS witnessed,
+           (SELECT n FROM note) AS notified
+    FROM m"
 );
 
 #[derive(sqlx::FromRow)]
@@ -90,6 +125,10 @@ struct Row {
     group_key: Option<String>,
     batch_id: Option<i64>,
     stage: Option<i32>,
+    /// The settle holds a witness for this row's batch: see [`SETTLE`].
+    witnessed: bool,
+    /// How many notifications the statement sent.
+    notified: i64,
 }
 
 /// The settles as the statement's array parameters.
@@ -162,10 +201,14 @@ impl PostgresBackend {
             .bind(&arrays.retry_at)
             .bind(&arrays.errors)
             .bind(&arrays.outputs)
+            .bind(self.inner.schema.channel())
+            .bind(format!("{}:", listen::FINISHED))
             .fetch_all(&mut *tx)
             .await
             .map_err(db)?;
         let mut touched = Touched::default();
+        let mut witnessed = Vec::new();
+        let notified = rows.first().map_or(0, |r| r.notified);
         for row in rows {
             let state: JobState = row.next.parse()?;
             let at = usize::try_from(row.ord - 1).map_err(Error::backend)?;
@@ -186,6 +229,13 @@ impl PostgresBackend {
                 row.stage,
                 state,
             );
+            if row.witnessed {
+                witnessed.extend(row.batch_id);
+            }
+        }
+        touched.finished_notified(notified)?;
+        for batch in witnessed {
+            touched.witnessed(batch);
         }
         promote::promote(&mut tx, &self.inner.schema, &mut touched).await?;
         let payloads = touched.payloads();
@@ -215,7 +265,7 @@ impl PostgresBackend {
         let setup = format!(
             "SET plan_cache_mode = {mode};
              PREPARE relayq_settle (bigint[], uuid[], text[], text[], bigint[],
-                                    timestamptz[], text[], text[]) AS {sql}"
+                                    timestamptz[], text[], text[], text, text) AS {sql}"
         );
         sqlx::raw_sql(sqlx::AssertSqlSafe(setup))
             .execute(&mut conn)
@@ -225,7 +275,7 @@ impl PostgresBackend {
             "EXPLAIN EXECUTE relayq_settle ('{1,2}',
                  '{00000000-0000-0000-0000-000000000001,00000000-0000-0000-0000-000000000002}',
                  '{q,q}', '{complete,complete}', '{NULL,NULL}', '{NULL,NULL}', '{NULL,NULL}',
-                 '{NULL,NULL}')",
+                 '{NULL,NULL}', 'c', 'f:')",
         )
         .fetch_all(&mut conn)
         .await

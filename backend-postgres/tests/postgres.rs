@@ -5,48 +5,15 @@
 use std::{sync::Arc, time::Duration};
 
 use futures::future::join_all;
-use relayq_conformance::{harness::Server, poll_until, queue_name};
+use relayq_conformance::{poll_until, queue_name};
 use relayq_core::{
     Admin, Backend, Claim, ClaimRequest, Complete, Enqueue, Error, EventKind, Events, Inspect,
     JobState, Lease, LeaseToken, NewJob, OnFailure, OrderBarrier, Settle, worker::Worker,
 };
 use relayq_postgres::{Config, PostgresBackend};
 
-const LEASE: Duration = Duration::from_secs(30);
-
-async fn url() -> Option<String> {
-    relayq_conformance::harness::server_url(Server::Postgres).await
-}
-
-/// A backend on a new schema, migrated; `drop_schema` removes it.
-async fn fresh(url: &str, tag: &str) -> PostgresBackend {
-    let schema = format!(
-        "relayq_t_{tag}_{}",
-        &uuid::Uuid::new_v4().simple().to_string()[..8]
-    );
-    let config = Config::default()
-        .with_schema(schema)
-        .with_max_connections(12);
-    let b = PostgresBackend::connect_with(url, config)
-        .await
-        .expect("connect");
-    b.migrate().await.expect("migrate");
-    b
-}
-
-async fn drop_schema(b: &PostgresBackend) {
-    run_sql(
-        b,
-        format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", b.schema()),
-    )
-    .await;
-}
-
-fn jobs(queue: &str, n: usize) -> Vec<NewJob> {
-    (0..n)
-        .map(|i| NewJob::new(queue, i.to_string().into_bytes()))
-        .collect()
-}
+mod common;
+use common::{LEASE, drop_schema, fresh, jobs, run_sql, url};
 
 /// SPEC C4: a claim skips the row another transaction has locked and returns the
 /// others at once, instead of waiting for that transaction.
@@ -639,13 +606,6 @@ async fn version_1(url: &str) -> (PostgresBackend, String) {
     (b, s)
 }
 
-async fn run_sql(b: &PostgresBackend, sql: String) {
-    sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
-        .execute(b.pool())
-        .await
-        .unwrap();
-}
-
 /// A schema never migrated, or migrated by an older version, fails with an error that
 /// says to run `migrate()`, not only PostgreSQL's missing relation or column.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -928,7 +888,7 @@ async fn expect_event(
 
 /// SPEC B5, W2: settles of batch jobs notify other handles that jobs finished, and,
 /// when a stage is released, that jobs are ready. The finished notification goes out
-/// with the batches' lock, in the same round trip; this checks none is lost.
+/// with the settle statement, the ready one after promotion; this checks none is lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batch_settles_notify_other_handles() {
     let Some(url) = url().await else { return };
