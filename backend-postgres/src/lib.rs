@@ -12,7 +12,7 @@
 //!   its stage allow it to run; the transaction that finishes what it waited for promotes
 //!   it. Promotions are serialized per batch (its row lock) and per group (an advisory
 //!   transaction lock), always taken in the order job rows, batches, groups. A settle
-//!   that holds another unfinished job of the stage (a witness) skips the batch's lock
+//!   that holds another waiting job of the stage (a witness) skips the batch's lock
 //!   and promotion: it cannot be the one that releases the next stage.
 //! - **Finished jobs leave the hot table**: they move to `finished` (kept for the
 //!   retention, SPEC M3) in the transaction that finishes them, so the claim index only

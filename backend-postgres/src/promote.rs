@@ -118,9 +118,12 @@ impl Touched {
 
     /// The settle statement holds a witness for `batch` (see `settle::SETTLE`): what it
     /// finished cannot release a stage, so promotion neither locks the batch nor looks
-    /// for a stage to release. A halt (SPEC B6) still runs.
+    /// for a stage to release. Never for a batch where a job died: a halt (SPEC B6)
+    /// needs the lock before its statement.
     pub(crate) fn witnessed(&mut self, batch: i64) {
-        self.batches.remove(&batch);
+        if !self.halts.contains_key(&batch) {
+            self.batches.remove(&batch);
+        }
     }
 
     /// The statement that finished the jobs sent the `finished` notification of every

@@ -35,11 +35,18 @@ use relayq_core::{
 /// witness (`wit`), and then the batch needs no lock and no promotion: the stage
 /// floor cannot move while the witness is unfinished, and whatever finishes the
 /// witness (a settle's `FOR UPDATE`, a cancel's `DELETE`) must wait for this
-/// transaction's commit, so its own promotion sees these deletes. `SKIP LOCKED` makes
-/// the witness never wait, and skips jobs other settles are finishing; a settle that
-/// finds none promotes under the lock as before. A job that dies still halts its batch
-/// (SPEC B6): that `UPDATE` locks the batch row itself. Claims lock
-/// `FOR NO KEY UPDATE`, which a witness does not block.
+/// transaction's commit, so its own promotion sees these deletes.
+///
+/// - `SKIP LOCKED`: taking a witness never waits.
+/// - Only a job that is not running can be a witness, so no settle waits for one
+///   (a running job's settle could otherwise be overtaken again and again by settles
+///   taking it as their witness, past its lease). Claims lock `FOR NO KEY UPDATE`,
+///   which a witness does not block, so they keep their order.
+/// - A settle that kills a job takes no witness for its batch (`HAVING`): a halt
+///   (SPEC B6) must run under the batch's lock, taken before the halt's statement, so
+///   that its snapshot sees every job that joined the batch meanwhile.
+/// - A settle that finds no witness promotes under the lock as before; so do the
+///   settles at the end of each stage, when every job left in it is running.
 ///
 /// The statement also sends the `finished` notification of each queue where batch jobs
 /// finished (`note`), and returns how many it sent.
@@ -98,11 +105,11 @@ const SETTLE: &str = concat!(
     fin AS (
         SELECT batch_id, min(stage) AS low FROM m
         WHERE batch_id IS NOT NULL AND next IN ('succeeded', 'dead')
-        GROUP BY batch_id),
+        GROUP BY batch_id HAVING bool_and(next = 'succeeded')),
     wit AS MATERIALIZED (
         SELECT f.batch_id FROM fin f CROSS JOIN LATERAL (
             SELECT w.id FROM {s}.jobs w
-            WHERE w.batch_id = f.batch_id AND w.stage <= f.low
+            WHERE w.batch_id = f.batch_id AND w.stage <= f.low AND w.state <> 'running'
               AND NOT EXISTS (SELECT 1 FROM m WHERE m.id = w.id
                                                 AND m.next IN ('succeeded', 'dead'))
             LIMIT 1 FOR KEY SHARE SKIP LOCKED) w),

@@ -4,15 +4,16 @@
 //! is still released, and only once the one before it has finished.
 
 use std::{
-    sync::{Arc, Mutex},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
+use chrono::{DateTime, Utc};
 use futures::future::join_all;
-use relayq_conformance::queue_name;
+use relayq_conformance::{poll_until, queue_name};
 use relayq_core::{
-    Claim, ClaimRequest, Complete, Enqueue, JobId, NewJob, OnFailure, OrderBarrier, Retry, Settle,
-    Settled, WaitFor,
+    Claim, ClaimRequest, Complete, Enqueue, Inspect, JobId, JobState, NewJob, OnFailure,
+    OrderBarrier, Retry, Settle, Settled, WaitFor,
 };
 use relayq_postgres::PostgresBackend;
 
@@ -66,7 +67,7 @@ async fn claims_take_a_job_held_as_a_witness() {
     drop_schema(&b).await;
 }
 
-/// A settle that finishes one job of a stage while another stays unfinished settles
+/// A settle that finishes one job of a stage while another waits to run settles
 /// without the batch's lock: it completes while another transaction holds the batch
 /// row. The settle of the stage's last job then releases the next stage.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -76,16 +77,13 @@ async fn a_settle_with_a_witness_skips_the_batch_lock() {
     let q = queue_name("wlock");
     let batch = b.open_batch(&q, OnFailure::Halt).await.unwrap();
     let job = |stage| NewJob::new(&q, b"x".to_vec()).in_batch(batch.id, stage);
-    let ids: Vec<JobId> = b
-        .enqueue(vec![job(1), job(1), job(2)])
+    let ids = ids(b
+        .enqueue(vec![job(1), job(1), job(1), job(2)])
         .await
-        .unwrap()
-        .into_iter()
-        .map(|e| e.id)
-        .collect();
+        .unwrap());
     b.seal(&batch).await.unwrap();
-    let first = b.claim(ClaimRequest::new(&q, "w", 5, LEASE)).await.unwrap();
-    assert_eq!(first.len(), 2, "stage 1 only");
+    let first = b.claim(ClaimRequest::new(&q, "w", 2, LEASE)).await.unwrap();
+    assert_eq!(first.len(), 2);
 
     let lock = hold(&b, "batches", batch.id.0, "UPDATE").await;
     let settle = b.complete(&first[0].lease);
@@ -96,38 +94,161 @@ async fn a_settle_with_a_witness_skips_the_batch_lock() {
     lock.rollback().await.unwrap();
 
     b.complete(&first[1].lease).await.unwrap();
+    let last = b.claim(ClaimRequest::new(&q, "w", 5, LEASE)).await.unwrap();
+    assert_eq!(last.len(), 1, "stage 2 waits for the last job of stage 1");
+    assert_eq!(last[0].lease.job, ids[2]);
+    b.complete(&last[0].lease).await.unwrap();
     let next = b.claim(ClaimRequest::new(&q, "w", 5, LEASE)).await.unwrap();
     assert_eq!(next.len(), 1, "the last settle of stage 1 released stage 2");
+    assert_eq!(next[0].lease.job, ids[3]);
+    drop_schema(&b).await;
+}
+
+/// The witness is locked until its settle commits: the witness's own settle waits for
+/// it. Settle 1 finishes X, takes R as its witness, and then waits (for X's group,
+/// whose lock this test holds). R is claimed and settled meanwhile, without a witness:
+/// it must wait for settle 1 to commit, so that its promotion sees X finished and
+/// releases stage 2. Were the witness not locked, settle 2 would promote first, find X
+/// unfinished and release nothing, and settle 1 would skip the promotion: stage 2
+/// would never run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_witness_settles_after_the_settle_holding_it() {
+    let Some(url) = url().await else { return };
+    let b = Arc::new(fresh(&url, "wheld").await);
+    let q = queue_name("wheld");
+    let batch = b.open_batch(&q, OnFailure::Halt).await.unwrap();
+    let job = |stage| NewJob::new(&q, b"x".to_vec()).in_batch(batch.id, stage);
+    let ids = ids(b
+        .enqueue(vec![job(1).group("gx"), job(1), job(2)])
+        .await
+        .unwrap());
+    b.seal(&batch).await.unwrap();
+    let x = b.claim(ClaimRequest::new(&q, "w", 1, LEASE)).await.unwrap();
+    assert_eq!(x[0].lease.job, ids[0]);
+
+    // The advisory lock settles take for a group (see `promote::settle_groups`).
+    let key = format!("{}\u{1f}{q}\u{1f}gx", b.schema());
+    let mut group = b.pool().begin().await.unwrap();
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
+        .bind(&key)
+        .execute(&mut *group)
+        .await
+        .unwrap();
+    let first = tokio::spawn({
+        let (b, lease) = (Arc::clone(&b), x[0].lease.clone());
+        async move { b.complete(&lease).await }
+    });
+    poll_until(
+        "settle 1 to wait for the group",
+        Duration::from_secs(10),
+        || {
+            let (pool, key) = (b.pool().clone(), key.clone());
+            async move {
+                let waiting: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+                   AND (classid::bigint << 32 | objid::bigint) = hashtextextended($1, 0)",
+                )
+                .bind(key)
+                .fetch_one(&pool)
+                .await?;
+                Ok((waiting > 0).then_some(()))
+            }
+        },
+    )
+    .await
+    .unwrap();
+
+    let r = b.claim(ClaimRequest::new(&q, "w", 5, LEASE)).await.unwrap();
+    assert_eq!(r.len(), 1, "a claim takes the witness at once");
+    assert_eq!(r[0].lease.job, ids[1]);
+    let second = tokio::spawn({
+        let (b, lease) = (Arc::clone(&b), r[0].lease.clone());
+        async move { b.complete(&lease).await }
+    });
+    // Settle 2 waits for settle 1 (found by the advisory lock it waits for), or ends.
+    poll_until("settle 2 to wait or end", Duration::from_secs(10), || {
+        let (pool, key, ended) = (b.pool().clone(), key.clone(), second.is_finished());
+        async move {
+            let waiting: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity a, pg_locks l
+                 WHERE l.locktype = 'advisory' AND NOT l.granted
+                   AND (l.classid::bigint << 32 | l.objid::bigint) = hashtextextended($1, 0)
+                   AND l.pid = ANY (pg_blocking_pids(a.pid))",
+            )
+            .bind(key)
+            .fetch_one(&pool)
+            .await?;
+            Ok((ended || waiting > 0).then_some(()))
+        }
+    })
+    .await
+    .unwrap();
+    group.rollback().await.unwrap();
+    first.await.unwrap().unwrap();
+    second.await.unwrap().unwrap();
+
+    let next = b.claim(ClaimRequest::new(&q, "w", 5, LEASE)).await.unwrap();
+    assert_eq!(next.len(), 1, "stage 2 was released");
     assert_eq!(next[0].lease.job, ids[2]);
     drop_schema(&b).await;
 }
 
-/// SPEC B6: a job that dies in a `Halt` batch halts it even when another job of its
-/// stage is unfinished: a settle with a dead job takes the lock and promotes.
+/// SPEC B3, B6: a job that dies in a `Halt` batch while another transaction adds a
+/// later-stage job to the batch cancels that job too, although another job of its
+/// stage waits to run. The settle must lock the batch before its halt statement, so
+/// that the halt sees the new job once the other transaction commits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dead_job_halts_its_batch_despite_a_witness() {
+async fn a_dead_job_halts_jobs_added_meanwhile() {
     let Some(url) = url().await else { return };
-    let b = fresh(&url, "whalt").await;
+    let b = Arc::new(fresh(&url, "whalt").await);
     let q = queue_name("whalt");
     let batch = b.open_batch(&q, OnFailure::Halt).await.unwrap();
     let job = |stage| NewJob::new(&q, b"x".to_vec()).in_batch(batch.id, stage);
-    b.enqueue(vec![job(1), job(1), job(2)]).await.unwrap();
-    b.seal(&batch).await.unwrap();
-    let first = b.claim(ClaimRequest::new(&q, "w", 5, LEASE)).await.unwrap();
-    assert_eq!(first.len(), 2);
-    let settled = b.fail(&first[0].lease, "boom", Retry::Never).await.unwrap();
-    assert_eq!(settled, Settled::Dead);
+    b.enqueue(vec![job(1), job(1)]).await.unwrap();
+    let first = b.claim(ClaimRequest::new(&q, "w", 1, LEASE)).await.unwrap();
+
+    // The enqueue holds the batch's row until it commits.
+    let mut adding = b.pool().begin().await.unwrap();
+    let added = ids(b.enqueue_in(&mut adding, vec![job(5)]).await.unwrap());
+    let settle = tokio::spawn({
+        let (b, lease) = (Arc::clone(&b), first[0].lease.clone());
+        async move { b.fail(&lease, "boom", Retry::Never).await }
+    });
+    let schema = b.schema().to_owned();
+    poll_until(
+        "the settle to wait for a lock",
+        Duration::from_secs(10),
+        || {
+            let (pool, schema) = (b.pool().clone(), schema.clone());
+            async move {
+                let waiting: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM pg_stat_activity
+                 WHERE wait_event_type = 'Lock' AND strpos(query, $1) > 0",
+                )
+                .bind(schema)
+                .fetch_one(&pool)
+                .await?;
+                Ok((waiting > 0).then_some(()))
+            }
+        },
+    )
+    .await
+    .unwrap();
+    adding.commit().await.unwrap();
+    assert_eq!(settle.await.unwrap().unwrap(), Settled::Dead);
+
     let p = b.batch_progress(&batch).await.unwrap();
     assert!(p.failed, "the dead job halted the batch: {p:?}");
-    let later = p.stages.iter().find(|s| s.stage == 2).unwrap();
-    assert_eq!(later.cancelled, 1, "stage 2 was cancelled: {p:?}");
+    let info = b.job(&q, added[0]).await.unwrap();
+    assert_eq!(info.state, JobState::Cancelled, "the job added meanwhile");
     drop_schema(&b).await;
 }
 
-/// Liveness and order under load: 8 tasks on 3 handles claim one job at a time from a
-/// batch of 40 stages × 5 jobs and complete it at once, so settles of one stage
-/// overlap and find witnesses, or none. Every stage must be released (the batch
-/// finishes), and no job may start before every job of a lower stage has ended.
+/// Liveness and order under load: 6 tasks on 3 handles claim one job at a time from
+/// a batch of 15 stages × 12 jobs and complete it at once, so settles of one stage
+/// overlap, with witnesses and without. Every stage must be released (the batch
+/// finishes), and, by the server's clock, no job may start before every job of a
+/// lower stage has finished.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_settles_release_every_stage_in_order() {
     let Some(url) = url().await else { return };
@@ -144,7 +265,7 @@ async fn concurrent_settles_release_every_stage_in_order() {
     let b = Arc::clone(&handles[0]);
     let q = queue_name("wload");
     let batch = b.open_batch(&q, OnFailure::Halt).await.unwrap();
-    let (stages, per) = (40, 5);
+    let (stages, per) = (15, 12);
     let all: Vec<NewJob> = (0..stages)
         .flat_map(|s| (0..per).map(move |_| s))
         .map(|s| NewJob::new(&q, s.to_string().into_bytes()).in_batch(batch.id, s))
@@ -152,24 +273,19 @@ async fn concurrent_settles_release_every_stage_in_order() {
     b.enqueue(all).await.unwrap();
     b.seal(&batch).await.unwrap();
 
-    // (stage, start, end) of every job run.
-    let spans = Arc::new(Mutex::new(Vec::new()));
     let deadline = Instant::now() + Duration::from_secs(60);
-    let tasks = (0..8).map(|i| {
+    let tasks = (0..6).map(|i| {
         let h = Arc::clone(&handles[i % handles.len()]);
-        let (q, spans, batch) = (q.clone(), Arc::clone(&spans), batch.clone());
+        let (q, batch) = (q.clone(), batch.clone());
         tokio::spawn(async move {
             while !h.reached(&batch, WaitFor::Batch).await.unwrap() {
                 assert!(Instant::now() < deadline, "the batch never finished");
                 let got = h.claim(ClaimRequest::new(&q, "w", 1, LEASE)).await.unwrap();
                 let Some(job) = got.into_iter().next() else {
-                    tokio::task::yield_now().await;
+                    // Poll interval: the next stage is not released yet.
+                    tokio::time::sleep(Duration::from_millis(1)).await;
                     continue;
                 };
-                let start = Instant::now();
-                let stage = job.stage.unwrap();
-                let end = Instant::now();
-                spans.lock().unwrap().push((stage, start, end));
                 let done = h.settle_many(vec![Settle::complete(job.lease)]).await;
                 assert!(matches!(done.unwrap()[..], [Ok(Settled::Completed)]));
             }
@@ -178,15 +294,31 @@ async fn concurrent_settles_release_every_stage_in_order() {
     for t in join_all(tasks).await {
         t.unwrap();
     }
-    let spans = std::mem::take(&mut *spans.lock().unwrap());
-    assert_eq!(spans.len(), stages as usize * per, "every job ran once");
-    for &(stage, start, _) in &spans {
-        for &(earlier, _, end) in spans.iter().filter(|s| s.0 < stage) {
+    // A claim's `started_at` and a settle's `finished_at` are their transactions'
+    // start times: a stage released by the commit of its predecessor's last settle
+    // starts after every one of those began.
+    let sql = format!(
+        "SELECT stage, started_at, finished_at FROM \"{}\".finished WHERE batch_id = $1",
+        b.schema()
+    );
+    let rows: Vec<(i32, DateTime<Utc>, DateTime<Utc>)> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        .bind(batch.id.0)
+        .fetch_all(b.pool())
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), stages as usize * per, "every job finished once");
+    for (stage, start, _) in &rows {
+        for (earlier, _, end) in rows.iter().filter(|r| r.0 < *stage) {
             assert!(
                 start >= end,
-                "a job of stage {stage} started before one of stage {earlier} ended"
+                "a job of stage {stage} started at {start}, before one of stage {earlier} \
+                 finished at {end}"
             );
         }
     }
     drop_schema(&b).await;
+}
+
+fn ids(enqueued: Vec<relayq_core::Enqueued>) -> Vec<JobId> {
+    enqueued.into_iter().map(|e| e.id).collect()
 }
