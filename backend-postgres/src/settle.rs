@@ -38,15 +38,23 @@ use relayq_core::{
 /// transaction's commit, so its own promotion sees these deletes.
 ///
 /// - `SKIP LOCKED`: taking a witness never waits.
-/// - Only a job that is not running can be a witness, so no settle waits for one
-///   (a running job's settle could otherwise be overtaken again and again by settles
-///   taking it as their witness, past its lease). Claims lock `FOR NO KEY UPDATE`,
-///   which a witness does not block, so they keep their order.
+/// - The witness is one of the 16 jobs a claim of its queue would take last (the
+///   claim index read backwards): looking for it costs the same at any size of the
+///   stage, and it is the job least likely to be claimed and settled while this
+///   transaction holds it (that settle would wait for this commit). Only a waiting
+///   job (`ready`, `retrying`) can be one: were running jobs witnesses, a running
+///   job's settle could be overtaken again and again by settles taking it as their
+///   witness, past its lease. Claims lock `FOR NO KEY UPDATE`, which a witness does
+///   not block, so they keep their order. Each candidate is looked up by primary
+///   key: `IS NOT DISTINCT FROM` (`f.batch_id` is never null) keeps the stage index
+///   out, which a table analyzed without batch jobs makes look cheaper, and which
+///   would then be walked for every candidate (`tests/postgres.rs` checks the plan).
 /// - A settle that kills a job takes no witness for its batch (`HAVING`): a halt
 ///   (SPEC B6) must run under the batch's lock, taken before the halt's statement, so
 ///   that its snapshot sees every job that joined the batch meanwhile.
-/// - A settle that finds no witness promotes under the lock as before; so do the
-///   settles at the end of each stage, when every job left in it is running.
+/// - A settle that finds no witness promotes under the lock as before: the settles at
+///   the end of each stage, when every job left in it is running, and those whose
+///   queue's last 16 jobs belong to other batches or none.
 ///
 /// The statement also sends the `finished` notification of each queue where batch jobs
 /// finished (`note`), and returns how many it sent.
@@ -103,16 +111,22 @@ const SETTLE: &str = concat!(
                error, output
         FROM m WHERE next <> 'succeeded'),
     fin AS (
-        SELECT batch_id, min(stage) AS low FROM m
+        SELECT batch_id, min(queue) AS queue, min(stage) AS low FROM m
         WHERE batch_id IS NOT NULL AND next IN ('succeeded', 'dead')
         GROUP BY batch_id HAVING bool_and(next = 'succeeded')),
     wit AS MATERIALIZED (
         SELECT f.batch_id FROM fin f CROSS JOIN LATERAL (
-            SELECT w.id FROM {s}.jobs w
-            WHERE w.batch_id = f.batch_id AND w.stage <= f.low AND w.state <> 'running'
-              AND NOT EXISTS (SELECT 1 FROM m WHERE m.id = w.id
-                                                AND m.next IN ('succeeded', 'dead'))
-            LIMIT 1 FOR KEY SHARE SKIP LOCKED) w),
+            SELECT w.id FROM (
+                SELECT c.id FROM {s}.jobs c
+                WHERE c.queue = f.queue AND c.state IN ('ready', 'retrying')
+                ORDER BY c.priority DESC, c.run_at DESC, c.id DESC LIMIT 16) c
+            CROSS JOIN LATERAL (
+                SELECT w.id FROM {s}.jobs w
+                WHERE w.id = c.id AND w.batch_id IS NOT DISTINCT FROM f.batch_id
+                  AND w.stage <= f.low
+                  AND w.state IN ('ready', 'retrying')
+                FOR KEY SHARE SKIP LOCKED) w
+            LIMIT 1) w),
     note AS MATERIALIZED (
         SELECT count(pg_notify($9, $10 || queue)) AS n FROM (
             SELECT DISTINCT queue FROM m

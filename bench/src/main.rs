@@ -8,11 +8,11 @@
 //!
 //! Scenarios: 1 enqueue (one at a time from 8 tasks, and batches of 1,000), 2 drain
 //! (pre-enqueued no-op jobs, worker concurrency 1/4/16/64), 3 enqueue-to-start latency
-//! at 500 jobs/s, 4 stages (20 x 50 in one batch), 5 groups (100 x 100), 6 claim
-//! latency with 1k/100k/1M pending; the raw loops (PostgreSQL: claim 50 with the
-//! `SKIP LOCKED` CTE, then one batched `DELETE`; Redis: pop 50 with `ZPOPMIN` in one
-//! script, acknowledge the 50 in another); and the peers (apalis, graphile_worker,
-//! built from `bench/peers`) on every scenario they can run. Each row is printed as
+//! at 500 jobs/s, 4 stages (20 x 50 in one batch; and one stage of 20,000 drained), 5
+//! groups (100 x 100), 6 claim latency with 1k/100k/1M pending; the raw loops
+//! (PostgreSQL: claim 50 with the `SKIP LOCKED` CTE, then one batched `DELETE`; Redis:
+//! pop 50 with `ZPOPMIN` in one script, acknowledge the 50 in another); and the peers
+//! (apalis, graphile_worker, built from `bench/peers`) on every scenario they can run. Each row is printed as
 //! measured and appended as JSON to the results file; ratios come last.
 
 mod backlog;
@@ -124,6 +124,8 @@ async fn main() -> anyhow::Result<()> {
     }
     if on("stages") {
         add(stages::stages(&targets, runs).await?);
+        let jobs = if quick { 5_000 } else { 20_000 };
+        add(stages::big_stage(&targets, jobs, args.prefetch, runs).await?);
     }
     if on("groups") {
         add(groups::groups(&targets, &peers, if quick { 10 } else { 100 }, runs).await?);

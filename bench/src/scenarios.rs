@@ -212,32 +212,50 @@ pub async fn drain(
         for _ in 0..n.div_ceil(1000) {
             b.enqueue((0..1000).map(|_| job(&q)).collect()).await?;
         }
-        let n = n.div_ceil(1000) * 1000;
-        let done = Arc::new(AtomicU64::new(0));
-        let all_done = Arc::new(Notify::new());
-        let (d, a) = (done.clone(), all_done.clone());
-        let start = Instant::now();
-        let worker = Worker::builder(b.clone(), [q.clone()])
-            .concurrency(concurrency)
-            .prefetch(prefetch)
-            .handler(move |_job: ClaimedJob| {
-                let (d, a) = (d.clone(), a.clone());
-                async move {
-                    if d.fetch_add(1, Ordering::Relaxed) + 1 == n as u64 {
-                        a.notify_one();
-                    }
-                    Ok::<_, JobError>(())
-                }
-            })
-            .build()?
-            .spawn();
-        all_done.notified().await;
-        worker.shutdown().await?;
-        let r = rate(n, start.elapsed());
+        let r = run_worker(
+            b.clone(),
+            &q,
+            n.div_ceil(1000) * 1000,
+            concurrency,
+            prefetch,
+        )
+        .await?;
         clean(&*b, &q).await?;
         Ok(r)
     })
     .await
+}
+
+/// Drains the `n` jobs waiting in `q` with a worker of `concurrency` and `prefetch`;
+/// jobs/s, the clock stopping when the worker has stopped with every outcome stored.
+pub(crate) async fn run_worker(
+    b: Arc<dyn Backend>,
+    q: &str,
+    n: usize,
+    concurrency: u32,
+    prefetch: u32,
+) -> anyhow::Result<f64> {
+    let done = Arc::new(AtomicU64::new(0));
+    let all_done = Arc::new(Notify::new());
+    let (d, a) = (done.clone(), all_done.clone());
+    let start = Instant::now();
+    let worker = Worker::builder(b, [q.to_owned()])
+        .concurrency(concurrency)
+        .prefetch(prefetch)
+        .handler(move |_job: ClaimedJob| {
+            let (d, a) = (d.clone(), a.clone());
+            async move {
+                if d.fetch_add(1, Ordering::Relaxed) + 1 == n as u64 {
+                    a.notify_one();
+                }
+                Ok::<_, JobError>(())
+            }
+        })
+        .build()?
+        .spawn();
+    all_done.notified().await;
+    worker.shutdown().await?;
+    Ok(rate(n, start.elapsed()))
 }
 
 /// Drops what a measurement left behind.

@@ -1,5 +1,7 @@
 //! Scenario 4: one batch of 20 stages x 50 no-op jobs, 16 worker slots: total time, and
 //! the stage-transition latency (last end of stage k to first start of stage k+1).
+//! Then one batch whose single stage holds many jobs, drained like the headline drain:
+//! what a batch's bookkeeping costs every settle.
 
 use std::{
     collections::BTreeMap,
@@ -12,7 +14,11 @@ use relayq_core::{
     worker::{JobError, Worker},
 };
 
-use crate::{Row, median, scenarios::queue, targets::Target};
+use crate::{
+    Row, median,
+    scenarios::{clean, each, job, queue, run_worker},
+    targets::Target,
+};
 
 const STAGES: i32 = 20;
 const PER_STAGE: usize = 50;
@@ -47,6 +53,32 @@ pub async fn stages(targets: &[Target], runs: usize) -> anyhow::Result<Vec<Row>>
         }
     }
     Ok(rows)
+}
+
+/// `n` no-op jobs in one stage of one batch, drained by a worker of 16 slots and
+/// `prefetch`; jobs/s. Every settle finishes jobs of the batch, which may release its
+/// next stage, so the backend looks at the batch on each one.
+pub async fn big_stage(
+    targets: &[Target],
+    n: usize,
+    prefetch: u32,
+    runs: usize,
+) -> anyhow::Result<Vec<Row>> {
+    let name = format!("drain, one batch stage, concurrency 16, prefetch {prefetch}");
+    each(targets, runs, &name, None, false, |b, scale| async move {
+        let n = (n / scale).max(1000).div_ceil(1000) * 1000;
+        let q = queue("bigstage");
+        let batch = b.open_batch(&q, OnFailure::Continue).await?;
+        for _ in 0..n / 1000 {
+            let jobs = (0..1000).map(|_| job(&q).in_batch(batch.id, 100));
+            b.enqueue(jobs.collect()).await?;
+        }
+        b.seal(&batch).await?;
+        let r = run_worker(b.clone(), &q, n, 16, prefetch).await?;
+        clean(&*b, &q).await?;
+        Ok(r)
+    })
+    .await
 }
 
 fn ms(d: Duration) -> f64 {
