@@ -11,7 +11,7 @@ use redis::AsyncCommands;
 use relayq_conformance::{harness::Server, poll_until, queue_name};
 use relayq_core::{
     Admin, Backend, Claim, ClaimRequest, ClaimedJob, Complete, Enqueue, Error, Inspect, JobState,
-    NewJob, OrderBarrier,
+    NewJob, OnFailure, OrderBarrier,
     worker::{JobError, Worker},
 };
 use relayq_redis::RedisBackend;
@@ -174,6 +174,16 @@ async fn killed_connections_lose_no_job_and_hold_none_twice() {
 /// whose one job was drained and pruned.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pruned_queue_returns_to_its_baseline() {
+    returns_to_its_baseline(false).await;
+}
+
+/// The same with every job in a sealed batch of two stages: the batches go too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pruned_batches_return_to_the_baseline() {
+    returns_to_its_baseline(true).await;
+}
+
+async fn returns_to_its_baseline(batched: bool) {
     let Some((b, mut raw)) = setup().await else {
         return;
     };
@@ -184,7 +194,20 @@ async fn pruned_queue_returns_to_its_baseline() {
         async move {
             for chunk in 0..n.div_ceil(1000) {
                 let size = (n - chunk * 1000).min(1000);
-                b.enqueue(jobs(&q, size)).await.unwrap();
+                let mut new = jobs(&q, size);
+                let batch = if batched {
+                    let batch = b.open_batch(&q, OnFailure::Halt).await.unwrap();
+                    for (i, job) in new.iter_mut().enumerate() {
+                        *job = job.clone().in_batch(batch.id, i32::from(i % 2 == 1));
+                    }
+                    Some(batch)
+                } else {
+                    None
+                };
+                b.enqueue(new).await.unwrap();
+                if let Some(batch) = &batch {
+                    b.seal(batch).await.unwrap();
+                }
                 loop {
                     let got = b
                         .claim(ClaimRequest::new(&q, "w", 1000, LEASE))

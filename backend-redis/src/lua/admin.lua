@@ -75,9 +75,10 @@ elseif op == 'maintain' then
   if #ids < budget then
     local head = redis.call('LRANGE', B .. ':donelist', 0, budget - #ids - 1)
     for _, id in ipairs(head) do
-      local h = redis.call('HMGET', jk(id), 'st', 'fa')
+      local h = redis.call('HMGET', jk(id), 'st', 'fa', 'b')
       if h[1] and tonumber(h[2]) > cutoff then break end
       if h[1] then stat(h[1], -1) end
+      if h[3] then redis.call('SREM', bk(h[3]) .. ':jobs', id) end
       redis.call('DEL', jk(id), jk(id) .. ':log')
       listed = listed + 1
     end

@@ -14,7 +14,8 @@
 --   B:backoff        retrying jobs not yet due: score = run_at
 --   B:running        running jobs: score = lease expiry
 --   B:done           finished jobs: score = finished_at     B:dead  dead jobs by id
---   B:donelist       plain completions (see complete_plain), in finishing order: their
+--   B:donelist       plain completions (see complete_plain, complete_batched), in
+--                    finishing order: their
 --                    index for pruning, a list because appending costs less than a
 --                    sorted-set insert
 --   B:stats          count per state                       B:settings  paused, max
@@ -272,6 +273,21 @@ local function complete_plain(id, output, done)
   done[#done + 1] = id
   stat('running', -1)
   stat('succeeded', 1)
+end
+
+-- finish(id, 'succeeded') for a running job of batch `b` with no group or dedupe key:
+-- complete_plain, then what finishing a batch job releases (see finish). Its batch
+-- keeps it in B:b:<b>:jobs; the pruning of B:donelist removes it from there.
+local function complete_batched(id, b, output, done)
+  complete_plain(id, output, done)
+  local live = bk(b) .. ':live'
+  local stage = redis.call('ZSCORE', live, id)
+  redis.call('ZREM', live, id)
+  event('f')
+  if redis.call('ZCOUNT', live, stage, stage) == 0
+      and redis.call('HGET', bk(b), 'failed') ~= '1' then
+    release_stage(b)
+  end
 end
 
 local function flush_completed(done)
