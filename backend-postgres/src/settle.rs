@@ -37,7 +37,9 @@ use relayq_core::{
 /// witness (a settle's `FOR UPDATE`, a cancel's `DELETE`) must wait for this
 /// transaction's commit, so its own promotion sees these deletes.
 ///
-/// - `SKIP LOCKED`: taking a witness never waits.
+/// - `SKIP LOCKED`: a candidate another transaction holds is skipped, not waited for
+///   (following a just-claimed candidate's update chain, PostgreSQL may still wait
+///   for a settle of it in flight; a review read it so, not measured).
 /// - The witness is one of the 16 jobs a claim of its queue would take last (the
 ///   claim index read backwards): looking for it costs the same at any size of the
 ///   stage, and it is the job least likely to be claimed and settled while this

@@ -13,7 +13,8 @@
 --   B:delay          ready jobs not yet due: score = run_at (microseconds)
 --   B:backoff        retrying jobs not yet due: score = run_at
 --   B:running        running jobs: score = lease expiry
---   B:done           finished jobs: score = finished_at     B:dead  dead jobs by id
+--   B:done           finished jobs but plain completions: score = finished_at
+--   B:dead           dead jobs by id
 --   B:donelist       plain completions (see complete_plain, complete_batched), in
 --                    finishing order: their
 --                    index for pruning, a list because appending costs less than a
@@ -255,7 +256,7 @@ end
 
 -- finish(id, 'succeeded') for a running job with no group, batch or dedupe key, the
 -- hot path of a drain: nothing waits for such a job, so finishing it touches only its
--- hash and two indexes. The attempt's log record stays in the hash (worker `w`,
+-- hash and two indexes (complete_batched adds a batch job's bookkeeping). The attempt's log record stays in the hash (worker `w`,
 -- started `sa`, ended `fa`, outcome `lo`, output `out`) instead of a JSON entry in the
 -- log list; readers append it to the list's entries. The token is blanked in the same
 -- write rather than deleted (one call, not two); the expiry `ex` stays behind, read by
