@@ -364,32 +364,16 @@ impl PostgresBackend {
             limit,
             std::time::Duration::from_secs(30),
         ))?;
-        // A connection of its own, closed after: PREPARE outlives transactions.
-        let mut conn = self.pool().acquire().await.map_err(db)?.detach();
-        let mode = if generic {
-            "force_generic_plan"
-        } else {
-            "force_custom_plan"
-        };
         let sql = self.sql_limit(CLAIM_FREE, limit).0;
-        let setup = format!(
-            "SET plan_cache_mode = {mode};
-             PREPARE relayq_claim (text, bigint, float8, text, boolean, uuid[]) AS {sql}"
-        );
-        sqlx::raw_sql(sqlx::AssertSqlSafe(setup))
-            .execute(&mut conn)
-            .await
-            .map_err(db)?;
         // The queue name was validated: letters, digits and `_-.:` only.
-        let explain = format!(
-            "EXPLAIN EXECUTE relayq_claim ('{queue}', {limit}, 30e6, 'explain', false, '{{}}')"
-        );
-        let lines: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(explain))
-            .fetch_all(&mut conn)
-            .await
-            .map_err(db)?;
-        let _ = sqlx::Connection::close(conn).await;
-        Ok(lines.join("\n"))
+        let args = format!("'{queue}', {limit}, 30e6, 'explain', false, '{{}}'");
+        self.explain(
+            &sql,
+            "text, bigint, float8, text, boolean, uuid[]",
+            &args,
+            generic,
+        )
+        .await
     }
 }
 

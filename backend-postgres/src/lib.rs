@@ -46,6 +46,7 @@ mod admin;
 mod barrier;
 mod claim;
 mod enqueue;
+mod explain;
 mod inspect;
 mod listen;
 mod promote;

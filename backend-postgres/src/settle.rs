@@ -277,34 +277,16 @@ impl PostgresBackend {
     /// # Errors
     /// [`Error::Backend`] when the server fails.
     pub async fn explain_settle(&self, generic: bool) -> Result<String> {
-        // A connection of its own, closed after: PREPARE outlives transactions.
-        let mut conn = self.pool().acquire().await.map_err(db)?.detach();
-        let mode = if generic {
-            "force_generic_plan"
-        } else {
-            "force_custom_plan"
-        };
-        let sql = &self.sql(SETTLE).0;
-        let setup = format!(
-            "SET plan_cache_mode = {mode};
-             PREPARE relayq_settle (bigint[], uuid[], text[], text[], bigint[],
-                                    timestamptz[], text[], text[], text, text) AS {sql}"
-        );
-        sqlx::raw_sql(sqlx::AssertSqlSafe(setup))
-            .execute(&mut conn)
-            .await
-            .map_err(db)?;
-        let lines: Vec<String> = sqlx::query_scalar(
-            "EXPLAIN EXECUTE relayq_settle ('{1,2}',
-                 '{00000000-0000-0000-0000-000000000001,00000000-0000-0000-0000-000000000002}',
-                 '{q,q}', '{complete,complete}', '{NULL,NULL}', '{NULL,NULL}', '{NULL,NULL}',
-                 '{NULL,NULL}', 'c', 'f:')",
+        self.explain(
+            &self.sql(SETTLE).0,
+            "bigint[], uuid[], text[], text[], bigint[], timestamptz[], text[], text[], text, text",
+            "'{1,2}',
+             '{00000000-0000-0000-0000-000000000001,00000000-0000-0000-0000-000000000002}',
+             '{q,q}', '{complete,complete}', '{NULL,NULL}', '{NULL,NULL}', '{NULL,NULL}',
+             '{NULL,NULL}', 'c', 'f:'",
+            generic,
         )
-        .fetch_all(&mut conn)
         .await
-        .map_err(db)?;
-        let _ = sqlx::Connection::close(conn).await;
-        Ok(lines.join("\n"))
     }
 }
 

@@ -173,6 +173,19 @@ async fn settle_plans_find_leases_by_id_after_analyze() {
                 && !witness.contains("jobs_stage"),
             "generic={generic}:\n{plan}"
         );
+        // Promotion's stage release reads `jobs` one batch at a time: through the
+        // stage index probed per batch, or by primary key.
+        let plan = b.explain_release(generic).await.unwrap();
+        let reads = plan
+            .lines()
+            .filter(|l| l.contains("Scan") && l.contains(" on jobs "))
+            .count();
+        let probes = plan.matches("Index Cond: ((batch_id = b").count()
+            + plan.matches("using jobs_pkey on jobs").count();
+        assert!(
+            reads == probes && !plan.contains("Seq Scan on jobs"),
+            "generic={generic}:\n{plan}"
+        );
     }
     drop_schema(&b).await;
 }
