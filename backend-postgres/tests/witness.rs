@@ -47,13 +47,7 @@ async fn claims_take_a_job_held_as_a_witness() {
     let Some(url) = url().await else { return };
     let b = fresh(&url, "wclaim").await;
     let q = queue_name("wclaim");
-    let ids: Vec<JobId> = b
-        .enqueue(jobs(&q, 3))
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|e| e.id)
-        .collect();
+    let ids = ids(b.enqueue(jobs(&q, 3)).await.unwrap());
     let witness = hold(&b, "jobs", ids[0].0, "KEY SHARE").await;
     let claim = b.claim(ClaimRequest::new(&q, "w", 1, LEASE));
     let got = tokio::time::timeout(Duration::from_secs(5), claim)
@@ -66,7 +60,7 @@ async fn claims_take_a_job_held_as_a_witness() {
     drop_schema(&b).await;
 }
 
-/// A settle that finishes one job of a stage while another waits to run settles
+/// SPEC B2: a settle that finishes one job of a stage while another waits to run settles
 /// without the batch's lock: it completes while another transaction holds the batch
 /// row. The settle of the stage's last job then releases the next stage.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -103,7 +97,7 @@ async fn a_settle_with_a_witness_skips_the_batch_lock() {
     drop_schema(&b).await;
 }
 
-/// The witness is locked until its settle commits: the witness's own settle waits for
+/// SPEC B2: the witness is locked until its settle commits: the witness's own settle waits for
 /// it. Settle 1 finishes X, takes R as its witness, and then waits (for X's group,
 /// whose lock this test holds). R is claimed and settled meanwhile, without a witness:
 /// it must wait for settle 1 to commit, so that its promotion sees X finished and
@@ -243,7 +237,7 @@ async fn a_dead_job_halts_jobs_added_meanwhile() {
     drop_schema(&b).await;
 }
 
-/// Liveness and order under load: 6 tasks on 3 handles claim one job at a time from
+/// SPEC B2, liveness and order under load: 6 tasks on 3 handles claim one job at a time from
 /// a batch of 15 stages × 12 jobs and complete it at once, so settles of one stage
 /// overlap, with witnesses and without. Every stage must be released (the batch
 /// finishes), and no job may be claimed before every job of a lower stage has
