@@ -16,7 +16,7 @@ use relayq_core::{
 
 use crate::{
     Row, median,
-    scenarios::{clean, each, job, queue, run_worker},
+    scenarios::{clean, job, queue, rate, run_worker},
     targets::Target,
 };
 
@@ -55,30 +55,52 @@ pub async fn stages(targets: &[Target], runs: usize) -> anyhow::Result<Vec<Row>>
     Ok(rows)
 }
 
-/// `n` no-op jobs in one stage of one batch, drained by a worker of 16 slots and
-/// `prefetch`; jobs/s. Every settle finishes jobs of the batch, which may release its
-/// next stage, so the backend looks at the batch on each one.
+/// `n` no-op jobs in one stage of one batch: enqueued in batches of 1,000 (jobs/s;
+/// each call adds to a stage that is already released, so its cost must not grow with
+/// the stage), then drained by a worker of 16 slots and `prefetch` (jobs/s; every
+/// settle finishes jobs of the batch, which may release its next stage, so the backend
+/// looks at the batch on each one).
 pub async fn big_stage(
     targets: &[Target],
     n: usize,
     prefetch: u32,
     runs: usize,
 ) -> anyhow::Result<Vec<Row>> {
-    let name = format!("drain, one batch stage, concurrency 16, prefetch {prefetch}");
-    each(targets, runs, &name, None, false, |b, scale| async move {
-        let n = (n / scale).max(1000).div_ceil(1000) * 1000;
-        let q = queue("bigstage");
-        let batch = b.open_batch(&q, OnFailure::Continue).await?;
-        for _ in 0..n / 1000 {
-            let jobs = (0..1000).map(|_| job(&q).in_batch(batch.id, 100));
-            b.enqueue(jobs.collect()).await?;
+    let mut samples: Vec<[Vec<f64>; 2]> = targets.iter().map(|_| Default::default()).collect();
+    for _ in 0..runs {
+        for (i, t) in targets.iter().enumerate() {
+            let b = t.open().await?;
+            let n = (n / t.scale()).max(1000).div_ceil(1000) * 1000;
+            let q = queue("bigstage");
+            let batch = b.open_batch(&q, OnFailure::Continue).await?;
+            let start = Instant::now();
+            for _ in 0..n / 1000 {
+                let jobs = (0..1000).map(|_| job(&q).in_batch(batch.id, 100));
+                b.enqueue(jobs.collect()).await?;
+            }
+            samples[i][0].push(rate(n, start.elapsed()));
+            b.seal(&batch).await?;
+            samples[i][1].push(run_worker(b.clone(), &q, n, 16, prefetch).await?);
+            clean(&*b, &q).await?;
         }
-        b.seal(&batch).await?;
-        let r = run_worker(b.clone(), &q, n, 16, prefetch).await?;
-        clean(&*b, &q).await?;
-        Ok(r)
-    })
-    .await
+    }
+    let names = [
+        "enqueue into one batch stage, batches of 1000".to_owned(),
+        format!("drain, one batch stage, concurrency 16, prefetch {prefetch}"),
+    ];
+    let mut rows = Vec::new();
+    for (name, k) in names.iter().zip(0..) {
+        for (t, s) in targets.iter().zip(&samples) {
+            rows.push(Row {
+                scenario: name.clone(),
+                target: t.label().to_owned(),
+                value: median(s[k].clone()),
+                unit: "jobs/s",
+                note: String::new(),
+            });
+        }
+    }
+    Ok(rows)
 }
 
 fn ms(d: Duration) -> f64 {
