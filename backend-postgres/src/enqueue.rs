@@ -17,12 +17,17 @@ use crate::{
 
 /// Inserts the jobs given as arrays, in input order (so their ids increase in that
 /// order), skipping those whose dedupe key an unfinished job holds (SPEC E3), and
-/// notifies the queue. Jobs with a group or a batch start `blocked`; promotion decides.
+/// notifies the queue. A job without a group is `ready` at once when it has no batch or
+/// its stage is its batch's released one (`released`, NULL when none is): nothing below
+/// that stage is unfinished (SPEC B3 turns lower ones away). Other jobs with a group or
+/// a batch start `blocked`; promotion decides.
 const INSERT: &str = "
     WITH ins AS (
         INSERT INTO {s}.jobs (queue, state, payload, priority, run_at, max_attempts, group_key,
                               batch_id, stage, dedupe_key, enqueued_by, created_at)
-        SELECT $1, CASE WHEN i.grp IS NULL AND i.batch IS NULL THEN 'ready' ELSE 'blocked' END,
+        SELECT $1,
+               CASE WHEN i.grp IS NULL AND (i.batch IS NULL OR i.stage <= i.released)
+                    THEN 'ready' ELSE 'blocked' END,
                i.payload, i.priority,
                CASE WHEN i.run_at IS NOT NULL THEN i.run_at
                     ELSE now() + COALESCE(i.delay_us, 0)::float8 * interval '1 microsecond'
@@ -30,9 +35,9 @@ const INSERT: &str = "
                i.max_attempts, i.grp, i.batch, i.stage, i.dedupe, i.who, now()
         FROM unnest($2::bytea[], $3::smallint[], $4::timestamptz[], $5::bigint[],
                     $6::smallint[], $7::text[], $8::bigint[], $9::int[], $10::text[],
-                    $11::text[])
+                    $11::text[], $14::int[])
             WITH ORDINALITY AS i(payload, priority, run_at, delay_us, max_attempts, grp,
-                                 batch, stage, dedupe, who, ord)
+                                 batch, stage, dedupe, who, released, ord)
         ORDER BY i.ord
         ON CONFLICT (queue, dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
         RETURNING id, dedupe_key),
@@ -42,6 +47,22 @@ const INSERT: &str = "
 /// How many times a dedupe key can be found taken and then free again within one call
 /// (its holder finished in between) before the call gives up.
 const DEDUPE_ROUNDS: usize = 3;
+
+/// Each batch of an enqueue, locked: its released stage, if any.
+type Released = HashMap<i64, Option<i32>>;
+
+/// Whether `job` joins its batch above the released stage (or before any is): only
+/// then can it move the batch's floor, and promotion must look at the batch. A job at
+/// the released stage is stored `ready` (or is its group's business).
+fn above_released(job: &NewJob, released: &Released) -> bool {
+    job.batch.is_some_and(|b| {
+        released
+            .get(&b.0)
+            .copied()
+            .flatten()
+            .is_none_or(|r| job.stage.unwrap_or(0) > r)
+    })
+}
 
 impl PostgresBackend {
     /// Stores `jobs` within the transaction open on `conn` (a `&mut Transaction`
@@ -115,8 +136,8 @@ impl PostgresBackend {
         jobs: &[NewJob],
     ) -> Result<(Vec<Enqueued>, Vec<String>)> {
         let queue = &jobs[0].queue;
-        self.check_batches(c, queue, jobs).await?;
-        let out = self.insert(c, queue, jobs).await?;
+        let released = self.check_batches(c, queue, jobs).await?;
+        let out = self.insert(c, queue, jobs, &released).await?;
         let mut touched = Touched::default();
         touched.ready.insert(queue.clone());
         for (job, e) in jobs.iter().zip(&out) {
@@ -126,7 +147,7 @@ impl PostgresBackend {
             if let Some(group) = &job.group {
                 touched.group(queue, group);
             }
-            if let Some(batch) = job.batch {
+            if let (Some(batch), true) = (job.batch, above_released(job, &released)) {
                 touched.batch(batch.0);
             }
         }
@@ -140,15 +161,16 @@ impl PostgresBackend {
     /// job goes below its released stage. The batches stay locked to the end of the
     /// transaction, so a concurrent `seal` or stage release cannot slip in between.
     /// Checked job by job in input order, so the first bad job names the error.
+    /// Returns each batch's released stage.
     async fn check_batches(
         &self,
         c: &mut PgConnection,
         queue: &str,
         jobs: &[NewJob],
-    ) -> Result<()> {
+    ) -> Result<Released> {
         let ids: BTreeSet<i64> = jobs.iter().filter_map(|j| j.batch.map(|b| b.0)).collect();
         if ids.is_empty() {
-            return Ok(());
+            return Ok(Released::new());
         }
         let ids: Vec<i64> = ids.into_iter().collect();
         let rows = promote::lock_batches(c, &self.inner.schema, &ids, &[]).await?;
@@ -176,7 +198,10 @@ impl PostgresBackend {
                 return Err(Error::StageClosed { stage, released: r });
             }
         }
-        Ok(())
+        Ok(batches
+            .into_iter()
+            .map(|(id, (_, _, _, released))| (id, released))
+            .collect())
     }
 
     /// Inserts the jobs and works out each one's id: its own, or, when deduplicated,
@@ -186,12 +211,14 @@ impl PostgresBackend {
         c: &mut PgConnection,
         queue: &str,
         jobs: &[NewJob],
+        released: &Released,
     ) -> Result<Vec<Enqueued>> {
         let mut out: Vec<Option<Enqueued>> = vec![None; jobs.len()];
         let mut pending: Vec<usize> = (0..jobs.len()).collect();
         for _ in 0..DEDUPE_ROUNDS {
             let batch: Vec<&NewJob> = pending.iter().map(|&i| &jobs[i]).collect();
-            let mut rows: Vec<(i64, Option<String>)> = self.insert_rows(c, queue, &batch).await?;
+            let mut rows: Vec<(i64, Option<String>)> =
+                self.insert_rows(c, queue, &batch, released).await?;
             rows.sort_unstable_by_key(|r| r.0);
             let inserted_keys: BTreeSet<&str> =
                 rows.iter().filter_map(|r| r.1.as_deref()).collect();
@@ -274,6 +301,7 @@ impl PostgresBackend {
         c: &mut PgConnection,
         queue: &str,
         jobs: &[&NewJob],
+        released: &Released,
     ) -> Result<Vec<(i64, Option<String>)>> {
         let mut payloads = Vec::with_capacity(jobs.len());
         let mut priorities = Vec::with_capacity(jobs.len());
@@ -285,6 +313,7 @@ impl PostgresBackend {
         let mut stages = Vec::with_capacity(jobs.len());
         let mut keys = Vec::with_capacity(jobs.len());
         let mut who = Vec::with_capacity(jobs.len());
+        let mut rel = Vec::with_capacity(jobs.len());
         for job in jobs {
             payloads.push(job.payload.as_slice());
             priorities.push(job.priority);
@@ -302,6 +331,10 @@ impl PostgresBackend {
             stages.push(job.batch.map(|_| job.stage.unwrap_or(0)));
             keys.push(job.dedupe_key.as_deref());
             who.push(job.enqueued_by.as_deref());
+            rel.push(
+                job.batch
+                    .and_then(|b| released.get(&b.0).copied().flatten()),
+            );
         }
         sqlx::query_as(self.sql(INSERT))
             .bind(queue)
@@ -317,6 +350,7 @@ impl PostgresBackend {
             .bind(&who)
             .bind(self.inner.schema.channel())
             .bind(format!("{}:{queue}", listen::READY))
+            .bind(&rel)
             .fetch_all(&mut *c)
             .await
             .map_err(db)
@@ -359,7 +393,9 @@ impl Enqueue for PostgresBackend {
         let (out, payloads) = if all_plain(&jobs) {
             // One statement, atomic on its own: no transaction needed.
             let mut c = self.inner.pool.acquire().await.map_err(db)?;
-            let out = self.insert(&mut c, &jobs[0].queue, &jobs).await?;
+            let out = self
+                .insert(&mut c, &jobs[0].queue, &jobs, &Released::new())
+                .await?;
             (out, vec![format!("{}:{}", listen::READY, jobs[0].queue)])
         } else {
             retry_transient(|| self.enqueue_tx(&jobs), crate::retryable).await?

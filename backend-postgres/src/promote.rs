@@ -264,6 +264,12 @@ async fn halt(c: &mut PgConnection, s: &Schema, t: &Touched) -> Result<()> {
 /// raises the high-water mark, makes its ungrouped jobs ready (rows `r`, queue) and
 /// names its groups (rows `g`, queue, group), which then pick their holder.
 ///
+/// A batch whose floor is its released stage already has nothing to release, and its
+/// floor stage is not read: no ungrouped job there is `blocked` (the release freed
+/// them, and jobs joining that stage are stored `ready`), and its grouped jobs are
+/// their groups' business. Reading it anyway made each enqueue into a released stage
+/// cost as much as the stage held, so filling a stage in chunks took quadratic time.
+///
 /// The floor stage's blocked jobs are read once, per batch, in a `LATERAL` subquery
 /// from `b` with no condition on the group: so the only index that fits is the stage
 /// index, probed per batch. Joined the plain way, `jobs` was read in full on every
@@ -272,14 +278,16 @@ async fn halt(c: &mut PgConnection, s: &Schema, t: &Touched) -> Result<()> {
 /// (`tests/postgres.rs` checks both plans).
 const RELEASE: &str = "
     WITH b AS MATERIALIZED (
-        SELECT b.id, (SELECT min(j.stage) FROM {s}.jobs j WHERE j.batch_id = b.id) AS floor
-        FROM unnest($1::bigint[]) AS b(id)),
+        SELECT b.id, (SELECT min(j.stage) FROM {s}.jobs j WHERE j.batch_id = b.id) AS floor,
+               x.released_stage AS was
+        FROM unnest($1::bigint[]) AS b(id) JOIN {s}.batches x ON x.id = b.id),
     raised AS (
         UPDATE {s}.batches x SET released_stage = b.floor FROM b
         WHERE x.id = b.id AND b.floor IS NOT NULL
           AND (x.released_stage IS NULL OR x.released_stage < b.floor)),
     blocked AS MATERIALIZED (
-        SELECT x.id, x.queue, x.group_key FROM b CROSS JOIN LATERAL (
+        SELECT x.id, x.queue, x.group_key
+        FROM (SELECT * FROM b WHERE b.was IS NULL OR b.was < b.floor) b CROSS JOIN LATERAL (
             SELECT x.id, x.queue, x.group_key FROM {s}.jobs x
             WHERE x.batch_id = b.id AND x.stage = b.floor AND x.state = 'blocked'
             OFFSET 0) x),
