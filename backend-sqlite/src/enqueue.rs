@@ -15,7 +15,7 @@ impl Enqueue for SqliteBackend {
             return Ok(Vec::new());
         };
         let (mut tx, now) = self.write().await?;
-        check_batches(&mut tx, &queue, &jobs).await?;
+        let released = check_batches(&mut tx, &queue, &jobs).await?;
         let mut out = Vec::with_capacity(jobs.len());
         let (mut groups, mut batches) = (BTreeSet::new(), BTreeSet::new());
         for job in &jobs {
@@ -37,8 +37,12 @@ impl Enqueue for SqliteBackend {
                     continue;
                 }
             }
-            // Jobs with a group or a batch start blocked; promotion below decides.
-            let free = job.group.is_none() && job.batch.is_none();
+            // A job without a group is ready at once when it has no batch or joins its
+            // batch's released stage: nothing below that stage is unfinished (SPEC B3
+            // turns lower ones away). Other jobs with a group or a batch start blocked;
+            // promotion below decides.
+            let above = above_released(job, &released);
+            let free = job.group.is_none() && !above;
             let id: i64 = sqlx::query_scalar(
                 "INSERT INTO relayq_jobs (queue, state, payload, priority, run_at, max_attempts,
                      group_key, batch_id, stage, dedupe_key, enqueued_by, created_at)
@@ -62,7 +66,8 @@ impl Enqueue for SqliteBackend {
             if let Some(g) = &job.group {
                 groups.insert(g.clone());
             }
-            if let Some(b) = job.batch {
+            // Only a job above the released stage can move the batch's floor.
+            if let (Some(b), true) = (job.batch, above) {
                 batches.insert(b.0);
             }
             out.push(Enqueued {
@@ -85,8 +90,9 @@ impl Enqueue for SqliteBackend {
 /// SPEC E4, B3: every batch named exists in this queue, is open, not halted, and no
 /// job goes below its released stage. Checked before anything is written, job by job
 /// in input order, so the first bad job names the error (as on every backend).
-async fn check_batches(c: &mut Conn, queue: &str, jobs: &[NewJob]) -> Result<()> {
-    let mut released: HashMap<BatchId, Option<i64>> = HashMap::new();
+/// Returns each batch's released stage.
+async fn check_batches(c: &mut Conn, queue: &str, jobs: &[NewJob]) -> Result<Released> {
+    let mut released = Released::new();
     for job in jobs {
         let Some(batch) = job.batch else { continue };
         let high = match released.get(&batch) {
@@ -105,7 +111,21 @@ async fn check_batches(c: &mut Conn, queue: &str, jobs: &[NewJob]) -> Result<()>
             });
         }
     }
-    Ok(())
+    Ok(released)
+}
+
+/// Each batch of an enqueue: its released stage, if any.
+type Released = HashMap<BatchId, Option<i64>>;
+
+/// Whether `job` joins its batch above the released stage, or before any is.
+fn above_released(job: &NewJob, released: &Released) -> bool {
+    job.batch.is_some_and(|b| {
+        released
+            .get(&b)
+            .copied()
+            .flatten()
+            .is_none_or(|r| i64::from(job.stage.unwrap_or(0)) > r)
+    })
 }
 
 /// The released stage of `batch`, if it can take jobs.

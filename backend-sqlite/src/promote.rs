@@ -131,6 +131,11 @@ async fn halt(c: &mut Conn, batch: i64, stage: i64, now: DateTime<Utc>) -> Resul
 
 /// Releases the batch's lowest unfinished stage: raises the high-water mark, makes its
 /// ungrouped jobs ready and lets each of its groups pick a holder.
+///
+/// Nothing more when the floor is the released stage already: no ungrouped job there is
+/// blocked (the release freed them, and jobs joining it are stored ready), and its
+/// grouped jobs are their groups' business. Reading the stage anyway made each enqueue
+/// into a released stage cost as much as the stage held.
 pub(crate) async fn release_stage(c: &mut Conn, batch: i64) -> Result<()> {
     let floor: Option<i64> = sqlx::query_scalar(
         "SELECT MIN(stage) FROM relayq_jobs
@@ -141,15 +146,19 @@ pub(crate) async fn release_stage(c: &mut Conn, batch: i64) -> Result<()> {
     .await
     .map_err(db)?;
     let Some(floor) = floor else { return Ok(()) };
-    sqlx::query(
-        "UPDATE relayq_batches SET released_stage = MAX(COALESCE(released_stage, ?2), ?2)
-         WHERE id = ?1",
+    let raised = sqlx::query(
+        "UPDATE relayq_batches SET released_stage = ?2
+         WHERE id = ?1 AND (released_stage IS NULL OR released_stage < ?2)",
     )
     .bind(batch)
     .bind(floor)
     .execute(&mut *c)
     .await
-    .map_err(db)?;
+    .map_err(db)?
+    .rows_affected();
+    if raised == 0 {
+        return Ok(());
+    }
     sqlx::query(
         "UPDATE relayq_jobs INDEXED BY relayq_jobs_stage SET state = 'ready'
          WHERE batch_id = ?1 AND stage = ?2 AND state = 'blocked' AND group_key IS NULL
