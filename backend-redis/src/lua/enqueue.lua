@@ -4,11 +4,13 @@
 local n = tonumber(ARGV[3])
 local F = 10
 -- Every check before the first write: a script that fails after writing keeps what
--- it wrote (SPEC E4, B3).
+-- it wrote (SPEC E4, B3). Each batch is read once: `rel[b]` is its released stage, or
+-- false before any.
+local rel = {}
 for i = 0, n - 1 do
   local o = 3 + i * F
   local b = ARGV[o + 7]
-  if b ~= '' then
+  if b ~= '' and rel[b] == nil then
     local h = redis.call('HMGET', bk(b), 'of', 'sealed', 'failed', 'rel')
     if not h[1] then
       return redis.error_reply('RELAYQ_INVALID batch batch ' .. b .. ' is unknown in this queue')
@@ -19,12 +21,14 @@ for i = 0, n - 1 do
     if h[3] == '1' then
       return redis.error_reply('RELAYQ_INVALID batch batch ' .. b .. ' halted after a dead job')
     end
-    if h[4] and tonumber(ARGV[o + 8]) < tonumber(h[4]) then
-      return redis.error_reply('RELAYQ_STAGE_CLOSED ' .. ARGV[o + 8] .. ' ' .. h[4])
-    end
+    rel[b] = h[4] and tonumber(h[4]) or false
+  end
+  if b ~= '' and rel[b] and tonumber(ARGV[o + 8]) < rel[b] then
+    return redis.error_reply('RELAYQ_STAGE_CLOSED ' .. ARGV[o + 8] .. ' ' .. s(rel[b]))
   end
 end
 local out, groups, batches = {}, {}, {}
+local function add(t, f, v) t[#t + 1], t[#t + 2] = f, v end
 for i = 0, n - 1 do
   local o = 3 + i * F
   local g, b, dk, by = ARGV[o + 6], ARGV[o + 7], ARGV[o + 9], ARGV[o + 10]
@@ -35,33 +39,34 @@ for i = 0, n - 1 do
   else
     local id = redis.call('INCR', B .. ':seq')
     local ra = ARGV[o + 3] ~= '' and tonumber(ARGV[o + 3]) or NOW + tonumber(ARGV[o + 4])
-    local plain = g == '' and b == ''
+    -- A job without a group is ready at once when it has no batch or joins its batch's
+    -- released stage: nothing below that stage is unfinished (SPEC B3 turns lower ones
+    -- away). Other jobs with a group or a batch start blocked; promotion below decides.
+    local ready = g == '' and (b == '' or (rel[b] and tonumber(ARGV[o + 8]) <= rel[b]))
     local fields = {'p', ARGV[o + 1], 'pr', ARGV[o + 2], 'ra', s(ra), 'ma', ARGV[o + 5],
       'at', '0', 'ca', s(NOW), 'c', claimed_fields(ARGV[o + 2], ARGV[o + 5], g, b,
-        b ~= '' and ARGV[o + 8] or '', by)}
-    if by ~= '' then fields[#fields + 1], fields[#fields + 2] = 'by', by end
-    -- A job with no group or batch is ready at once: its state goes in the same write.
-    if plain then fields[#fields + 1], fields[#fields + 2] = 'st', 'ready' end
-    redis.call('HSET', jk(id), unpack(fields))
+        b ~= '' and ARGV[o + 8] or '', by), 'st', ready and 'ready' or 'blocked'}
+    if by ~= '' then add(fields, 'by', by) end
     if dk ~= '' then
-      redis.call('HSET', jk(id), 'dk', dk)
+      add(fields, 'dk', dk)
       redis.call('HSET', B .. ':dedupe', dk, s(id))
     end
     if g ~= '' then
       local gm = okey(ra, id)
-      redis.call('HSET', jk(id), 'g', g, 'gm', gm)
+      add(fields, 'g', g)
+      add(fields, 'gm', gm)
       redis.call('ZADD', gk(g), ARGV[o + 2], gm)
       groups[g] = true
     end
     if b ~= '' then
-      redis.call('HSET', jk(id), 'b', b, 's', ARGV[o + 8])
+      add(fields, 'b', b)
+      add(fields, 's', ARGV[o + 8])
       redis.call('ZADD', bk(b) .. ':live', ARGV[o + 8], id)
       redis.call('SADD', bk(b) .. ':jobs', id)
-      batches[b] = batches[b] or {}
-      table.insert(batches[b], id)
+      batches[b] = true
     end
-    -- Jobs with a group or a batch start blocked; promotion below decides.
-    if plain then
+    redis.call('HSET', jk(id), unpack(fields))
+    if ready then
       stat('ready', 1)
       if ra > NOW then
         redis.call('ZADD', B .. ':delay', s(ra), id)
@@ -69,27 +74,17 @@ for i = 0, n - 1 do
         redis.call('ZADD', B .. ':ready', ARGV[o + 2], okey(ra, id))
       end
     else
-      set_state(id, 'blocked')
+      stat('blocked', 1)
     end
     out[#out + 1] = id
     out[#out + 1] = 0
   end
 end
--- A batch whose lowest stage is not released yet releases it (its first jobs, or a new
--- floor); in one already released, only this call's jobs at that stage need placing.
-for b, ids in pairs(batches) do
-  local f = floor(b)
-  local rel = tonumber(redis.call('HGET', bk(b), 'rel'))
-  if rel == nil or rel < f then
-    release_stage(b)
-  else
-    for _, id in ipairs(ids) do
-      if num(id, 's') == f and get(id, 'st') == 'blocked' then
-        local g = get(id, 'g')
-        if g then groups[g] = true else set_state(id, 'ready') end
-      end
-    end
-  end
+-- Only a batch whose floor is above its released stage (or that has none yet) has a
+-- stage to release. At the released stage, ungrouped jobs went in ready above and
+-- grouped ones are their groups' business, so its jobs are not read again.
+for b in pairs(batches) do
+  if not rel[b] or rel[b] < floor(b) then release_stage(b) end
 end
 for g in pairs(groups) do settle_group(g) end
 event('r')
