@@ -10,7 +10,7 @@
 //!   for each other, and expired leases are taken over by the same statement (SPEC C5).
 //! - **Groups and stages by promotion**: a job is stored `blocked` until its group and
 //!   its stage allow it to run; the transaction that finishes what it waited for promotes
-//!   it. Promotions are serialized per batch (its row lock) and per group (an advisory
+//!   it. A job joining its batch's released stage, with no group, is stored `ready`. Promotions are serialized per batch (its row lock) and per group (an advisory
 //!   transaction lock), always taken in the order job rows, batches, groups. A settle
 //!   that holds another waiting job of the stage (a witness) skips the batch's lock
 //!   and promotion: it cannot be the one that releases the next stage.

@@ -55,7 +55,8 @@ pub(crate) use archive;
 /// What a transaction changed that promotion must look at, and whom to notify.
 #[derive(Debug, Default)]
 pub(crate) struct Touched {
-    /// Batches that had a job finish or join: their next stage may be released.
+    /// Batches that had a job finish, or join above the released stage: their next
+    /// stage may be released.
     batches: BTreeSet<i64>,
     /// Halt-on-failure candidates: batch → lowest stage with a dead job.
     halts: BTreeMap<i64, i32>,
@@ -111,7 +112,7 @@ impl Touched {
         self.groups.insert((queue.to_owned(), group.to_owned()));
     }
 
-    /// A job was added to `batch`.
+    /// A job was added to `batch` above its released stage (or before any).
     pub(crate) fn batch(&mut self, batch: i64) {
         self.batches.insert(batch);
     }

@@ -18,7 +18,8 @@
 //!   script in bounded chunks; running jobs sit in a set scored by lease expiry, so
 //!   expired leases are found without a scan (SPEC C5).
 //! - **Groups and stages by promotion**, as in the other backends: a job is `blocked`
-//!   until the script that finishes what it waited for makes it ready.
+//!   until the script that finishes what it waited for makes it ready (one joining its
+//!   batch's released stage, with no group, is stored ready).
 //! - **Wake-ups**: scripts `PUBLISH` on one channel per key prefix; a subscriber task
 //!   forwards them, and after a reconnect tells every waiter to check once.
 //! - **Retention**: finished jobs are kept in a set by finish time and deleted, with

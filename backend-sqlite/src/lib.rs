@@ -11,7 +11,8 @@
 //!   readers (stats, progress) never block writers.
 //! - **Groups and stages by promotion**: a job is stored `blocked` until its group and
 //!   its stage allow it to run, and is promoted to `ready` by the transaction that
-//!   finishes what it waited for. A claim is therefore a plain ordered scan of one
+//!   finishes what it waited for. A job joining its batch's released stage, with no
+//!   group, is stored `ready`. A claim is therefore a plain ordered scan of one
 //!   partial index.
 //! - **Time** is this machine's clock (the "server" of an embedded database), stored as
 //!   microseconds since the epoch.
