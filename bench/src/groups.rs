@@ -26,17 +26,22 @@ pub async fn groups(
     targets: &[Target],
     peers: &Peers,
     per_group: usize,
+    prefetch: u32,
     runs: usize,
 ) -> anyhow::Result<Vec<Row>> {
-    let name = format!("groups {GROUPS}x{per_group}, concurrency 16");
-    let peer = Some((peers, "groups", GROUPS * per_group, 16));
+    let name = match prefetch {
+        0 => format!("groups {GROUPS}x{per_group}, concurrency 16"),
+        p => format!("groups {GROUPS}x{per_group}, concurrency 16, prefetch {p}"),
+    };
+    // Peers run only the row without prefetch: their settings fetch ahead already.
+    let peer = (prefetch == 0).then_some((peers, "groups", GROUPS * per_group, 16));
     crate::scenarios::each(targets, runs, &name, peer, false, |b, scale| async move {
-        once(b, (per_group / scale).max(2)).await
+        once(b, (per_group / scale).max(2), prefetch).await
     })
     .await
 }
 
-async fn once(b: Arc<dyn Backend>, per_group: usize) -> anyhow::Result<f64> {
+async fn once(b: Arc<dyn Backend>, per_group: usize, prefetch: u32) -> anyhow::Result<f64> {
     let q = queue("groups");
     // Interleaved, so every claim sees many groups' heads.
     let jobs: Vec<NewJob> = (0..per_group)
@@ -60,6 +65,7 @@ async fn once(b: Arc<dyn Backend>, per_group: usize) -> anyhow::Result<f64> {
     let start = Instant::now();
     let worker = Worker::builder(b.clone(), [q.clone()])
         .concurrency(16)
+        .prefetch(prefetch)
         .handler(move |job: ClaimedJob| {
             let (r, o, d, a) = (r.clone(), o.clone(), d.clone(), a.clone());
             async move {

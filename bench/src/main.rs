@@ -128,7 +128,10 @@ async fn main() -> anyhow::Result<()> {
         add(stages::big_stage(&targets, jobs, args.prefetch, runs).await?);
     }
     if on("groups") {
-        add(groups::groups(&targets, &peers, if quick { 10 } else { 100 }, runs).await?);
+        let per_group = if quick { 10 } else { 100 };
+        add(groups::groups(&targets, &peers, per_group, 0, runs).await?);
+        // The worker's opt-in prefetch, as in the drain rows.
+        add(groups::groups(&targets, &peers, per_group, args.prefetch, runs).await?);
     }
     let sizes: &[usize] = if quick {
         &[1_000, 10_000, 100_000]
