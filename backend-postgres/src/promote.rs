@@ -314,6 +314,60 @@ impl crate::PostgresBackend {
     }
 }
 
+/// Per touched (queue, group): whether a job of it is running or retrying, and its head
+/// (earliest job whose stage is released); demotes every other `ready` job of it. Both
+/// questions go to `jobs_holder`, which holds only a group's live jobs.
+const HEADS: &str = "
+    WITH g AS (SELECT * FROM unnest($1::text[], $2::text[]) AS g(queue, grp)),
+     st AS MATERIALIZED (
+         SELECT g.queue, g.grp,
+             EXISTS (SELECT 1 FROM {s}.jobs b
+                     WHERE b.queue = g.queue AND b.group_key = g.grp
+                       AND b.state IN ('running', 'retrying')) AS busy,
+             (SELECT j.id FROM {s}.jobs j
+              WHERE j.queue = g.queue AND j.group_key = g.grp
+                AND j.state IN ('ready', 'blocked')
+                AND (j.batch_id IS NULL OR j.stage <= (
+                     SELECT min(f.stage) FROM {s}.jobs f WHERE f.batch_id = j.batch_id))
+              ORDER BY j.priority, j.run_at, j.id LIMIT 1) AS head
+         FROM g),
+     demoted AS (
+         UPDATE {s}.jobs j SET state = 'blocked' FROM st
+         WHERE NOT st.busy AND j.queue = st.queue AND j.group_key = st.grp
+           AND j.state = 'ready' AND j.id IS DISTINCT FROM st.head)
+     SELECT head FROM st WHERE NOT busy AND head IS NOT NULL";
+
+/// Promotes the heads found, where no job of the group is running or retrying (again
+/// through `jobs_holder`).
+const PROMOTE: &str = "
+     UPDATE {s}.jobs j SET state = 'ready'
+     WHERE j.id = ANY($1) AND j.state = 'blocked'
+       AND NOT EXISTS (SELECT 1 FROM {s}.jobs b
+                       WHERE b.queue = j.queue AND b.group_key = j.group_key
+                         AND b.state IN ('running', 'retrying'))
+     RETURNING j.queue";
+
+impl crate::PostgresBackend {
+    /// The plans PostgreSQL picks for the statements that give two groups their next
+    /// holder (custom, or with `generic` the generic plan): the head look-up with its
+    /// demotion, then the promotion. For checking on your data that they ask the
+    /// holder index, not every job of the group.
+    ///
+    /// # Errors
+    /// [`relayq_core::Error::Backend`] when the server fails.
+    pub async fn explain_group_holders(&self, generic: bool) -> Result<(String, String)> {
+        let heads = self.sql(HEADS).0;
+        let heads = self
+            .explain(&heads, "text[], text[]", "'{q,q}', '{a,b}'", generic)
+            .await?;
+        let promote = self.sql(PROMOTE).0;
+        let promote = self
+            .explain(&promote, "bigint[]", "'{1,2}'", generic)
+            .await?;
+        Ok((heads, promote))
+    }
+}
+
 /// Makes each touched group's holder right, under the groups' advisory locks.
 ///
 /// The order matters under concurrent claims: first demote every `ready` job that is
@@ -339,46 +393,20 @@ async fn settle_groups(c: &mut PgConnection, s: &Schema, t: &mut Touched) -> Res
         .iter()
         .map(|(q, g)| (q.as_str(), g.as_str()))
         .unzip();
-    let heads: Vec<i64> = sqlx::query_scalar(s.sql(
-        "WITH g AS (SELECT * FROM unnest($1::text[], $2::text[]) AS g(queue, grp)),
-         st AS MATERIALIZED (
-             SELECT g.queue, g.grp,
-                 EXISTS (SELECT 1 FROM {s}.jobs b
-                         WHERE b.queue = g.queue AND b.group_key = g.grp
-                           AND b.state IN ('running', 'retrying')) AS busy,
-                 (SELECT j.id FROM {s}.jobs j
-                  WHERE j.queue = g.queue AND j.group_key = g.grp
-                    AND j.state IN ('ready', 'blocked')
-                    AND (j.batch_id IS NULL OR j.stage <= (
-                         SELECT min(f.stage) FROM {s}.jobs f WHERE f.batch_id = j.batch_id))
-                  ORDER BY j.priority, j.run_at, j.id LIMIT 1) AS head
-             FROM g),
-         demoted AS (
-             UPDATE {s}.jobs j SET state = 'blocked' FROM st
-             WHERE NOT st.busy AND j.queue = st.queue AND j.group_key = st.grp
-               AND j.state = 'ready' AND j.id IS DISTINCT FROM st.head)
-         SELECT head FROM st WHERE NOT busy AND head IS NOT NULL",
-    ))
-    .bind(&queues)
-    .bind(&groups)
-    .fetch_all(&mut *c)
-    .await
-    .map_err(db)?;
+    let heads: Vec<i64> = sqlx::query_scalar(s.sql(HEADS))
+        .bind(&queues)
+        .bind(&groups)
+        .fetch_all(&mut *c)
+        .await
+        .map_err(db)?;
     if heads.is_empty() {
         return Ok(());
     }
-    let promoted: Vec<String> = sqlx::query_scalar(s.sql(
-        "UPDATE {s}.jobs j SET state = 'ready'
-         WHERE j.id = ANY($1) AND j.state = 'blocked'
-           AND NOT EXISTS (SELECT 1 FROM {s}.jobs b
-                           WHERE b.queue = j.queue AND b.group_key = j.group_key
-                             AND b.state IN ('running', 'retrying'))
-         RETURNING j.queue",
-    ))
-    .bind(&heads)
-    .fetch_all(&mut *c)
-    .await
-    .map_err(db)?;
+    let promoted: Vec<String> = sqlx::query_scalar(s.sql(PROMOTE))
+        .bind(&heads)
+        .fetch_all(&mut *c)
+        .await
+        .map_err(db)?;
     t.ready.extend(promoted);
     Ok(())
 }

@@ -19,6 +19,7 @@ pub const DEFAULT_SCHEMA: &str = "relayq";
 const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0001_init.sql"),
     include_str!("../migrations/0002_succeeded_attempt.sql"),
+    include_str!("../migrations/0003_group_holder.sql"),
 ];
 
 /// The schema version this crate migrates to. [`migrate`](crate::PostgresBackend::migrate)

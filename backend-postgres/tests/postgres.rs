@@ -968,3 +968,39 @@ async fn batch_settles_notify_other_handles() {
     expect_event(&mut events, &q, EventKind::Ready, "the released stage").await;
     drop_schema(&b).await;
 }
+
+/// The statements that give a group its next holder ask the holder index whether a job
+/// of the group is running and which of its jobs are ready, in both plans, after
+/// `ANALYZE`: through the group index, each question read every unfinished job of the
+/// group, on every settle of a grouped job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_holder_plans_use_the_holder_index_after_analyze() {
+    let Some(url) = url().await else { return };
+    let b = fresh(&url, "holderplan").await;
+    let q = queue_name("holderplan");
+    for g in 0..20 {
+        let grouped = jobs(&q, 200).into_iter().map(|j| j.group(format!("g{g}")));
+        b.enqueue(grouped.collect()).await.unwrap();
+    }
+    analyze(&b).await;
+    for generic in [false, true] {
+        let (heads, promote) = b.explain_group_holders(generic).await.unwrap();
+        // `busy` (an InitPlan or SubPlan of CTE st) and the demotion's scan (alone, or
+        // in a BitmapAnd); the group index only for the head, read in order.
+        assert!(
+            heads.matches("jobs_holder").count() >= 2 && heads.matches("jobs_group").count() == 1,
+            "generic={generic}:\n{heads}"
+        );
+        assert!(
+            promote.contains("jobs_holder") && !promote.contains("jobs_group"),
+            "generic={generic}:\n{promote}"
+        );
+        for plan in [&heads, &promote] {
+            assert!(
+                !plan.contains("Seq Scan on jobs"),
+                "generic={generic}:\n{plan}"
+            );
+        }
+    }
+    drop_schema(&b).await;
+}

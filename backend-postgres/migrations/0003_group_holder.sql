@@ -1,0 +1,7 @@
+-- Each group's live jobs: its holder, and for a moment a ready job being demoted. The
+-- group statements ask "is a job of this group running or retrying?" and "which of its
+-- jobs are ready?" here. Through `jobs_group` each of those questions read every
+-- unfinished job of the group (and the dead row versions its finished ones left), on
+-- every settle of a grouped job: time that grew with the group's length.
+CREATE INDEX jobs_holder ON {s}.jobs (queue, group_key)
+    WHERE group_key IS NOT NULL AND state IN ('ready', 'running', 'retrying');
