@@ -3,5 +3,6 @@
 -- jobs are ready?" here. Through `jobs_group` each of those questions read every
 -- unfinished job of the group (and the dead row versions its finished ones left), on
 -- every settle of a grouped job: time that grew with the group's length.
-CREATE INDEX jobs_holder ON {s}.jobs (queue, group_key)
+-- `IF NOT EXISTS`: on a large table, create it `CONCURRENTLY` beforehand (README).
+CREATE INDEX IF NOT EXISTS jobs_holder ON {s}.jobs (queue, group_key)
     WHERE group_key IS NOT NULL AND state IN ('ready', 'running', 'retrying');
