@@ -236,6 +236,7 @@ async fn enable_wal(options: &SqliteConnectOptions) -> Result<()> {
 const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0001_init.sql"),
     include_str!("../migrations/0002_attempt_output.sql"),
+    include_str!("../migrations/0003_group_holder.sql"),
 ];
 
 /// Applies the migrations not yet applied. The whole check-and-apply runs under

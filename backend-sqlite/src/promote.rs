@@ -187,11 +187,15 @@ pub(crate) async fn release_stage(c: &mut Conn, batch: i64) -> Result<()> {
 
 /// Makes the group's holder right: if no job of the group is running or retrying, its
 /// earliest stage-released job is the one `ready` job and every other is `blocked`.
+///
+/// Whether a job runs, and which are ready, is read from the holder index (a group's
+/// live jobs; each statement repeats its condition, so that SQLite can use it); only
+/// the head is looked for in the group index, read in order.
 pub(crate) async fn settle_group(c: &mut Conn, queue: &str, group: &str) -> Result<()> {
     let busy: Option<i64> = sqlx::query_scalar(
-        "SELECT id FROM relayq_jobs INDEXED BY relayq_jobs_group
+        "SELECT id FROM relayq_jobs INDEXED BY relayq_jobs_holder
          WHERE queue = ?1 AND group_key = ?2 AND state IN ('running', 'retrying')
-           AND state IN ('ready', 'blocked', 'running', 'retrying') LIMIT 1",
+           AND group_key IS NOT NULL AND state IN ('ready', 'running', 'retrying') LIMIT 1",
     )
     .bind(queue)
     .bind(group)
@@ -217,9 +221,9 @@ pub(crate) async fn settle_group(c: &mut Conn, queue: &str, group: &str) -> Resu
     .await
     .map_err(db)?;
     sqlx::query(
-        "UPDATE relayq_jobs INDEXED BY relayq_jobs_group SET state = 'blocked'
+        "UPDATE relayq_jobs INDEXED BY relayq_jobs_holder SET state = 'blocked'
          WHERE queue = ?1 AND group_key = ?2 AND state = 'ready' AND id IS NOT ?3
-           AND state IN ('ready', 'blocked', 'running', 'retrying')",
+           AND group_key IS NOT NULL AND state IN ('ready', 'running', 'retrying')",
     )
     .bind(queue)
     .bind(group)

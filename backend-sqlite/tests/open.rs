@@ -58,7 +58,14 @@ async fn a_version_1_database_is_upgraded_on_open() {
         .fetch_one(backend.pool())
         .await
         .unwrap();
-    assert_eq!(version, 2);
+    assert_eq!(version, 3);
+    let holder: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = 'relayq_jobs_holder'",
+    )
+    .fetch_one(backend.pool())
+    .await
+    .unwrap();
+    assert_eq!(holder, 1, "version 3 adds the group holder index");
     let job = backend
         .claim(ClaimRequest::new(
             "old",
