@@ -174,16 +174,29 @@ async fn killed_connections_lose_no_job_and_hold_none_twice() {
 /// whose one job was drained and pruned.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pruned_queue_returns_to_its_baseline() {
-    returns_to_its_baseline(false).await;
+    returns_to_its_baseline(Kind::Plain).await;
 }
 
 /// The same with every job in a sealed batch of two stages: the batches go too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pruned_batches_return_to_the_baseline() {
-    returns_to_its_baseline(true).await;
+    returns_to_its_baseline(Kind::Batched).await;
 }
 
-async fn returns_to_its_baseline(batched: bool) {
+/// The same with the jobs in 50 groups, the groups and their holders gone with them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pruned_groups_return_to_the_baseline() {
+    returns_to_its_baseline(Kind::Grouped).await;
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Plain,
+    Batched,
+    Grouped,
+}
+
+async fn returns_to_its_baseline(kind: Kind) {
     let Some((b, mut raw)) = setup().await else {
         return;
     };
@@ -195,7 +208,12 @@ async fn returns_to_its_baseline(batched: bool) {
             for chunk in 0..n.div_ceil(1000) {
                 let size = (n - chunk * 1000).min(1000);
                 let mut new = jobs(&q, size);
-                let batch = if batched {
+                if kind == Kind::Grouped {
+                    for (i, job) in new.iter_mut().enumerate() {
+                        *job = job.clone().group(format!("g{}", i % 50));
+                    }
+                }
+                let batch = if kind == Kind::Batched {
                     let batch = b.open_batch(&q, OnFailure::Halt).await.unwrap();
                     for (i, job) in new.iter_mut().enumerate() {
                         *job = job.clone().in_batch(batch.id, i32::from(i % 2 == 1));
@@ -208,7 +226,10 @@ async fn returns_to_its_baseline(batched: bool) {
                 if let Some(batch) = &batch {
                     b.seal(batch).await.unwrap();
                 }
-                loop {
+                // Each round finishes at least one job of the chunk: more rounds than
+                // jobs means a finished job came back.
+                for round in 0.. {
+                    assert!(round <= size, "claims did not run dry: a job ran again");
                     let got = b
                         .claim(ClaimRequest::new(&q, "w", 1000, LEASE))
                         .await

@@ -48,22 +48,26 @@ local out, done = {}, {}
 local o = 3
 for i = 1, n do
   local id, full = ARGV[o + 2], ARGV[o + 1] == 'x'
-  -- Only what judges the lease and tells a plain completion (no group or dedupe key;
-  -- a batch's bookkeeping follows), the hot path; the other outcomes read the rest.
+  -- Only what judges the lease and tells a plain completion (no dedupe key; a group's
+  -- or batch's bookkeeping follows), the hot path; the other outcomes read the rest.
   local h = redis.call('HMGET', B .. ':job:' .. id, 'st', 'tk', 'ex', 'g', 'b', 'dk')
   if h[1] ~= 'running' or h[2] ~= ARGV[o + 3] or tonumber(h[3]) <= NOW then
     out[i] = 's'
-  elseif not full and not h[4] and not h[6] then
-    if h[5] then complete_batched(id, h[5], nil, done) else complete_plain(id, nil, done) end
+  elseif not full and not h[6] then
+    if h[4] or h[5] then
+      complete_kept(id, h[4], h[5], nil, done)
+    else
+      complete_plain(id, nil, done)
+    end
     out[i] = 'c'
   elseif not full then
-    -- A completion in three arguments of a job that is not plain.
+    -- A completion in three arguments of a job with a dedupe key.
     out[i] = settle_one(o + 1, 'complete', tonumber(id), h[4], nil)
   else
     local output = ARGV[o + 8] ~= '' and string.sub(ARGV[o + 8], 2) or nil
-    if ARGV[o + 4] == 'complete' and not h[4] and not h[6] then
-      if h[5] then
-        complete_batched(id, h[5], output, done)
+    if ARGV[o + 4] == 'complete' and not h[6] then
+      if h[4] or h[5] then
+        complete_kept(id, h[4], h[5], output, done)
       else
         complete_plain(id, output, done)
       end
