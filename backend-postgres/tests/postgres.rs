@@ -1007,33 +1007,45 @@ async fn group_holder_plans_use_the_holder_index_after_analyze() {
 
 /// The README's way to upgrade a large `jobs` table: the holder index made
 /// `CONCURRENTLY` beforehand, under the migration's name and definition; `migrate` then
-/// takes it as it is and reaches the current version.
+/// takes it as it is and reaches the current version. A build of that kind that failed
+/// leaves an invalid index (here marked so in the catalog), which `migrate` builds again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn migrate_keeps_a_holder_index_made_beforehand() {
     let Some(url) = url().await else { return };
-    let (b, s) = version_1(&url).await;
-    let index = include_str!("../migrations/0003_group_holder.sql")
-        .lines()
-        .filter(|l| !l.starts_with("--"))
-        .collect::<Vec<_>>()
-        .join("\n")
-        .replace("CREATE INDEX IF NOT EXISTS", "CREATE INDEX CONCURRENTLY")
-        .replace("{s}", &s);
-    run_sql(&b, index).await;
-    b.migrate().await.unwrap();
-    let (version, holders): (i32, i64) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT (SELECT max(version) FROM {s}.migrations),
-                (SELECT count(*) FROM pg_indexes
-                 WHERE schemaname = '{}' AND indexname = 'jobs_holder')",
-        b.schema()
-    )))
-    .fetch_one(b.pool())
-    .await
-    .unwrap();
-    assert_eq!(
-        usize::try_from(version).unwrap(),
-        relayq_postgres::SCHEMA_VERSION
-    );
-    assert_eq!(holders, 1);
-    drop_schema(&b).await;
+    for failed_build in [false, true] {
+        let (b, s) = version_1(&url).await;
+        let index = include_str!("../migrations/0003_group_holder.sql");
+        let index = &index[index.find("CREATE INDEX").unwrap()..];
+        let index = index
+            .replace("CREATE INDEX IF NOT EXISTS", "CREATE INDEX CONCURRENTLY")
+            .replace("{s}", &s);
+        run_sql(&b, index).await;
+        if failed_build {
+            run_sql(
+                &b,
+                format!(
+                    "UPDATE pg_index SET indisvalid = false
+                     WHERE indexrelid = to_regclass('{s}.jobs_holder')"
+                ),
+            )
+            .await;
+        }
+        b.migrate().await.unwrap();
+        let (version, valid): (i32, Vec<bool>) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT (SELECT max(version) FROM {s}.migrations),
+                    ARRAY(SELECT i.indisvalid FROM pg_index i JOIN pg_class c
+                          ON c.oid = i.indexrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+                          WHERE n.nspname = '{}' AND c.relname = 'jobs_holder')",
+            b.schema()
+        )))
+        .fetch_one(b.pool())
+        .await
+        .unwrap();
+        assert_eq!(
+            usize::try_from(version).unwrap(),
+            relayq_postgres::SCHEMA_VERSION
+        );
+        assert_eq!(valid, [true], "failed_build={failed_build}");
+        drop_schema(&b).await;
+    }
 }
