@@ -4,7 +4,7 @@ use std::{
     collections::HashSet,
     sync::{
         Arc, Mutex,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicU32, Ordering},
     },
     time::Duration,
 };
@@ -14,7 +14,10 @@ use relayq_core::{
     worker::{JobError, Worker, WorkerBuilder, WorkerReport},
     *,
 };
-use tokio::time::{Instant, sleep};
+use tokio::{
+    sync::watch,
+    time::{Instant, sleep},
+};
 
 const DEADLINE: Duration = Duration::from_secs(15);
 
@@ -71,6 +74,30 @@ fn stoppable() -> (impl worker::Handler, Arc<AtomicBool>) {
         }
     };
     (handler, stopped)
+}
+
+/// A handler that keeps job `blocker` running until the returned sender says `true`
+/// and returns at once for every other job, counting them in the returned counter.
+/// While the blocker runs the worker is not dry, so the other jobs' outcomes wait in
+/// the settler for company.
+fn blocking(blocker: JobId) -> (impl worker::Handler, watch::Sender<bool>, Arc<AtomicU32>) {
+    let (open, rx) = watch::channel(false);
+    let returned = Arc::new(AtomicU32::new(0));
+    let others = returned.clone();
+    let handler = move |job: ClaimedJob| {
+        let mut rx = rx.clone();
+        let others = others.clone();
+        let block = job.id() == blocker;
+        async move {
+            if block {
+                let _ = rx.wait_for(|&open| open).await;
+            } else {
+                others.fetch_add(1, Ordering::SeqCst);
+            }
+            Ok::<_, JobError>(())
+        }
+    };
+    (handler, open, returned)
 }
 
 /// Runs one single-attempt job through a worker set up by `setup` until the job is
@@ -361,12 +388,16 @@ async fn w1_a_revoked_lease_stops_the_handler() {
 async fn w1_lease_is_kept_alive_until_the_outcome_is_settled() {
     let b = Arc::new(MemoryBackend::new());
     let q = queue();
-    let id = enqueue_n(&b, &q, 1, 3).await[0];
-    // The outcome waits a second in the settler for company, over three leases long.
+    let [blocker, id] = enqueue_n(&b, &q, 2, 3).await[..] else {
+        unreachable!()
+    };
+    // The outcome waits a second in the settler for company, over three leases long:
+    // the blocker keeps the worker from running dry, which would settle it at once.
+    let (handler, open, _) = blocking(blocker);
     let w = builder(&b, &q)
         .lease(Duration::from_millis(300))
         .settle_delay(Duration::from_secs(1))
-        .handler(|_job: ClaimedJob| async { Ok::<_, JobError>(()) })
+        .handler(handler)
         .build()
         .unwrap()
         .spawn();
@@ -385,9 +416,83 @@ async fn w1_lease_is_kept_alive_until_the_outcome_is_settled() {
         );
         sleep(Duration::from_millis(50)).await;
     }
+    open.send_replace(true);
     let report = w.shutdown().await.unwrap();
-    assert_eq!((report.succeeded, report.lost), (1, 0));
+    assert_eq!((report.succeeded, report.lost), (2, 0));
     assert_eq!(b.job(&q, id).await.unwrap().attempts, 1);
+}
+
+#[tokio::test]
+async fn w1_outcomes_wait_for_company_until_the_worker_runs_dry() {
+    let b = Arc::new(MemoryBackend::new());
+    let q = queue();
+    let [blocker, quick] = enqueue_n(&b, &q, 2, 3).await[..] else {
+        unreachable!()
+    };
+    let (handler, open, returned) = blocking(blocker);
+    // A minute's delay: only running dry settles within the test's deadline.
+    let w = builder(&b, &q)
+        .settle_delay(Duration::from_secs(60))
+        .handler(handler)
+        .build()
+        .unwrap()
+        .spawn();
+    until("both jobs running", async || {
+        b.running(&q).await.unwrap().len() == 2
+    })
+    .await;
+    // The quick job's handler returns at once; its outcome waits while the blocker runs.
+    until("the quick job's handler returned", async || {
+        returned.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    open.send_replace(true);
+    until("both jobs succeeded", async || {
+        b.queue_stats(&q).await.unwrap().count(JobState::Succeeded) == 2
+    })
+    .await;
+    w.shutdown().await.unwrap();
+    let ended = |id| {
+        let b = b.clone();
+        let q = q.clone();
+        async move { b.job(&q, id).await.unwrap().attempt_log[0].ended_at }
+    };
+    // One server time per call: both outcomes went in one settle, once the worker ran dry.
+    assert_eq!(ended(blocker).await, ended(quick).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn w1_jobs_claimed_by_a_dry_worker_settle_together() {
+    let b = Arc::new(MemoryBackend::new());
+    let q = queue();
+    // A minute's delay: outcomes are settled only once the worker runs dry again.
+    let w = builder(&b, &q)
+        .concurrency(20)
+        .settle_delay(Duration::from_secs(60))
+        .handler(|_job: ClaimedJob| async { Ok::<_, JobError>(()) })
+        .build()
+        .unwrap()
+        .spawn();
+    for round in 1..=10u8 {
+        // The worker is dry here. The jobs of its next claim end at once, on either
+        // thread, and must not be settled one by one as if it still were.
+        let ids = enqueue_n(&b, &q, 20, 1).await;
+        until("the round succeeded", async || {
+            b.queue_stats(&q).await.unwrap().count(JobState::Succeeded) == u64::from(round) * 20
+        })
+        .await;
+        let mut ends = HashSet::new();
+        for id in ids {
+            ends.insert(b.job(&q, id).await.unwrap().attempt_log[0].ended_at);
+        }
+        assert_eq!(
+            ends.len(),
+            1,
+            "round {round}: 20 outcomes took {} settles",
+            ends.len()
+        );
+    }
+    w.shutdown().await.unwrap();
 }
 
 #[tokio::test]
@@ -471,6 +576,11 @@ async fn w4_shutdown_releases_jobs_past_the_deadline() {
 async fn w2_idle_worker_wakes_on_enqueue_without_waiting_for_a_poll() {
     let b = Arc::new(MemoryBackend::new());
     let q = queue();
+    let [blocker, first] = enqueue_n(&b, &q, 2, 1).await[..] else {
+        unreachable!()
+    };
+    let (blocking, open, _) = blocking(blocker);
+    let blocking = Arc::new(blocking);
     let started = Arc::new(Mutex::new(Vec::new()));
     let seen = started.clone();
     // Polling alone would take 60 s to notice a job once the worker is idle.
@@ -479,16 +589,19 @@ async fn w2_idle_worker_wakes_on_enqueue_without_waiting_for_a_poll() {
         .poll_max(Duration::from_secs(60))
         .settle_delay(Duration::from_millis(50))
         .handler(move |job: ClaimedJob| {
-            seen.lock().unwrap().push((job.id(), Instant::now()));
-            async { Ok::<_, JobError>(()) }
+            if job.id() != blocker {
+                seen.lock().unwrap().push((job.id(), Instant::now()));
+            }
+            let blocking = blocking.clone();
+            async move { worker::Handler::handle(&*blocking, job).await }
         })
         .build()
         .unwrap()
         .spawn();
     // The worker claims again as soon as the first job's handler returns, finds the
-    // queue empty and goes idle; the outcome is settled only after the 50 ms settle
-    // delay, so by the time it shows as succeeded the worker is asleep.
-    let first = enqueue_n(&b, &q, 1, 1).await[0];
+    // queue empty and goes idle. The blocker keeps running, so the first outcome is
+    // settled only after the 50 ms settle delay: by the time it shows as succeeded
+    // the worker is asleep.
     until("first job succeeded", async || {
         state(&b, &q, first).await == JobState::Succeeded
     })
@@ -506,6 +619,7 @@ async fn w2_idle_worker_wakes_on_enqueue_without_waiting_for_a_poll() {
         "woke after {:?}",
         at - enqueued
     );
+    open.send_replace(true);
     w.shutdown().await.unwrap();
 }
 

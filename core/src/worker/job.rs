@@ -7,8 +7,9 @@
 //! stop it at an `.await`: a handler that blocks its thread is stopped once it yields,
 //! and one that returns past its timeout is failed all the same.
 //!
-//! The slot frees as soon as the handler returns; the keeper goes on heartbeating the
-//! lease until the settler has stored the outcome.
+//! The slot frees as soon as the outcome is handed to the settler (at once, unless
+//! the settler is behind); the keeper goes on heartbeating the lease until the settler
+//! has stored the outcome.
 
 use std::{
     any::Any,
@@ -121,11 +122,14 @@ impl JobRun {
             }
             () = self.abort.cancelled() => Settle::release(lease),
         };
-        drop(slot);
         span.in_scope(|| tracing::debug!(outcome = ?settle.outcome, "job done"));
         // The guard goes along: the settler drops it once done with the outcome. If the
         // send fails (the settler panicked), it drops here.
         let _ = self.settle.send((settle, ended)).await;
+        // Freed once the outcome is with the settler, so a worker with no busy slot has
+        // no outcome on its way (the settler's idle flush counts on that), and one
+        // whose settler falls behind stops taking jobs it could not settle.
+        drop(slot);
     }
 }
 

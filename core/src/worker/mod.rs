@@ -10,7 +10,8 @@
 //!   error fails the job (retryable unless permanent), a panic fails it with the panic
 //!   text, a handler past its timeout is failed (W3);
 //! - hands outcomes to a settler that acknowledges many in one `settle_many` call,
-//!   flushed after a few milliseconds or when enough wait (W1);
+//!   flushed after a few milliseconds, when enough wait, or at once when the worker
+//!   has run dry (W1);
 //! - claims again as soon as a slot frees; when idle it waits for the backend's
 //!   events, and polls with bounded backoff (at most 1 s by default) as a fallback (W2);
 //! - optionally ([`WorkerBuilder::prefetch`]) claims ahead of its free slots into a
@@ -233,6 +234,12 @@ impl WorkerBuilder {
     }
 
     /// Longest an outcome waits for others before it is settled. Default 2 ms.
+    ///
+    /// # Behavior
+    /// - Outcomes wait for company only while more may come: once the worker has run
+    ///   dry (no job running or buffered, and its last claim came back short) what
+    ///   waits is settled at once. Those outcomes may be what the queue waits for: a
+    ///   group's next job, a batch's next stage, a caller's `wait`.
     #[must_use]
     pub fn settle_delay(mut self, d: Duration) -> Self {
         self.config.settle_delay = d;

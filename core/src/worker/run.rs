@@ -4,12 +4,15 @@
 //! free meanwhile are filled from the prefetch buffer, and expired buffered jobs are
 //! released on time. Without prefetch one claim is in flight at a time (SPEC W1); with
 //! it two, so one claim's round trip hides behind the other's.
+//!
+//! The loop also tells the settler when the worker runs dry (nothing running or
+//! buffered, the last claim short), so that outcomes are not held back for company.
 
 use std::{pin::Pin, sync::Arc, time::Duration};
 
 use futures::{StreamExt, stream::FuturesUnordered};
 use tokio::{
-    sync::{broadcast, mpsc},
+    sync::{broadcast, mpsc, watch},
     task::JoinSet,
     time::{Instant, sleep, sleep_until},
 };
@@ -52,6 +55,10 @@ pub(super) struct Runner {
     asking: u32,
     /// Index of the queue the next round starts with (SPEC W5).
     next_queue: usize,
+    /// Whether the last claim that came back brought fewer jobs than it asked for.
+    short: bool,
+    /// Tells the settler whether the worker has run dry.
+    idle: watch::Sender<bool>,
 }
 
 impl Runner {
@@ -84,6 +91,8 @@ impl Runner {
             buffer: Buffer::new(heartbeat_every),
             asking: 0,
             next_queue: 0,
+            short: false,
+            idle: watch::Sender::new(false),
         }
     }
 
@@ -99,6 +108,7 @@ impl Runner {
             max_batch: self.config.settle_batch,
             delay: self.config.settle_delay,
             stats: self.stats.clone(),
+            idle: self.idle.subscribe(),
         };
         let settler = tokio::spawn(settler.run(self.settle_rx.take().expect("taken once")));
         let mut events = self.backend.subscribe();
@@ -116,10 +126,13 @@ impl Runner {
             if shutdown.is_cancelled() {
                 break;
             }
+            // Before jobs start: a job that ends at once must not find the worker dry.
+            self.tell_idle();
             // Free slots first: a job is released only if no slot could take it in time.
             self.start_buffered();
             let expired = self.buffer.take_expired(Instant::now());
             self.release(expired).await;
+            self.tell_idle();
             let want = self.want();
             if claiming.len() < max_claims && eager && want > 0 {
                 claiming.push(self.claim_round(want));
@@ -135,6 +148,7 @@ impl Runner {
                     let n = u32::try_from(got.jobs.len()).unwrap_or(u32::MAX);
                     self.buffer.push(got.at, got.jobs);
                     eager = n == got.asked;
+                    self.short = !eager;
                     if n > 0 {
                         idle = self.config.poll_min;
                     } else if got.failed {
@@ -177,6 +191,15 @@ impl Runner {
         self.config
             .concurrency
             .saturating_sub(self.template.slots.busy())
+    }
+
+    /// Tells the settler whether the worker has run dry: no job running or buffered,
+    /// and its last claim came back short. The settler then stores outcomes at once
+    /// instead of holding them for company that is not coming.
+    fn tell_idle(&self) {
+        let dry = self.short && self.buffer.len() == 0 && self.template.slots.busy() == 0;
+        self.idle
+            .send_if_modified(|idle| std::mem::replace(idle, dry) != dry);
     }
 
     /// How many jobs to claim now; 0 for none.

@@ -7,11 +7,21 @@
 //!
 //! Up to [`IN_FLIGHT`] calls run at once: a database settle waits for its commit to
 //! reach the disk, and one call at a time would cap a worker at one batch per fsync.
+//!
+//! The delay is not waited out when the worker runs dry (see [`Runner`]'s idle
+//! signal): no outcome is coming to join the batch then, and the queue may be waiting
+//! for these ones (a group's next job, a batch's next stage, a caller's `wait`).
+//!
+//! [`Runner`]: super::run::Runner
 
 use std::{sync::Arc, time::Duration};
 
 use backon::{ExponentialBuilder, Retryable};
-use tokio::{sync::mpsc, task::JoinSet, time::Instant};
+use tokio::{
+    sync::{mpsc, watch},
+    task::JoinSet,
+    time::{Instant, sleep_until},
+};
 
 use super::{job::Settling, stats::Stats};
 use crate::{Backend, Error, Outcome, Settle, Settled};
@@ -25,6 +35,9 @@ pub(super) struct Settler {
     pub(super) max_batch: usize,
     pub(super) delay: Duration,
     pub(super) stats: Arc<Stats>,
+    /// True while the worker has run dry: nothing running or buffered, its last claim
+    /// short.
+    pub(super) idle: watch::Receiver<bool>,
 }
 
 /// `settle_many`, retried a few times with backoff on backend errors (not on invalid
@@ -47,13 +60,21 @@ pub(super) async fn settle_retrying(
 impl Settler {
     pub(super) async fn run(self, mut rx: mpsc::Receiver<Settling>) {
         let mut flushing = JoinSet::new();
+        let mut idle = self.idle.clone();
         while let Some(first) = rx.recv().await {
             let mut batch = vec![first];
             let deadline = Instant::now() + self.delay;
             while batch.len() < self.max_batch {
-                match tokio::time::timeout_at(deadline, rx.recv()).await {
-                    Ok(Some(s)) => batch.push(s),
-                    Ok(None) | Err(_) => break,
+                tokio::select! {
+                    // Outcomes already sent come first.
+                    biased;
+                    got = rx.recv() => match got {
+                        Some(s) => batch.push(s),
+                        None => break,
+                    },
+                    // Dry (or the worker gone): nothing more is coming.
+                    _ = idle.wait_for(|&dry| dry) => break,
+                    () = sleep_until(deadline) => break,
                 }
             }
             while flushing.len() >= IN_FLIGHT {
