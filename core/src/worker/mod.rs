@@ -240,6 +240,8 @@ impl WorkerBuilder {
     ///   dry (no job running or buffered, and its last claim came back short) what
     ///   waits is settled at once. Those outcomes may be what the queue waits for: a
     ///   group's next job, a batch's next stage, a caller's `wait`.
+    /// - So a worker fed jobs more slowly than it runs them settles after every
+    ///   claim: at most one settle call more per claim than the delay alone makes.
     #[must_use]
     pub fn settle_delay(mut self, d: Duration) -> Self {
         self.config.settle_delay = d;

@@ -58,7 +58,7 @@ pub(super) struct Runner {
     /// Whether the last claim that came back brought fewer jobs than it asked for.
     short: bool,
     /// Tells the settler whether the worker has run dry.
-    idle: watch::Sender<bool>,
+    dry: watch::Sender<bool>,
 }
 
 impl Runner {
@@ -92,7 +92,7 @@ impl Runner {
             asking: 0,
             next_queue: 0,
             short: false,
-            idle: watch::Sender::new(false),
+            dry: watch::Sender::new(false),
         }
     }
 
@@ -108,7 +108,7 @@ impl Runner {
             max_batch: self.config.settle_batch,
             delay: self.config.settle_delay,
             stats: self.stats.clone(),
-            idle: self.idle.subscribe(),
+            dry: self.dry.subscribe(),
         };
         let settler = tokio::spawn(settler.run(self.settle_rx.take().expect("taken once")));
         let mut events = self.backend.subscribe();
@@ -127,12 +127,12 @@ impl Runner {
                 break;
             }
             // Before jobs start: a job that ends at once must not find the worker dry.
-            self.tell_idle();
+            self.tell_dry();
             // Free slots first: a job is released only if no slot could take it in time.
             self.start_buffered();
             let expired = self.buffer.take_expired(Instant::now());
             self.release(expired).await;
-            self.tell_idle();
+            self.tell_dry();
             let want = self.want();
             if claiming.len() < max_claims && eager && want > 0 {
                 claiming.push(self.claim_round(want));
@@ -196,10 +196,11 @@ impl Runner {
     /// Tells the settler whether the worker has run dry: no job running or buffered,
     /// and its last claim came back short. The settler then stores outcomes at once
     /// instead of holding them for company that is not coming.
-    fn tell_idle(&self) {
+    fn tell_dry(&self) {
         let dry = self.short && self.buffer.len() == 0 && self.template.slots.busy() == 0;
-        self.idle
-            .send_if_modified(|idle| std::mem::replace(idle, dry) != dry);
+        if *self.dry.borrow() != dry {
+            self.dry.send_replace(dry);
+        }
     }
 
     /// How many jobs to claim now; 0 for none.

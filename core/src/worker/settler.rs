@@ -8,7 +8,7 @@
 //! Up to [`IN_FLIGHT`] calls run at once: a database settle waits for its commit to
 //! reach the disk, and one call at a time would cap a worker at one batch per fsync.
 //!
-//! The delay is not waited out when the worker runs dry (see [`Runner`]'s idle
+//! The delay is not waited out when the worker runs dry (see [`Runner`]'s `dry`
 //! signal): no outcome is coming to join the batch then, and the queue may be waiting
 //! for these ones (a group's next job, a batch's next stage, a caller's `wait`).
 //!
@@ -37,7 +37,7 @@ pub(super) struct Settler {
     pub(super) stats: Arc<Stats>,
     /// True while the worker has run dry: nothing running or buffered, its last claim
     /// short.
-    pub(super) idle: watch::Receiver<bool>,
+    pub(super) dry: watch::Receiver<bool>,
 }
 
 /// `settle_many`, retried a few times with backoff on backend errors (not on invalid
@@ -60,7 +60,7 @@ pub(super) async fn settle_retrying(
 impl Settler {
     pub(super) async fn run(self, mut rx: mpsc::Receiver<Settling>) {
         let mut flushing = JoinSet::new();
-        let mut idle = self.idle.clone();
+        let mut dry = self.dry.clone();
         while let Some(first) = rx.recv().await {
             let mut batch = vec![first];
             let deadline = Instant::now() + self.delay;
@@ -72,8 +72,15 @@ impl Settler {
                         Some(s) => batch.push(s),
                         None => break,
                     },
-                    // Dry (or the worker gone): nothing more is coming.
-                    _ = idle.wait_for(|&dry| dry) => break,
+                    // Dry (or the worker gone): nothing more is coming but what was
+                    // sent since the first arm looked (a job sends before its slot
+                    // frees, and the worker is dry only with every slot free).
+                    _ = dry.wait_for(|&dry| dry) => {
+                        while batch.len() < self.max_batch && let Ok(s) = rx.try_recv() {
+                            batch.push(s);
+                        }
+                        break;
+                    }
                     () = sleep_until(deadline) => break,
                 }
             }
