@@ -44,10 +44,11 @@ mod scripts;
 use std::sync::Arc;
 
 use redis::{
-    Client, FromRedisValue,
+    Client, FromRedisValue, IntoConnectionInfo,
     aio::{ConnectionManager, ConnectionManagerConfig},
     cluster::ClusterClientBuilder,
     cluster_async::ClusterConnection,
+    io::tcp::TcpSettings,
 };
 use relayq_core::{Error, Event, EventBus, Events, Limits, Result, validate};
 use tokio::sync::broadcast;
@@ -93,6 +94,22 @@ enum Conn {
     Cluster(ClusterConnection),
 }
 
+/// Connection settings: Nagle's algorithm off. redis-rs leaves it on, and many small
+/// requests share each connection (claims, settles, heartbeats of every slot), so a
+/// request written while an earlier one is unacknowledged would wait for that ACK.
+fn tcp() -> TcpSettings {
+    TcpSettings::default().set_nodelay(true)
+}
+
+/// A client for `url` with [`tcp`] settings; a bad URL is an error on `field`.
+fn client(url: &str, field: &'static str) -> Result<Client> {
+    let info = url
+        .into_connection_info()
+        .map_err(|e| Error::invalid(field, e.to_string()))?
+        .set_tcp_settings(tcp());
+    Client::open(info).map_err(|e| Error::invalid(field, e.to_string()))
+}
+
 impl RedisBackend {
     /// Connects to a standalone server at `url` (`redis://host:port/db`) with the
     /// default key prefix `relayq`.
@@ -111,7 +128,7 @@ impl RedisBackend {
     /// prefix.
     pub async fn connect_with_prefix(url: &str, prefix: &str) -> Result<Self> {
         check_prefix(prefix)?;
-        let client = Client::open(url).map_err(|e| Error::invalid("url", e.to_string()))?;
+        let client = client(url, "url")?;
         let config = ConnectionManagerConfig::new().set_response_timeout(Some(RESPONSE_TIMEOUT));
         let conn = ConnectionManager::new_with_config(client.clone(), config)
             .await
@@ -126,6 +143,7 @@ impl RedisBackend {
     pub async fn cluster(urls: &[&str], prefix: &str) -> Result<Self> {
         check_prefix(prefix)?;
         let cluster = ClusterClientBuilder::new(urls.to_vec())
+            .tcp_settings(tcp())
             .response_timeout(RESPONSE_TIMEOUT)
             // The cluster client would send a request again after a dropped connection,
             // even one the server already ran: a write script would run twice. Reads
@@ -137,7 +155,7 @@ impl RedisBackend {
         let conn = cluster.get_async_connection().await.map_err(db)?;
         let clients = urls
             .iter()
-            .map(|u| Client::open(*u).map_err(|e| Error::invalid("urls", e.to_string())))
+            .map(|u| client(u, "urls"))
             .collect::<Result<Vec<_>>>()?;
         Ok(Self::build(Conn::Cluster(conn), prefix, clients))
     }
@@ -346,3 +364,14 @@ fn micros(d: std::time::Duration) -> i64 {
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn clients_send_without_nagle_delay() {
+        let c = super::client("redis://127.0.0.1:6379/0", "url").unwrap();
+        assert!(c.get_connection_info().tcp_settings().nodelay());
+        let bad = super::client("http://nowhere", "urls").unwrap_err();
+        assert!(bad.to_string().contains("urls"), "{bad}");
+    }
+}
