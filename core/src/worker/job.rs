@@ -127,7 +127,7 @@ impl JobRun {
         // send fails (the settler panicked), it drops here.
         let _ = self.settle.send((settle, ended)).await;
         // Freed once the outcome is with the settler, so a worker with no busy slot has
-        // no outcome on its way (the settler's idle flush counts on that), and one
+        // no outcome on its way (the settler's dry flush counts on that), and one
         // whose settler falls behind stops taking jobs it could not settle.
         drop(slot);
     }
