@@ -239,8 +239,17 @@ pub(crate) async fn promote(c: &mut PgConnection, s: &Schema, t: &mut Touched) -
 
 /// SPEC B6: in a `Halt` batch, a dead job fails the batch and cancels every job of a
 /// later stage (none of which can have started, so none holds a group).
+///
+/// Planned for its parameters, not generically: a settle's transaction forces generic
+/// plans ([`GENERIC_BEGIN`](crate::settle::GENERIC_BEGIN)), and this statement's generic
+/// plan, not knowing how many later jobs a batch has, hash-joins a scan of every batch
+/// job once the table holds many. Halts are rare, so the extra round trip is too.
 async fn halt(c: &mut PgConnection, s: &Schema, t: &Touched) -> Result<()> {
     let (batches, stages): (Vec<i64>, Vec<i32>) = t.halts.iter().map(|(b, s)| (*b, *s)).unzip();
+    sqlx::query("SET LOCAL plan_cache_mode = auto")
+        .execute(&mut *c)
+        .await
+        .map_err(db)?;
     sqlx::query(s.sql(concat!(
         "WITH h AS (SELECT * FROM unnest($1::bigint[], $2::int[]) AS h(batch, stage)),
          failed AS (

@@ -214,7 +214,13 @@ impl PostgresBackend {
         for (i, s) in order {
             arrays.push(i, s);
         }
-        let mut tx = self.inner.pool.begin().await.map_err(db)?;
+        // Generic plans from the first run: see `GENERIC_BEGIN`.
+        let mut tx = self
+            .inner
+            .pool
+            .begin_with(GENERIC_BEGIN)
+            .await
+            .map_err(db)?;
         let rows: Vec<Row> = sqlx::query_as(self.sql(SETTLE))
             .bind(&arrays.ids)
             .bind(&arrays.tokens)
@@ -267,6 +273,19 @@ impl PostgresBackend {
         Ok((out, payloads))
     }
 }
+
+/// Begins a settle's transaction with generic plans for its statements (the settle,
+/// the batch lock, the promotion and release, the `NOTIFY`), in the one round trip of
+/// `BEGIN`; `SET LOCAL` ends with the transaction, so the session keeps its setting.
+///
+/// Why: PostgreSQL plans a prepared statement afresh for its first five runs on each
+/// connection (about 1–2 ms each for these statements on the bench machine), and
+/// every new pool connection starts over. A stage transition runs four of these
+/// statements one after another, so on a fresh worker it paid that planning on its
+/// critical path (`docs/BENCHMARKS.md`, Findings 14). The generic plans are the ones a
+/// warm connection runs anyway, and the ones `tests/postgres.rs` checks after
+/// `ANALYZE`.
+pub(crate) const GENERIC_BEGIN: &str = "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan";
 
 impl PostgresBackend {
     /// The plan PostgreSQL picks for the settle statement with two leases: the custom

@@ -600,6 +600,81 @@ async fn claims_leave_the_sessions_commit_setting_as_it_was() {
     drop_schema(&setup).await;
 }
 
+/// A settle's statements run generic plans from their first run (no five custom
+/// plannings per connection on a stage transition's path), through a `SET LOCAL` that
+/// ends with the transaction: the session's `plan_cache_mode` is left as it was.
+#[tokio::test]
+async fn settles_plan_generically_and_leave_the_sessions_plan_mode_as_it_was() {
+    let Some(url) = url().await else { return };
+    let setup = fresh(&url, "genericplan").await;
+    // One connection, so the settles and the look-ups below share one session.
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&url)
+        .await
+        .unwrap();
+    let b =
+        PostgresBackend::from_pool(pool, &Config::default().with_schema(setup.schema())).unwrap();
+    let mode = || async {
+        sqlx::query_scalar::<_, String>("SHOW plan_cache_mode")
+            .fetch_one(b.pool())
+            .await
+            .unwrap()
+    };
+    let before = mode().await;
+    assert_eq!(
+        before, "auto",
+        "the server's own setting is not the default"
+    );
+    // Two stages, so that the settles below lock the batch and release stage 2.
+    let q = queue_name("genericplan");
+    let batch = b.open_batch(&q, OnFailure::Continue).await.unwrap();
+    let staged = (1..=2)
+        .flat_map(|stage| (0..2).map(move |_| stage))
+        .map(|stage| NewJob::new(&q, vec![]).in_batch(batch.id, stage))
+        .collect();
+    b.enqueue(staged).await.unwrap();
+    b.seal(&batch).await.unwrap();
+    // Enqueue and seal lock the batch with the same statement, outside any settle.
+    let plans = || async {
+        sqlx::query_as::<_, (String, i64, i64)>(
+            "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements",
+        )
+        .fetch_all(b.pool())
+        .await
+        .unwrap()
+    };
+    let of = |plans: &[(String, i64, i64)], needle: &str| {
+        plans
+            .iter()
+            .find(|p| p.0.contains(needle))
+            .map_or((0, 0), |p| (p.1, p.2))
+    };
+    // The settle statement, the batch lock, and the release of the next stage.
+    let needles = [
+        "WITH ORDINALITY AS i(id, token",
+        "WITH locked AS",
+        "raised AS (",
+    ];
+    let start = plans().await;
+    for _ in 0..2 {
+        let got = b.claim(ClaimRequest::new(&q, "w", 2, LEASE)).await.unwrap();
+        assert_eq!(got.len(), 2, "each stage's two jobs are claimable in turn");
+        let done = got.into_iter().map(|j| Settle::complete(j.lease)).collect();
+        for settled in b.settle_many(done).await.unwrap() {
+            settled.unwrap();
+        }
+        assert_eq!(mode().await, before, "after a settle");
+    }
+    let end = plans().await;
+    for needle in needles {
+        let ((g0, c0), (g1, c1)) = (of(&start, needle), of(&end, needle));
+        assert_eq!(c1, c0, "settles planned {needle:?} for their parameters");
+        assert!(g1 > g0, "no settle ran {needle:?}: {end:?}");
+    }
+    drop_schema(&setup).await;
+}
+
 /// A backend on a new schema at version 1, as relayq-postgres 0.1 created it, not
 /// migrated further; and the schema's quoted name.
 async fn version_1(url: &str) -> (PostgresBackend, String) {
