@@ -24,6 +24,9 @@
 //!   wait too.
 //! - **Settles are batched**: one statement settles many leases, each fenced by its own
 //!   token; a plain job's completion costs one statement and one commit per batch.
+//!   The settle's transaction runs generic plans from its first statement
+//!   (`SET LOCAL plan_cache_mode`, for that transaction only), so a new connection
+//!   does not plan each of them afresh five times.
 //! - **Wake-ups**: `LISTEN/NOTIFY` on one channel per schema, as a hint only; after a
 //!   dropped connection the listener listens again and every worker polls once.
 //! - **Transactional enqueue**: [`PostgresBackend::enqueue_in`] stores jobs in the
