@@ -243,10 +243,12 @@ pub(crate) async fn promote(c: &mut PgConnection, s: &Schema, t: &mut Touched) -
 /// Planned for its parameters, not generically: a settle's transaction forces generic
 /// plans ([`GENERIC_BEGIN`](crate::settle::GENERIC_BEGIN)), and this statement's generic
 /// plan, not knowing how many later jobs a batch has, hash-joins a scan of every batch
-/// job once the table holds many. Halts are rare, so the extra round trip is too.
+/// job once the table holds many. Halts are rare, so the extra round trip is too; the
+/// statements after it in the same transaction are then planned for their parameters
+/// as well, which costs only planning time.
 async fn halt(c: &mut PgConnection, s: &Schema, t: &Touched) -> Result<()> {
     let (batches, stages): (Vec<i64>, Vec<i32>) = t.halts.iter().map(|(b, s)| (*b, *s)).unzip();
-    sqlx::query("SET LOCAL plan_cache_mode = auto")
+    sqlx::query("SET LOCAL plan_cache_mode = force_custom_plan")
         .execute(&mut *c)
         .await
         .map_err(db)?;

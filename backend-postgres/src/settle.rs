@@ -282,9 +282,10 @@ impl PostgresBackend {
 /// connection (about 1–2 ms each for these statements on the bench machine), and
 /// every new pool connection starts over. A stage transition runs four of these
 /// statements one after another, so on a fresh worker it paid that planning on its
-/// critical path (`docs/BENCHMARKS.md`, Findings 14). The generic plans are the ones a
-/// warm connection runs anyway, and the ones `tests/postgres.rs` checks after
-/// `ANALYZE`.
+/// critical path (`docs/BENCHMARKS.md`, Findings 14). The generic plans are the ones
+/// `tests/postgres.rs` checks after `ANALYZE`, and the ones a warm connection switches
+/// to once PostgreSQL judges them no costlier. `plan_cache_mode` needs PostgreSQL 12
+/// or later.
 pub(crate) const GENERIC_BEGIN: &str = "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan";
 
 impl PostgresBackend {
