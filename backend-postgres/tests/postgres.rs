@@ -560,6 +560,26 @@ async fn enqueue_in_needs_read_committed_for_groups() {
     drop_schema(&b).await;
 }
 
+/// A second handle on `setup`'s schema whose pool has one connection, so that every
+/// statement made through it runs in one session.
+async fn one_connection(url: &str, setup: &PostgresBackend) -> PostgresBackend {
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(url)
+        .await
+        .unwrap();
+    PostgresBackend::from_pool(pool, &Config::default().with_schema(setup.schema())).unwrap()
+}
+
+/// The session's value of `setting`, read with `current_setting`.
+async fn show(b: &PostgresBackend, setting: &str) -> String {
+    sqlx::query_scalar::<_, String>("SELECT current_setting($1)")
+        .bind(setting)
+        .fetch_one(b.pool())
+        .await
+        .unwrap()
+}
+
 /// A claim turns `synchronous_commit` off for its own transaction only (see
 /// `Config::durable_claims`): the enqueues and settles that follow on the same pooled
 /// connection still wait for their flush, whichever claim path ran.
@@ -568,19 +588,8 @@ async fn claims_leave_the_sessions_commit_setting_as_it_was() {
     let Some(url) = url().await else { return };
     let setup = fresh(&url, "synccommit").await;
     // One connection, so every statement below runs on the one the claims used.
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(1)
-        .connect(&url)
-        .await
-        .unwrap();
-    let b =
-        PostgresBackend::from_pool(pool, &Config::default().with_schema(setup.schema())).unwrap();
-    let show = || async {
-        sqlx::query_scalar::<_, String>("SHOW synchronous_commit")
-            .fetch_one(b.pool())
-            .await
-            .unwrap()
-    };
+    let b = one_connection(&url, &setup).await;
+    let show = || show(&b, "synchronous_commit");
     let before = show().await;
     assert_ne!(
         before, "off",
@@ -608,19 +617,8 @@ async fn settles_plan_generically_and_leave_the_sessions_plan_mode_as_it_was() {
     let Some(url) = url().await else { return };
     let setup = fresh(&url, "genericplan").await;
     // One connection, so the settles and the look-ups below share one session.
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(1)
-        .connect(&url)
-        .await
-        .unwrap();
-    let b =
-        PostgresBackend::from_pool(pool, &Config::default().with_schema(setup.schema())).unwrap();
-    let mode = || async {
-        sqlx::query_scalar::<_, String>("SHOW plan_cache_mode")
-            .fetch_one(b.pool())
-            .await
-            .unwrap()
-    };
+    let b = one_connection(&url, &setup).await;
+    let mode = || show(&b, "plan_cache_mode");
     let before = mode().await;
     assert_eq!(
         before, "auto",
