@@ -16,6 +16,9 @@ for _, set in ipairs({':delay', ':backoff'}) do
     redis.call('ZADD', B .. ':ready', h[1], okey(tonumber(h[2]), tonumber(id)))
   end
 end
+-- A job's next attempt number as text, for the first few: formatting a number costs
+-- more than the rest of a job's bookkeeping in Lua.
+local NEXT = {['0'] = '1', ['1'] = '2', ['2'] = '3', ['3'] = '4', ['4'] = '5'}
 local limit = tonumber(ARGV[3])
 if settings[1] == '1' then limit = 0 end
 if settings[2] then
@@ -28,6 +31,8 @@ if limit > 0 then
   local popped = redis.call('ZPOPMIN', B .. ':ready', limit)
   -- The running index gets every claimed job in one call.
   local running = {}
+  -- Jobs claimed per state they left (ready or retrying), counted once at the end.
+  local left = {}
   local ex = s(NOW + lease)
   out[1] = ex
   for i = 1, #popped, 2 do
@@ -42,9 +47,8 @@ if limit > 0 then
       local f = redis.call('HMGET', key, 'pr', 'ma', 'g', 'b', 's', 'by')
       h[5] = claimed_fields(f[1], f[2], f[3], f[4], f[5], f[6])
     end
-    stat(h[1], -1)
-    stat('running', 1)
-    local at = s((tonumber(h[2]) or 0) + 1)
+    left[h[1]] = (left[h[1]] or 0) + 1
+    local at = NEXT[h[2]] or s((tonumber(h[2]) or 0) + 1)
     local token = ARGV[5 + k]
     redis.call('HSET', key, 'st', 'running', 'at', at, 'tk', token, 'ex', ex, 'w', ARGV[5],
       'sa', NOWS)
@@ -53,6 +57,8 @@ if limit > 0 then
     out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = id, at, h[3], h[4], h[5]
   end
   if #running > 0 then redis.call('ZADD', B .. ':running', unpack(running)) end
+  for st, n in pairs(left) do stat(st, -n) end
+  stat('running', #running / 2)
 end
 publish()
 return out

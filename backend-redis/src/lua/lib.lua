@@ -260,30 +260,26 @@ end
 -- hot path of a drain: nothing waits for such a job, so finishing it touches only its
 -- hash and two indexes (complete_kept adds a group's or batch's bookkeeping). The attempt's log record stays in the hash (worker `w`,
 -- started `sa`, ended `fa`, outcome `lo`, output `out`) instead of a JSON entry in the
--- log list; readers append it to the list's entries. The token is blanked in the same
--- write rather than deleted (one call, not two); the expiry `ex` stays behind, read by
--- nothing once the state is not running. `id` is the decimal id as given. The index
--- changes are collected in `done` and made by `flush_completed`, one call for many:
--- out of the running index, onto the end of B:donelist.
-local function complete_plain(id, output, done)
-  local k = B .. ':job:' .. id
+-- log list; readers append it to the list's entries. The token `tk` and expiry `ex`
+-- stay behind: nothing reads them once the state is not running, and a claim sets
+-- both again. `id` is the decimal id as given, `k` its hash's key. The index changes
+-- and state counts are collected in `done` and made by `flush_completed`, one call for
+-- many: out of the running index, onto the end of B:donelist.
+local function complete_plain(k, id, output, done)
   if output then
-    redis.call('HSET', k, 'st', 'succeeded', 'fa', NOWS, 'lo', 'succeeded', 'tk', '',
-      'out', output)
+    redis.call('HSET', k, 'st', 'succeeded', 'fa', NOWS, 'lo', 'succeeded', 'out', output)
   else
-    redis.call('HSET', k, 'st', 'succeeded', 'fa', NOWS, 'lo', 'succeeded', 'tk', '')
+    redis.call('HSET', k, 'st', 'succeeded', 'fa', NOWS, 'lo', 'succeeded')
   end
   done[#done + 1] = id
-  stat('running', -1)
-  stat('succeeded', 1)
 end
 
 -- finish(id, 'succeeded') for a running job of group `g` and/or batch `b` with no
 -- dedupe key: complete_plain, then what finishing it releases, in finish's order: the
 -- group's membership and hold, the batch's next stage, the group's next holder. Its
 -- batch keeps it in B:b:<b>:jobs; the pruning of B:donelist removes it from there.
-local function complete_kept(id, g, b, output, done)
-  complete_plain(id, output, done)
+local function complete_kept(k, id, g, b, output, done)
+  complete_plain(k, id, output, done)
   if g then
     redis.call('ZREM', gk(g), get(id, 'gm'))
     if redis.call('GET', ghk(g)) == id then redis.call('DEL', ghk(g)) end
@@ -303,6 +299,8 @@ end
 
 local function flush_completed(done)
   if #done == 0 then return end
+  stat('running', -#done)
+  stat('succeeded', #done)
   redis.call('ZREM', B .. ':running', unpack(done))
   redis.call('RPUSH', B .. ':donelist', unpack(done))
 end

@@ -43,6 +43,13 @@ local function settle_one(o, kind, id, g, output)
   return 'd'
 end
 
+-- Whether the lease expiry `ex` (a field's text) is still ahead. Times of one length
+-- compare as text, which spares the hot path a number conversion.
+local function live(ex)
+  if #ex == #NOWS then return ex > NOWS end
+  return tonumber(ex) > NOW
+end
+
 local n = tonumber(ARGV[3])
 local out, done = {}, {}
 local o = 3
@@ -50,14 +57,15 @@ for i = 1, n do
   local id, full = ARGV[o + 2], ARGV[o + 1] == 'x'
   -- Only what judges the lease and tells a plain completion (no dedupe key; a group's
   -- or batch's bookkeeping follows), the hot path; the other outcomes read the rest.
-  local h = redis.call('HMGET', B .. ':job:' .. id, 'st', 'tk', 'ex', 'g', 'b', 'dk')
-  if h[1] ~= 'running' or h[2] ~= ARGV[o + 3] or tonumber(h[3]) <= NOW then
+  local k = B .. ':job:' .. id
+  local h = redis.call('HMGET', k, 'st', 'tk', 'ex', 'g', 'b', 'dk')
+  if h[1] ~= 'running' or h[2] ~= ARGV[o + 3] or not live(h[3]) then
     out[i] = 's'
   elseif not full and not h[6] then
     if h[4] or h[5] then
-      complete_kept(id, h[4], h[5], nil, done)
+      complete_kept(k, id, h[4], h[5], nil, done)
     else
-      complete_plain(id, nil, done)
+      complete_plain(k, id, nil, done)
     end
     out[i] = 'c'
   elseif not full then
@@ -67,9 +75,9 @@ for i = 1, n do
     local output = ARGV[o + 8] ~= '' and string.sub(ARGV[o + 8], 2) or nil
     if ARGV[o + 4] == 'complete' and not h[6] then
       if h[4] or h[5] then
-        complete_kept(id, h[4], h[5], output, done)
+        complete_kept(k, id, h[4], h[5], output, done)
       else
-        complete_plain(id, output, done)
+        complete_plain(k, id, output, done)
       end
       out[i] = 'c'
     else
