@@ -258,18 +258,21 @@ end
 
 -- finish(id, 'succeeded') for a running job with no group, batch or dedupe key, the
 -- hot path of a drain: nothing waits for such a job, so finishing it touches only its
--- hash and two indexes (complete_kept adds a group's or batch's bookkeeping). The attempt's log record stays in the hash (worker `w`,
--- started `sa`, ended `fa`, outcome `lo`, output `out`) instead of a JSON entry in the
--- log list; readers append it to the list's entries. The token `tk` and expiry `ex`
--- stay behind: nothing reads them once the state is not running, and a claim sets
--- both again. `id` is the decimal id as given, `k` its hash's key. The index changes
--- and state counts are collected in `done` and made by `flush_completed`, one call for
--- many: out of the running index, onto the end of B:donelist.
+-- hash and two indexes (complete_kept adds a group's or batch's bookkeeping). The
+-- attempt's log record stays in the hash (worker `w`, started `sa`, ended `fa`, outcome
+-- `lo`, output `out`) instead of a JSON entry in the log list; readers append it to the
+-- list's entries. The token is blanked in the same write rather than deleted (one
+-- call, not two), so a kept job holds no 36 bytes of it; the expiry `ex` stays behind,
+-- read by nothing once the state is not running. `id` is the decimal id as given, `k`
+-- its hash's key. The index changes and state counts are collected in `done` and made
+-- by `flush_completed`, one call for many: out of the running index, onto the end of
+-- B:donelist.
 local function complete_plain(k, id, output, done)
   if output then
-    redis.call('HSET', k, 'st', 'succeeded', 'fa', NOWS, 'lo', 'succeeded', 'out', output)
+    redis.call('HSET', k, 'st', 'succeeded', 'fa', NOWS, 'lo', 'succeeded', 'tk', '',
+      'out', output)
   else
-    redis.call('HSET', k, 'st', 'succeeded', 'fa', NOWS, 'lo', 'succeeded')
+    redis.call('HSET', k, 'st', 'succeeded', 'fa', NOWS, 'lo', 'succeeded', 'tk', '')
   end
   done[#done + 1] = id
 end

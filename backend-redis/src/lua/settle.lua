@@ -43,8 +43,10 @@ local function settle_one(o, kind, id, g, output)
   return 'd'
 end
 
--- Whether the lease expiry `ex` (a field's text) is still ahead. Times of one length
--- compare as text, which spares the hot path a number conversion.
+-- Whether the lease expiry `ex` (a field's text) is still ahead. Both are decimal
+-- integers without sign or leading zeros, so texts of one length (16 digits until the
+-- year 2286) compare as numbers do, in any locale: that spares the hot path a number
+-- conversion.
 local function live(ex)
   if #ex == #NOWS then return ex > NOWS end
   return tonumber(ex) > NOW
