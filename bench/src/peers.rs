@@ -74,6 +74,26 @@ impl Peers {
         {
             cargo.env("RUSTUP_TOOLCHAIN", toolchain);
         }
+        // `cargo run` hands the bench its package's variables (`CARGO_MANIFEST_DIR`,
+        // `CARGO_PKG_*`, ...), and this build would inherit them. ring's build script
+        // reruns when `CARGO_MANIFEST_DIR` changes, so every `cargo run` rebuilt ring
+        // and all that depends on it (rustls, sqlx, apalis, graphile_worker): 3.5
+        // minutes of each `--all` here. Without them the build sees what a `cargo
+        // build` from a shell sees, and stays fresh between runs.
+        for (key, _) in std::env::vars_os() {
+            if let Some(k) = key.to_str()
+                && (k.starts_with("CARGO_PKG_")
+                    || k.starts_with("CARGO_MANIFEST_")
+                    || [
+                        "CARGO_CRATE_NAME",
+                        "CARGO_BIN_NAME",
+                        "CARGO_PRIMARY_PACKAGE",
+                    ]
+                    .contains(&k))
+            {
+                cargo.env_remove(k);
+            }
+        }
         let status = cargo.status();
         let binary = dir().join("target/release/relayq-bench-peers");
         match status {
