@@ -76,10 +76,11 @@ impl Peers {
         }
         // `cargo run` hands the bench its package's variables (`CARGO_MANIFEST_DIR`,
         // `CARGO_PKG_*`, ...), and this build would inherit them. ring's build script
-        // reruns when `CARGO_MANIFEST_DIR` changes, so every `cargo run` rebuilt ring
-        // and all that depends on it (rustls, sqlx, apalis, graphile_worker): 3.5
-        // minutes of each `--all` here. Without them the build sees what a `cargo
-        // build` from a shell sees, and stays fresh between runs.
+        // reruns when `CARGO_MANIFEST_DIR` changes, so a `cargo run` after any other
+        // build of the peers (from a shell, or by this binary started directly)
+        // rebuilt ring and all that depends on it (rustls, sqlx, apalis,
+        // graphile_worker): 3.5 minutes here. Without them the build sees what a
+        // `cargo build` from a shell sees, however the bench was started.
         for (key, _) in std::env::vars_os() {
             if let Some(k) = key.to_str()
                 && (k.starts_with("CARGO_PKG_")
@@ -131,10 +132,10 @@ impl Peers {
             .binary
             .as_ref()
             .ok_or_else(|| anyhow::anyhow!("peers not built"))?;
-        // apalis-sqlite drains 240-500 jobs/s here (its pool keeps SQLite's FULL sync
-        // on all but one connection): it gets a fiftieth of the jobs, at least 500, or
-        // it alone would take minutes per run (a tenth took 63 s of `--all`'s
-        // concurrency-16 drains on a slow day).
+        // apalis-sqlite's pool keeps SQLite's FULL sync on all but one connection, and
+        // its rate falls as its table grows (about 1,700 jobs/s at 500 jobs, 237 at
+        // 5,000 here): it gets a fiftieth of the jobs, at least 500, or it alone would
+        // take minutes per run (a tenth took 63 s of `--all`'s concurrency-16 drains).
         let jobs = if peer == "apalis-sqlite" && matches!(scenario, "drain" | "enqueue-single") {
             (jobs / 50).max(500)
         } else if peer == "apalis-redis" && scenario == "drain" {
