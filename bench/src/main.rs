@@ -18,6 +18,7 @@
 mod backlog;
 mod groups;
 mod latency;
+mod paired;
 mod peers;
 mod raw;
 mod scenarios;
@@ -103,6 +104,7 @@ async fn main() -> anyhow::Result<()> {
     if on("enqueue") {
         add(scenarios::enqueue(&targets, &peers, n, runs).await?);
     }
+    let mut raw_done = false;
     for concurrency in [1, 4, 16, 64] {
         // `drain16` runs just the headline rows.
         if !(on("drain") || concurrency == 16 && on("drain16")) {
@@ -112,11 +114,16 @@ async fn main() -> anyhow::Result<()> {
         add(scenarios::drain(&targets, &peers, jobs, concurrency, 0, runs).await?);
         if concurrency == 16 {
             // The same drain with the worker's opt-in prefetch, the counterpart of the
-            // peers' fetch-ahead settings.
-            add(scenarios::drain(&targets, &peers, jobs, concurrency, args.prefetch, runs).await?);
+            // peers' fetch-ahead settings; with the raw loops, round by round.
+            if on("raw") {
+                add(paired::drain_and_raw(&targets, &peers, jobs, args.prefetch, runs).await?);
+                raw_done = true;
+            } else {
+                add(scenarios::drain(&targets, &peers, jobs, 16, args.prefetch, runs).await?);
+            }
         }
     }
-    if on("raw") {
+    if on("raw") && !raw_done {
         add(raw::loops(&targets, n, runs).await?);
     }
     if on("latency") {
