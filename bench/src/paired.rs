@@ -71,3 +71,38 @@ fn medians(rounds: Vec<Vec<Row>>) -> Vec<Row> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(target: &str, value: f64) -> Row {
+        Row {
+            scenario: "drain".to_owned(),
+            target: target.to_owned(),
+            value,
+            unit: "jobs/s",
+            note: String::new(),
+        }
+    }
+
+    /// Each row is the median of its own target's rounds, not of the round's rows,
+    /// and a round that lacks a target does not shift the others.
+    #[test]
+    fn medians_are_per_target_across_rounds() {
+        let rounds = vec![
+            vec![row("postgres", 10.0), row("redis", 100.0)],
+            vec![row("postgres", 30.0)],
+            vec![row("postgres", 20.0), row("redis", 300.0)],
+        ];
+        let got: Vec<(String, f64)> = medians(rounds)
+            .into_iter()
+            .map(|r| (r.target, r.value))
+            .collect();
+        assert_eq!(
+            got,
+            vec![("postgres".to_owned(), 20.0), ("redis".to_owned(), 300.0)]
+        );
+        assert!(medians(Vec::new()).is_empty());
+    }
+}
