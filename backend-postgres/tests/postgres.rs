@@ -165,14 +165,22 @@ async fn settle_plans_find_leases_by_id_after_analyze() {
             !plan.contains("Seq Scan on jobs"),
             "generic={generic}:\n{plan}"
         );
-        // The witness: the claim index read backwards, candidates by primary key.
-        let witness = &plan[plan.find("CTE wit").unwrap()..plan.find("CTE note").unwrap()];
+        assert_witness_by_claim_index(&plan, generic);
+        // Batches of plain completions delete each row found by primary key, in a
+        // nested loop over the arrays (so in their order, id order).
+        let plan = b.explain_settle_completions(generic).await.unwrap();
+        let delete = &plan[plan.find("CTE g").unwrap()..plan.find("CTE archived").unwrap()];
         assert!(
-            witness.contains("Scan Backward using jobs_claim")
-                && witness.contains("jobs_pkey")
-                && !witness.contains("jobs_stage"),
+            delete.contains("Nested Loop")
+                && delete.contains("jobs_pkey")
+                && !delete.contains("jobs_running"),
             "generic={generic}:\n{plan}"
         );
+        assert!(
+            !plan.contains("Seq Scan on jobs"),
+            "generic={generic}:\n{plan}"
+        );
+        assert_witness_by_claim_index(&plan, generic);
         // Promotion's stage release reads `jobs` one batch at a time: through the
         // stage index probed per batch, or by primary key.
         let plan = b.explain_release(generic).await.unwrap();
@@ -188,6 +196,17 @@ async fn settle_plans_find_leases_by_id_after_analyze() {
         );
     }
     drop_schema(&b).await;
+}
+
+/// The witness: the claim index read backwards, candidates by primary key.
+fn assert_witness_by_claim_index(plan: &str, generic: bool) {
+    let witness = &plan[plan.find("CTE wit").unwrap()..plan.find("CTE note").unwrap()];
+    assert!(
+        witness.contains("Scan Backward using jobs_claim")
+            && witness.contains("jobs_pkey")
+            && !witness.contains("jobs_stage"),
+        "generic={generic}:\n{plan}"
+    );
 }
 
 /// The listener's connection is killed: it listens again, and an enqueue made after

@@ -115,6 +115,7 @@ macro_rules! for_each_case {
             lease::l5_attempt_log_keeps_output,
             lease::l5_running_lists_holders,
             lease::l6_settle_many_judges_each_lease,
+            lease::l6_completions_alone_judge_each_lease,
             lease::l6_lease_repeated_in_one_call_settles_once,
             lease::l6_rejected_settle_call_settles_nothing,
             scenarios::g1_groups_exclusive_and_ordered_under_load,

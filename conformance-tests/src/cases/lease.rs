@@ -534,6 +534,54 @@ pub async fn l6_settle_many_judges_each_lease(env: &Env) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// SPEC L1, L5, L6: a call made only of completions (the call a draining worker makes,
+/// which a backend may serve on a path of its own) still judges each lease on its
+/// own: a lease already settled or forged is `StaleLease` and changes nothing, and
+/// each completed attempt is logged with its worker and output.
+pub async fn l6_completions_alone_judge_each_lease(env: &Env) -> anyhow::Result<()> {
+    let b = env.backend();
+    let q = queue_name("l6done");
+    let all = enqueue_n(b, &q, 3).await?;
+    let jobs = claim_exactly(b, &q, &all).await?;
+    b.complete(&jobs[0].lease).await?;
+    let results = b
+        .settle_many(vec![
+            Settle::complete(jobs[2].lease.clone()),
+            Settle::complete(jobs[0].lease.clone()),
+            Settle::complete(forged(&jobs[1].lease)),
+            Settle::complete(jobs[1].lease.clone()).with_output(Some("out 1".into())),
+        ])
+        .await?;
+    ensure!(
+        matches!(
+            shape(&results).as_slice(),
+            [
+                Ok(Settled::Completed),
+                Err(true),
+                Err(true),
+                Ok(Settled::Completed)
+            ]
+        ),
+        "settle_many results: {results:?}"
+    );
+    for (i, id) in all.iter().enumerate() {
+        let info = b.job(&q, *id).await?;
+        let log: Vec<_> = info
+            .attempt_log
+            .iter()
+            .map(|a| (a.attempt, a.worker.as_str(), a.output.as_deref()))
+            .collect();
+        let output = (i == 1).then_some("out 1");
+        ensure!(
+            info.state == JobState::Succeeded
+                && log == [(1, jobs[i].lease.worker.as_str(), output)],
+            "job {i}: {} with log {log:?}",
+            info.state
+        );
+    }
+    Ok(())
+}
+
 /// SPEC L1, L6: a lease given twice in one `settle_many` call is settled by its first
 /// entry; the second is judged after it, like a second call, and is `StaleLease`.
 pub async fn l6_lease_repeated_in_one_call_settles_once(env: &Env) -> anyhow::Result<()> {
