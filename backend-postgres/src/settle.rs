@@ -162,9 +162,17 @@ const SETTLE: &str = concat!(
 /// The `DELETE` checks each lease on the newest row version after a wait, as the lock
 /// did, and only rows it deletes are locked. Its lease checks beyond id and token sit
 /// inside a `CASE`, which the planner cannot match against the running index's
-/// predicate: for the same reason as [`SETTLE`]'s `OFFSET 0`, every row is found by
-/// primary key (`tests/postgres.rs` checks both plans), one after another in the
-/// arrays' order, so concurrent settles still lock in id order.
+/// predicate: for the same reason as [`SETTLE`]'s `OFFSET 0`, rows are found by primary
+/// key, not through the running index (`tests/postgres.rs` checks both plans).
+///
+/// **Lock order.** On a table of any size, the plan is a nested loop over the arrays,
+/// which deletes in their order, id order, as every other writer locks job rows. On a
+/// table of a few pages the planner may read the whole table into a hash join instead
+/// (seen at 30 rows), which deletes in the table's physical order. A batch cancel, which
+/// locks the batch's jobs in id order, can then deadlock with a settle of two or more
+/// running jobs of that batch: PostgreSQL aborts one after `deadlock_timeout` and both
+/// run again ([`retry_transient`]), so the price is a delay in that race, never a lost
+/// or doubled outcome.
 const SETTLE_COMPLETES: &str = concat!(
     settle_inputs!(),
     "g AS (

@@ -166,8 +166,8 @@ async fn settle_plans_find_leases_by_id_after_analyze() {
             "generic={generic}:\n{plan}"
         );
         assert_witness_by_claim_index(&plan, generic);
-        // Batches of plain completions delete each row found by primary key, in a
-        // nested loop over the arrays (so in their order, id order).
+        // Calls of plain completions delete each row found by primary key, in a nested
+        // loop over the arrays (on a table this size; see `SETTLE_COMPLETES`).
         let plan = b.explain_settle_completions(generic).await.unwrap();
         let delete = &plan[plan.find("CTE g").unwrap()..plan.find("CTE archived").unwrap()];
         assert!(
