@@ -165,9 +165,9 @@ const SETTLE: &str = concat!(
 /// predicate: for the same reason as [`SETTLE`]'s `OFFSET 0`, rows are found by primary
 /// key, not through the running index (`tests/postgres.rs` checks both plans).
 ///
-/// **Lock order.** On a table of any size, the plan is a nested loop over the arrays,
-/// which deletes in their order, id order, as every other writer locks job rows. On a
-/// table of a few pages the planner may read the whole table into a hash join instead
+/// **Lock order.** On a table of more than a few pages, the plan is a nested loop over
+/// the arrays, which deletes in their order, id order, as every other writer locks job
+/// rows. On a table of a few pages the planner may read the whole table into a hash join instead
 /// (seen at 30 rows), which deletes in the table's physical order. A batch cancel, which
 /// locks the batch's jobs in id order, can then deadlock with a settle of two or more
 /// running jobs of that batch: PostgreSQL aborts one after `deadlock_timeout` and both
