@@ -104,6 +104,7 @@ macro_rules! for_each_case {
             scenarios::c6_max_running_holds_under_load,
             lease::l1_complete_twice_is_stale,
             lease::l1_wrong_token_changes_nothing,
+            lease::l1_lease_of_another_queue_changes_nothing,
             lease::l1_expired_lease_no_longer_holds,
             lease::l2_fail_with_attempts_left_retries,
             lease::l2_default_backoff_is_about_one_second,

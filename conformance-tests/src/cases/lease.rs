@@ -67,6 +67,65 @@ pub async fn l1_wrong_token_changes_nothing(env: &Env) -> anyhow::Result<()> {
     expect_state(b, &q, id, JobState::Succeeded).await
 }
 
+/// SPEC L1, L3, L6: a lease whose id and token are right but whose queue is another
+/// is `StaleLease` for every settle and heartbeat, alone or in a call, and changes
+/// nothing in either queue, though the other queue has a running job too.
+pub async fn l1_lease_of_another_queue_changes_nothing(env: &Env) -> anyhow::Result<()> {
+    let b = env.backend();
+    let (q, other) = (queue_name("l1queue"), queue_name("l1other"));
+    let id = enqueue(b, NewJob::new(&q, b"x".to_vec())).await?;
+    let there = enqueue(b, NewJob::new(&other, b"y".to_vec())).await?;
+    let job = claim_exactly(b, &q, &[id]).await?.remove(0);
+    let theirs = claim_exactly(b, &other, &[there]).await?.remove(0);
+    let moved = Lease {
+        queue: other.clone(),
+        ..job.lease.clone()
+    };
+    expect_stale(b.complete(&moved).await, "complete naming another queue")?;
+    expect_stale(
+        b.fail(&moved, "x", Retry::Never).await,
+        "fail naming another queue",
+    )?;
+    expect_stale(b.release(&moved).await, "release naming another queue")?;
+    expect_stale(
+        b.heartbeat(&moved, LEASE).await,
+        "heartbeat naming another queue",
+    )?;
+    // A call of completions alone, and a call of mixed outcomes: backends may judge
+    // the two on different paths.
+    let alone = b.settle_many(vec![Settle::complete(moved.clone())]).await?;
+    let mixed = b
+        .settle_many(vec![
+            Settle::complete(moved.clone()),
+            Settle::fail(moved.clone(), "x", Retry::After(LEASE)),
+        ])
+        .await?;
+    ensure!(
+        matches!(shape(&alone).as_slice(), [Err(true)])
+            && matches!(shape(&mixed).as_slice(), [Err(true), Err(true)]),
+        "settle_many naming another queue: {alone:?} {mixed:?}"
+    );
+    for (queue, id) in [(&q, id), (&other, there)] {
+        let info = b.job(queue, id).await?;
+        ensure!(
+            info.state == JobState::Running
+                && info.attempts == 1
+                && info.last_error.is_none()
+                && info.attempt_log.iter().all(|a| a.ended_at.is_none()),
+            "a lease naming another queue changed job {id} of {queue}: {} attempts {} \
+             error {:?} log {:?}",
+            info.state,
+            info.attempts,
+            info.last_error,
+            info.attempt_log
+        );
+    }
+    b.complete(&job.lease).await?;
+    b.complete(&theirs.lease).await?;
+    expect_state(b, &q, id, JobState::Succeeded).await?;
+    expect_state(b, &other, there, JobState::Succeeded).await
+}
+
 /// SPEC L5: text reported with an outcome (a command's output, say) is kept with the
 /// attempt in the execution log, for successes and failures alike.
 pub async fn l5_attempt_log_keeps_output(env: &Env) -> anyhow::Result<()> {
