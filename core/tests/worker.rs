@@ -1,10 +1,12 @@
 //! The worker runtime on the memory backend (SPEC W1–W5).
 
+mod support;
+
 use std::{
     collections::HashSet,
     sync::{
         Arc, Mutex,
-        atomic::{AtomicBool, AtomicU32, Ordering},
+        atomic::{AtomicU32, Ordering},
     },
     time::Duration,
 };
@@ -14,67 +16,11 @@ use relayq_core::{
     worker::{JobError, Worker, WorkerBuilder, WorkerReport},
     *,
 };
+use support::{builder, enqueue_n, queue, state, stoppable, until};
 use tokio::{
     sync::watch,
     time::{Instant, sleep},
 };
-
-const DEADLINE: Duration = Duration::from_secs(15);
-
-fn queue() -> String {
-    format!("w.{}", uuid::Uuid::new_v4().simple())
-}
-
-fn builder(backend: &Arc<MemoryBackend>, q: &str) -> WorkerBuilder {
-    Worker::builder(backend.clone(), [q.to_owned()])
-}
-
-async fn enqueue_n(b: &MemoryBackend, q: &str, n: u8, max_attempts: u16) -> Vec<JobId> {
-    let jobs = (0..n)
-        .map(|i| NewJob::new(q, vec![i]).max_attempts(max_attempts))
-        .collect();
-    b.enqueue(jobs)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|e| e.id)
-        .collect()
-}
-
-/// Polls `check` until true, failing the test after [`DEADLINE`].
-async fn until<F: AsyncFnMut() -> bool>(what: &str, mut check: F) {
-    let deadline = Instant::now() + DEADLINE;
-    while !check().await {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        sleep(Duration::from_millis(10)).await;
-    }
-}
-
-async fn state(b: &MemoryBackend, q: &str, id: JobId) -> JobState {
-    b.job(q, id).await.unwrap().state
-}
-
-/// A handler that runs for a minute, and a flag set when it stops early (its future is
-/// dropped).
-fn stoppable() -> (impl worker::Handler, Arc<AtomicBool>) {
-    struct Flag(Arc<AtomicBool>);
-    impl Drop for Flag {
-        fn drop(&mut self) {
-            self.0.store(true, Ordering::SeqCst);
-        }
-    }
-    let stopped = Arc::new(AtomicBool::new(false));
-    let flag = stopped.clone();
-    let handler = move |_job: ClaimedJob| {
-        let guard = Flag(flag.clone());
-        async move {
-            sleep(Duration::from_secs(60)).await;
-            drop(guard);
-            Ok::<_, JobError>(())
-        }
-    };
-    (handler, stopped)
-}
 
 /// A handler that keeps job `blocker` running until the returned sender says `true`
 /// and returns at once for every other job, counting them in the returned counter.
