@@ -256,6 +256,18 @@ pub fn claim(req: &ClaimRequest) -> Result<()> {
     lease_length("lease", req.lease)
 }
 
+/// Checks a failure's retry: a delay of at most 100 years, a time between 1970 and 9999.
+///
+/// # Errors
+/// [`Error::InvalidInput`] on field `retry`.
+pub fn retry(retry: Retry) -> Result<()> {
+    match retry {
+        Retry::After(d) => delay("retry", d),
+        Retry::At(t) => instant("retry", t),
+        Retry::Backoff | Retry::Never => Ok(()),
+    }
+}
+
 /// Checks a settle call and cleans each failure's error text (see
 /// [`clean_error_text`](crate::settle::clean_error_text)).
 ///
@@ -275,11 +287,7 @@ pub fn settles(settles: &mut [Settle]) -> Result<()> {
         }
         if let Outcome::Fail { error, retry } = &mut s.outcome {
             *error = crate::settle::clean_error_text(error);
-            match *retry {
-                Retry::After(d) => delay("retry", d)?,
-                Retry::At(t) => instant("retry", t)?,
-                Retry::Backoff | Retry::Never => {}
-            }
+            self::retry(*retry)?;
         }
     }
     Ok(())

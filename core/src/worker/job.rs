@@ -30,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::{Handler, keeper};
-use crate::{ClaimedJob, JobId, LeaseToken, Retry, Settle};
+use crate::{ClaimedJob, JobId, Lease, LeaseToken, Retry, Settle, validate};
 
 /// An outcome for the settler, with the guard that tells the keeper the job ended once
 /// the settler is done with it (stored, given up on, or dropped in a panic).
@@ -105,6 +105,9 @@ impl JobRun {
         };
 
         let settle = tokio::select! {
+            // A handler that returned wins over a deadline or shutdown seen in the same
+            // poll: its work is done, and releasing the job would run it again.
+            biased;
             res = handled => match res {
                 // Succeeded past its timeout, seen only now: it blocked its thread, or
                 // its task ran late.
@@ -112,7 +115,7 @@ impl JobRun {
                     Settle::fail(lease, timed_out(), Retry::Backoff)
                 }
                 Ok(Ok(done)) => Settle::complete(lease).with_output(done.output),
-                Ok(Err(e)) => Settle::fail(lease, e.message, e.retry),
+                Ok(Err(e)) => handler_failure(lease, e.message, e.retry),
                 Err(panic) => {
                     Settle::fail(lease, format!("handler panicked: {}", panic_text(&*panic)), Retry::Backoff)
                 }
@@ -147,6 +150,21 @@ pub(super) struct Ended {
 impl Drop for Ended {
     fn drop(&mut self) {
         let _ = self.keeper.send(keeper::Msg::Ended(self.job, self.token));
+    }
+}
+
+/// The failure a handler returned. A retry time the backends would refuse (over 100
+/// years away, or outside 1970–9999) would fail the whole settle call, and with it the
+/// outcomes batched beside this one; the job retries on the default backoff instead,
+/// and its error says why.
+fn handler_failure(lease: Lease, message: String, retry: Retry) -> Settle {
+    match validate::retry(retry) {
+        Ok(()) => Settle::fail(lease, message, retry),
+        Err(e) => {
+            tracing::warn!(queue = %lease.queue, id = %lease.job, error = %e, "handler asked for a retry time out of range; the default backoff is used");
+            let message = format!("{message} (retry time refused: {e}; default backoff used)");
+            Settle::fail(lease, message, Retry::Backoff)
+        }
     }
 }
 

@@ -7,6 +7,13 @@
 //! finds the lease lost (cancelled, or expired and taken over), the job's task is
 //! aborted, which stops its handler: someone else owns the job now.
 //!
+//! So is a job whose lease runs out while no beat gets through (the server unreachable,
+//! a beat that hangs): past that point another worker may hold the job, and the
+//! handler must not run on beside it. The keeper reckons the lease on its own clock,
+//! from when the claim or the last beat that renewed it was sent, and stops the
+//! handler half an interval before that end, a margin for its timer's resolution and
+//! the task's abort. Each beat is given one interval to answer.
+//!
 //! One task with one timer queue, rather than a timer task per job: short jobs end long
 //! before their first beat, and then all a job costs here is two messages. Heartbeats
 //! stay off the jobs' tasks, so a handler that blocks its thread does not stop them
@@ -27,11 +34,11 @@ use crate::{Backend, Error, JobId, Lease, LeaseToken};
 
 /// What the keeper is told. Every job that gets a `Started` gets one `Ended`.
 pub(super) enum Msg {
-    /// A job started: beat its lease at `first`, then every `every`; abort its task if
-    /// the lease is lost.
+    /// A job started, claimed at `claimed_at`: beat its lease from then on every
+    /// `every`; abort its task if the lease is lost.
     Started {
         lease: Lease,
-        first: Instant,
+        claimed_at: Instant,
         task: AbortHandle,
     },
     /// A job ended: its outcome was stored or given up on, or its task ended without
@@ -47,6 +54,9 @@ struct Held {
     /// beat is in flight or once the lease is lost.
     next: Instant,
     timer: Option<delay_queue::Key>,
+    /// The lease's end by the last claim or beat that set it, in the lease queue; none
+    /// once it ran out.
+    until: Option<delay_queue::Key>,
     task: AbortHandle,
 }
 
@@ -57,10 +67,18 @@ pub(super) struct Keeper {
 }
 
 impl Keeper {
+    /// How long after a claim or a renewing beat is sent the handler may run without
+    /// another: the lease, less half an interval (the interval is shorter than the
+    /// lease).
+    fn margin_less(&self) -> Duration {
+        self.length.saturating_sub(self.every / 2)
+    }
+
     /// Runs until every sender of `rx` is gone.
     pub(super) async fn run(self, mut rx: mpsc::UnboundedReceiver<Msg>) {
         let mut held: HashMap<Key, Held> = HashMap::new();
         let mut timers: DelayQueue<Key> = DelayQueue::new();
+        let mut leases: DelayQueue<Key> = DelayQueue::new();
         // `Ended` may overtake its `Started`: they come from different tasks.
         let mut ended_early: HashSet<Key> = HashSet::new();
         let mut beating = FuturesUnordered::new();
@@ -68,11 +86,13 @@ impl Keeper {
             tokio::select! {
                 msg = rx.recv() => match msg {
                     None => break,
-                    Some(Msg::Started { lease, first, task }) => {
+                    Some(Msg::Started { lease, claimed_at, task }) => {
                         let key = (lease.job, lease.token);
                         if !ended_early.remove(&key) {
+                            let first = claimed_at + self.every;
                             let timer = Some(timers.insert_at(key, first));
-                            held.insert(key, Held { lease, next: first, timer, task });
+                            let until = Some(leases.insert_at(key, claimed_at + self.margin_less()));
+                            held.insert(key, Held { lease, next: first, timer, until, task });
                         }
                     }
                     Some(Msg::Ended(job, token)) => {
@@ -81,6 +101,9 @@ impl Keeper {
                             Some(h) => {
                                 if let Some(timer) = h.timer {
                                     timers.remove(&timer);
+                                }
+                                if let Some(until) = h.until {
+                                    leases.remove(&until);
                                 }
                             }
                             None => {
@@ -93,18 +116,40 @@ impl Keeper {
                     let key = expired.into_inner();
                     if let Some(h) = held.get_mut(&key) {
                         h.timer = None;
-                        let (backend, lease, length) = (self.backend.clone(), h.lease.clone(), self.length);
+                        let (backend, lease, length, every) = (self.backend.clone(), h.lease.clone(), self.length, self.every);
                         // A backend that panics fails this beat, not the keeper.
                         beating.push(async move {
+                            let sent = Instant::now();
                             let beat = AssertUnwindSafe(backend.heartbeat(&lease, length)).catch_unwind();
-                            let result = beat.await.unwrap_or_else(|_| Err(Error::backend("heartbeat panicked")));
-                            (key, result)
+                            let result = match tokio::time::timeout(every, beat).await {
+                                Ok(Ok(result)) => result,
+                                Ok(Err(_)) => Err(Error::backend("heartbeat panicked")),
+                                Err(_) => Err(Error::backend("heartbeat timed out")),
+                            };
+                            (key, sent, result)
                         });
                     }
                 }
-                Some((key, result)) = beating.next(), if !beating.is_empty() => {
-                    // Ended meanwhile: nothing to beat or abort.
+                Some(ran_out) = leases.next(), if !leases.is_empty() => {
+                    let key = ran_out.into_inner();
+                    if let Some(h) = held.get_mut(&key) {
+                        h.until = None;
+                        let lease = &h.lease;
+                        // Its outcome is with the settler, which the server will judge.
+                        if !h.task.is_finished() {
+                            h.task.abort();
+                            tracing::warn!(queue = %lease.queue, id = %lease.job, attempt = lease.attempt, "lease ran out with no heartbeat through; handler stopped");
+                        }
+                        // Kept, without beats, until its `Ended`.
+                        if let Some(timer) = h.timer.take() {
+                            timers.remove(&timer);
+                        }
+                    }
+                }
+                Some((key, sent, result)) = beating.next(), if !beating.is_empty() => {
+                    // Ended meanwhile, or its lease ran out: nothing to beat or abort.
                     let Some(h) = held.get_mut(&key) else { continue };
+                    let Some(until) = h.until else { continue };
                     match result {
                         Err(Error::StaleLease) => {
                             let lease = &h.lease;
@@ -118,8 +163,9 @@ impl Keeper {
                             // Kept, without beats, until its `Ended`.
                         }
                         other => {
-                            if let Err(e) = other {
-                                tracing::warn!(error = %e, "heartbeat failed; will retry");
+                            match other {
+                                Ok(_) => leases.reset_at(&until, sent + self.margin_less()),
+                                Err(e) => tracing::warn!(error = %e, "heartbeat failed; will retry"),
                             }
                             // On schedule; after a beat that overran it, one interval on.
                             let now = Instant::now();

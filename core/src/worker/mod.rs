@@ -6,12 +6,16 @@
 //!   cannot starve another (W1, W5);
 //! - runs the handler of each job in its own task, while one keeper task heartbeats
 //!   every started job's lease (every lease/3 by default) until its outcome is stored
-//!   or given up on; a handler
-//!   error fails the job (retryable unless permanent), a panic fails it with the panic
-//!   text, a handler past its timeout is failed (W3);
+//!   or given up on; a handler whose lease is lost (revoked, taken over, or about to
+//!   run out with no heartbeat getting through) is stopped, so it never runs beside
+//!   the job's next attempt (W1);
+//! - a handler error fails the job (retryable unless permanent; a retry time the
+//!   backends would refuse falls back to the default backoff), a panic fails it with
+//!   the panic text, a handler past its timeout is failed (W3);
 //! - hands outcomes to a settler that acknowledges many in one `settle_many` call,
 //!   flushed after a few milliseconds, when enough wait, or at once when the worker
-//!   has run dry (W1);
+//!   has run dry (W1); a call refused as a whole is settled again one outcome at a
+//!   time, so one bad outcome costs only its own job;
 //! - claims again as soon as a slot frees; when idle it waits for the backend's
 //!   events, and polls with bounded backoff (at most 1 s by default) as a fallback (W2);
 //! - optionally ([`WorkerBuilder::prefetch`]) claims ahead of its free slots into a

@@ -232,10 +232,13 @@ impl Runner {
             let task = self.jobs.spawn(self.template.clone_for_job().start(job));
             // Heartbeats are timed from the claim: a job that waited in the prefetch
             // buffer is renewed on the same schedule as any other.
-            let first = claimed_at + self.heartbeat_every;
             if self
                 .keeper
-                .send(keeper::Msg::Started { lease, first, task })
+                .send(keeper::Msg::Started {
+                    lease,
+                    claimed_at,
+                    task,
+                })
                 .is_err()
             {
                 tracing::error!(

@@ -104,6 +104,18 @@ impl Settler {
                     self.record(settle, &result);
                 }
             }
+            // Refused as a whole for one bad outcome: the others are settled one by one,
+            // so only that one is lost (its lease expires, and the job runs again).
+            Err(Error::InvalidInput { .. }) if n > 1 => {
+                for settle in batch {
+                    let result = settle_retrying(&*self.backend, std::slice::from_ref(&settle))
+                        .await
+                        .and_then(|mut r| {
+                            r.pop().unwrap_or_else(|| Err(Error::backend("no result")))
+                        });
+                    self.record(&settle, &result);
+                }
+            }
             Err(e) => {
                 self.stats.add_lost(n);
                 tracing::error!(error = %e, jobs = n, "could not settle; their leases will expire and the jobs run again");

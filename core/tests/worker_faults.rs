@@ -1,0 +1,320 @@
+//! The worker runtime when its backend misbehaves or its timers race (SPEC W1, W3, W4,
+//! L6): heartbeats that fail or hang, a settle call refused as a whole, a retry time
+//! out of range, a handler that returns as the shutdown deadline passes.
+
+mod support;
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicU32, Ordering},
+    },
+    time::Duration,
+};
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use relayq_core::{
+    memory::MemoryBackend,
+    worker::{JobError, Worker},
+    *,
+};
+use support::{builder, enqueue_n, queue, state, until};
+use tokio::sync::{Notify, broadcast};
+
+/// How [`Faulty`] answers heartbeats.
+#[derive(Clone, Copy)]
+enum Beats {
+    Pass,
+    Fail,
+    Hang,
+}
+
+/// The memory backend, but for its heartbeats (see [`Beats`]) and for settle calls
+/// that hold a failure whose error is `poison`: those are refused as a whole with
+/// `InvalidInput`, as every backend refuses a call with one bad entry.
+struct Faulty {
+    inner: Arc<MemoryBackend>,
+    beats: Beats,
+}
+
+impl Events for Faulty {
+    fn subscribe(&self) -> Option<broadcast::Receiver<Event>> {
+        self.inner.subscribe()
+    }
+}
+
+#[async_trait]
+impl Enqueue for Faulty {
+    async fn enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
+        self.inner.enqueue(jobs).await
+    }
+}
+
+#[async_trait]
+impl Claim for Faulty {
+    async fn claim(&self, req: ClaimRequest) -> Result<Vec<ClaimedJob>> {
+        self.inner.claim(req).await
+    }
+}
+
+#[async_trait]
+impl Complete for Faulty {
+    async fn settle_many(&self, settles: Vec<Settle>) -> Result<Vec<Result<Settled>>> {
+        let poisoned = settles
+            .iter()
+            .any(|s| matches!(&s.outcome, Outcome::Fail { error, .. } if error == "poison"));
+        if poisoned {
+            return Err(Error::invalid("retry", "refused for the test"));
+        }
+        self.inner.settle_many(settles).await
+    }
+
+    async fn heartbeat(&self, lease: &Lease, extend: Duration) -> Result<DateTime<Utc>> {
+        match self.beats {
+            Beats::Pass => self.inner.heartbeat(lease, extend).await,
+            Beats::Fail => Err(Error::backend("unreachable, for the test")),
+            Beats::Hang => std::future::pending().await,
+        }
+    }
+}
+
+#[async_trait]
+impl OrderBarrier for Faulty {
+    async fn open_batch(&self, queue: &str, on_failure: OnFailure) -> Result<Batch> {
+        self.inner.open_batch(queue, on_failure).await
+    }
+    async fn seal(&self, batch: &Batch) -> Result<()> {
+        self.inner.seal(batch).await
+    }
+    async fn batch_progress(&self, batch: &Batch) -> Result<BatchProgress> {
+        self.inner.batch_progress(batch).await
+    }
+}
+
+#[async_trait]
+impl Inspect for Faulty {
+    async fn queue_stats(&self, queue: &str) -> Result<QueueStats> {
+        self.inner.queue_stats(queue).await
+    }
+    async fn job(&self, queue: &str, id: JobId) -> Result<JobInfo> {
+        self.inner.job(queue, id).await
+    }
+    async fn running(&self, queue: &str) -> Result<Vec<RunningJob>> {
+        self.inner.running(queue).await
+    }
+    async fn batches(&self, queue: &str, limit: u32) -> Result<Vec<BatchProgress>> {
+        self.inner.batches(queue, limit).await
+    }
+    async fn dead_jobs(&self, queue: &str, limit: u32) -> Result<Vec<JobInfo>> {
+        self.inner.dead_jobs(queue, limit).await
+    }
+}
+
+#[async_trait]
+impl Admin for Faulty {
+    async fn pause(&self, queue: &str) -> Result<()> {
+        self.inner.pause(queue).await
+    }
+    async fn resume(&self, queue: &str) -> Result<()> {
+        self.inner.resume(queue).await
+    }
+    async fn set_max_running(&self, queue: &str, max_running: Option<u32>) -> Result<()> {
+        self.inner.set_max_running(queue, max_running).await
+    }
+    async fn cancel_job(&self, queue: &str, id: JobId) -> Result<bool> {
+        self.inner.cancel_job(queue, id).await
+    }
+    async fn cancel_batch(&self, batch: &Batch) -> Result<u64> {
+        self.inner.cancel_batch(batch).await
+    }
+    async fn retry_dead(&self, queue: &str, ids: Option<&[JobId]>) -> Result<u64> {
+        self.inner.retry_dead(queue, ids).await
+    }
+    async fn maintain(&self, queue: &str, retention: Duration) -> Result<Maintenance> {
+        self.inner.maintain(queue, retention).await
+    }
+}
+
+/// SPEC W1: a lease whose heartbeats never get through (they fail, or hang) stops its
+/// handler before the lease runs out: when the job is claimed again (here by the same
+/// worker, which has a free slot), the first attempt's handler no longer runs.
+#[tokio::test]
+async fn w1_a_lease_no_heartbeat_renews_stops_the_handler() {
+    /// Counts the handlers running now; drops when the handler stops or is stopped.
+    struct Live(Arc<AtomicU32>);
+    impl Drop for Live {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+    for beats in [Beats::Fail, Beats::Hang] {
+        let b = Arc::new(MemoryBackend::new());
+        let q = queue();
+        let id = enqueue_n(&b, &q, 1, 3).await[0];
+        let (live, most) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(0)));
+        let (live2, most2) = (live.clone(), most.clone());
+        let faulty = Arc::new(Faulty {
+            inner: b.clone(),
+            beats,
+        });
+        let w = Worker::builder(faulty, [q.clone()])
+            .concurrency(2)
+            .lease(Duration::from_millis(300))
+            .handler(move |_job: ClaimedJob| {
+                let now = live2.fetch_add(1, Ordering::SeqCst) + 1;
+                most2.fetch_max(now, Ordering::SeqCst);
+                let guard = Live(live2.clone());
+                async move {
+                    tokio::time::sleep(Duration::from_secs(60)).await;
+                    drop(guard);
+                    Ok::<_, JobError>(())
+                }
+            })
+            .build()
+            .unwrap()
+            .spawn();
+        until("job claimed a second time", async || {
+            b.job(&q, id).await.unwrap().attempts >= 2
+        })
+        .await;
+        w.shutdown().await.unwrap();
+        assert_eq!(
+            most.load(Ordering::SeqCst),
+            1,
+            "a handler ran on beside the next attempt of its job"
+        );
+    }
+}
+
+/// SPEC W3, L6: a handler that asks for a retry time the backends refuse fails its job
+/// on the default backoff, saying why, and the outcome batched beside it is stored.
+#[tokio::test]
+async fn w3_a_retry_time_out_of_range_fails_only_its_job() {
+    let b = Arc::new(MemoryBackend::new());
+    let q = queue();
+    let [good, bad] = enqueue_n(&b, &q, 2, 3).await[..] else {
+        unreachable!()
+    };
+    // The good job returns only after the bad one did, and both return before the
+    // worker runs dry: their outcomes go to the settler in one batch.
+    let bad_done = Arc::new(Notify::new());
+    let w = builder(&b, &q)
+        .concurrency(2)
+        .settle_delay(Duration::from_secs(1))
+        .handler(move |job: ClaimedJob| {
+            let bad_done = bad_done.clone();
+            async move {
+                if job.payload[0] == 1 {
+                    bad_done.notify_one();
+                    return Err(JobError::retryable("x").retry_after(Duration::MAX));
+                }
+                bad_done.notified().await;
+                Ok(())
+            }
+        })
+        .build()
+        .unwrap()
+        .spawn();
+    until("good job succeeded", async || {
+        state(&b, &q, good).await == JobState::Succeeded
+    })
+    .await;
+    until("bad job's attempt closed", async || {
+        !b.job(&q, bad).await.unwrap().attempt_log.is_empty()
+    })
+    .await;
+    let report = w.shutdown().await.unwrap();
+    assert_eq!(report.lost, 0);
+    assert_eq!(b.job(&q, good).await.unwrap().attempts, 1);
+    let info = b.job(&q, bad).await.unwrap();
+    let first = &info.attempt_log[0];
+    assert_eq!(first.outcome, AttemptOutcome::Failed);
+    let error = first.error.as_deref().unwrap();
+    assert!(
+        error.starts_with("x (retry time refused:"),
+        "the error says why the backoff was used: {error}"
+    );
+    assert_ne!(info.state, JobState::Dead, "attempts were left");
+}
+
+/// SPEC L6: a settle call refused as a whole for one outcome (here by a backend that
+/// refuses failures named `poison`) is settled again one outcome at a time, so the
+/// others are stored and only that one is lost.
+#[tokio::test]
+async fn w1_a_refused_settle_call_loses_only_the_bad_outcome() {
+    let b = Arc::new(MemoryBackend::new());
+    let q = queue();
+    let [good, bad] = enqueue_n(&b, &q, 2, 3).await[..] else {
+        unreachable!()
+    };
+    let bad_done = Arc::new(Notify::new());
+    let faulty = Arc::new(Faulty {
+        inner: b.clone(),
+        beats: Beats::Pass,
+    });
+    let w = Worker::builder(faulty, [q.clone()])
+        .concurrency(2)
+        .settle_delay(Duration::from_secs(1))
+        .handler(move |job: ClaimedJob| {
+            let bad_done = bad_done.clone();
+            async move {
+                if job.payload[0] == 1 {
+                    bad_done.notify_one();
+                    return Err(JobError::permanent("poison"));
+                }
+                bad_done.notified().await;
+                Ok(())
+            }
+        })
+        .build()
+        .unwrap()
+        .spawn();
+    until("good job succeeded", async || {
+        state(&b, &q, good).await == JobState::Succeeded
+    })
+    .await;
+    let report = w.shutdown().await.unwrap();
+    assert_eq!((report.succeeded, report.lost), (1, 1));
+    assert_eq!(b.job(&q, good).await.unwrap().attempts, 1);
+    assert_eq!(state(&b, &q, bad).await, JobState::Running);
+}
+
+/// SPEC W4: a handler that returns in the same instant as the shutdown deadline passes
+/// has done its work: its job completes, and is not released to run again. (Time is
+/// paused: the handler starts its last 200 ms once the shutdown's 200 ms began, so both
+/// end on one tick, the deadline's timer first.)
+#[tokio::test(start_paused = true)]
+async fn w4_a_handler_done_at_the_shutdown_deadline_completes() {
+    for round in 0..20 {
+        let b = Arc::new(MemoryBackend::new());
+        let q = queue();
+        let id = enqueue_n(&b, &q, 1, 3).await[0];
+        let (started, go) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+        let (started2, go2) = (started.clone(), go.clone());
+        let w = builder(&b, &q)
+            .shutdown_timeout(Duration::from_millis(200))
+            .handler(move |_job: ClaimedJob| {
+                let (started, go) = (started2.clone(), go2.clone());
+                async move {
+                    started.notify_one();
+                    go.notified().await;
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    Ok::<_, JobError>(())
+                }
+            })
+            .build()
+            .unwrap()
+            .spawn();
+        started.notified().await;
+        let stopping = tokio::spawn(w.shutdown());
+        // Long enough for the shutdown to reach its deadline's timer; no time passes.
+        for _ in 0..50 {
+            tokio::task::yield_now().await;
+        }
+        go.notify_one();
+        let report = stopping.await.unwrap().unwrap();
+        assert_eq!((report.succeeded, report.released), (1, 0), "round {round}");
+        assert_eq!(state(&b, &q, id).await, JobState::Succeeded);
+    }
+}
