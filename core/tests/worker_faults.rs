@@ -1,6 +1,7 @@
 //! The worker runtime when its backend misbehaves or its timers race (SPEC W1, W3, W4,
 //! L6): heartbeats that fail or hang, a settle call refused as a whole, a retry time
-//! out of range, a handler that returns as the shutdown deadline passes.
+//! out of range, a claim that panics, a handler that returns as the shutdown deadline
+//! passes.
 
 mod support;
 
@@ -30,12 +31,26 @@ enum Beats {
     Hang,
 }
 
-/// The memory backend, but for its heartbeats (see [`Beats`]) and for settle calls
-/// that hold a failure whose error is `poison`: those are refused as a whole with
-/// `InvalidInput`, as every backend refuses a call with one bad entry.
+/// The memory backend, but for its heartbeats (see [`Beats`]), for settle calls that
+/// hold a failure whose error is `poison` (those are refused as a whole with
+/// `InvalidInput`, as every backend refuses a call with one bad entry), and, with
+/// `panic_claims`, for every claim after the first, which panics.
 struct Faulty {
     inner: Arc<MemoryBackend>,
     beats: Beats,
+    panic_claims: bool,
+    claims: AtomicU32,
+}
+
+impl Faulty {
+    fn new(inner: &Arc<MemoryBackend>, beats: Beats) -> Arc<Self> {
+        Arc::new(Self {
+            inner: inner.clone(),
+            beats,
+            panic_claims: false,
+            claims: AtomicU32::new(0),
+        })
+    }
 }
 
 impl Events for Faulty {
@@ -54,6 +69,11 @@ impl Enqueue for Faulty {
 #[async_trait]
 impl Claim for Faulty {
     async fn claim(&self, req: ClaimRequest) -> Result<Vec<ClaimedJob>> {
+        let earlier = self.claims.fetch_add(1, Ordering::SeqCst);
+        assert!(
+            !self.panic_claims || earlier == 0,
+            "a claim panicked, for the test"
+        );
         self.inner.claim(req).await
     }
 }
@@ -154,10 +174,7 @@ async fn w1_a_lease_no_heartbeat_renews_stops_the_handler() {
         let id = enqueue_n(&b, &q, 1, 3).await[0];
         let (live, most) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(0)));
         let (live2, most2) = (live.clone(), most.clone());
-        let faulty = Arc::new(Faulty {
-            inner: b.clone(),
-            beats,
-        });
+        let faulty = Faulty::new(&b, beats);
         let w = Worker::builder(faulty, [q.clone()])
             .concurrency(2)
             .lease(Duration::from_millis(300))
@@ -249,10 +266,7 @@ async fn w1_a_refused_settle_call_loses_only_the_bad_outcome() {
         unreachable!()
     };
     let bad_done = Arc::new(Notify::new());
-    let faulty = Arc::new(Faulty {
-        inner: b.clone(),
-        beats: Beats::Pass,
-    });
+    let faulty = Faulty::new(&b, Beats::Pass);
     let w = Worker::builder(faulty, [q.clone()])
         .concurrency(2)
         .settle_delay(Duration::from_secs(1))
@@ -316,5 +330,39 @@ async fn w4_a_handler_done_at_the_shutdown_deadline_completes() {
         let report = stopping.await.unwrap().unwrap();
         assert_eq!((report.succeeded, report.released), (1, 0), "round {round}");
         assert_eq!(state(&b, &q, id).await, JobState::Succeeded);
+    }
+}
+
+/// SPEC W4: a backend whose claim panics fails that claim, not the worker: its running
+/// jobs are still released at shutdown, their attempts not counted.
+#[tokio::test]
+async fn w4_a_claim_that_panics_leaves_the_worker_running() {
+    let b = Arc::new(MemoryBackend::new());
+    let q = queue();
+    let ids = enqueue_n(&b, &q, 2, 3).await;
+    let faulty = Arc::new(Faulty {
+        panic_claims: true,
+        ..Arc::into_inner(Faulty::new(&b, Beats::Pass)).unwrap()
+    });
+    let w = Worker::builder(faulty.clone(), [q.clone()])
+        .concurrency(3)
+        .shutdown_timeout(Duration::from_millis(100))
+        .handler(|_job: ClaimedJob| async move {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            Ok::<_, JobError>(())
+        })
+        .build()
+        .unwrap()
+        .spawn();
+    // The first claim took both jobs; the next, for the free slot, panics.
+    until("a claim panicked", async || {
+        faulty.claims.load(Ordering::SeqCst) >= 2
+    })
+    .await;
+    let report = w.shutdown().await.expect("the worker outlived the panic");
+    assert_eq!(report.released, 2);
+    for id in ids {
+        let info = b.job(&q, id).await.unwrap();
+        assert_eq!((info.state, info.attempts), (JobState::Ready, 0));
     }
 }

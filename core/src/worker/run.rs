@@ -8,9 +8,9 @@
 //! The loop also tells the settler when the worker runs dry (nothing running or
 //! buffered, the last claim short), so that outcomes are not held back for company.
 
-use std::{pin::Pin, sync::Arc, time::Duration};
+use std::{panic::AssertUnwindSafe, pin::Pin, sync::Arc, time::Duration};
 
-use futures::{StreamExt, stream::FuturesUnordered};
+use futures::{FutureExt, StreamExt, stream::FuturesUnordered};
 use tokio::{
     sync::{broadcast, mpsc, watch},
     task::JoinSet,
@@ -26,7 +26,7 @@ use super::{
     settler::{self, Settler},
     stats::Stats,
 };
-use crate::{Backend, ClaimRequest, ClaimedJob, Event, EventKind, Result, Settle, validate};
+use crate::{Backend, ClaimRequest, ClaimedJob, Error, Event, EventKind, Result, Settle, validate};
 
 /// What one claim round brought back.
 struct Claimed {
@@ -299,7 +299,13 @@ impl Runner {
                 }
                 let queue = &queues[(start + i) % n];
                 let req = ClaimRequest::new(queue.clone(), worker.clone(), left, lease);
-                match backend.claim(req).await {
+                // A backend that panics fails this claim, not the worker: its running
+                // jobs are still settled or released.
+                let claim = AssertUnwindSafe(backend.claim(req)).catch_unwind();
+                let claimed = claim
+                    .await
+                    .unwrap_or_else(|_| Err(Error::backend("claim panicked")));
+                match claimed {
                     Ok(got) => {
                         stats.add_claimed(got.len());
                         jobs.extend(got);

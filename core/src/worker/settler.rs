@@ -14,7 +14,9 @@
 //!
 //! [`Runner`]: super::run::Runner
 
-use std::{sync::Arc, time::Duration};
+use std::{panic::AssertUnwindSafe, sync::Arc, time::Duration};
+
+use futures::FutureExt;
 
 use backon::{ExponentialBuilder, Retryable};
 use tokio::{
@@ -41,12 +43,17 @@ pub(super) struct Settler {
 }
 
 /// `settle_many`, retried a few times with backoff on backend errors (not on invalid
-/// input, which would fail again).
+/// input, which would fail again). A backend that panics fails the call, not the
+/// worker.
 pub(super) async fn settle_retrying(
     backend: &dyn Backend,
     batch: &[Settle],
 ) -> crate::Result<Vec<crate::Result<Settled>>> {
-    let attempt = || backend.settle_many(batch.to_vec());
+    let attempt = || {
+        AssertUnwindSafe(backend.settle_many(batch.to_vec()))
+            .catch_unwind()
+            .map(|r| r.unwrap_or_else(|_| Err(Error::backend("settle_many panicked"))))
+    };
     attempt
         .retry(
             ExponentialBuilder::default()
