@@ -362,6 +362,10 @@ impl JobRun {
 
 /// Waits for an event about one of `queues`; true on such an event (or a lag, which may
 /// have hidden one). Without events, or once the channel closes, never returns.
+///
+/// Events already queued behind it are dropped: the claim that follows sees what they
+/// announce, so a burst (many enqueues, or one message copied by several servers) is
+/// one wake-up and one claim, not one each.
 async fn next_event(events: &mut Option<broadcast::Receiver<Event>>, queues: &[String]) -> bool {
     let Some(rx) = events.as_mut() else {
         return std::future::pending().await;
@@ -369,6 +373,11 @@ async fn next_event(events: &mut Option<broadcast::Receiver<Event>>, queues: &[S
     loop {
         match rx.recv().await {
             Ok(ev) if ev.kind == EventKind::Resync || queues.iter().any(|q| **q == *ev.queue) => {
+                while !matches!(
+                    rx.try_recv(),
+                    Err(broadcast::error::TryRecvError::Empty
+                        | broadcast::error::TryRecvError::Closed)
+                ) {}
                 return true;
             }
             Ok(_) => {}
