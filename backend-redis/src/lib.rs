@@ -163,7 +163,8 @@ impl RedisBackend {
     fn build(conn: Conn, prefix: &str, clients: Vec<Client>) -> Self {
         let events = EventBus::new();
         let channel = format!("{prefix}:events");
-        let listener = Listener::new(clients, channel.clone(), events.clone());
+        let cluster = matches!(conn, Conn::Cluster(_));
+        let listener = Listener::new(clients, cluster, channel.clone(), events.clone());
         Self {
             inner: Arc::new(Inner {
                 conn,

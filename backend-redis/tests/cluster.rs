@@ -2,11 +2,12 @@
 //! comma-separated list of node URLs, or one SKIPPED line). Each case's random queue
 //! names land in different slots, so the cases spread over the masters.
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
 use relayq_conformance::{Env, harness::Server};
-use relayq_core::Backend;
+use relayq_core::{Backend, Enqueue, EventKind, Events, NewJob};
 use relayq_redis::RedisBackend;
+use tokio::time::Instant;
 
 const PREFIX: &str = "relayq-cluster";
 
@@ -28,3 +29,102 @@ async fn env() -> Option<Env> {
 }
 
 relayq_conformance::suite!(env);
+
+/// Wake-ups on a cluster subscribe on every master, so a queue's `PUBLISH` reaches the
+/// subscriber from its own node, not over the cluster bus (see `listen.rs`); and an
+/// enqueue on a queue of each master wakes a second handle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wakeups_subscribe_on_every_master() {
+    let Some(urls) = relayq_conformance::harness::server_url(Server::RedisCluster).await else {
+        return;
+    };
+    let seeds: Vec<&str> = urls.split(',').map(str::trim).collect();
+    let prefix = format!("relayq-ev-{}", uuid::Uuid::new_v4().simple());
+    let listening = RedisBackend::cluster(&seeds, &prefix).await.unwrap();
+    let producer = RedisBackend::cluster(&seeds, &prefix).await.unwrap();
+    let mut rx = listening.subscribe().unwrap();
+    let channel = format!("{prefix}:events");
+
+    // The masters, and a queue whose slot each one serves.
+    let seed = redis::Client::open(seeds[0]).unwrap();
+    let mut conn = seed.get_multiplexed_async_connection().await.unwrap();
+    let slots: Vec<(u16, u16, (String, u16))> = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query_async::<Vec<redis::Value>>(&mut conn)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| {
+            let redis::Value::Array(r) = r else {
+                panic!("{r:?}")
+            };
+            let (start, end, master) = (r[0].clone(), r[1].clone(), r[2].clone());
+            let master: Vec<redis::Value> = redis::from_redis_value(master).unwrap();
+            (
+                redis::from_redis_value(start).unwrap(),
+                redis::from_redis_value(end).unwrap(),
+                (
+                    redis::from_redis_value(master[0].clone()).unwrap(),
+                    redis::from_redis_value(master[1].clone()).unwrap(),
+                ),
+            )
+        })
+        .collect();
+    let mut masters: Vec<(String, u16)> = slots.iter().map(|s| s.2.clone()).collect();
+    masters.sort();
+    masters.dedup();
+
+    let deadline = Instant::now() + Duration::from_secs(15);
+    for (host, port) in &masters {
+        let node = redis::Client::open(format!("redis://{host}:{port}")).unwrap();
+        let mut node = node.get_multiplexed_async_connection().await.unwrap();
+        loop {
+            let (_, n): (String, u64) = redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg(&channel)
+                .query_async(&mut node)
+                .await
+                .unwrap();
+            if n >= 1 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no subscriber on master {host}:{port}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    for master in &masters {
+        let mut queue = String::new();
+        for i in 0.. {
+            queue = format!("ev{i}");
+            let slot: u16 = redis::cmd("CLUSTER")
+                .arg("KEYSLOT")
+                .arg(listening.queue_key(&queue))
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            let served = |(start, end, m): &(u16, u16, (String, u16))| {
+                m == master && (*start..=*end).contains(&slot)
+            };
+            if slots.iter().any(served) {
+                break;
+            }
+        }
+        producer
+            .enqueue_one(NewJob::new(&queue, b"x".to_vec()))
+            .await
+            .unwrap();
+        loop {
+            let ev = tokio::time::timeout_at(deadline, rx.recv())
+                .await
+                .unwrap_or_else(|_| panic!("no wake-up for {queue} on {master:?}"))
+                .unwrap();
+            if *ev.queue == *queue && ev.kind == EventKind::Ready {
+                break;
+            }
+        }
+    }
+}
