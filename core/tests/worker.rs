@@ -294,6 +294,32 @@ async fn w1_heartbeat_keeps_a_long_job_alive_past_its_first_lease() {
     assert_eq!(info.attempt_log.len(), 1);
 }
 
+/// A heartbeat interval near the lease (here three quarters of it) still renews the lease
+/// in time: the keeper's own deadline for the lease comes after each beat is due.
+#[tokio::test]
+async fn w1_a_long_heartbeat_interval_keeps_the_lease() {
+    let b = Arc::new(MemoryBackend::new());
+    let q = queue();
+    let id = enqueue_n(&b, &q, 1, 3).await[0];
+    let w = builder(&b, &q)
+        .lease(Duration::from_millis(600))
+        .heartbeat(Duration::from_millis(450))
+        .handler(|_job: ClaimedJob| async move {
+            sleep(Duration::from_millis(1000)).await;
+            Ok::<_, JobError>(())
+        })
+        .build()
+        .unwrap()
+        .spawn();
+    until("job succeeded", async || {
+        state(&b, &q, id).await == JobState::Succeeded
+    })
+    .await;
+    w.shutdown().await.unwrap();
+    let info = b.job(&q, id).await.unwrap();
+    assert_eq!((info.attempts, info.attempt_log.len()), (1, 1));
+}
+
 /// Heartbeats come from a task of their own, so a handler that blocks its thread (which
 /// it should not, but CPU-bound or synchronous code does) still keeps its lease while
 /// the runtime has another thread.

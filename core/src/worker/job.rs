@@ -16,7 +16,7 @@ use std::{
     panic::AssertUnwindSafe,
     sync::{
         Arc,
-        atomic::{AtomicU32, Ordering},
+        atomic::{AtomicBool, AtomicU32, Ordering},
     },
     time::Duration,
 };
@@ -79,17 +79,24 @@ impl JobRun {
     /// Takes a slot now (so the claim loop counts it at once) and returns the job's
     /// future, to be spawned as its task. The job's [`Ended`] guard is made here too, so
     /// that the keeper hears of a task dropped before it first ran.
-    pub(super) fn start(self, job: ClaimedJob) -> impl Future<Output = ()> + Send + 'static {
+    ///
+    /// `handed` is set once the handler's outcome is decided and on its way to the
+    /// settler: the keeper no longer stops the task then.
+    pub(super) fn start(
+        self,
+        job: ClaimedJob,
+        handed: Arc<AtomicBool>,
+    ) -> impl Future<Output = ()> + Send + 'static {
         let slot = self.slots.take();
         let ended = Ended {
             keeper: self.keeper.clone(),
             job: job.lease.job,
             token: job.lease.token,
         };
-        self.run(job, slot, ended)
+        self.run(job, slot, ended, handed)
     }
 
-    async fn run(self, job: ClaimedJob, slot: Slot, ended: Ended) {
+    async fn run(self, job: ClaimedJob, slot: Slot, ended: Ended, handed: Arc<AtomicBool>) {
         let lease = job.lease.clone();
         let span = tracing::info_span!("relayq.job", queue = %lease.queue, id = %lease.job, attempt = lease.attempt);
         // Dropping this future (timeout, shutdown, or the keeper aborting the task) stops
@@ -125,6 +132,7 @@ impl JobRun {
             }
             () = self.abort.cancelled() => Settle::release(lease),
         };
+        handed.store(true, Ordering::SeqCst);
         span.in_scope(|| tracing::debug!(outcome = ?settle.outcome, "job done"));
         // The guard goes along: the settler drops it once done with the outcome. If the
         // send fails (the settler panicked), it drops here.

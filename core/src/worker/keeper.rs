@@ -11,8 +11,10 @@
 //! a beat that hangs): past that point another worker may hold the job, and the
 //! handler must not run on beside it. The keeper reckons the lease on its own clock,
 //! from when the claim or the last beat that renewed it was sent, and stops the
-//! handler half an interval before that end, a margin for its timer's resolution and
-//! the task's abort. Each beat is given one interval to answer.
+//! handler a margin before that end (see [`Keeper::margin_less`]). Each beat is given
+//! one interval to answer. A job whose outcome is already with the settler is not
+//! stopped (there is nothing left to stop, and the outcome may still be stored) and
+//! its lease is beaten on.
 //!
 //! One task with one timer queue, rather than a timer task per job: short jobs end long
 //! before their first beat, and then all a job costs here is two messages. Heartbeats
@@ -22,7 +24,10 @@
 use std::{
     collections::{HashMap, HashSet},
     panic::AssertUnwindSafe,
-    sync::Arc,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
     time::Duration,
 };
 
@@ -35,11 +40,13 @@ use crate::{Backend, Error, JobId, Lease, LeaseToken};
 /// What the keeper is told. Every job that gets a `Started` gets one `Ended`.
 pub(super) enum Msg {
     /// A job started, claimed at `claimed_at`: beat its lease from then on every
-    /// `every`; abort its task if the lease is lost.
+    /// `every`; abort its task if the lease is lost, unless `handed` says its outcome
+    /// went to the settler.
     Started {
         lease: Lease,
         claimed_at: Instant,
         task: AbortHandle,
+        handed: Arc<AtomicBool>,
     },
     /// A job ended: its outcome was stored or given up on, or its task ended without
     /// one. Its lease needs no more beats.
@@ -58,6 +65,7 @@ struct Held {
     /// once it ran out.
     until: Option<delay_queue::Key>,
     task: AbortHandle,
+    handed: Arc<AtomicBool>,
 }
 
 pub(super) struct Keeper {
@@ -68,10 +76,13 @@ pub(super) struct Keeper {
 
 impl Keeper {
     /// How long after a claim or a renewing beat is sent the handler may run without
-    /// another: the lease, less half an interval (the interval is shorter than the
-    /// lease).
+    /// another: the lease, less a margin for the timer's resolution and the task's
+    /// abort. The margin is half of the shorter of the interval and what the lease
+    /// leaves after it, so the next beat is always due before the deadline (at the
+    /// default interval, lease/3, the margin is lease/6).
     fn margin_less(&self) -> Duration {
-        self.length.saturating_sub(self.every / 2)
+        let after = self.length.saturating_sub(self.every);
+        self.length.saturating_sub(self.every.min(after) / 2)
     }
 
     /// Runs until every sender of `rx` is gone.
@@ -84,15 +95,18 @@ impl Keeper {
         let mut beating = FuturesUnordered::new();
         loop {
             tokio::select! {
+                // A beat's answer before a lease's end seen in the same poll: a beat
+                // that renewed the lease must not lose to its old deadline.
+                biased;
                 msg = rx.recv() => match msg {
                     None => break,
-                    Some(Msg::Started { lease, claimed_at, task }) => {
+                    Some(Msg::Started { lease, claimed_at, task, handed }) => {
                         let key = (lease.job, lease.token);
                         if !ended_early.remove(&key) {
                             let first = claimed_at + self.every;
                             let timer = Some(timers.insert_at(key, first));
                             let until = Some(leases.insert_at(key, claimed_at + self.margin_less()));
-                            held.insert(key, Held { lease, next: first, timer, until, task });
+                            held.insert(key, Held { lease, next: first, timer, until, task, handed });
                         }
                     }
                     Some(Msg::Ended(job, token)) => {
@@ -130,30 +144,18 @@ impl Keeper {
                         });
                     }
                 }
-                Some(ran_out) = leases.next(), if !leases.is_empty() => {
-                    let key = ran_out.into_inner();
-                    if let Some(h) = held.get_mut(&key) {
-                        h.until = None;
-                        let lease = &h.lease;
-                        // Its outcome is with the settler, which the server will judge.
-                        if !h.task.is_finished() {
-                            h.task.abort();
-                            tracing::warn!(queue = %lease.queue, id = %lease.job, attempt = lease.attempt, "lease ran out with no heartbeat through; handler stopped");
-                        }
-                        // Kept, without beats, until its `Ended`.
-                        if let Some(timer) = h.timer.take() {
-                            timers.remove(&timer);
-                        }
-                    }
-                }
                 Some((key, sent, result)) = beating.next(), if !beating.is_empty() => {
-                    // Ended meanwhile, or its lease ran out: nothing to beat or abort.
+                    // Ended meanwhile: nothing to beat or abort.
                     let Some(h) = held.get_mut(&key) else { continue };
-                    let Some(until) = h.until else { continue };
+                    let handed = h.handed.load(Ordering::SeqCst);
+                    // Its lease ran out and its handler was stopped: no more beats.
+                    if h.until.is_none() && !handed {
+                        continue;
+                    }
                     match result {
                         Err(Error::StaleLease) => {
                             let lease = &h.lease;
-                            if h.task.is_finished() {
+                            if handed || h.task.is_finished() {
                                 // Most likely stored just now, before its `Ended` came.
                                 tracing::debug!(queue = %lease.queue, id = %lease.job, "lease gone after the job's task ended");
                             } else {
@@ -164,13 +166,33 @@ impl Keeper {
                         }
                         other => {
                             match other {
-                                Ok(_) => leases.reset_at(&until, sent + self.margin_less()),
+                                Ok(_) => {
+                                    if let Some(until) = &h.until {
+                                        leases.reset_at(until, sent + self.margin_less());
+                                    }
+                                }
                                 Err(e) => tracing::warn!(error = %e, "heartbeat failed; will retry"),
                             }
                             // On schedule; after a beat that overran it, one interval on.
                             let now = Instant::now();
                             h.next = Some(h.next + self.every).filter(|t| *t > now).unwrap_or(now + self.every);
                             h.timer = Some(timers.insert_at(key, h.next));
+                        }
+                    }
+                }
+                Some(ran_out) = leases.next(), if !leases.is_empty() => {
+                    let key = ran_out.into_inner();
+                    if let Some(h) = held.get_mut(&key) {
+                        h.until = None;
+                        let lease = &h.lease;
+                        // An outcome with the settler is beaten on: the server judges it.
+                        if !h.handed.load(Ordering::SeqCst) {
+                            h.task.abort();
+                            tracing::warn!(queue = %lease.queue, id = %lease.job, attempt = lease.attempt, "lease ran out with no heartbeat through; handler stopped");
+                            // Kept, without beats, until its `Ended`.
+                            if let Some(timer) = h.timer.take() {
+                                timers.remove(&timer);
+                            }
                         }
                     }
                 }

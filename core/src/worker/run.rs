@@ -8,7 +8,12 @@
 //! The loop also tells the settler when the worker runs dry (nothing running or
 //! buffered, the last claim short), so that outcomes are not held back for company.
 
-use std::{panic::AssertUnwindSafe, pin::Pin, sync::Arc, time::Duration};
+use std::{
+    panic::AssertUnwindSafe,
+    pin::Pin,
+    sync::{Arc, atomic::AtomicBool},
+    time::Duration,
+};
 
 use futures::{FutureExt, StreamExt, stream::FuturesUnordered};
 use tokio::{
@@ -229,7 +234,10 @@ impl Runner {
                 break;
             };
             let lease = job.lease.clone();
-            let task = self.jobs.spawn(self.template.clone_for_job().start(job));
+            let handed = Arc::new(AtomicBool::new(false));
+            let task = self
+                .jobs
+                .spawn(self.template.clone_for_job().start(job, handed.clone()));
             // Heartbeats are timed from the claim: a job that waited in the prefetch
             // buffer is renewed on the same schedule as any other.
             if self
@@ -238,6 +246,7 @@ impl Runner {
                     lease,
                     claimed_at,
                     task,
+                    handed,
                 })
                 .is_err()
             {
@@ -373,11 +382,16 @@ async fn next_event(events: &mut Option<broadcast::Receiver<Event>>, queues: &[S
     loop {
         match rx.recv().await {
             Ok(ev) if ev.kind == EventKind::Resync || queues.iter().any(|q| **q == *ev.queue) => {
-                while !matches!(
-                    rx.try_recv(),
-                    Err(broadcast::error::TryRecvError::Empty
-                        | broadcast::error::TryRecvError::Closed)
-                ) {}
+                // Only those queued now: under a steady stream this still returns.
+                for _ in 0..rx.len() {
+                    if matches!(
+                        rx.try_recv(),
+                        Err(broadcast::error::TryRecvError::Empty
+                            | broadcast::error::TryRecvError::Closed)
+                    ) {
+                        break;
+                    }
+                }
                 return true;
             }
             Ok(_) => {}
