@@ -11,12 +11,16 @@
 //! under 0.5. Each message now arrives once per master, first from its own; the
 //! copies are hints like any other (the worker folds a burst of them into one wake).
 
-use std::{sync::OnceLock, time::Duration};
+use std::{collections::HashMap, sync::OnceLock, time::Duration};
 
-use futures::{StreamExt, future::select_all};
+use futures::StreamExt;
 use redis::{Client, ConnectionAddr, Value};
 use relayq_core::{EventBus, EventKind};
+use tokio::time::Instant;
 use tokio_util::task::AbortOnDropHandle;
+
+/// How often a cluster's masters are listed again, to follow failovers and new nodes.
+const RELIST: Duration = Duration::from_secs(10);
 
 pub(crate) struct Listener {
     clients: Vec<Client>,
@@ -63,35 +67,38 @@ impl Listener {
 }
 
 /// Subscribes through each client in turn; on any failure, starts over with the next
-/// after a short backoff.
+/// after a backoff.
 async fn listen(clients: Vec<Client>, channel: String, events: EventBus) {
     let mut backoff = Backoff::default();
     for client in clients.iter().cycle() {
-        if subscribe(client, &channel, &events).await {
-            backoff = Backoff::default();
-        }
-        backoff.wait().await;
+        backoff.after(subscribe(client, &channel, &events)).await;
     }
 }
 
-/// Subscribes on every master the seeds name; when any subscription ends (a node
-/// failed over, left, or cannot be reached), asks the seeds again and starts over.
+/// Subscribes on every master the seeds name, each on its own (a master that is down
+/// leaves the others subscribed), and lists the masters again every [`RELIST`]: one no
+/// longer listed is let go, a new one subscribed.
 async fn listen_cluster(seeds: Vec<Client>, channel: String, events: EventBus) {
-    let mut backoff = Backoff::default();
+    let mut subs: HashMap<(String, u16), AbortOnDropHandle<()>> = HashMap::new();
     loop {
-        match masters(&seeds).await {
-            Some(masters) if !masters.is_empty() => {
-                let subs = masters
-                    .iter()
-                    .map(|m| Box::pin(subscribe(m, &channel, &events)));
-                let (subscribed, _, _) = select_all(subs).await;
-                if subscribed {
-                    backoff = Backoff::default();
+        match tokio::time::timeout(RELIST, masters(&seeds)).await {
+            Ok(Some(masters)) if !masters.is_empty() => {
+                subs.retain(|addr, _| masters.iter().any(|(a, _)| a == addr));
+                for (addr, client) in masters {
+                    subs.entry(addr).or_insert_with(|| {
+                        let (channel, events) = (channel.clone(), events.clone());
+                        AbortOnDropHandle::new(tokio::spawn(async move {
+                            let mut backoff = Backoff::default();
+                            loop {
+                                backoff.after(subscribe(&client, &channel, &events)).await;
+                            }
+                        }))
+                    });
                 }
             }
             _ => tracing::warn!(channel, "relayq cannot list the cluster's masters"),
         }
-        backoff.wait().await;
+        tokio::time::sleep(RELIST).await;
     }
 }
 
@@ -120,48 +127,58 @@ async fn subscribe(client: &Client, channel: &str, events: &EventBus) -> bool {
     true
 }
 
-/// A client for each master of the cluster, from the first seed that answers
-/// `CLUSTER SLOTS`; each keeps its seed's settings (credentials, TCP, TLS) with the
-/// master's address.
-async fn masters(seeds: &[Client]) -> Option<Vec<Client>> {
+/// Each master of the cluster by address, with a client for it, from the first seed
+/// that answers `CLUSTER SLOTS`; each client keeps its seed's settings (credentials,
+/// TCP, TLS) with the master's address.
+async fn masters(seeds: &[Client]) -> Option<Vec<((String, u16), Client)>> {
     for seed in seeds {
-        let slots: Value = match seed.get_multiplexed_async_connection().await {
-            Ok(mut conn) => match redis::cmd("CLUSTER")
-                .arg("SLOTS")
-                .query_async(&mut conn)
-                .await
-            {
-                Ok(v) => v,
-                Err(_) => continue,
-            },
-            Err(_) => continue,
+        let Ok(mut conn) = seed.get_multiplexed_async_connection().await else {
+            continue;
         };
-        let mut addrs = master_addrs(&slots);
+        let Ok(slots) = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query_async::<Value>(&mut conn)
+            .await
+        else {
+            continue;
+        };
+        let info = seed.get_connection_info();
+        let seed_host = match info.addr() {
+            ConnectionAddr::Tcp(h, _) | ConnectionAddr::TcpTls { host: h, .. } => h.clone(),
+            _ => continue,
+        };
+        let mut addrs: Vec<(String, u16)> = master_addrs(&slots)
+            .into_iter()
+            // An empty host is the asked node's own (as `CLUSTER SLOTS` says); `?` is a
+            // node whose address is unknown.
+            .filter(|(host, _)| host != "?")
+            .map(|(host, port)| {
+                let host = if host.is_empty() {
+                    seed_host.clone()
+                } else {
+                    host
+                };
+                (host, port)
+            })
+            .collect();
         addrs.sort();
         addrs.dedup();
-        let info = seed.get_connection_info();
-        return Some(
-            addrs
-                .into_iter()
-                .filter_map(|(host, port)| {
-                    let mut addr = info.addr().clone();
-                    match &mut addr {
-                        ConnectionAddr::Tcp(h, p)
-                        | ConnectionAddr::TcpTls {
-                            host: h, port: p, ..
-                        } => {
-                            // An empty host is the asked node's own (as `CLUSTER SLOTS` says).
-                            if !host.is_empty() {
-                                *h = host;
-                            }
-                            *p = port;
-                        }
-                        _ => return None,
-                    }
-                    Client::open(info.clone().set_addr(addr)).ok()
-                })
-                .collect(),
-        );
+        let with_client = |(host, port): (String, u16)| {
+            let mut addr = info.addr().clone();
+            match &mut addr {
+                ConnectionAddr::Tcp(h, p)
+                | ConnectionAddr::TcpTls {
+                    host: h, port: p, ..
+                } => {
+                    h.clone_from(&host);
+                    *p = port;
+                }
+                _ => return None,
+            }
+            let client = Client::open(info.clone().set_addr(addr)).ok()?;
+            Some(((host, port), client))
+        };
+        return Some(addrs.into_iter().filter_map(with_client).collect());
     }
     None
 }
@@ -194,7 +211,9 @@ fn master_addrs(slots: &Value) -> Vec<(String, u16)> {
         .collect()
 }
 
-/// 20 ms, doubling to 2 s.
+/// The wait before subscribing again: 20 ms, doubling to 2 s; back to 20 ms only after
+/// a subscription that held a while, so a node that takes the subscription and drops
+/// it at once is not asked again every 20 ms.
 struct Backoff(Duration);
 
 impl Default for Backoff {
@@ -204,7 +223,12 @@ impl Default for Backoff {
 }
 
 impl Backoff {
-    async fn wait(&mut self) {
+    /// Runs `subscription` (true if it subscribed), then waits.
+    async fn after(&mut self, subscription: impl Future<Output = bool>) {
+        let start = Instant::now();
+        if subscription.await && start.elapsed() >= Duration::from_secs(5) {
+            *self = Self::default();
+        }
         tokio::time::sleep(self.0).await;
         self.0 = (self.0 * 2).min(Duration::from_secs(2));
     }

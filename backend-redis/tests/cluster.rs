@@ -31,8 +31,10 @@ async fn env() -> Option<Env> {
 relayq_conformance::suite!(env);
 
 /// Wake-ups on a cluster subscribe on every master, so a queue's `PUBLISH` reaches the
-/// subscriber from its own node, not over the cluster bus (see `listen.rs`); and an
-/// enqueue on a queue of each master wakes a second handle.
+/// subscriber from its own node, not over the cluster bus (see `listen.rs`): the
+/// `PUBSUB NUMSUB` half fails with one subscription. The second half, an enqueue on a
+/// queue of each master waking a second handle, is the end-to-end check (the bus
+/// would deliver it too, only later).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wakeups_subscribe_on_every_master() {
     let Some(urls) = relayq_conformance::harness::server_url(Server::RedisCluster).await else {
@@ -76,7 +78,15 @@ async fn wakeups_subscribe_on_every_master() {
 
     let deadline = Instant::now() + Duration::from_secs(15);
     for (host, port) in &masters {
-        let node = redis::Client::open(format!("redis://{host}:{port}")).unwrap();
+        // The seed's settings (credentials, say) with the master's address; an empty
+        // host in `CLUSTER SLOTS` is the seed's own.
+        let info = seed.get_connection_info().clone();
+        let node_host = match (host.is_empty(), info.addr()) {
+            (true, redis::ConnectionAddr::Tcp(seed_host, _)) => seed_host.clone(),
+            _ => host.clone(),
+        };
+        let addr = redis::ConnectionAddr::Tcp(node_host, *port);
+        let node = redis::Client::open(info.set_addr(addr)).unwrap();
         let mut node = node.get_multiplexed_async_connection().await.unwrap();
         loop {
             let (_, n): (String, u64) = redis::cmd("PUBSUB")
