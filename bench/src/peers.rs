@@ -61,10 +61,15 @@ impl Peers {
         if skip {
             return Self { binary: None };
         }
+        let binary = dir().join("target/release/relayq-bench-peers");
         let mut cargo = std::process::Command::new(env!("CARGO"));
+        // The target directory is named, so a `CARGO_TARGET_DIR` set for the bench's
+        // own build does not put the peers' program where it is not looked for.
         cargo
             .args(["build", "--release", "--quiet", "--manifest-path"])
             .arg(dir().join("Cargo.toml"))
+            .arg("--target-dir")
+            .arg(dir().join("target"))
             .stdout(Stdio::null());
         // Under rustup, pin the toolchain this bench was built with. Otherwise a
         // dependency's own `rust-toolchain.toml` (atoi 2.0 names 1.57.0) picks the
@@ -95,12 +100,17 @@ impl Peers {
                 cargo.env_remove(k);
             }
         }
-        let status = cargo.status();
-        let binary = dir().join("target/release/relayq-bench-peers");
-        match status {
+        match cargo.status() {
             Ok(s) if s.success() && binary.exists() => Self {
                 binary: Some(binary),
             },
+            Ok(s) if s.success() => {
+                eprintln!(
+                    "peers left out: bench/peers built, but {} is missing",
+                    binary.display()
+                );
+                Self { binary: None }
+            }
             other => {
                 eprintln!("peers left out: building bench/peers failed ({other:?})");
                 Self { binary: None }
