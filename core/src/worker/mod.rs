@@ -205,6 +205,11 @@ impl WorkerBuilder {
     }
 
     /// Heartbeat interval. Default lease / 3.
+    ///
+    /// A handler whose heartbeats stop getting through (they fail, or hang) is stopped
+    /// shortly before its lease would run out (by half the shorter of the interval and
+    /// what the lease leaves after it), so it never runs beside the job's next attempt;
+    /// one whose outcome is already with the settler is left to the server's verdict.
     #[must_use]
     pub fn heartbeat(mut self, every: Duration) -> Self {
         self.config.heartbeat = Some(every);
