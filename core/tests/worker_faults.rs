@@ -204,6 +204,24 @@ async fn w1_a_lease_no_heartbeat_renews_stops_the_handler() {
     }
 }
 
+/// A handler for two jobs: the one with payload `[1]` fails with `error`, the other
+/// succeeds once it did. Both return before the worker runs dry, so their outcomes go
+/// to the settler in one batch.
+fn bad_then_good(error: JobError) -> impl worker::Handler {
+    let bad_done = Arc::new(Notify::new());
+    move |job: ClaimedJob| {
+        let (bad_done, error) = (bad_done.clone(), error.clone());
+        async move {
+            if job.payload[0] == 1 {
+                bad_done.notify_one();
+                return Err(error);
+            }
+            bad_done.notified().await;
+            Ok(())
+        }
+    }
+}
+
 /// SPEC W3, L6: a handler that asks for a retry time the backends refuse fails its job
 /// on the default backoff, saying why, and the outcome batched beside it is stored.
 #[tokio::test]
@@ -213,23 +231,12 @@ async fn w3_a_retry_time_out_of_range_fails_only_its_job() {
     let [good, bad] = enqueue_n(&b, &q, 2, 3).await[..] else {
         unreachable!()
     };
-    // The good job returns only after the bad one did, and both return before the
-    // worker runs dry: their outcomes go to the settler in one batch.
-    let bad_done = Arc::new(Notify::new());
     let w = builder(&b, &q)
         .concurrency(2)
         .settle_delay(Duration::from_secs(1))
-        .handler(move |job: ClaimedJob| {
-            let bad_done = bad_done.clone();
-            async move {
-                if job.payload[0] == 1 {
-                    bad_done.notify_one();
-                    return Err(JobError::retryable("x").retry_after(Duration::MAX));
-                }
-                bad_done.notified().await;
-                Ok(())
-            }
-        })
+        .handler(bad_then_good(
+            JobError::retryable("x").retry_after(Duration::MAX),
+        ))
         .build()
         .unwrap()
         .spawn();
@@ -265,22 +272,11 @@ async fn w1_a_refused_settle_call_loses_only_the_bad_outcome() {
     let [good, bad] = enqueue_n(&b, &q, 2, 3).await[..] else {
         unreachable!()
     };
-    let bad_done = Arc::new(Notify::new());
     let faulty = Faulty::new(&b, Beats::Pass);
     let w = Worker::builder(faulty, [q.clone()])
         .concurrency(2)
         .settle_delay(Duration::from_secs(1))
-        .handler(move |job: ClaimedJob| {
-            let bad_done = bad_done.clone();
-            async move {
-                if job.payload[0] == 1 {
-                    bad_done.notify_one();
-                    return Err(JobError::permanent("poison"));
-                }
-                bad_done.notified().await;
-                Ok(())
-            }
-        })
+        .handler(bad_then_good(JobError::permanent("poison")))
         .build()
         .unwrap()
         .spawn();
