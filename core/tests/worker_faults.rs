@@ -1,7 +1,7 @@
 //! The worker runtime when its backend misbehaves or its timers race (SPEC W1, W3, W4,
 //! L6): heartbeats that fail or hang, a settle call refused as a whole, a retry time
 //! out of range, a claim that panics, a handler that returns as the shutdown deadline
-//! passes.
+//! passes, a burst of queued wake-ups.
 
 mod support;
 
@@ -361,4 +361,53 @@ async fn w4_a_claim_that_panics_leaves_the_worker_running() {
         let info = b.job(&q, id).await.unwrap();
         assert_eq!((info.state, info.attempts), (JobState::Ready, 0));
     }
+}
+
+/// SPEC W2: wake-ups queued while the worker had no free slot are one wake-up and one
+/// claim once it is idle again, not one claim each (a Redis Cluster sends each event
+/// once per master, so such bursts are the rule there).
+#[tokio::test]
+async fn w2_a_burst_of_queued_events_is_one_claim() {
+    let b = Arc::new(MemoryBackend::new());
+    let q = queue();
+    let first = enqueue_n(&b, &q, 1, 3).await[0];
+    let faulty = Faulty::new(&b, Beats::Pass);
+    let (open, gate) = tokio::sync::watch::channel(false);
+    let w = Worker::builder(faulty.clone(), [q.clone()])
+        .concurrency(1)
+        .handler(move |_job: ClaimedJob| {
+            let mut gate = gate.clone();
+            async move {
+                let _ = gate.wait_for(|&open| open).await;
+                Ok::<_, JobError>(())
+            }
+        })
+        .build()
+        .unwrap()
+        .spawn();
+    until("first job running", async || {
+        state(&b, &q, first).await == JobState::Running
+    })
+    .await;
+    // Its one slot is busy, so it does not listen: 50 wake-ups queue up, for jobs due
+    // only in an hour.
+    for _ in 0..50 {
+        b.enqueue_one(NewJob::new(&q, vec![9]).delay(Duration::from_secs(3600)))
+            .await
+            .unwrap();
+    }
+    let before = faulty.claims.load(Ordering::SeqCst);
+    open.send_replace(true);
+    until("first job done", async || {
+        state(&b, &q, first).await == JobState::Succeeded
+    })
+    .await;
+    let last = enqueue_n(&b, &q, 1, 3).await[0];
+    until("last job done", async || {
+        state(&b, &q, last).await == JobState::Succeeded
+    })
+    .await;
+    let claims = faulty.claims.load(Ordering::SeqCst) - before;
+    w.shutdown().await.unwrap();
+    assert!(claims < 20, "{claims} claims after 50 queued wake-ups");
 }
