@@ -1,4 +1,4 @@
-//! The worker runtime when its backend misbehaves or its timers race (SPEC W1, W3, W4,
+//! The worker runtime when its backend misbehaves or its timers race (SPEC W1, W2, W3, W4,
 //! L6): heartbeats that fail or hang, a settle call refused as a whole, a retry time
 //! out of range, a claim that panics, a handler that returns as the shutdown deadline
 //! passes, a burst of queued wake-ups.
