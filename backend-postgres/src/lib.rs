@@ -60,7 +60,7 @@ use std::{str::FromStr, sync::Arc, time::Duration};
 
 use relayq_core::{Error, Event, EventBus, Events, Limits, Result};
 use sqlx::{
-    PgPool,
+    Connection, PgPool,
     postgres::{PgConnectOptions, PgPoolOptions},
 };
 use tokio::sync::broadcast;
@@ -118,6 +118,16 @@ pub struct Config {
     /// `migrate` fails, changes nothing, and can simply be run again later. 1 ms to
     /// about 24 days (PostgreSQL's limit).
     pub migrate_lock_timeout: Duration,
+    /// A pooled connection idle at least this long is checked with a round trip before
+    /// an operation uses it (default 1 s); one used more recently is not. sqlx checks
+    /// every connection it hands out, which made each claim two round trips where one
+    /// does the work (docs/BENCHMARKS.md, Findings 19). A connection that dies within
+    /// this time after its last use fails the operation that next takes it, once, with
+    /// [`Error::Backend`]: a worker's claim backs off and claims again, a settle is
+    /// retried, an enqueue's caller gets the error. `Duration::ZERO` checks every
+    /// connection, as sqlx does by default. Applies to [`PostgresBackend::connect_with`];
+    /// a pool given to [`PostgresBackend::from_pool`] keeps its own settings.
+    pub check_after_idle: Duration,
 }
 
 impl Default for Config {
@@ -130,6 +140,7 @@ impl Default for Config {
             acquire_timeout: Duration::from_secs(30),
             durable_claims: false,
             migrate_lock_timeout: Duration::from_secs(5),
+            check_after_idle: Duration::from_secs(1),
         }
     }
 }
@@ -175,6 +186,13 @@ impl Config {
     #[must_use]
     pub fn with_migrate_lock_timeout(mut self, timeout: Duration) -> Self {
         self.migrate_lock_timeout = timeout;
+        self
+    }
+
+    /// The settings with another [`check_after_idle`](Self::check_after_idle).
+    #[must_use]
+    pub fn with_check_after_idle(mut self, idle: Duration) -> Self {
+        self.check_after_idle = idle;
         self
     }
 }
@@ -237,7 +255,18 @@ impl PostgresBackend {
                 ),
             ));
         }
+        let check_after = config.check_after_idle;
         let pool = PgPoolOptions::new()
+            // The hook below replaces sqlx's check of every connection it hands out.
+            .test_before_acquire(false)
+            .before_acquire(move |conn, meta| {
+                Box::pin(async move {
+                    if meta.idle_for >= check_after {
+                        conn.ping().await?;
+                    }
+                    Ok(true)
+                })
+            })
             .max_connections(max)
             .min_connections(config.min_connections)
             .acquire_timeout(config.acquire_timeout)
