@@ -105,6 +105,10 @@ impl SqliteBackend {
         enable_wal(&options).await?;
         let shared = Shared::of(options.get_filename().to_path_buf());
         let pool = SqlitePoolOptions::new()
+            // sqlx would "ping" each connection it hands out: a message to the
+            // connection's thread and back, which checks nothing an in-process database
+            // can lose, on every statement.
+            .test_before_acquire(false)
             .max_connections(4)
             .connect_with(options)
             .await
