@@ -1,7 +1,7 @@
 //! Connections: the connection string, the session settings, and a small bb8 manager
 //! (bb8-tiberius targets tiberius 0.12).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use relayq_core::{Error, Result};
 use tiberius::{AuthMethod, Client, Config as TdsConfig, EncryptionLevel};
@@ -18,11 +18,30 @@ pub(crate) struct Conn {
     /// connection instead of handing out one that is mid-response or mid-transaction:
     /// closing it makes the server roll back whatever it had open.
     pub(crate) busy: bool,
+    /// When the connection last finished a request (or opened).
+    used: Instant,
+}
+
+impl Conn {
+    /// Marks the request done: the connection can go back to the pool, and it counts
+    /// as just used.
+    pub(crate) fn done(&mut self) {
+        self.busy = false;
+        self.used = Instant::now();
+    }
+}
+
+/// Whether a connection last used at `used` is checked with a round trip before it is
+/// handed out, at `now`: only one idle at least `after` (`Config::check_after_idle`).
+/// bb8 checks every one by default, a second round trip on each claim.
+fn needs_check(used: Instant, now: Instant, after: Duration) -> bool {
+    now.saturating_duration_since(used) >= after
 }
 
 /// Opens connections with the session settings every statement relies on.
 pub(crate) struct Manager {
     pub(crate) config: TdsConfig,
+    pub(crate) check_after_idle: Duration,
 }
 
 impl bb8::ManageConnection for Manager {
@@ -41,10 +60,14 @@ impl bb8::ManageConnection for Manager {
         Ok(Conn {
             client,
             busy: false,
+            used: Instant::now(),
         })
     }
 
     async fn is_valid(&self, conn: &mut Conn) -> std::result::Result<(), Self::Error> {
+        if !needs_check(conn.used, Instant::now(), self.check_after_idle) {
+            return Ok(());
+        }
         conn.client
             .simple_query(sql::PING)
             .await?
@@ -133,6 +156,22 @@ mod tests {
     use super::*;
 
     const T: Duration = Duration::from_secs(7);
+
+    #[test]
+    fn only_connections_idle_long_enough_are_checked() {
+        let used = Instant::now();
+        let second = Duration::from_secs(1);
+        assert!(!needs_check(used, used + second / 2, second));
+        assert!(needs_check(used, used + second, second));
+        assert!(
+            needs_check(used, used, Duration::ZERO),
+            "ZERO checks every one"
+        );
+        assert!(
+            !needs_check(used + second, used, second),
+            "a clock read before the last use is no idle time"
+        );
+    }
 
     #[test]
     fn urls_give_host_port_and_database() {

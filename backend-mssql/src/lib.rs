@@ -97,6 +97,12 @@ pub struct Config {
     /// purpose). relayq's statements are short; waiting this long means a lock held
     /// elsewhere, such as a long transaction of the application.
     pub command_timeout: Duration,
+    /// A pooled connection idle at least this long is checked with a round trip before
+    /// an operation uses it (default 1 s); one used more recently is not, so a claim
+    /// is one round trip (bb8 checks every connection by default). A connection that
+    /// dies within this time after its last use fails the operation that next takes
+    /// it, once, with [`Error::Backend`]. `Duration::ZERO` checks every connection.
+    pub check_after_idle: Duration,
 }
 
 impl Default for Config {
@@ -107,6 +113,7 @@ impl Default for Config {
             max_connections: 10,
             acquire_timeout: Duration::from_secs(30),
             command_timeout: Duration::from_secs(30),
+            check_after_idle: Duration::from_secs(1),
         }
     }
 }
@@ -130,6 +137,13 @@ impl Config {
     #[must_use]
     pub fn with_command_timeout(mut self, timeout: Duration) -> Self {
         self.command_timeout = timeout;
+        self
+    }
+
+    /// The settings with another [`check_after_idle`](Self::check_after_idle).
+    #[must_use]
+    pub fn with_check_after_idle(mut self, idle: Duration) -> Self {
+        self.check_after_idle = idle;
         self
     }
 }
@@ -178,7 +192,10 @@ impl MssqlBackend {
         let pool = bb8::Pool::builder()
             .max_size(config.max_connections.max(1))
             .connection_timeout(config.acquire_timeout)
-            .build(Manager { config: tds })
+            .build(Manager {
+                config: tds,
+                check_after_idle: config.check_after_idle,
+            })
             .await
             .map_err(db)?;
         // Fail now, not at first use, when the server is not there.
@@ -249,7 +266,7 @@ impl MssqlBackend {
             .into_results()
             .await
             .map_err(db)?;
-        conn.busy = false;
+        conn.done();
         Ok(())
     }
 
@@ -287,7 +304,7 @@ impl MssqlBackend {
             .into_results()
             .await
             .map_err(db)?;
-        conn.busy = false;
+        conn.done();
         Ok(sets)
     }
 
