@@ -59,8 +59,9 @@ struct Args {
     /// Leave the peers (apalis, graphile_worker) out.
     #[arg(long)]
     no_peers: bool,
-    /// Where rows are appended as JSON lines.
-    #[arg(long, default_value = "bench/results.jsonl")]
+    /// Where rows are appended as JSON lines (default: `results.jsonl` beside the
+    /// bench's `Cargo.toml`, wherever it is run from).
+    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/results.jsonl"))]
     results: PathBuf,
 }
 
@@ -154,7 +155,8 @@ async fn main() -> anyhow::Result<()> {
     let mut file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
-        .open(&args.results)?;
+        .open(&args.results)
+        .map_err(|e| anyhow::anyhow!("cannot append to {}: {e}", args.results.display()))?;
     let at = chrono::Utc::now().to_rfc3339();
     for r in &rows {
         let line = serde_json::json!({
