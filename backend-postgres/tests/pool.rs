@@ -29,8 +29,24 @@ async fn backend(url: &str, app: &str, check_after_idle: Duration) -> PostgresBa
     b
 }
 
-/// Terminates every server process of `app` and waits until they are gone.
-async fn kill_connections(url: &str, app: &str) {
+/// Terminates every server process of `b` (application name `app`) and waits until
+/// they are gone. First waits for every pooled connection to be back and idle: sqlx
+/// pings a connection on its way back, and a connection killed during that ping would
+/// be dropped by sqlx itself, never reaching the operation under test.
+async fn kill_connections(b: &PostgresBackend, url: &str, app: &str) {
+    poll_until(
+        "the pool's connections are idle",
+        Duration::from_secs(10),
+        || {
+            let pool = b.pool();
+            async move {
+                let idle = u32::try_from(pool.num_idle()).unwrap_or(u32::MAX);
+                Ok((pool.size() > 0 && idle == pool.size()).then_some(()))
+            }
+        },
+    )
+    .await
+    .unwrap();
     let mut admin = sqlx::PgConnection::connect(url).await.unwrap();
     let pids: Vec<i32> =
         sqlx::query_scalar("SELECT pid FROM pg_stat_activity WHERE application_name = $1")
@@ -80,7 +96,7 @@ async fn an_idle_connection_the_server_dropped_is_replaced_before_use() {
         .await
         .unwrap();
 
-    kill_connections(&url, &app).await;
+    kill_connections(&b, &url, &app).await;
     b.enqueue(vec![NewJob::new(&q, b"2".to_vec())])
         .await
         .expect("the dead connection is checked, dropped and replaced");
@@ -98,7 +114,7 @@ async fn a_recently_used_connection_is_not_checked() {
         .await
         .unwrap();
 
-    kill_connections(&url, &app).await;
+    kill_connections(&b, &url, &app).await;
     // Unchecked, a dead connection fails the operation that takes it, once: the pool
     // then drops it. Two connections at most, so the third attempt works.
     let mut failed = 0;
