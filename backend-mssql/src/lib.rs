@@ -99,9 +99,9 @@ pub struct Config {
     pub command_timeout: Duration,
     /// A pooled connection idle at least this long is checked with a round trip before
     /// an operation uses it (default 1 s); one used more recently is not, so a claim
-    /// is one round trip (bb8 checks every connection by default). A connection that
-    /// dies within this time after its last use fails the operation that next takes
-    /// it, once, with [`Error::Backend`]. `Duration::ZERO` checks every connection.
+    /// is one round trip (bb8 checks every connection by default). Each connection that
+    /// dies within this time after its last use fails one operation, the next that
+    /// takes it, with [`Error::Backend`], and is then discarded. `Duration::ZERO` checks every connection.
     pub check_after_idle: Duration,
 }
 

@@ -120,10 +120,11 @@ pub struct Config {
     pub migrate_lock_timeout: Duration,
     /// A pooled connection idle at least this long is checked with a round trip before
     /// an operation uses it (default 1 s); one used more recently is not. sqlx checks
-    /// every connection it hands out, which made each claim two round trips where one
-    /// does the work (docs/BENCHMARKS.md, Findings 19). A connection that dies within
-    /// this time after its last use fails the operation that next takes it, once, with
-    /// [`Error::Backend`]: a worker's claim backs off and claims again, a settle is
+    /// every connection it hands out, which made each claim wait for two round trips
+    /// where one does the work (docs/BENCHMARKS.md, Findings 19; sqlx's ping of each
+    /// connection on its way back to the pool remains, off the caller's path). Each
+    /// connection that dies within this time after its last use fails one operation,
+    /// the next that takes it, with [`Error::Backend`]: a worker's claim backs off and claims again, a settle is
     /// retried, an enqueue's caller gets the error. `Duration::ZERO` checks every
     /// connection, as sqlx does by default. Applies to [`PostgresBackend::connect_with`];
     /// a pool given to [`PostgresBackend::from_pool`] keeps its own settings.
