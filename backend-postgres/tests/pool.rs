@@ -86,6 +86,8 @@ fn app(tag: &str) -> String {
     format!("{tag}_{}", &uuid::Uuid::new_v4().simple().to_string()[..8])
 }
 
+/// SPEC X3 (a connection failure loses nothing): with the check on every idle
+/// connection, a connection the server dropped fails no operation at all.
 #[tokio::test]
 async fn an_idle_connection_the_server_dropped_is_replaced_before_use() {
     let Some(url) = url().await else { return };
@@ -104,6 +106,8 @@ async fn an_idle_connection_the_server_dropped_is_replaced_before_use() {
     drop_schema(&b).await;
 }
 
+/// SPEC X1, X3: unchecked, a dropped connection fails the operation that takes it with
+/// `Error::Backend`, and that operation stores nothing.
 #[tokio::test]
 async fn a_recently_used_connection_is_not_checked() {
     let Some(url) = url().await else { return };
