@@ -45,7 +45,8 @@ struct Args {
     #[arg(long, default_value_t = 3)]
     runs: usize,
     /// Run only these scenarios (comma-separated: enqueue, drain, drain16 (the
-    /// concurrency-16 rows alone), raw, latency, stages, groups, backlog).
+    /// concurrency-16 rows alone), prefetch (the prefetch row alone, for profiling it),
+    /// raw, latency, stages, groups, backlog).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Measure only these of our targets (comma-separated: memory, sqlite, postgres,
@@ -107,12 +108,15 @@ async fn main() -> anyhow::Result<()> {
     }
     let mut raw_done = false;
     for concurrency in [1, 4, 16, 64] {
-        // `drain16` runs just the headline rows.
-        if !(on("drain") || concurrency == 16 && on("drain16")) {
+        // `drain16` runs just the headline rows, `prefetch` the prefetch row alone.
+        let alone = concurrency == 16 && on("prefetch");
+        if !(on("drain") || concurrency == 16 && on("drain16") || alone) {
             continue;
         }
         let jobs = if concurrency == 16 { n } else { n / 10 };
-        add(scenarios::drain(&targets, &peers, jobs, concurrency, 0, runs).await?);
+        if !alone || on("drain") || on("drain16") {
+            add(scenarios::drain(&targets, &peers, jobs, concurrency, 0, runs).await?);
+        }
         if concurrency == 16 {
             // The same drain with the worker's opt-in prefetch, the counterpart of the
             // peers' fetch-ahead settings; with the raw loops, round by round.
