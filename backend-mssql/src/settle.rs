@@ -83,6 +83,13 @@ impl MssqlBackend {
 
 #[async_trait]
 impl Complete for MssqlBackend {
+    /// 512, as PostgreSQL and SQLite: each call is a transaction with a commit, a cost
+    /// per call beyond its leases. Measured on those two (docs/BENCHMARKS.md, Findings
+    /// 21), not on SQL Server, which this machine lacks.
+    fn preferred_settle_batch(&self) -> usize {
+        512
+    }
+
     async fn settle_many(&self, mut settles: Vec<Settle>) -> Result<Vec<Result<Settled>>> {
         validate::settles(&mut settles)?;
         if settles.is_empty() {

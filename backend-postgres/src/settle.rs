@@ -388,6 +388,14 @@ impl PostgresBackend {
 
 #[async_trait]
 impl Complete for PostgresBackend {
+    /// 512: each call is a transaction of its own (`BEGIN`, the statement, `COMMIT`: three
+    /// round trips, then the pool's check on release) with a commit that waits for the
+    /// WAL flush, a cost per call beyond its leases. Calls of up to 128 split a
+    /// draining worker's outcomes in two (docs/BENCHMARKS.md, Findings 21).
+    fn preferred_settle_batch(&self) -> usize {
+        512
+    }
+
     async fn settle_many(&self, mut settles: Vec<Settle>) -> Result<Vec<Result<Settled>>> {
         validate::settles(&mut settles)?;
         if settles.is_empty() {

@@ -47,6 +47,12 @@ const RELEASE: &str = "UPDATE relayq_jobs
 
 #[async_trait]
 impl Complete for SqliteBackend {
+    /// 512: each call takes the database's one write lock and commits, a cost per call
+    /// beyond its leases (docs/BENCHMARKS.md, Findings 21).
+    fn preferred_settle_batch(&self) -> usize {
+        512
+    }
+
     async fn settle_many(&self, mut settles: Vec<Settle>) -> Result<Vec<Result<Settled>>> {
         validate::settles(&mut settles)?;
         let (mut tx, now) = self.write().await?;

@@ -77,7 +77,7 @@ pub use inspect::{
 };
 pub use job::{DEFAULT_MAX_ATTEMPTS, Enqueued, JobId, JobState, NewJob, RunAt};
 pub use lease::{ClaimRequest, ClaimedJob, Lease, LeaseToken};
-pub use settle::{Outcome, Retry, Settle, Settled};
+pub use settle::{DEFAULT_SETTLE_BATCH, Outcome, Retry, Settle, Settled};
 pub use traits::{Admin, Backend, Claim, Complete, Enqueue, Events, Inspect, OrderBarrier};
 pub use validate::Limits;
 

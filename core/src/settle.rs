@@ -13,6 +13,10 @@ pub const DEFAULT_BACKOFF_CAP: Duration = Duration::from_secs(3600);
 /// Longest error text kept per attempt; longer text is cut at a character boundary.
 pub const MAX_ERROR_BYTES: usize = 64 * 1024;
 
+/// How many outcomes a worker settles in one call unless its backend prefers another
+/// number ([`Complete::preferred_settle_batch`](crate::Complete::preferred_settle_batch)).
+pub const DEFAULT_SETTLE_BATCH: usize = 128;
+
 /// When a failed job may run again (SPEC L2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Retry {

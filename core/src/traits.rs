@@ -9,7 +9,7 @@ use tokio::sync::broadcast;
 use crate::{
     Batch, BatchProgress, ClaimRequest, ClaimedJob, Enqueued, Error, Event, JobId, JobInfo, Lease,
     Maintenance, NewJob, OnFailure, QueueStats, Result, Retry, RunningJob, Settle, Settled,
-    WaitFor,
+    WaitFor, settle::DEFAULT_SETTLE_BATCH,
 };
 
 /// Wake-up hints from the backend (SPEC W2, B5).
@@ -105,6 +105,21 @@ pub trait Complete: Send + Sync {
     ///   batch (SPEC B2); a dead job in a `Halt` batch cancels later stages (SPEC B6).
     /// - Every settled attempt is closed in the execution log (SPEC L5).
     async fn settle_many(&self, settles: Vec<Settle>) -> Result<Vec<Result<Settled>>>;
+
+    /// How many outcomes a [`Worker`](crate::worker::Worker) gathers into one
+    /// [`settle_many`](Self::settle_many) call when its
+    /// [`settle_batch`](crate::worker::WorkerBuilder::settle_batch) is not set.
+    ///
+    /// # Behavior
+    /// - A preference, not a limit: `settle_many` takes up to 1000 leases in one call
+    ///   whatever this returns, and a worker keeps the value within 1..=1000.
+    /// - 128 unless the backend says otherwise. A backend whose every call costs well
+    ///   beyond its leases (a transaction, its commit and a few round trips) prefers
+    ///   more: outcomes wait no longer for it, since a worker still settles within its
+    ///   [`settle_delay`](crate::worker::WorkerBuilder::settle_delay).
+    fn preferred_settle_batch(&self) -> usize {
+        DEFAULT_SETTLE_BATCH
+    }
 
     /// Moves the lease's expiry to server now + `extend` (SPEC L3).
     ///

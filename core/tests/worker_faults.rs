@@ -1,13 +1,13 @@
 //! The worker runtime when its backend misbehaves or its timers race (SPEC W1, W2, W3, W4,
 //! L6): heartbeats that fail or hang, a settle call refused as a whole, a retry time
 //! out of range, a claim that panics, a handler that returns as the shutdown deadline
-//! passes, a burst of queued wake-ups.
+//! passes, a burst of queued wake-ups; and a backend that prefers its own settle batch.
 
 mod support;
 
 use std::{
     sync::{
-        Arc,
+        Arc, Mutex,
         atomic::{AtomicU32, Ordering},
     },
     time::Duration,
@@ -21,7 +21,7 @@ use relayq_core::{
     *,
 };
 use support::{builder, enqueue_n, queue, state, until};
-use tokio::sync::{Notify, broadcast};
+use tokio::sync::{Barrier, Notify, broadcast};
 
 /// How [`Faulty`] answers heartbeats.
 #[derive(Clone, Copy)]
@@ -34,12 +34,15 @@ enum Beats {
 /// The memory backend, but for its heartbeats (see [`Beats`]), for settle calls that
 /// hold a failure whose error is `poison` (those are refused as a whole with
 /// `InvalidInput`, as every backend refuses a call with one bad entry), and, with
-/// `panic_claims`, for every claim after the first, which panics.
+/// `panic_claims`, for every claim after the first, which panics. It prefers settle
+/// calls of `preferred` leases, and records the size of each call.
 struct Faulty {
     inner: Arc<MemoryBackend>,
     beats: Beats,
     panic_claims: bool,
     claims: AtomicU32,
+    preferred: usize,
+    settle_calls: Mutex<Vec<usize>>,
 }
 
 impl Faulty {
@@ -49,7 +52,13 @@ impl Faulty {
             beats,
             panic_claims: false,
             claims: AtomicU32::new(0),
+            preferred: DEFAULT_SETTLE_BATCH,
+            settle_calls: Mutex::new(Vec::new()),
         })
+    }
+
+    fn settle_calls(&self) -> Vec<usize> {
+        self.settle_calls.lock().unwrap().clone()
     }
 }
 
@@ -81,6 +90,7 @@ impl Claim for Faulty {
 #[async_trait]
 impl Complete for Faulty {
     async fn settle_many(&self, settles: Vec<Settle>) -> Result<Vec<Result<Settled>>> {
+        self.settle_calls.lock().unwrap().push(settles.len());
         let poisoned = settles
             .iter()
             .any(|s| matches!(&s.outcome, Outcome::Fail { error, .. } if error == "poison"));
@@ -88,6 +98,10 @@ impl Complete for Faulty {
             return Err(Error::invalid("retry", "refused for the test"));
         }
         self.inner.settle_many(settles).await
+    }
+
+    fn preferred_settle_batch(&self) -> usize {
+        self.preferred
     }
 
     async fn heartbeat(&self, lease: &Lease, extend: Duration) -> Result<DateTime<Utc>> {
@@ -410,4 +424,49 @@ async fn w2_a_burst_of_queued_events_is_one_claim() {
     let claims = faulty.claims.load(Ordering::SeqCst) - before;
     w.shutdown().await.unwrap();
     assert!(claims < 20, "{claims} claims after 50 queued wake-ups");
+}
+
+/// SPEC W1, L6: a worker whose `settle_batch` is not set settles in calls of its
+/// backend's preferred size; one that sets it, in calls of its own size; a preference
+/// out of range is kept within 1..=1000. The handlers wait for each other in waves of
+/// 16, so outcomes come 16 at a time, and the settle delay is long: a call is cut by its
+/// size (or, for the last outcomes, by the worker running dry).
+#[tokio::test]
+async fn w1_settle_calls_take_the_backends_preferred_size_unless_set() {
+    for (preferred, set, want) in [(3, None, 3), (3, Some(5), 5), (0, None, 1)] {
+        let b = Arc::new(MemoryBackend::new());
+        let q = queue();
+        enqueue_n(&b, &q, 32, 3).await;
+        let faulty = Arc::new(Faulty {
+            preferred,
+            ..Arc::into_inner(Faulty::new(&b, Beats::Pass)).unwrap()
+        });
+        let wave = Arc::new(Barrier::new(16));
+        let mut w = Worker::builder(faulty.clone(), [q.clone()])
+            .concurrency(16)
+            .settle_delay(Duration::from_secs(1))
+            .handler(move |_job: ClaimedJob| {
+                let wave = wave.clone();
+                async move {
+                    wave.wait().await;
+                    Ok::<_, JobError>(())
+                }
+            });
+        if let Some(n) = set {
+            w = w.settle_batch(n);
+        }
+        let w = w.build().unwrap().spawn();
+        until("every job succeeded", async || {
+            b.queue_stats(&q).await.unwrap().count(JobState::Succeeded) == 32
+        })
+        .await;
+        w.shutdown().await.unwrap();
+        let calls = faulty.settle_calls();
+        assert_eq!(calls.iter().sum::<usize>(), 32, "calls {calls:?}");
+        assert_eq!(
+            calls.iter().max(),
+            Some(&want),
+            "preferred {preferred}, set {set:?}: calls {calls:?}"
+        );
+    }
 }

@@ -692,6 +692,51 @@ pub async fn l6_lease_repeated_in_one_call_settles_once(env: &Env) -> anyhow::Re
     Ok(())
 }
 
+/// SPEC L6: a call of 1000 completions, the most one call may hold (what a draining
+/// worker sends when outcomes pile up), settles every lease; the backend's preferred
+/// call size, the default of a worker's `settle_batch`, lies within 1..=1000.
+pub async fn l6_a_full_call_settles_every_lease(env: &Env) -> anyhow::Result<()> {
+    let b = env.backend();
+    let preferred = b.preferred_settle_batch();
+    ensure!(
+        (1..=1000).contains(&preferred),
+        "preferred settle batch {preferred} is outside 1..=1000"
+    );
+    let q = queue_name("l6full");
+    let all = enqueue_n(b, &q, 1000).await?;
+    let mut jobs = Vec::new();
+    while jobs.len() < all.len() {
+        let got = claim(b, &q, 1000).await?;
+        ensure!(
+            !got.is_empty(),
+            "claimed {} of 1000 jobs, then nothing",
+            jobs.len()
+        );
+        jobs.extend(got);
+    }
+    let settles = jobs
+        .iter()
+        .map(|j| Settle::complete(j.lease.clone()))
+        .collect();
+    let results = b.settle_many(settles).await?;
+    let completed = results
+        .iter()
+        .filter(|r| matches!(r, Ok(Settled::Completed)))
+        .count();
+    ensure!(
+        results.len() == 1000 && completed == 1000,
+        "1000 completions gave {} results, {completed} completed",
+        results.len()
+    );
+    let stats = b.queue_stats(&q).await?;
+    ensure!(
+        stats.count(JobState::Succeeded) == 1000,
+        "after 1000 completions: {:?}",
+        stats.counts
+    );
+    Ok(())
+}
+
 /// SPEC L6, X3: a settle call rejected as a whole (more than 1000 leases, a bad retry
 /// time) settles nothing: every lease still holds.
 pub async fn l6_rejected_settle_call_settles_nothing(env: &Env) -> anyhow::Result<()> {

@@ -72,6 +72,8 @@ pub struct WorkerBuilder {
     queues: Vec<String>,
     handler: Option<Arc<dyn Handler>>,
     config: Config,
+    /// Unset: the backend's [`preferred_settle_batch`](crate::Complete::preferred_settle_batch).
+    settle_batch: Option<usize>,
 }
 
 impl Worker {
@@ -85,6 +87,7 @@ impl Worker {
             backend,
             queues: queues.into_iter().map(Into::into).collect(),
             handler: None,
+            settle_batch: None,
             config: Config {
                 name: format!("worker-{}-{:04x}", std::process::id(), fastrand::u16(..)),
                 concurrency: 8,
@@ -93,7 +96,8 @@ impl Worker {
                 heartbeat: None,
                 timeout: None,
                 shutdown_timeout: Duration::from_secs(30),
-                settle_batch: 128,
+                // Set by `build`: this builder's `settle_batch`, or the backend's.
+                settle_batch: crate::DEFAULT_SETTLE_BATCH,
                 settle_delay: Duration::from_millis(2),
                 poll_min: Duration::from_millis(10),
                 poll_max: Duration::from_secs(1),
@@ -235,10 +239,13 @@ impl WorkerBuilder {
         self
     }
 
-    /// Settle in one call once this many outcomes wait (1..=1000). Default 128.
+    /// Settle in one call once this many outcomes wait (1..=1000). Default: the
+    /// backend's [`preferred_settle_batch`](crate::Complete::preferred_settle_batch),
+    /// 128 unless it says otherwise (the SQL backends prefer 512: each of their calls
+    /// is a transaction with a commit).
     #[must_use]
     pub fn settle_batch(mut self, n: usize) -> Self {
-        self.config.settle_batch = n;
+        self.settle_batch = Some(n);
         self
     }
 
@@ -310,7 +317,10 @@ impl WorkerBuilder {
                 "must be above zero and shorter than the lease",
             ));
         }
-        if !(1..=validate::MAX_SETTLE).contains(&c.settle_batch) {
+        if self
+            .settle_batch
+            .is_some_and(|n| !(1..=validate::MAX_SETTLE).contains(&n))
+        {
             return Err(Error::invalid("settle_batch", "must be 1..=1000"));
         }
         if c.poll_min.is_zero() || c.poll_min > c.poll_max {
@@ -325,11 +335,16 @@ impl WorkerBuilder {
         let handler = self
             .handler
             .ok_or_else(|| Error::invalid("handler", "a worker needs a handler"))?;
+        let mut config = self.config;
+        config.settle_batch = self
+            .settle_batch
+            .unwrap_or_else(|| self.backend.preferred_settle_batch())
+            .clamp(1, validate::MAX_SETTLE);
         Ok(Worker {
             backend: self.backend,
             queues: self.queues,
             handler,
-            config: self.config,
+            config,
         })
     }
 }
