@@ -390,8 +390,9 @@ impl PostgresBackend {
 impl Complete for PostgresBackend {
     /// 512: each call is a transaction of its own (`BEGIN`, the statement, `COMMIT`: three
     /// round trips, then the pool's check on release) with a commit that waits for the
-    /// WAL flush, a cost per call beyond its leases. Calls of up to 128 split a
-    /// draining worker's outcomes in two (docs/BENCHMARKS.md, Findings 21).
+    /// WAL flush, a cost per call beyond its leases. With calls of at most 128, the
+    /// outcomes of each claim a draining worker makes (about 130 jobs) took two calls
+    /// (docs/BENCHMARKS.md, Findings 21).
     fn preferred_settle_batch(&self) -> usize {
         512
     }
