@@ -81,15 +81,13 @@ impl MssqlBackend {
     }
 }
 
+// Keeps the default `preferred_settle_batch` (128), unlike PostgreSQL and SQLite (512):
+// each call is a transaction with a commit here too, but a settle of 512 rows would
+// take about as many row and key locks as the 500 rows `MAX_CLAIM` allows a claim, near
+// the 5,000 at which SQL Server escalates to a table lock, and no SQL Server was at hand
+// to measure either (docs/BENCHMARKS.md, Findings 21).
 #[async_trait]
 impl Complete for MssqlBackend {
-    /// 512, as PostgreSQL and SQLite: each call is a transaction with a commit, a cost
-    /// per call beyond its leases. Measured on those two (docs/BENCHMARKS.md, Findings
-    /// 21), not on SQL Server, which this machine lacks.
-    fn preferred_settle_batch(&self) -> usize {
-        512
-    }
-
     async fn settle_many(&self, mut settles: Vec<Settle>) -> Result<Vec<Result<Settled>>> {
         validate::settles(&mut settles)?;
         if settles.is_empty() {

@@ -115,8 +115,9 @@ pub trait Complete: Send + Sync {
     ///   whatever this returns, and a worker keeps the value within 1..=1000.
     /// - 128 unless the backend says otherwise. A backend whose every call costs well
     ///   beyond its leases (a transaction, its commit and a few round trips) prefers
-    ///   more: outcomes wait no longer for it, since a worker still settles within its
-    ///   [`settle_delay`](crate::worker::WorkerBuilder::settle_delay).
+    ///   more. Outcomes wait no longer to be gathered, since a worker still sends what
+    ///   it has once its [`settle_delay`](crate::worker::WorkerBuilder::settle_delay)
+    ///   passes; a bigger call takes longer to run.
     fn preferred_settle_batch(&self) -> usize {
         DEFAULT_SETTLE_BATCH
     }

@@ -677,6 +677,17 @@ fn build_rejects_bad_settings() {
         ),
         Some("lease")
     );
+    for n in [0, 1001] {
+        assert_eq!(
+            field(
+                Worker::builder(b.clone(), ["q"])
+                    .settle_batch(n)
+                    .handler(ok)
+                    .build()
+            ),
+            Some("settle_batch")
+        );
+    }
     assert_eq!(
         field(
             Worker::builder(b, ["q"])

@@ -427,18 +427,19 @@ async fn w2_a_burst_of_queued_events_is_one_claim() {
 }
 
 /// SPEC W1, L6: a worker whose `settle_batch` is not set settles in calls of its
-/// backend's preferred size; one that sets it, in calls of its own size; a preference
-/// out of range is kept within 1..=1000. The handlers wait for each other in waves of
-/// 16, so outcomes come 16 at a time, and the settle delay is long: a call is cut by its
-/// size (or, for the last outcomes, by the worker running dry).
+/// backend's preferred size, and one that sets it, in calls of its own size. The
+/// handlers wait for each other in waves of 16 (32 jobs, 16 slots: the job count must
+/// stay a multiple of 16, or the last wave never completes), so outcomes come 16 at a
+/// time, and the settle delay is long: a call is cut by its size, or for the last
+/// outcomes by the worker running dry.
 #[tokio::test]
 async fn w1_settle_calls_take_the_backends_preferred_size_unless_set() {
-    for (preferred, set, want) in [(3, None, 3), (3, Some(5), 5), (0, None, 1)] {
+    for (set, want) in [(None, 3), (Some(5), 5)] {
         let b = Arc::new(MemoryBackend::new());
         let q = queue();
         enqueue_n(&b, &q, 32, 3).await;
         let faulty = Arc::new(Faulty {
-            preferred,
+            preferred: 3,
             ..Arc::into_inner(Faulty::new(&b, Beats::Pass)).unwrap()
         });
         let wave = Arc::new(Barrier::new(16));
@@ -466,7 +467,32 @@ async fn w1_settle_calls_take_the_backends_preferred_size_unless_set() {
         assert_eq!(
             calls.iter().max(),
             Some(&want),
-            "preferred {preferred}, set {set:?}: calls {calls:?}"
+            "settle_batch {set:?}: calls {calls:?}"
         );
+    }
+}
+
+/// SPEC W1, L6: the settle batch a worker takes: 128 from a backend that states no
+/// preference, the backend's preference kept within 1..=1000, or the builder's own.
+#[test]
+fn the_settle_batch_is_the_builders_or_the_backends_within_range() {
+    let b = Arc::new(MemoryBackend::new());
+    let ok = |_job: ClaimedJob| async { Ok::<_, JobError>(()) };
+    let batch = |backend: Arc<dyn Backend>, set: Option<usize>| {
+        let mut w = Worker::builder(backend, ["q"]).handler(ok);
+        if let Some(n) = set {
+            w = w.settle_batch(n);
+        }
+        w.build().unwrap().settle_batch()
+    };
+    assert_eq!(batch(b.clone(), None), DEFAULT_SETTLE_BATCH);
+    assert_eq!(DEFAULT_SETTLE_BATCH, 128);
+    for (preferred, want) in [(0, 1), (512, 512), (5000, 1000)] {
+        let faulty = Arc::new(Faulty {
+            preferred,
+            ..Arc::into_inner(Faulty::new(&b, Beats::Pass)).unwrap()
+        });
+        assert_eq!(batch(faulty.clone(), None), want, "preferred {preferred}");
+        assert_eq!(batch(faulty, Some(7)), 7, "preferred {preferred}, set 7");
     }
 }

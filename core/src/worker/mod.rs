@@ -111,6 +111,15 @@ impl Worker {
         &self.config.name
     }
 
+    /// How many outcomes it settles in one call at most: its builder's `settle_batch`,
+    /// or else its backend's
+    /// [`preferred_settle_batch`](crate::Complete::preferred_settle_batch) kept within
+    /// 1..=1000.
+    #[must_use]
+    pub fn settle_batch(&self) -> usize {
+        self.config.settle_batch
+    }
+
     /// Runs until `shutdown` is cancelled, then shuts down gracefully (SPEC W4).
     ///
     /// # Errors
@@ -241,8 +250,8 @@ impl WorkerBuilder {
 
     /// Settle in one call once this many outcomes wait (1..=1000). Default: the
     /// backend's [`preferred_settle_batch`](crate::Complete::preferred_settle_batch),
-    /// 128 unless it says otherwise (the SQL backends prefer 512: each of their calls
-    /// is a transaction with a commit).
+    /// 128 unless it says otherwise (PostgreSQL and SQLite prefer 512: each of their
+    /// calls is a transaction with a commit).
     #[must_use]
     pub fn settle_batch(mut self, n: usize) -> Self {
         self.settle_batch = Some(n);
