@@ -14,6 +14,8 @@
 //!   finishes what it waited for. A job joining its batch's released stage, with no
 //!   group, is stored `ready`. A claim is therefore a plain ordered scan of one
 //!   partial index.
+//! - **Settles**: a worker gathers up to 512 outcomes per `settle_many` call
+//!   (`preferred_settle_batch`): each call takes the write lock and commits once.
 //! - **Time** is this machine's clock (the "server" of an embedded database), stored as
 //!   microseconds since the epoch.
 //! - **Wake-ups**: handles opened in one process on one file share in-process events;
