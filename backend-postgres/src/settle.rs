@@ -391,8 +391,8 @@ impl Complete for PostgresBackend {
     /// 512: each call is a transaction of its own (`BEGIN`, the statement, `COMMIT`: three
     /// round trips, then the pool's check on release) with a commit that waits for the
     /// WAL flush, a cost per call beyond its leases. With calls of at most 128, the
-    /// outcomes of each claim a draining worker makes (about 130 jobs) took two calls
-    /// (docs/BENCHMARKS.md, Findings 21).
+    /// outcomes of a draining worker's claims (about 130 jobs each) were often split
+    /// across two calls, 1.3–1.4 per claim (docs/BENCHMARKS.md, Findings 21).
     fn preferred_settle_batch(&self) -> usize {
         512
     }
