@@ -1,11 +1,12 @@
 //! One job's life inside a worker: run the handler, catching a panic and stopping it at
 //! its timeout or the shutdown deadline, then hand the outcome to the settler (SPEC W1,
 //! W3, W4). Its lease is heartbeated meanwhile by the [keeper](super::keeper), which
-//! aborts this task if the lease is lost.
+//! stops the handler if the lease is lost.
 //!
-//! The handler runs in the job's own task, so its timeout and the shutdown deadline
-//! stop it at an `.await`: a handler that blocks its thread is stopped once it yields,
-//! and one that returns past its timeout is failed all the same.
+//! The handler runs on one of the worker's [slot tasks](super::slots), so its timeout,
+//! the shutdown deadline and the keeper stop it at an `.await`: a handler that blocks
+//! its thread is stopped once it yields, and one that returns past its timeout is
+//! failed all the same.
 //!
 //! The slot frees as soon as the outcome is handed to the settler (at once, unless
 //! the settler is behind); the keeper goes on heartbeating the lease until the settler
@@ -16,7 +17,7 @@ use std::{
     panic::AssertUnwindSafe,
     sync::{
         Arc,
-        atomic::{AtomicBool, AtomicU32, Ordering},
+        atomic::{AtomicBool, Ordering},
     },
     time::Duration,
 };
@@ -29,77 +30,90 @@ use tokio::{
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::{Handler, keeper};
+use super::{Handler, keeper, slots::Slot};
 use crate::{ClaimedJob, JobId, Lease, LeaseToken, Retry, Settle, validate};
 
 /// An outcome for the settler, with the guard that tells the keeper the job ended once
 /// the settler is done with it (stored, given up on, or dropped in a panic).
 pub(super) type Settling = (Settle, Ended);
 
+/// What a slot's jobs share: the handler and where their outcomes go.
+#[derive(Clone)]
 pub(super) struct JobRun {
     pub(super) handler: Arc<dyn Handler>,
-    /// Told when the job ends (through its [`Ended`] guard).
-    pub(super) keeper: mpsc::UnboundedSender<keeper::Msg>,
     pub(super) timeout: Option<Duration>,
     /// Cancelled when the shutdown deadline passes: the job is released.
     pub(super) abort: CancellationToken,
     pub(super) settle: mpsc::Sender<Settling>,
-    pub(super) slots: Slots,
 }
 
-/// Busy slots of a worker, and a wake-up for the claim loop when one frees.
-#[derive(Clone, Default)]
-pub(super) struct Slots {
-    pub(super) busy: Arc<AtomicU32>,
-    pub(super) freed: Arc<Notify>,
+/// A job handed to a slot, with its guards.
+pub(super) struct Assigned {
+    pub(super) job: ClaimedJob,
+    pub(super) control: Arc<Control>,
+    pub(super) slot: Slot,
+    pub(super) ended: Ended,
 }
 
-/// Holds one slot; frees it when dropped, however the job ends.
-struct Slot(Slots);
+/// One job's state as its slot and the keeper share it.
+#[derive(Default)]
+pub(super) struct Control {
+    /// Set once the handler's outcome is decided and on its way to the settler: the
+    /// keeper no longer stops the job then.
+    handed: AtomicBool,
+    /// Set when the job's run ended, whatever its end.
+    finished: AtomicBool,
+    /// Set by the keeper when the lease is lost: the handler must stop.
+    stopped: AtomicBool,
+    stop: Notify,
+}
 
-impl Slots {
-    fn take(&self) -> Slot {
-        self.busy.fetch_add(1, Ordering::SeqCst);
-        Slot(self.clone())
+impl Control {
+    pub(super) fn handed(&self) -> bool {
+        self.handed.load(Ordering::SeqCst)
     }
 
-    pub(super) fn busy(&self) -> u32 {
-        self.busy.load(Ordering::SeqCst)
+    pub(super) fn finished(&self) -> bool {
+        self.finished.load(Ordering::SeqCst)
+    }
+
+    /// Stops the handler at its next `.await` (or before it starts), without an
+    /// outcome: someone else owns the job now.
+    pub(super) fn stop(&self) {
+        self.stopped.store(true, Ordering::SeqCst);
+        // A permit is kept if the job is not waiting yet.
+        self.stop.notify_one();
     }
 }
 
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.0.busy.fetch_sub(1, Ordering::SeqCst);
-        self.0.freed.notify_one();
+impl Ended {
+    pub(super) fn new(keeper: mpsc::UnboundedSender<keeper::Msg>, lease: &Lease) -> Self {
+        Self {
+            keeper,
+            job: lease.job,
+            token: lease.token,
+        }
     }
 }
 
 impl JobRun {
-    /// Takes a slot now (so the claim loop counts it at once) and returns the job's
-    /// future, to be spawned as its task. The job's [`Ended`] guard is made here too, so
-    /// that the keeper hears of a task dropped before it first ran.
-    ///
-    /// `handed` is set once the handler's outcome is decided and on its way to the
-    /// settler: the keeper no longer stops the task then.
-    pub(super) fn start(
-        self,
-        job: ClaimedJob,
-        handed: Arc<AtomicBool>,
-    ) -> impl Future<Output = ()> + Send + 'static {
-        let slot = self.slots.take();
-        let ended = Ended {
-            keeper: self.keeper.clone(),
-            job: job.lease.job,
-            token: job.lease.token,
-        };
-        self.run(job, slot, ended, handed)
-    }
-
-    async fn run(self, job: ClaimedJob, slot: Slot, ended: Ended, handed: Arc<AtomicBool>) {
+    /// Runs one job on its slot; the slot frees once the outcome is with the settler,
+    /// or at once if the job was stopped.
+    pub(super) async fn run(&self, assigned: Assigned) {
+        let Assigned {
+            job,
+            control,
+            slot,
+            ended,
+        } = assigned;
+        let _finished = Finished(&control);
+        // Its lease was lost while it waited for this slot.
+        if control.stopped.load(Ordering::SeqCst) {
+            return;
+        }
         let lease = job.lease.clone();
         let span = tracing::info_span!("relayq.job", queue = %lease.queue, id = %lease.job, attempt = lease.attempt);
-        // Dropping this future (timeout, shutdown, or the keeper aborting the task) stops
+        // Dropping this future (timeout, shutdown, or the keeper stopping the job) stops
         // the handler; `async` so that a panic in `handle` itself is caught too.
         let handler = self.handler.clone();
         let handled = AssertUnwindSafe(async move { handler.handle(job).await })
@@ -112,8 +126,8 @@ impl JobRun {
         };
 
         let settle = tokio::select! {
-            // A handler that returned wins over a deadline or shutdown seen in the same
-            // poll: its work is done, and releasing the job would run it again.
+            // A handler that returned wins over a deadline, shutdown or stop seen in the
+            // same poll: its work is done, and releasing the job would run it again.
             biased;
             res = handled => match res {
                 // Succeeded past its timeout, seen only now: it blocked its thread, or
@@ -131,8 +145,11 @@ impl JobRun {
                 Settle::fail(lease, timed_out(), Retry::Backoff)
             }
             () = self.abort.cancelled() => Settle::release(lease),
+            // The lease is lost: no outcome; the slot frees and the keeper hears the job
+            // ended as the guards drop.
+            () = control.stop.notified() => return,
         };
-        handed.store(true, Ordering::SeqCst);
+        control.handed.store(true, Ordering::SeqCst);
         span.in_scope(|| tracing::debug!(outcome = ?settle.outcome, "job done"));
         // The guard goes along: the settler drops it once done with the outcome. If the
         // send fails (the settler panicked), it drops here.
@@ -144,11 +161,20 @@ impl JobRun {
     }
 }
 
+/// Marks a job's run finished when dropped, however it ends.
+struct Finished<'a>(&'a Control);
+
+impl Drop for Finished<'_> {
+    fn drop(&mut self) {
+        self.0.finished.store(true, Ordering::SeqCst);
+    }
+}
+
 /// Tells the keeper, when dropped, that a job ended, so that it stops heartbeating the
-/// lease. It lives in the job's task until the outcome goes to the settler, then with
-/// the outcome until it is stored or given up on; a task aborted or dropped (lease
-/// lost, worker dropped) or a settler that panics drops it on the way. So each started
-/// job ends exactly once.
+/// lease. It lives with the job on its slot until the outcome goes to the settler,
+/// then with the outcome until it is stored or given up on; a job stopped or dropped
+/// (lease lost, worker dropped) or a settler that panics drops it on the way. So each
+/// started job ends exactly once.
 pub(super) struct Ended {
     keeper: mpsc::UnboundedSender<keeper::Msg>,
     job: JobId,

@@ -2,10 +2,10 @@
 //!
 //! A job is kept from the moment it starts until it ends: until the settler has stored
 //! its outcome or given up on it (a slow settle must not let a finished job's lease
-//! expire and the job run again), or until its task ended without handing one over.
+//! expire and the job run again), or until its run ended without handing one over.
 //! Each lease is extended on a fixed schedule, every `every` from its claim. When a beat
-//! finds the lease lost (cancelled, or expired and taken over), the job's task is
-//! aborted, which stops its handler: someone else owns the job now.
+//! finds the lease lost (cancelled, or expired and taken over), the job is stopped,
+//! which stops its handler: someone else owns the job now.
 //!
 //! So is a job whose lease runs out while no beat gets through (the server unreachable,
 //! a beat that hangs): past that point another worker may hold the job, and the
@@ -24,31 +24,28 @@
 use std::{
     collections::{HashMap, HashSet},
     panic::AssertUnwindSafe,
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
+    sync::Arc,
     time::Duration,
 };
 
 use futures::{FutureExt, StreamExt, stream::FuturesUnordered};
-use tokio::{sync::mpsc, task::AbortHandle, time::Instant};
+use tokio::{sync::mpsc, time::Instant};
 use tokio_util::time::{DelayQueue, delay_queue};
 
+use super::job::Control;
 use crate::{Backend, Error, JobId, Lease, LeaseToken};
 
 /// What the keeper is told. Every job that gets a `Started` gets one `Ended`.
 pub(super) enum Msg {
     /// A job started, claimed at `claimed_at`: beat its lease from then on every
-    /// `every`; abort its task if the lease is lost, unless `handed` says its outcome
-    /// went to the settler.
+    /// `every`; stop the job if the lease is lost, unless its outcome went to the
+    /// settler already.
     Started {
         lease: Lease,
         claimed_at: Instant,
-        task: AbortHandle,
-        handed: Arc<AtomicBool>,
+        control: Arc<Control>,
     },
-    /// A job ended: its outcome was stored or given up on, or its task ended without
+    /// A job ended: its outcome was stored or given up on, or its run ended without
     /// one. Its lease needs no more beats.
     Ended(JobId, LeaseToken),
 }
@@ -64,8 +61,7 @@ struct Held {
     /// The lease's end by the last claim or beat that set it, in the lease queue; none
     /// once it ran out.
     until: Option<delay_queue::Key>,
-    task: AbortHandle,
-    handed: Arc<AtomicBool>,
+    control: Arc<Control>,
 }
 
 pub(super) struct Keeper {
@@ -76,8 +72,8 @@ pub(super) struct Keeper {
 
 impl Keeper {
     /// How long after a claim or a renewing beat is sent the handler may run without
-    /// another: the lease, less a margin for the timer's resolution and the task's
-    /// abort. The margin is half of the shorter of the interval and what the lease
+    /// another: the lease, less a margin for the timer's resolution and the handler's
+    /// stop. The margin is half of the shorter of the interval and what the lease
     /// leaves after it, so the next beat is always due before the deadline (at the
     /// default interval, lease/3, the margin is lease/6).
     fn margin_less(&self) -> Duration {
@@ -100,13 +96,13 @@ impl Keeper {
                 biased;
                 msg = rx.recv() => match msg {
                     None => break,
-                    Some(Msg::Started { lease, claimed_at, task, handed }) => {
+                    Some(Msg::Started { lease, claimed_at, control }) => {
                         let key = (lease.job, lease.token);
                         if !ended_early.remove(&key) {
                             let first = claimed_at + self.every;
                             let timer = Some(timers.insert_at(key, first));
                             let until = Some(leases.insert_at(key, claimed_at + self.margin_less()));
-                            held.insert(key, Held { lease, next: first, timer, until, task, handed });
+                            held.insert(key, Held { lease, next: first, timer, until, control });
                         }
                     }
                     Some(Msg::Ended(job, token)) => {
@@ -145,9 +141,9 @@ impl Keeper {
                     }
                 }
                 Some((key, sent, result)) = beating.next(), if !beating.is_empty() => {
-                    // Ended meanwhile: nothing to beat or abort.
+                    // Ended meanwhile: nothing to beat or stop.
                     let Some(h) = held.get_mut(&key) else { continue };
-                    let handed = h.handed.load(Ordering::SeqCst);
+                    let handed = h.control.handed();
                     // Its lease ran out and its handler was stopped: no more beats.
                     if h.until.is_none() && !handed {
                         continue;
@@ -155,11 +151,11 @@ impl Keeper {
                     match result {
                         Err(Error::StaleLease) => {
                             let lease = &h.lease;
-                            if handed || h.task.is_finished() {
+                            if handed || h.control.finished() {
                                 // Most likely stored just now, before its `Ended` came.
-                                tracing::debug!(queue = %lease.queue, id = %lease.job, "lease gone after the job's task ended");
+                                tracing::debug!(queue = %lease.queue, id = %lease.job, "lease gone after the job's run ended");
                             } else {
-                                h.task.abort();
+                                h.control.stop();
                                 tracing::warn!(queue = %lease.queue, id = %lease.job, attempt = lease.attempt, "lease lost while running; handler stopped");
                             }
                             // Kept, without beats, until its `Ended`.
@@ -186,8 +182,8 @@ impl Keeper {
                         h.until = None;
                         let lease = &h.lease;
                         // An outcome with the settler is beaten on: the server judges it.
-                        if !h.handed.load(Ordering::SeqCst) {
-                            h.task.abort();
+                        if !h.control.handed() {
+                            h.control.stop();
                             tracing::warn!(queue = %lease.queue, id = %lease.job, attempt = lease.attempt, "lease ran out with no heartbeat through; handler stopped");
                             // Kept, without beats, until its `Ended`.
                             if let Some(timer) = h.timer.take() {

@@ -4,7 +4,7 @@
 //! (`concurrency`):
 //! - it claims up to its free slots in one call, taking queues in turn so a busy queue
 //!   cannot starve another (W1, W5);
-//! - runs the handler of each job in its own task, while one keeper task heartbeats
+//! - runs each job's handler on one of its slots' tasks, while one keeper task heartbeats
 //!   every started job's lease (every lease/3 by default) until its outcome is stored
 //!   or given up on; a handler whose lease is lost (revoked, taken over, or about to
 //!   run out with no heartbeat getting through) is stopped, so it never runs beside
@@ -29,6 +29,7 @@ mod job;
 mod keeper;
 mod run;
 mod settler;
+mod slots;
 mod stats;
 
 use std::{sync::Arc, time::Duration};

@@ -8,17 +8,11 @@
 //! The loop also tells the settler when the worker runs dry (nothing running or
 //! buffered, the last claim short), so that outcomes are not held back for company.
 
-use std::{
-    panic::AssertUnwindSafe,
-    pin::Pin,
-    sync::{Arc, atomic::AtomicBool},
-    time::Duration,
-};
+use std::{panic::AssertUnwindSafe, pin::Pin, sync::Arc, time::Duration};
 
 use futures::{FutureExt, StreamExt, stream::FuturesUnordered};
 use tokio::{
     sync::{broadcast, mpsc, watch},
-    task::JoinSet,
     time::{Instant, sleep, sleep_until},
 };
 use tokio_util::sync::CancellationToken;
@@ -26,9 +20,10 @@ use tokio_util::sync::CancellationToken;
 use super::{
     Config, Worker, WorkerReport,
     buffer::Buffer,
-    job::{JobRun, Settling, Slots},
+    job::{Assigned, Control, Ended, JobRun, Settling},
     keeper::{self, Keeper},
     settler::{self, Settler},
+    slots::Pool,
     stats::Stats,
 };
 use crate::{Backend, ClaimRequest, ClaimedJob, Error, Event, EventKind, Result, Settle, validate};
@@ -48,8 +43,10 @@ pub(super) struct Runner {
     queues: Arc<[String]>,
     config: Config,
     stats: Arc<Stats>,
-    jobs: JoinSet<()>,
+    /// What every slot runs its jobs with.
     template: JobRun,
+    /// The slots, started when the worker runs.
+    pool: Option<Pool>,
     settle_rx: Option<mpsc::Receiver<Settling>>,
     /// Tells the keeper which jobs started, so it heartbeats their leases.
     keeper: mpsc::UnboundedSender<keeper::Msg>,
@@ -78,17 +75,15 @@ impl Runner {
         Self {
             template: JobRun {
                 handler: w.handler,
-                keeper: keeper.clone(),
                 timeout: w.config.timeout,
                 abort: CancellationToken::new(),
                 settle: tx,
-                slots: Slots::default(),
             },
+            pool: None,
             backend: w.backend,
             queues: w.queues.into(),
             config: w.config,
             stats: Arc::new(Stats::default()),
-            jobs: JoinSet::new(),
             settle_rx: Some(rx),
             keeper,
             keeper_rx: Some(keeper_rx),
@@ -116,6 +111,11 @@ impl Runner {
             dry: self.dry.subscribe(),
         };
         let settler = tokio::spawn(settler.run(self.settle_rx.take().expect("taken once")));
+        self.pool = Some(Pool::start(
+            self.config.concurrency as usize,
+            &self.template,
+        ));
+        let slots = self.pool().shared.clone();
         let mut events = self.backend.subscribe();
         let mut idle = self.config.poll_min;
         // Claim without waiting: set when there is likely work (start, a freed slot, an
@@ -126,8 +126,6 @@ impl Runner {
         tracing::info!(worker = %self.config.name, queues = ?self.queues, "worker started");
 
         loop {
-            // Reap job tasks that ended (their slots were freed already).
-            while self.jobs.try_join_next().is_some() {}
             if shutdown.is_cancelled() {
                 break;
             }
@@ -146,7 +144,6 @@ impl Runner {
             // Nothing in flight and room for work: wait for an event or a poll tick.
             let waiting = claiming.is_empty() && want > 0;
             let expiry = self.buffer.next_expiry();
-            let freed = self.template.slots.freed.clone();
             tokio::select! {
                 Some(got) = claiming.next(), if !claiming.is_empty() => {
                     self.asking -= got.asked;
@@ -161,7 +158,7 @@ impl Runner {
                     }
                 }
                 // A handler returned: claim again at once for the freed slot (SPEC W1).
-                () = freed.notified() => eager = true,
+                () = slots.freed.notified() => eager = true,
                 woke = next_event(&mut events, &self.queues), if waiting => {
                     eager = true;
                     if woke { idle = self.config.poll_min; }
@@ -192,17 +189,23 @@ impl Runner {
         Ok(report)
     }
 
+    fn pool(&self) -> &Pool {
+        self.pool.as_ref().expect("started with the worker")
+    }
+
+    fn busy(&self) -> u32 {
+        self.pool.as_ref().map_or(0, |p| p.shared.busy())
+    }
+
     fn free_slots(&self) -> u32 {
-        self.config
-            .concurrency
-            .saturating_sub(self.template.slots.busy())
+        self.config.concurrency.saturating_sub(self.busy())
     }
 
     /// Tells the settler whether the worker has run dry: no job running or buffered,
     /// and its last claim came back short. The settler then stores outcomes at once
     /// instead of holding them for company that is not coming.
     fn tell_dry(&self) {
-        let dry = self.short && self.buffer.len() == 0 && self.template.slots.busy() == 0;
+        let dry = self.short && self.buffer.len() == 0 && self.busy() == 0;
         if *self.dry.borrow() != dry {
             self.dry.send_replace(dry);
         }
@@ -229,24 +232,23 @@ impl Runner {
 
     /// Moves buffered jobs into free slots, oldest first.
     fn start_buffered(&mut self) {
-        while self.free_slots() > 0 {
+        while self.buffer.len() > 0 {
+            let Some(slot) = self.pool().take() else {
+                break;
+            };
             let Some((claimed_at, job)) = self.buffer.pop() else {
                 break;
             };
-            let lease = job.lease.clone();
-            let handed = Arc::new(AtomicBool::new(false));
-            let task = self
-                .jobs
-                .spawn(self.template.clone_for_job().start(job, handed.clone()));
+            let control = Arc::new(Control::default());
+            let ended = Ended::new(self.keeper.clone(), &job.lease);
             // Heartbeats are timed from the claim: a job that waited in the prefetch
             // buffer is renewed on the same schedule as any other.
             if self
                 .keeper
                 .send(keeper::Msg::Started {
-                    lease,
+                    lease: job.lease.clone(),
                     claimed_at,
-                    task,
-                    handed,
+                    control: control.clone(),
                 })
                 .is_err()
             {
@@ -254,6 +256,12 @@ impl Runner {
                     "the heartbeat keeper is gone; this job's lease will not be renewed"
                 );
             }
+            self.pool().hand(Assigned {
+                job,
+                control,
+                slot,
+                ended,
+            });
         }
     }
 
@@ -336,36 +344,27 @@ impl Runner {
 
     /// SPEC W4: let running handlers finish until the deadline, then release the rest.
     async fn shut_down(&mut self) {
-        let drain = async { while self.jobs.join_next().await.is_some() {} };
-        if tokio::time::timeout(self.config.shutdown_timeout, drain)
+        let Some(mut pool) = self.pool.take() else {
+            return;
+        };
+        // Each slot finishes its job and ends.
+        pool.close();
+        if tokio::time::timeout(self.config.shutdown_timeout, pool.join())
             .await
             .is_err()
         {
             tracing::info!(
-                left = self.jobs.len(),
+                left = pool.shared.busy(),
                 "shutdown deadline passed; releasing running jobs"
             );
             self.template.abort.cancel();
-            while self.jobs.join_next().await.is_some() {}
+            pool.join().await;
         }
         // Closing the last sender lets the settler flush and stop.
         drop(std::mem::replace(
             &mut self.template.settle,
             mpsc::channel(1).0,
         ));
-    }
-}
-
-impl JobRun {
-    fn clone_for_job(&self) -> Self {
-        Self {
-            handler: self.handler.clone(),
-            keeper: self.keeper.clone(),
-            timeout: self.timeout,
-            abort: self.abort.clone(),
-            settle: self.settle.clone(),
-            slots: self.slots.clone(),
-        }
     }
 }
 
