@@ -77,8 +77,9 @@ impl Control {
         self.finished.load(Ordering::SeqCst)
     }
 
-    /// Stops the handler at its next `.await` (or before it starts), without an
-    /// outcome: someone else owns the job now.
+    /// Stops the job without an outcome: someone else owns it now. Its handler is
+    /// dropped before it is polled again (or never starts): a handler that blocks its
+    /// thread stops once it yields.
     pub(super) fn stop(&self) {
         self.stopped.store(true, Ordering::SeqCst);
         // A permit is kept if the job is not waiting yet.
@@ -126,9 +127,14 @@ impl JobRun {
         };
 
         let settle = tokio::select! {
-            // A handler that returned wins over a deadline, shutdown or stop seen in the
-            // same poll: its work is done, and releasing the job would run it again.
             biased;
+            // The lease is lost: the handler is dropped without being polled again, so
+            // it cannot run on through an `.await` that is already ready (its outcome
+            // could not be stored anyway). No outcome; the slot frees and the keeper
+            // hears the job ended as the guards drop.
+            () = control.stop.notified() => return,
+            // A handler that returned wins over a deadline or shutdown seen in the same
+            // poll: its work is done, and releasing the job would run it again.
             res = handled => match res {
                 // Succeeded past its timeout, seen only now: it blocked its thread, or
                 // its task ran late.
@@ -145,9 +151,6 @@ impl JobRun {
                 Settle::fail(lease, timed_out(), Retry::Backoff)
             }
             () = self.abort.cancelled() => Settle::release(lease),
-            // The lease is lost: no outcome; the slot frees and the keeper hears the job
-            // ended as the guards drop.
-            () = control.stop.notified() => return,
         };
         control.handed.store(true, Ordering::SeqCst);
         span.in_scope(|| tracing::debug!(outcome = ?settle.outcome, "job done"));

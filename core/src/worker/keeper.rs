@@ -86,7 +86,8 @@ impl Keeper {
         let mut held: HashMap<Key, Held> = HashMap::new();
         let mut timers: DelayQueue<Key> = DelayQueue::new();
         let mut leases: DelayQueue<Key> = DelayQueue::new();
-        // `Ended` may overtake its `Started`: they come from different tasks.
+        // An `Ended` before its `Started`: today `Started` is sent before the job is
+        // handed to its slot, so this is a guard, kept in case that order changes.
         let mut ended_early: HashSet<Key> = HashSet::new();
         let mut beating = FuturesUnordered::new();
         loop {

@@ -193,6 +193,10 @@ impl Runner {
         self.pool.as_ref().expect("started with the worker")
     }
 
+    fn pool_mut(&mut self) -> &mut Pool {
+        self.pool.as_mut().expect("started with the worker")
+    }
+
     fn busy(&self) -> u32 {
         self.pool.as_ref().map_or(0, |p| p.shared.busy())
     }
@@ -256,7 +260,7 @@ impl Runner {
                     "the heartbeat keeper is gone; this job's lease will not be renewed"
                 );
             }
-            self.pool().hand(Assigned {
+            self.pool_mut().hand(Assigned {
                 job,
                 control,
                 slot,
@@ -360,6 +364,8 @@ impl Runner {
             self.template.abort.cancel();
             pool.join().await;
         }
+        // The pool holds a sender of outcomes too.
+        drop(pool);
         // Closing the last sender lets the settler flush and stop.
         drop(std::mem::replace(
             &mut self.template.settle,

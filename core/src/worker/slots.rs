@@ -63,27 +63,39 @@ pub(super) struct Pool {
     pub(super) shared: Arc<Shared>,
     mailboxes: Vec<mpsc::Sender<Assigned>>,
     tasks: JoinSet<()>,
+    /// What a slot task restarted in place of one that ended runs with.
+    run: JobRun,
 }
 
 impl Pool {
     /// Starts `n` slot tasks, each running its jobs with `run`.
     pub(super) fn start(n: usize, run: &JobRun) -> Self {
         let shared = Arc::new(Shared::default());
-        let mut tasks = JoinSet::new();
-        let mut mailboxes = Vec::with_capacity(n);
+        let mut pool = Self {
+            shared,
+            mailboxes: Vec::with_capacity(n),
+            tasks: JoinSet::new(),
+            run: run.clone(),
+        };
         for _ in 0..n {
-            // Capacity 1: a job is handed only to an idle slot, one at a time.
-            let (tx, rx) = mpsc::channel(1);
-            mailboxes.push(tx);
-            tasks.spawn(serve(run.clone(), rx));
+            let mailbox = pool.serve();
+            pool.mailboxes.push(mailbox);
         }
         // Popped from the end: the first slots are used first.
-        *shared.idle.lock().unwrap_or_else(PoisonError::into_inner) = (0..n).rev().collect();
-        Self {
-            shared,
-            mailboxes,
-            tasks,
-        }
+        *pool
+            .shared
+            .idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = (0..n).rev().collect();
+        pool
+    }
+
+    /// Starts a slot task; returns its mailbox.
+    fn serve(&mut self) -> mpsc::Sender<Assigned> {
+        // Capacity 1: a job is handed only to an idle slot, one at a time.
+        let (tx, rx) = mpsc::channel(1);
+        self.tasks.spawn(serve(self.run.clone(), rx));
+        tx
     }
 
     /// Takes an idle slot, counted busy at once; `None` when every slot is busy.
@@ -102,11 +114,8 @@ impl Pool {
     }
 
     /// Hands a job to the idle slot it holds.
-    pub(super) fn hand(&self, job: Assigned) {
+    pub(super) fn hand(&mut self, job: Assigned) {
         let index = job.slot.index;
-        // An idle slot's mailbox is empty and its task alive (it outlives every job: a
-        // panic outside the handler is caught per job). Should either fail, the job is
-        // dropped with its guards: its slot frees, and the keeper hears that it ended.
         let Some(mailbox) = self.mailboxes.get(index) else {
             tracing::error!(
                 slot = index,
@@ -114,14 +123,44 @@ impl Pool {
             );
             return;
         };
-        if let Err(e) = mailbox.try_send(job) {
-            tracing::error!(slot = index, error = %e, "a slot could not take its job; its lease will expire");
+        // An idle slot's mailbox is empty, and its task outlives every job (a panic
+        // outside the handler is caught per job). Should the task have ended all the
+        // same, a new one takes its place and the job, so one lost task cannot swallow
+        // every job handed to its slot after it.
+        let job = match mailbox.try_send(job) {
+            Ok(()) => return,
+            Err(mpsc::error::TrySendError::Closed(job)) => job,
+            Err(mpsc::error::TrySendError::Full(job)) => {
+                // Not idle after all: the job drops with its guards, its slot frees,
+                // and its lease expires.
+                tracing::error!(
+                    slot = job.slot.index,
+                    "a busy slot was handed a job; its lease will expire"
+                );
+                return;
+            }
+        };
+        tracing::error!(slot = index, "a slot's task had ended; it is started again");
+        let mailbox = self.serve();
+        if mailbox.try_send(job).is_err() {
+            tracing::error!(
+                slot = index,
+                "a new slot task could not take its job; its lease will expire"
+            );
         }
+        self.mailboxes[index] = mailbox;
     }
 
     /// Closes the mailboxes: each slot finishes its job, if any, and its task ends.
     pub(super) fn close(&mut self) {
         self.mailboxes.clear();
+    }
+
+    /// Ends every slot task, as if each had ended on its own: for tests.
+    #[cfg(test)]
+    async fn kill(&mut self) {
+        self.tasks.abort_all();
+        self.join().await;
     }
 
     /// Waits for every slot task to end.
@@ -154,7 +193,7 @@ mod tests {
     use crate::{
         ClaimedJob, JobId, Lease, LeaseToken, Outcome,
         worker::{
-            JobError,
+            Handler, JobError,
             job::{Control, Ended, Settling},
             keeper,
         },
@@ -164,17 +203,44 @@ mod tests {
     fn pool(n: usize) -> (Pool, Arc<AtomicU32>, mpsc::Receiver<Settling>) {
         let runs = Arc::new(AtomicU32::new(0));
         let counted = runs.clone();
-        let (settle, outcomes) = mpsc::channel(16);
-        let run = JobRun {
-            handler: Arc::new(move |_job: ClaimedJob| {
+        let (pool, outcomes) = pool_with(
+            n,
+            Arc::new(move |_job: ClaimedJob| {
                 counted.fetch_add(1, Ordering::SeqCst);
                 async { Ok::<_, JobError>(()) }
             }),
+        );
+        (pool, runs, outcomes)
+    }
+
+    fn pool_with(n: usize, handler: Arc<dyn Handler>) -> (Pool, mpsc::Receiver<Settling>) {
+        let (settle, outcomes) = mpsc::channel(16);
+        let run = JobRun {
+            handler,
             timeout: None,
             abort: CancellationToken::new(),
             settle,
         };
-        (Pool::start(n, &run), runs, outcomes)
+        (Pool::start(n, &run), outcomes)
+    }
+
+    /// Hands `job` to an idle slot with a fresh control; returns the control and what
+    /// the keeper hears.
+    fn hand(
+        pool: &mut Pool,
+        job: ClaimedJob,
+    ) -> (Arc<Control>, mpsc::UnboundedReceiver<keeper::Msg>) {
+        let (keeper, heard) = mpsc::unbounded_channel();
+        let ended = Ended::new(keeper, &job.lease);
+        let control = Arc::new(Control::default());
+        let slot = pool.take().expect("an idle slot");
+        pool.hand(Assigned {
+            job,
+            control: control.clone(),
+            slot,
+            ended,
+        });
+        (control, heard)
     }
 
     fn job(id: i64) -> ClaimedJob {
@@ -215,16 +281,7 @@ mod tests {
     #[tokio::test]
     async fn a_handed_job_runs_and_its_outcome_goes_to_the_settler() {
         let (mut pool, runs, mut outcomes) = pool(1);
-        let (keeper, _heard) = mpsc::unbounded_channel::<keeper::Msg>();
-        let job = job(7);
-        let ended = Ended::new(keeper, &job.lease);
-        let slot = pool.take().expect("idle");
-        pool.hand(Assigned {
-            job,
-            control: Arc::new(Control::default()),
-            slot,
-            ended,
-        });
+        let _heard = hand(&mut pool, job(7));
         let (settle, _ended) = outcomes.recv().await.expect("an outcome");
         assert_eq!(settle.lease.job, JobId(7));
         assert!(matches!(settle.outcome, Outcome::Complete));
@@ -237,18 +294,10 @@ mod tests {
     #[tokio::test]
     async fn a_job_stopped_before_its_slot_starts_it_never_runs() {
         let (mut pool, runs, mut outcomes) = pool(1);
-        let (keeper, mut heard) = mpsc::unbounded_channel::<keeper::Msg>();
-        let job = job(8);
-        let ended = Ended::new(keeper, &job.lease);
-        let control = Arc::new(Control::default());
+        // Stopped before its slot task first runs: the test's runtime has one thread,
+        // and nothing here yields before the stop.
+        let (control, mut heard) = hand(&mut pool, job(8));
         control.stop();
-        let slot = pool.take().expect("idle");
-        pool.hand(Assigned {
-            job,
-            control: control.clone(),
-            slot,
-            ended,
-        });
         pool.close();
         pool.join().await;
         assert_eq!(runs.load(Ordering::SeqCst), 0, "the handler never ran");
@@ -259,5 +308,55 @@ mod tests {
         ));
         assert!(control.finished() && !control.handed());
         assert_eq!(pool.shared.busy(), 0, "the slot freed");
+    }
+
+    /// The keeper stops a job whose handler waits on something that is ready by the
+    /// time the job's task runs again: the handler is dropped, not polled through it.
+    #[tokio::test]
+    async fn a_stopped_job_is_not_polled_again() {
+        let (waiting_tx, mut waiting) = mpsc::channel::<()>(1);
+        let (go, go_rx) = tokio::sync::oneshot::channel::<()>();
+        let go_rx = Arc::new(Mutex::new(Some(go_rx)));
+        let after = Arc::new(AtomicU32::new(0));
+        let seen = after.clone();
+        let (mut pool, mut outcomes) = pool_with(
+            1,
+            Arc::new(move |_job: ClaimedJob| {
+                let (waiting_tx, seen) = (waiting_tx.clone(), seen.clone());
+                let go = go_rx.lock().unwrap().take().expect("one job");
+                async move {
+                    waiting_tx.send(()).await.ok();
+                    go.await.ok();
+                    seen.fetch_add(1, Ordering::SeqCst);
+                    Ok::<_, JobError>(())
+                }
+            }),
+        );
+        let (control, _heard) = hand(&mut pool, job(9));
+        waiting.recv().await.expect("the handler waits");
+        // Both before the slot's task runs again (one thread, no yield in between).
+        go.send(()).expect("the handler waits");
+        control.stop();
+        pool.close();
+        pool.join().await;
+        assert_eq!(after.load(Ordering::SeqCst), 0, "not polled past its await");
+        assert!(outcomes.try_recv().is_err(), "no outcome");
+        assert_eq!(pool.shared.busy(), 0, "the slot freed");
+    }
+
+    #[tokio::test]
+    async fn a_slot_whose_task_ended_is_started_again_with_the_job() {
+        let (mut pool, runs, mut outcomes) = pool(1);
+        pool.kill().await;
+        let _heard = hand(&mut pool, job(10));
+        // Bounded: a job handed to the ended task would be dropped, and no outcome come.
+        let got = tokio::time::timeout(std::time::Duration::from_secs(10), outcomes.recv());
+        let (settle, _ended) = got.await.expect("in time").expect("an outcome");
+        assert_eq!(settle.lease.job, JobId(10));
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+        // And the slot goes on serving.
+        let _heard = hand(&mut pool, job(11));
+        let (settle, _ended) = outcomes.recv().await.expect("an outcome");
+        assert_eq!(settle.lease.job, JobId(11));
     }
 }
