@@ -27,24 +27,24 @@ use relayq_core::{
 
 /// Claims hand out made-up jobs until `left` runs out; settles count and succeed.
 /// Everything but claiming and settling goes to an unused memory backend.
-struct Instant0 {
+struct Immediate {
     unused: MemoryBackend,
     left: AtomicU64,
     next: AtomicU64,
     settled: AtomicU64,
 }
 
-impl Events for Instant0 {}
+impl Events for Immediate {}
 
 #[async_trait]
-impl Enqueue for Instant0 {
+impl Enqueue for Immediate {
     async fn enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
         self.unused.enqueue(jobs).await
     }
 }
 
 #[async_trait]
-impl Claim for Instant0 {
+impl Claim for Immediate {
     async fn claim(&self, req: ClaimRequest) -> Result<Vec<ClaimedJob>> {
         let taken = self
             .left
@@ -79,7 +79,7 @@ impl Claim for Instant0 {
 }
 
 #[async_trait]
-impl Complete for Instant0 {
+impl Complete for Immediate {
     async fn settle_many(&self, settles: Vec<Settle>) -> Result<Vec<Result<Settled>>> {
         self.settled
             .fetch_add(settles.len() as u64, Ordering::SeqCst);
@@ -96,7 +96,7 @@ impl Complete for Instant0 {
 }
 
 #[async_trait]
-impl OrderBarrier for Instant0 {
+impl OrderBarrier for Immediate {
     async fn open_batch(&self, queue: &str, on_failure: OnFailure) -> Result<Batch> {
         self.unused.open_batch(queue, on_failure).await
     }
@@ -109,7 +109,7 @@ impl OrderBarrier for Instant0 {
 }
 
 #[async_trait]
-impl Inspect for Instant0 {
+impl Inspect for Immediate {
     async fn queue_stats(&self, queue: &str) -> Result<QueueStats> {
         self.unused.queue_stats(queue).await
     }
@@ -128,7 +128,7 @@ impl Inspect for Instant0 {
 }
 
 #[async_trait]
-impl Admin for Instant0 {
+impl Admin for Immediate {
     async fn pause(&self, queue: &str) -> Result<()> {
         self.unused.pause(queue).await
     }
@@ -167,7 +167,7 @@ async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     let n: u64 = args.next().map_or(Ok(500_000), |a| a.parse())?;
     let concurrency: u32 = args.next().map_or(Ok(16), |a| a.parse())?;
     let prefetch: u32 = args.next().map_or(Ok(256), |a| a.parse())?;
-    let backend = Arc::new(Instant0 {
+    let backend = Arc::new(Immediate {
         unused: MemoryBackend::new(),
         left: AtomicU64::new(n),
         next: AtomicU64::new(1),
