@@ -115,8 +115,9 @@ impl JobRun {
         let lease = job.lease.clone();
         let span = tracing::info_span!("relayq.job", queue = %lease.queue, id = %lease.job, attempt = lease.attempt);
         // Dropping this future (timeout, shutdown, or the keeper stopping the job) stops
-        // the handler; `async` so that a panic in `handle` itself is caught too.
-        let handler = self.handler.clone();
+        // the handler; `async` so that a panic in `handle` itself is caught too. It runs
+        // here, on the slot's task, so it borrows the handler rather than owning a clone.
+        let handler = &*self.handler;
         let handled = AssertUnwindSafe(async move { handler.handle(job).await })
             .catch_unwind()
             .instrument(span.clone());

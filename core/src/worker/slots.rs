@@ -264,6 +264,8 @@ mod tests {
         }
     }
 
+    /// SPEC W1 (claims up to its free slots): a slot is taken only while idle, and one
+    /// that frees is idle again.
     #[tokio::test]
     async fn only_idle_slots_are_taken_and_a_freed_one_is_idle_again() {
         let (pool, _, _) = pool(2);
@@ -278,6 +280,8 @@ mod tests {
         assert_eq!(pool.take().map(|s| s.index), Some(index));
     }
 
+    /// SPEC W1: a job handed to a slot runs its handler, and its outcome goes on to be
+    /// settled.
     #[tokio::test]
     async fn a_handed_job_runs_and_its_outcome_goes_to_the_settler() {
         let (mut pool, runs, mut outcomes) = pool(1);
@@ -291,6 +295,8 @@ mod tests {
         assert_eq!(pool.shared.busy(), 0, "the slot freed");
     }
 
+    /// SPEC W1 (a handler whose lease is lost never runs beside the next attempt): a job
+    /// stopped before its slot starts it never runs its handler.
     #[tokio::test]
     async fn a_job_stopped_before_its_slot_starts_it_never_runs() {
         let (mut pool, runs, mut outcomes) = pool(1);
@@ -310,8 +316,9 @@ mod tests {
         assert_eq!(pool.shared.busy(), 0, "the slot freed");
     }
 
-    /// The keeper stops a job whose handler waits on something that is ready by the
-    /// time the job's task runs again: the handler is dropped, not polled through it.
+    /// SPEC W1: the keeper stops a job whose handler waits on something that is ready
+    /// by the time the job's task runs again: the handler is dropped, not polled
+    /// through it.
     #[tokio::test]
     async fn a_stopped_job_is_not_polled_again() {
         let (waiting_tx, mut waiting) = mpsc::channel::<()>(1);
@@ -344,6 +351,8 @@ mod tests {
         assert_eq!(pool.shared.busy(), 0, "the slot freed");
     }
 
+    /// SPEC W1, X3 (nothing lost): a slot whose task ended takes the next job on a new
+    /// task, rather than dropping it and every job after it.
     #[tokio::test]
     async fn a_slot_whose_task_ended_is_started_again_with_the_job() {
         let (mut pool, runs, mut outcomes) = pool(1);
