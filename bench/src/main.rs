@@ -16,6 +16,7 @@
 //! measured and appended as JSON to the results file; ratios come last.
 
 mod backlog;
+mod goals;
 mod groups;
 mod latency;
 mod paired;
@@ -154,8 +155,17 @@ async fn main() -> anyhow::Result<()> {
         // Printed as measured inside (each size takes a while to build).
         rows.extend(backlog::backlog(&targets, sizes).await?);
     }
-    say(&format!("all measured in {:.0?}", started.elapsed()));
+    let measured = started.elapsed();
+    say(&format!("all measured in {measured:.0?}"));
     print_ratios(&rows);
+    // The run time is a goal only for a run of everything, as `--all` runs it.
+    let everything = args.all
+        && !quick
+        && !args.no_peers
+        && args.runs == 3
+        && args.only.is_empty()
+        && args.targets.is_empty();
+    goals::print(&goals::judge(&rows, measured, everything));
     let mut file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
