@@ -1,0 +1,143 @@
+use std::time::Duration;
+
+use super::{Verdict, judge};
+use crate::Row;
+
+fn row(scenario: &str, target: &str, value: f64) -> Row {
+    let unit = if scenario.contains("p50") || scenario.contains("p99") {
+        "ms"
+    } else {
+        "jobs/s"
+    };
+    Row {
+        scenario: scenario.to_owned(),
+        target: target.to_owned(),
+        value,
+        unit,
+        note: String::new(),
+    }
+}
+
+fn verdict<'a>(vs: &'a [Verdict], goal: &str) -> &'a Verdict {
+    vs.iter()
+        .find(|v| v.goal == goal)
+        .unwrap_or_else(|| panic!("no verdict {goal:?} in {vs:?}"))
+}
+
+fn judged<'a>(vs: &'a [Verdict], goal: &str) -> (&'a str, bool) {
+    let v = verdict(vs, goal);
+    (v.figure.as_str(), v.met)
+}
+
+#[test]
+fn drain_goals_take_the_prefetch_row_against_the_raw_loop_and_the_peers() {
+    let rows = vec![
+        // Rows a looser match would take for ours: both come first.
+        row("drain, concurrency 16", "postgres", 99_000.0),
+        row(
+            "drain, one batch stage, concurrency 16, prefetch 256",
+            "postgres",
+            98_000.0,
+        ),
+        row("drain, concurrency 16, prefetch 256", "postgres", 60_000.0),
+        row("raw drain, 16 loops of 50", "postgres", 100_000.0),
+        row("drain, concurrency 1", "graphile-worker", 41_000.0),
+        row("drain, concurrency 4", "graphile-worker", 30_000.0),
+        row("drain, concurrency 16", "graphile-worker", 39_000.0),
+        row("drain, concurrency 64", "graphile-worker", 35_000.0),
+        row("drain, concurrency 16", "apalis-postgres", 6_000.0),
+        row("drain, concurrency 64", "apalis-postgres", 16_000.0),
+        row("drain, concurrency 16, prefetch 256", "redis", 119_000.0),
+        row("raw drain, 16 loops of 50", "redis", 300_000.0),
+    ];
+    let vs = judge(&rows, Duration::from_secs(400), false);
+    // Exactly at the bound is met.
+    let raw = judged(&vs, "postgres drain >= 60% of its raw loop");
+    assert_eq!(raw, ("60.00%", true));
+    let c16 = judged(
+        &vs,
+        "postgres drain >= 1.5x graphile-worker at concurrency 16",
+    );
+    assert_eq!(c16, ("1.538x", true));
+    let fastest = judged(
+        &vs,
+        "postgres drain >= 1.5x graphile-worker at its fastest (1)",
+    );
+    assert_eq!(fastest, ("1.463x", false));
+    let apalis = judged(
+        &vs,
+        "postgres drain >= 10x apalis-postgres at concurrency 16",
+    );
+    assert_eq!(apalis, ("10.000x", true));
+    // apalis-postgres ran two of the four concurrencies: no "fastest" from a part.
+    assert!(
+        vs.iter()
+            .all(|v| !v.goal.contains("apalis-postgres at its fastest"))
+    );
+    let redis = judged(&vs, "redis drain >= 40% of its raw loop");
+    assert_eq!(redis, ("39.67%", false));
+    // Not a run of everything: what was not measured is left out, run time included.
+    assert!(vs.iter().all(|v| !v.goal.contains("apalis-redis")));
+    assert!(vs.iter().all(|v| !v.goal.starts_with("--all")));
+}
+
+#[test]
+fn a_full_run_says_which_drain_goals_it_could_not_judge() {
+    let rows = vec![
+        row("drain, concurrency 16, prefetch 256", "postgres", 60_000.0),
+        row("raw drain, 16 loops of 50", "postgres", 90_000.0),
+    ];
+    let vs = judge(&rows, Duration::from_secs(600), true);
+    assert_eq!(
+        judged(&vs, "postgres drain >= 60% of its raw loop"),
+        ("66.67%", true)
+    );
+    for goal in [
+        "postgres drain >= 1.5x graphile-worker at concurrency 16",
+        "redis drain >= 40% of its raw loop",
+        "redis drain >= 1.5x apalis-redis at concurrency 16",
+    ] {
+        assert_eq!(judged(&vs, goal), ("not measured", false));
+    }
+    assert_eq!(
+        judged(&vs, "--all measured within ~10 minutes"),
+        ("600 s", true)
+    );
+    let late = judge(&rows, Duration::from_millis(600_001), true);
+    assert!(!verdict(&late, "--all measured within ~10 minutes").met);
+}
+
+#[test]
+fn latency_transition_and_backlog_goals_are_met_at_their_bounds() {
+    let rows = vec![
+        row("latency 500/s, enqueue->start p50", "postgres", 5.0),
+        row("latency 500/s, enqueue->start p50", "redis", 5.01),
+        row("stages 20x50, transition p50", "sqlite", 10.0),
+        row("stages 20x50, transition p50", "postgres", 10.5),
+        row("stages 20x50, transition p50", "memory", 20.0),
+        row("claim 5 with 1000 pending, p50", "postgres", 0.25),
+        row("claim 5 with 1000 pending, p50", "redis", 0.1),
+        row("claim 5 with 1000000 pending, p50", "postgres", 0.375),
+        // A p99 row at the largest size must not stand in for its p50.
+        row("claim 5 with 1000000 pending, p99", "postgres", 9.0),
+        row("claim 5 with 1000000 pending, p50", "redis", 0.155),
+        row("claim 5 with 1000 pending, p50", "memory", 0.1),
+        row("claim 5 with 10000 pending, p50", "memory", 1.0),
+    ];
+    let vs = judge(&rows, Duration::from_secs(1), false);
+    assert!(verdict(&vs, "postgres enqueue-to-start p50 <= 5 ms").met);
+    assert!(!verdict(&vs, "redis enqueue-to-start p50 <= 5 ms").met);
+    assert!(verdict(&vs, "sqlite stage transition p50 <= 10 ms").met);
+    assert!(!verdict(&vs, "postgres stage transition p50 <= 10 ms").met);
+    let pg = judged(&vs, "postgres claim p50 at 1000000 pending <= 1.5x at 1000");
+    assert_eq!(pg, ("1.500x", true));
+    let redis = judged(&vs, "redis claim p50 at 1000000 pending <= 1.5x at 1000");
+    assert_eq!(redis, ("1.550x", false));
+    // One verdict per target, though its sizes came apart in the rows; none for the
+    // in-memory model.
+    assert_eq!(
+        vs.iter().filter(|v| v.goal.contains("claim p50")).count(),
+        2
+    );
+    assert!(vs.iter().all(|v| !v.goal.starts_with("memory")));
+}
