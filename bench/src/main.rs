@@ -13,7 +13,8 @@
 //! (PostgreSQL: claim 50 with the `SKIP LOCKED` CTE, then one batched `DELETE`; Redis:
 //! pop 50 with `ZPOPMIN` in one script, acknowledge the 50 in another); and the peers
 //! (apalis, graphile_worker, built from `bench/peers`) on every scenario they can run. Each row is printed as
-//! measured and appended as JSON to the results file; ratios come last.
+//! measured and appended as JSON to the results file; the ratios come last, then the
+//! issue's goals judged on the run's own rows (not after `--quick`).
 
 mod backlog;
 mod goals;
