@@ -388,11 +388,11 @@ async fn published_wakeups_survive_a_killed_subscriber() {
     worker.shutdown().await.unwrap();
 }
 
-/// A job stored before jobs kept their claimed fields in one hash value (`c`) is
+/// A job stored before jobs kept their fixed fields in one hash value (`f`) is
 /// claimed with the same fields as one stored now: the claim rebuilds the value from
 /// the separate fields.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn jobs_stored_without_the_claimed_fields_value_claim_the_same() {
+async fn jobs_stored_without_the_fixed_fields_value_claim_the_same() {
     let Some((b, mut raw)) = setup().await else {
         return;
     };
@@ -413,7 +413,7 @@ async fn jobs_stored_without_the_claimed_fields_value_claim_the_same() {
     let ids = b.enqueue(vec![job(), plain]).await.unwrap();
     let old = b.enqueue(vec![job()]).await.unwrap()[0].id;
     let fields: usize = raw
-        .hdel(format!("{}:job:{}", b.queue_key(&q), old.0), "c")
+        .hdel(format!("{}:job:{}", b.queue_key(&q), old.0), "f")
         .await
         .unwrap();
     assert_eq!(fields, 1, "the job hash had the value");
@@ -457,6 +457,96 @@ async fn jobs_stored_without_the_claimed_fields_value_claim_the_same() {
     assert_eq!(next.len(), 1);
     assert_eq!(next[0].lease.job, old);
     assert_eq!(fields(&next[0]), new);
+}
+
+/// A job stored without its fixed fields value and with a dedupe key is not taken
+/// for a plain job: its completion frees its key (SPEC E3), as one stored now does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_stored_without_the_fixed_fields_value_frees_its_dedupe_key() {
+    let Some((b, mut raw)) = setup().await else {
+        return;
+    };
+    let q = queue_name("packeddk");
+    let keyed = || NewJob::new(&q, b"k".to_vec()).dedupe_key("key");
+    let first = b.enqueue_one(keyed()).await.unwrap().id;
+    let fields: usize = raw
+        .hdel(format!("{}:job:{}", b.queue_key(&q), first.0), "f")
+        .await
+        .unwrap();
+    assert_eq!(fields, 1, "the job hash had the value");
+    let got = b.claim(ClaimRequest::new(&q, "w", 5, LEASE)).await.unwrap();
+    assert_eq!(got.len(), 1);
+    let settled = b
+        .settle_many(vec![relayq_core::Settle::complete(got[0].lease.clone())])
+        .await
+        .unwrap()
+        .remove(0)
+        .unwrap();
+    assert_eq!(settled, relayq_core::Settled::Completed);
+    let second = b.enqueue_one(keyed()).await.unwrap();
+    assert!(
+        !second.deduplicated && second.id != first,
+        "the completed job kept its key: {second:?}"
+    );
+}
+
+/// A lease written before leases were kept in one hash field (`ls`), as the fields
+/// `tk` (token) and `ex` (expiry), still holds (SPEC L1, L3): its heartbeat extends
+/// it, the running list shows the new expiry, a wrong token is stale and the right one
+/// completes the job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_stored_as_separate_fields_still_holds() {
+    let Some((b, mut raw)) = setup().await else {
+        return;
+    };
+    let q = queue_name("oldlease");
+    let id = b
+        .enqueue_one(NewJob::new(&q, b"x".to_vec()))
+        .await
+        .unwrap()
+        .id;
+    let got = b.claim(ClaimRequest::new(&q, "w", 5, LEASE)).await.unwrap();
+    let lease = got[0].lease.clone();
+    let key = format!("{}:job:{}", b.queue_key(&q), id.0);
+    // The lease as an earlier version wrote it.
+    let expiry = lease.expires_at.timestamp_micros().to_string();
+    let _: () = redis::pipe()
+        .atomic()
+        .hdel(&key, "ls")
+        .hset_multiple(&key, &[("tk", lease.token.0.to_string()), ("ex", expiry)])
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let until = b.heartbeat(&lease, LEASE * 2).await.unwrap();
+    assert!(
+        until > lease.expires_at,
+        "the heartbeat did not extend the lease"
+    );
+    let running = b.running(&q).await.unwrap();
+    assert_eq!(running.len(), 1);
+    assert_eq!(running[0].lease_expires_at, until);
+    let mut wrong = lease.clone();
+    wrong.token = relayq_core::LeaseToken::random();
+    let stale = b
+        .settle_many(vec![relayq_core::Settle::complete(wrong.clone())])
+        .await
+        .unwrap()
+        .remove(0);
+    assert!(matches!(stale, Err(Error::StaleLease)), "got {stale:?}");
+    assert!(matches!(
+        b.heartbeat(&wrong, LEASE).await,
+        Err(Error::StaleLease)
+    ));
+    let settled = b
+        .settle_many(vec![relayq_core::Settle::complete(lease)])
+        .await
+        .unwrap()
+        .remove(0)
+        .unwrap();
+    assert_eq!(settled, relayq_core::Settled::Completed);
+    let info = b.job(&q, id).await.unwrap();
+    assert_eq!(info.state, JobState::Succeeded);
+    assert!(b.running(&q).await.unwrap().is_empty());
 }
 
 /// SPEC M3 on plain completions, which are indexed for pruning by a list in finishing

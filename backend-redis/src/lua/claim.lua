@@ -1,7 +1,7 @@
 -- SPEC C: ARGV[3] = limit, ARGV[4] = lease (microseconds), ARGV[5] = worker, then one
 -- fresh random token per job that may be claimed (made by the caller: Lua's random
 -- numbers are not). Returns the lease expiry, then 5 fields per claimed job (id,
--- attempt, payload, run_at, claimed_fields), in order-key order; the k-th job claimed
+-- attempt, payload, run_at, fixed_fields), in order-key order; the k-th job claimed
 -- holds the k-th token.
 local settings = redis.call('HMGET', B .. ':settings', 'paused', 'max')
 -- Expired leases first (SPEC C5), in bounded chunks.
@@ -41,17 +41,19 @@ if limit > 0 then
     local id = string.match(popped[i], '^0*(%d+)$', 19)
     local k = (i + 1) / 2
     local key = B .. ':job:' .. id
-    local h = redis.call('HMGET', key, 'st', 'at', 'p', 'ra', 'c')
+    local h = redis.call('HMGET', key, 'st', 'at', 'p', 'ra', 'f')
     if not h[5] then
-      -- Enqueued before jobs kept their claimed fields in one value.
-      local f = redis.call('HMGET', key, 'pr', 'ma', 'g', 'b', 's', 'by')
-      h[5] = claimed_fields(f[1], f[2], f[3], f[4], f[5], f[6])
+      -- Enqueued before jobs kept their fixed fields in one value with the plain flag.
+      local f = redis.call('HMGET', key, 'pr', 'ma', 'g', 'b', 's', 'by', 'dk')
+      h[5] = fixed_fields(f[1], f[2], f[3], f[4], f[5], f[6], f[7])
     end
     left[h[1]] = (left[h[1]] or 0) + 1
     local at = NEXT[h[2]] or s((tonumber(h[2]) or 0) + 1)
     local token = ARGV[5 + k]
-    redis.call('HSET', key, 'st', 'running', 'at', at, 'tk', token, 'ex', ex, 'w', ARGV[5],
-      'sa', NOWS)
+    -- The fixed fields end in 'p' (byte 112) for a plain job.
+    local kind = string.byte(h[5], -1) == 112 and 'p' or 'k'
+    redis.call('HSET', key, 'st', 'running', 'at', at, 'ls', lease_value(kind, token, ex),
+      'w', ARGV[5], 'sa', NOWS)
     running[i], running[i + 1] = ex, id
     local n = #out
     out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = id, at, h[3], h[4], h[5]

@@ -44,8 +44,8 @@ for i = 0, n - 1 do
     -- away). Other jobs with a group or a batch start blocked; promotion below decides.
     local ready = g == '' and (b == '' or (rel[b] and tonumber(ARGV[o + 8]) <= rel[b]))
     local fields = {'p', ARGV[o + 1], 'pr', ARGV[o + 2], 'ra', s(ra), 'ma', ARGV[o + 5],
-      'at', '0', 'ca', s(NOW), 'c', claimed_fields(ARGV[o + 2], ARGV[o + 5], g, b,
-        b ~= '' and ARGV[o + 8] or '', by), 'st', ready and 'ready' or 'blocked'}
+      'at', '0', 'ca', s(NOW), 'f', fixed_fields(ARGV[o + 2], ARGV[o + 5], g, b,
+        b ~= '' and ARGV[o + 8] or '', by, dk), 'st', ready and 'ready' or 'blocked'}
     if by ~= '' then add(fields, 'by', by) end
     if dk ~= '' then
       add(fields, 'dk', dk)

@@ -27,10 +27,12 @@
 --
 -- Job hash fields: st state, p payload, pr priority, ra run_at, ma max attempts,
 -- at attempts, g group, gm group member key, b batch, s stage, dk dedupe key,
--- by enqueued_by, ca created, fa finished, le last error, tk lease token,
--- ex lease expiry, w worker, sa started; lo and out: the outcome and output of a last
--- attempt kept in the hash rather than the log list (see complete_plain); c the fields
--- a claim returns that never change, in one value (see claimed_fields).
+-- by enqueued_by, ca created, fa finished, le last error, ls the running attempt's
+-- lease (see lease_value), w worker, sa started; lo and out: the outcome and output of
+-- a last attempt kept in the hash rather than the log list (see complete_plain); f the
+-- fields a claim returns that never change, in one value (see fixed_fields). Jobs
+-- stored by earlier versions may lack f and hold a lease as tk (token) and ex
+-- (expiry); claim, settle and heartbeat still read those.
 --
 -- Times are integer microseconds from TIME, the server's clock. Numbers are written
 -- with string.format('%d'): Lua's own number-to-string keeps only 14 digits.
@@ -61,11 +63,24 @@ local function get(id, f) return redis.call('HGET', jk(id), f) end
 local function num(id, f) return tonumber(redis.call('HGET', jk(id), f)) end
 
 -- A job's fields that never change and that a claim returns, as one value: priority,
--- max attempts, group, batch, stage, enqueued_by, each '' when absent, joined by NUL
--- (no label holds one). A claim then reads and returns one value for six.
-local function claimed_fields(pr, ma, g, b, st, by)
-  return table.concat({pr, ma, g or '', b or '', st or '', by or ''}, '\0')
+-- max attempts, group, batch, stage, enqueued_by, each '' when absent, then 'p' for a
+-- plain job (no group, batch or dedupe key: nothing waits for its end) or '', joined
+-- by NUL (no label holds one). A claim then reads and returns one value for six, and
+-- learns from its last byte which lease kind to write (see lease_value).
+local function fixed_fields(pr, ma, g, b, st, by, dk)
+  local plain = (g or '') == '' and (b or '') == '' and (dk or '') == ''
+  return table.concat({pr, ma, g or '', b or '', st or '', by or '', plain and 'p' or ''},
+    '\0')
 end
+
+-- A running attempt's lease, in one hash field (`ls`) so that a settle reads one field,
+-- not three: the kind ('p' for a plain job, whose completion needs no other field, or
+-- 'k'), the token (36 characters: a UUID as the client writes it), then the expiry.
+-- Written by the claim, blanked by a plain completion, deleted by clear_lease: a job
+-- holds one only while it runs.
+local function lease_value(kind, token, ex) return kind .. token .. ex end
+local function lease_token(ls) return string.sub(ls, 2, 37) end
+local function lease_expiry(ls) return string.sub(ls, 38) end
 
 local function stat(state, n) STATS[state] = (STATS[state] or 0) + n end
 
@@ -96,7 +111,7 @@ end
 
 -- Puts the job into the index of its (new) state.
 local function index(id)
-  local h = redis.call('HMGET', jk(id), 'st', 'pr', 'ra', 'ex')
+  local h = redis.call('HMGET', jk(id), 'st', 'pr', 'ra')
   local st, ra = h[1], tonumber(h[3])
   if st == 'ready' or st == 'retrying' then
     if ra > NOW then
@@ -105,8 +120,6 @@ local function index(id)
       redis.call('ZADD', B .. ':ready', h[2], okey(ra, id))
       event('r')
     end
-  elseif st == 'running' then
-    redis.call('ZADD', B .. ':running', h[4], id)
   end
 end
 
@@ -120,11 +133,11 @@ local function set_state(id, st, extra)
   local fields = {'st', st}
   for _, v in ipairs(extra or {}) do fields[#fields + 1] = v end
   redis.call('HSET', jk(id), unpack(fields))
-  -- Finished and blocked jobs are in no index.
-  if st == 'ready' or st == 'retrying' or st == 'running' then index(id) end
+  -- Finished and blocked jobs are in no index; only a claim makes a job running.
+  if st == 'ready' or st == 'retrying' then index(id) end
 end
 
-local function clear_lease(id) redis.call('HDEL', jk(id), 'tk', 'ex') end
+local function clear_lease(id) redis.call('HDEL', jk(id), 'ls', 'tk', 'ex') end
 
 -- Re-keys a grouped job in its group by its current run_at (after a retry moved it),
 -- so its place is its order key (priority, run_at, id), as everywhere else.
@@ -261,18 +274,19 @@ end
 -- hash and two indexes (complete_kept adds a group's or batch's bookkeeping). The
 -- attempt's log record stays in the hash (worker `w`, started `sa`, ended `fa`, outcome
 -- `lo`, output `out`) instead of a JSON entry in the log list; readers append it to the
--- list's entries. The token is blanked in the same write rather than deleted (one
--- call, not two), so a kept job holds no 36 bytes of it; the expiry `ex` stays behind,
--- read by nothing once the state is not running. `id` is the decimal id as given, `k`
+-- list's entries. The lease is blanked in the same write rather than deleted (one
+-- call, not two), so a kept job holds no 50 bytes of it (a lease from an earlier
+-- version, `tk` and `ex`, stays behind, read by nothing once the state is not
+-- running). `id` is the decimal id as given, `k`
 -- its hash's key. The index changes and state counts are collected in `done` and made
 -- by `flush_completed`, one call for many: out of the running index, onto the end of
 -- B:donelist.
 local function complete_plain(k, id, output, done)
   if output then
-    redis.call('HSET', k, 'st', 'succeeded', 'fa', NOWS, 'lo', 'succeeded', 'tk', '',
+    redis.call('HSET', k, 'st', 'succeeded', 'fa', NOWS, 'lo', 'succeeded', 'ls', '',
       'out', output)
   else
-    redis.call('HSET', k, 'st', 'succeeded', 'fa', NOWS, 'lo', 'succeeded', 'tk', '')
+    redis.call('HSET', k, 'st', 'succeeded', 'fa', NOWS, 'lo', 'succeeded', 'ls', '')
   end
   done[#done + 1] = id
 end

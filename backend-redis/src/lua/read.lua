@@ -22,10 +22,14 @@ elseif what == 'job' then
   return out
 elseif what == 'running' then
   local out = {}
-  for _, id in ipairs(redis.call('ZRANGE', B .. ':running', 0, -1)) do
-    local h = redis.call('HMGET', jk(id), 'w', 'at', 'sa', 'ex')
+  -- The running index's score is the lease's expiry, kept with the lease.
+  local running = redis.call('ZRANGE', B .. ':running', 0, -1, 'WITHSCORES')
+  for i = 1, #running, 2 do
+    local id = running[i]
+    local h = redis.call('HMGET', jk(id), 'w', 'at', 'sa')
     out[#out + 1] = id
-    for j = 1, 4 do out[#out + 1] = h[j] end
+    for j = 1, 3 do out[#out + 1] = h[j] end
+    out[#out + 1] = s(tonumber(running[i + 1]))
   end
   return out
 elseif what == 'batches' then

@@ -52,38 +52,56 @@ local function live(ex)
   return tonumber(ex) > NOW
 end
 
+-- Whether the lease on job hash `k` is the running attempt's `token`, still ahead,
+-- and whether the job is plain (see lease_value in lib.lua). A lease written before
+-- `ls` existed is judged on its state, token and expiry fields, as then.
+local function judge(k, token)
+  local ls = redis.call('HGET', k, 'ls')
+  if ls then
+    -- A blank lease (a plainly completed job) holds no token.
+    return lease_token(ls) == token and live(lease_expiry(ls)), string.byte(ls) == 112
+  end
+  local h = redis.call('HMGET', k, 'st', 'tk', 'ex')
+  return h[1] == 'running' and h[2] == token and h[3] ~= false and live(h[3]), false
+end
+
 local n = tonumber(ARGV[3])
 local out, done = {}, {}
 local o = 3
 for i = 1, n do
   local id, full = ARGV[o + 2], ARGV[o + 1] == 'x'
-  -- Only what judges the lease and tells a plain completion (no dedupe key; a group's
-  -- or batch's bookkeeping follows), the hot path; the other outcomes read the rest.
   local k = B .. ':job:' .. id
-  local h = redis.call('HMGET', k, 'st', 'tk', 'ex', 'g', 'b', 'dk')
-  if h[1] ~= 'running' or h[2] ~= ARGV[o + 3] or not live(h[3]) then
+  local ok, plain = judge(k, ARGV[o + 3])
+  if not ok then
     out[i] = 's'
-  elseif not full and not h[6] then
-    if h[4] or h[5] then
-      complete_kept(k, id, h[4], h[5], nil, done)
-    else
-      complete_plain(k, id, nil, done)
-    end
+  elseif plain and not full then
+    -- The hot path: a plain job's completion without output reads nothing more.
+    complete_plain(k, id, nil, done)
     out[i] = 'c'
-  elseif not full then
-    -- A completion in three arguments of a job with a dedupe key.
-    out[i] = settle_one(o + 1, 'complete', tonumber(id), h[4], nil)
   else
-    local output = ARGV[o + 8] ~= '' and string.sub(ARGV[o + 8], 2) or nil
-    if ARGV[o + 4] == 'complete' and not h[6] then
-      if h[4] or h[5] then
-        complete_kept(k, id, h[4], h[5], output, done)
+    -- What a group's or batch's bookkeeping or a dedupe key needs (none for a plain
+    -- job); the outcomes other than a completion read the rest in settle_one.
+    local g, b, dk
+    if not plain then
+      local h = redis.call('HMGET', k, 'g', 'b', 'dk')
+      g, b, dk = h[1], h[2], h[3]
+    end
+    local kind, output = 'complete', nil
+    if full then
+      kind = ARGV[o + 4]
+      output = ARGV[o + 8] ~= '' and string.sub(ARGV[o + 8], 2) or nil
+    end
+    if kind == 'complete' and not dk then
+      if g or b then
+        complete_kept(k, id, g, b, output, done)
       else
         complete_plain(k, id, output, done)
       end
       out[i] = 'c'
     else
-      out[i] = settle_one(o + 1, ARGV[o + 4], tonumber(id), h[4], output)
+      -- A record in three arguments is a completion: settle_one reads no failure
+      -- arguments for it.
+      out[i] = settle_one(o + 1, kind, tonumber(id), g, output)
     end
   end
   o = o + (full and 8 or 3)
