@@ -28,18 +28,21 @@ end
 local out = {''}
 if limit > 0 then
   local lease = tonumber(ARGV[4])
-  local popped = redis.call('ZPOPMIN', B .. ':ready', limit)
+  -- The first `limit` members and their removal by rank, rather than ZPOPMIN: it
+  -- replies each member's score, formatted as a double and parsed back into Lua,
+  -- about 5% of a drained job's instructions (callgrind), for a value nobody reads.
+  local popped = redis.call('ZRANGE', B .. ':ready', 0, limit - 1)
+  if #popped > 0 then redis.call('ZREMRANGEBYRANK', B .. ':ready', 0, #popped - 1) end
   -- The running index gets every claimed job in one call.
   local running = {}
   -- Jobs claimed per state they left (ready or retrying), counted once at the end.
   local left = {}
   local ex = s(NOW + lease)
   out[1] = ex
-  for i = 1, #popped, 2 do
+  for k = 1, #popped do
     -- The id as decimal text, without the order key's zero padding: no number to
     -- string conversions on the hot path.
-    local id = string.match(popped[i], '^0*(%d+)$', 19)
-    local k = (i + 1) / 2
+    local id = string.match(popped[k], '^0*(%d+)$', 19)
     local key = B .. ':job:' .. id
     local h = redis.call('HMGET', key, 'st', 'at', 'p', 'ra', 'f')
     if not h[5] then
@@ -54,7 +57,7 @@ if limit > 0 then
     local kind = string.byte(h[5], -1) == 112 and 'p' or 'k'
     redis.call('HSET', key, 'st', 'running', 'at', at, 'ls', lease_value(kind, token, ex),
       'w', ARGV[5], 'sa', NOWS)
-    running[i], running[i + 1] = ex, id
+    running[2 * k - 1], running[2 * k] = ex, id
     local n = #out
     out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = id, at, h[3], h[4], h[5]
   end
