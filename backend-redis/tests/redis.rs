@@ -11,7 +11,7 @@ use redis::AsyncCommands;
 use relayq_conformance::{harness::Server, poll_until, queue_name};
 use relayq_core::{
     Admin, Backend, Claim, ClaimRequest, ClaimedJob, Complete, Enqueue, Error, Inspect, JobState,
-    NewJob, OnFailure, OrderBarrier,
+    NewJob, OnFailure, OrderBarrier, Settled,
     worker::{JobError, Worker},
 };
 use relayq_redis::RedisBackend;
@@ -457,6 +457,12 @@ async fn jobs_stored_without_the_fixed_fields_value_claim_the_same() {
     assert_eq!(next.len(), 1);
     assert_eq!(next[0].lease.job, old);
     assert_eq!(fields(&next[0]), new);
+    // The claim stored the rebuilt value, so a retry's claim reads it.
+    let kept: bool = raw
+        .hexists(format!("{}:job:{}", b.queue_key(&q), old.0), "f")
+        .await
+        .unwrap();
+    assert!(kept, "the claim did not store the rebuilt value");
 }
 
 /// A job stored without its fixed fields value and with a dedupe key is not taken
@@ -482,7 +488,7 @@ async fn a_job_stored_without_the_fixed_fields_value_frees_its_dedupe_key() {
         .unwrap()
         .remove(0)
         .unwrap();
-    assert_eq!(settled, relayq_core::Settled::Completed);
+    assert_eq!(settled, Settled::Completed);
     let second = b.enqueue_one(keyed()).await.unwrap();
     assert!(
         !second.deduplicated && second.id != first,
@@ -490,33 +496,56 @@ async fn a_job_stored_without_the_fixed_fields_value_frees_its_dedupe_key() {
     );
 }
 
-/// A lease written before leases were kept in one hash field (`ls`), as the fields
-/// `tk` (token) and `ex` (expiry), still holds (SPEC L1, L3): its heartbeat extends
-/// it, the running list shows the new expiry, a wrong token is stale and the right one
-/// completes the job.
+/// Settles one lease, for the verdict.
+async fn settle_one(b: &RedisBackend, lease: &relayq_core::Lease) -> relayq_core::Result<Settled> {
+    b.settle_many(vec![relayq_core::Settle::complete(lease.clone())])
+        .await
+        .unwrap()
+        .remove(0)
+}
+
+/// Rewrites a running job's lease as an earlier version stored it: fields `tk` (token)
+/// and `ex` (expiry, microseconds), no `ls`. The running index keeps the expiry.
+async fn store_as_old_lease(
+    b: &RedisBackend,
+    raw: &mut redis::aio::MultiplexedConnection,
+    lease: &relayq_core::Lease,
+    expiry: chrono::DateTime<chrono::Utc>,
+) {
+    let base = b.queue_key(&lease.queue);
+    let key = format!("{base}:job:{}", lease.job.0);
+    let micros = expiry.timestamp_micros();
+    let _: () = redis::pipe()
+        .atomic()
+        .hdel(&key, "ls")
+        .hset_multiple(
+            &key,
+            &[
+                ("tk", lease.token.0.to_string()),
+                ("ex", micros.to_string()),
+            ],
+        )
+        .zadd(format!("{base}:running"), lease.job.0, micros)
+        .query_async(raw)
+        .await
+        .unwrap();
+}
+
+/// A lease written before leases were kept in one hash field (`ls`) still holds (SPEC
+/// L1, L3): its heartbeat extends it, the running list shows the new expiry, a wrong
+/// token is stale and the right one completes the job, once. The job has a dedupe key,
+/// so the completion takes the path that frees it (SPEC E3).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_stored_as_separate_fields_still_holds() {
     let Some((b, mut raw)) = setup().await else {
         return;
     };
     let q = queue_name("oldlease");
-    let id = b
-        .enqueue_one(NewJob::new(&q, b"x".to_vec()))
-        .await
-        .unwrap()
-        .id;
+    let keyed = || NewJob::new(&q, b"x".to_vec()).dedupe_key("key");
+    let id = b.enqueue_one(keyed()).await.unwrap().id;
     let got = b.claim(ClaimRequest::new(&q, "w", 5, LEASE)).await.unwrap();
     let lease = got[0].lease.clone();
-    let key = format!("{}:job:{}", b.queue_key(&q), id.0);
-    // The lease as an earlier version wrote it.
-    let expiry = lease.expires_at.timestamp_micros().to_string();
-    let _: () = redis::pipe()
-        .atomic()
-        .hdel(&key, "ls")
-        .hset_multiple(&key, &[("tk", lease.token.0.to_string()), ("ex", expiry)])
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    store_as_old_lease(&b, &mut raw, &lease, lease.expires_at).await;
     let until = b.heartbeat(&lease, LEASE * 2).await.unwrap();
     assert!(
         until > lease.expires_at,
@@ -527,26 +556,81 @@ async fn a_lease_stored_as_separate_fields_still_holds() {
     assert_eq!(running[0].lease_expires_at, until);
     let mut wrong = lease.clone();
     wrong.token = relayq_core::LeaseToken::random();
-    let stale = b
-        .settle_many(vec![relayq_core::Settle::complete(wrong.clone())])
-        .await
-        .unwrap()
-        .remove(0);
+    let stale = settle_one(&b, &wrong).await;
     assert!(matches!(stale, Err(Error::StaleLease)), "got {stale:?}");
     assert!(matches!(
         b.heartbeat(&wrong, LEASE).await,
         Err(Error::StaleLease)
     ));
-    let settled = b
-        .settle_many(vec![relayq_core::Settle::complete(lease)])
-        .await
-        .unwrap()
-        .remove(0)
-        .unwrap();
-    assert_eq!(settled, relayq_core::Settled::Completed);
+    assert_eq!(settle_one(&b, &lease).await.unwrap(), Settled::Completed);
+    let again = settle_one(&b, &lease).await;
+    assert!(matches!(again, Err(Error::StaleLease)), "got {again:?}");
     let info = b.job(&q, id).await.unwrap();
     assert_eq!(info.state, JobState::Succeeded);
     assert!(b.running(&q).await.unwrap().is_empty());
+    let next = b.enqueue_one(keyed()).await.unwrap();
+    assert!(
+        !next.deduplicated && next.id != id,
+        "the completed job kept its key: {next:?}"
+    );
+}
+
+/// An expired lease written before `ls` existed is taken back by the next claim (SPEC
+/// C5): the job is claimed again under a new lease, and the old token is stale for
+/// settle and heartbeat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_lease_stored_as_separate_fields_is_claimed_again() {
+    let Some((b, mut raw)) = setup().await else {
+        return;
+    };
+    let q = queue_name("oldexpired");
+    let id = b
+        .enqueue_one(NewJob::new(&q, b"x".to_vec()))
+        .await
+        .unwrap()
+        .id;
+    let old = b.claim(ClaimRequest::new(&q, "w", 5, LEASE)).await.unwrap()[0]
+        .lease
+        .clone();
+    let past = chrono::Utc::now() - chrono::Duration::seconds(1);
+    store_as_old_lease(&b, &mut raw, &old, past).await;
+    let got = b
+        .claim(ClaimRequest::new(&q, "w2", 5, LEASE))
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 1, "the expired job was not claimed again");
+    let new = got[0].lease.clone();
+    assert_eq!((new.job, new.attempt), (id, 2));
+    let stale = settle_one(&b, &old).await;
+    assert!(matches!(stale, Err(Error::StaleLease)), "got {stale:?}");
+    assert!(matches!(
+        b.heartbeat(&old, LEASE).await,
+        Err(Error::StaleLease)
+    ));
+    assert_eq!(settle_one(&b, &new).await.unwrap(), Settled::Completed);
+}
+
+/// A heartbeat keeps what the lease says about its job: a job with a dedupe key,
+/// heartbeated and then completed, frees its key (SPEC L3, E3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_heartbeated_job_with_a_dedupe_key_frees_it_on_completion() {
+    let Some((b, _raw)) = setup().await else {
+        return;
+    };
+    let q = queue_name("hbkey");
+    let keyed = || NewJob::new(&q, b"k".to_vec()).dedupe_key("key");
+    let first = b.enqueue_one(keyed()).await.unwrap().id;
+    let got = b.claim(ClaimRequest::new(&q, "w", 5, LEASE)).await.unwrap();
+    b.heartbeat(&got[0].lease, LEASE * 2).await.unwrap();
+    assert_eq!(
+        settle_one(&b, &got[0].lease).await.unwrap(),
+        Settled::Completed
+    );
+    let second = b.enqueue_one(keyed()).await.unwrap();
+    assert!(
+        !second.deduplicated && second.id != first,
+        "the completed job kept its key: {second:?}"
+    );
 }
 
 /// SPEC M3 on plain completions, which are indexed for pruning by a list in finishing

@@ -49,6 +49,8 @@ if limit > 0 then
       -- Enqueued before jobs kept their fixed fields in one value with the plain flag.
       local f = redis.call('HMGET', key, 'pr', 'ma', 'g', 'b', 's', 'by', 'dk')
       h[5] = fixed_fields(f[1], f[2], f[3], f[4], f[5], f[6], f[7])
+      -- Kept, so its next claim (a retry) reads the one value.
+      redis.call('HSET', key, 'f', h[5])
     end
     left[h[1]] = (left[h[1]] or 0) + 1
     local at = NEXT[h[2]] or s((tonumber(h[2]) or 0) + 1)

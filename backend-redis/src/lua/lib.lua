@@ -65,7 +65,7 @@ local function num(id, f) return tonumber(redis.call('HGET', jk(id), f)) end
 -- A job's fields that never change and that a claim returns, as one value: priority,
 -- max attempts, group, batch, stage, enqueued_by, each '' when absent, then 'p' for a
 -- plain job (no group, batch or dedupe key: nothing waits for its end) or '', joined
--- by NUL (no label holds one). A claim then reads and returns one value for six, and
+-- by NUL (no label holds one). A claim then reads and returns one value for seven, and
 -- learns from its last byte which lease kind to write (see lease_value).
 local function fixed_fields(pr, ma, g, b, st, by, dk)
   local plain = (g or '') == '' and (b or '') == '' and (dk or '') == ''
@@ -76,8 +76,9 @@ end
 -- A running attempt's lease, in one hash field (`ls`) so that a settle reads one field,
 -- not three: the kind ('p' for a plain job, whose completion needs no other field, or
 -- 'k'), the token (36 characters: a UUID as the client writes it), then the expiry.
--- Written by the claim, blanked by a plain completion, deleted by clear_lease: a job
--- holds one only while it runs.
+-- Written by the claim, its expiry rewritten by a heartbeat, blanked by a plain
+-- completion, deleted by clear_lease: a job holds one only while it runs, so a lease
+-- check need not read the job's state.
 local function lease_value(kind, token, ex) return kind .. token .. ex end
 local function lease_token(ls) return string.sub(ls, 2, 37) end
 local function lease_expiry(ls) return string.sub(ls, 38) end
@@ -275,10 +276,10 @@ end
 -- attempt's log record stays in the hash (worker `w`, started `sa`, ended `fa`, outcome
 -- `lo`, output `out`) instead of a JSON entry in the log list; readers append it to the
 -- list's entries. The lease is blanked in the same write rather than deleted (one
--- call, not two), so a kept job holds no 50 bytes of it (a lease from an earlier
--- version, `tk` and `ex`, stays behind, read by nothing once the state is not
--- running). `id` is the decimal id as given, `k`
--- its hash's key. The index changes and state counts are collected in `done` and made
+-- call, not two), so a kept job holds none of its 53 bytes, and a blank lease holds no
+-- token. (A lease from an earlier version, `tk` and `ex`, stays behind: it is read only
+-- when `ls` is absent, never after this.) `id` is the decimal id as given, `k` its
+-- hash's key. The index changes and state counts are collected in `done` and made
 -- by `flush_completed`, one call for many: out of the running index, onto the end of
 -- B:donelist.
 local function complete_plain(k, id, output, done)
