@@ -473,8 +473,8 @@ async fn a_job_stored_without_the_fixed_fields_value_frees_its_dedupe_key() {
         return;
     };
     let q = queue_name("packeddk");
-    let keyed = || NewJob::new(&q, b"k".to_vec()).dedupe_key("key");
-    let first = b.enqueue_one(keyed()).await.unwrap().id;
+    let keyed = NewJob::new(&q, b"k".to_vec()).dedupe_key("key");
+    let first = b.enqueue_one(keyed).await.unwrap().id;
     let fields: usize = raw
         .hdel(format!("{}:job:{}", b.queue_key(&q), first.0), "f")
         .await
@@ -489,10 +489,19 @@ async fn a_job_stored_without_the_fixed_fields_value_frees_its_dedupe_key() {
         .remove(0)
         .unwrap();
     assert_eq!(settled, Settled::Completed);
-    let second = b.enqueue_one(keyed()).await.unwrap();
+    assert_key_freed(&b, &q, first).await;
+}
+
+/// Asserts that dedupe key "key" of queue `q` is free again after job `held` finished:
+/// a new job with it is stored, not deduplicated (SPEC E3).
+async fn assert_key_freed(b: &RedisBackend, q: &str, held: relayq_core::JobId) {
+    let next = b
+        .enqueue_one(NewJob::new(q, b"k".to_vec()).dedupe_key("key"))
+        .await
+        .unwrap();
     assert!(
-        !second.deduplicated && second.id != first,
-        "the completed job kept its key: {second:?}"
+        !next.deduplicated && next.id != held,
+        "the completed job kept its key: {next:?}"
     );
 }
 
@@ -541,8 +550,8 @@ async fn a_lease_stored_as_separate_fields_still_holds() {
         return;
     };
     let q = queue_name("oldlease");
-    let keyed = || NewJob::new(&q, b"x".to_vec()).dedupe_key("key");
-    let id = b.enqueue_one(keyed()).await.unwrap().id;
+    let keyed = NewJob::new(&q, b"x".to_vec()).dedupe_key("key");
+    let id = b.enqueue_one(keyed).await.unwrap().id;
     let got = b.claim(ClaimRequest::new(&q, "w", 5, LEASE)).await.unwrap();
     let lease = got[0].lease.clone();
     store_as_old_lease(&b, &mut raw, &lease, lease.expires_at).await;
@@ -568,11 +577,7 @@ async fn a_lease_stored_as_separate_fields_still_holds() {
     let info = b.job(&q, id).await.unwrap();
     assert_eq!(info.state, JobState::Succeeded);
     assert!(b.running(&q).await.unwrap().is_empty());
-    let next = b.enqueue_one(keyed()).await.unwrap();
-    assert!(
-        !next.deduplicated && next.id != id,
-        "the completed job kept its key: {next:?}"
-    );
+    assert_key_freed(&b, &q, id).await;
 }
 
 /// An expired lease written before `ls` existed is taken back by the next claim (SPEC
@@ -618,19 +623,15 @@ async fn a_heartbeated_job_with_a_dedupe_key_frees_it_on_completion() {
         return;
     };
     let q = queue_name("hbkey");
-    let keyed = || NewJob::new(&q, b"k".to_vec()).dedupe_key("key");
-    let first = b.enqueue_one(keyed()).await.unwrap().id;
+    let keyed = NewJob::new(&q, b"k".to_vec()).dedupe_key("key");
+    let first = b.enqueue_one(keyed).await.unwrap().id;
     let got = b.claim(ClaimRequest::new(&q, "w", 5, LEASE)).await.unwrap();
     b.heartbeat(&got[0].lease, LEASE * 2).await.unwrap();
     assert_eq!(
         settle_one(&b, &got[0].lease).await.unwrap(),
         Settled::Completed
     );
-    let second = b.enqueue_one(keyed()).await.unwrap();
-    assert!(
-        !second.deduplicated && second.id != first,
-        "the completed job kept its key: {second:?}"
-    );
+    assert_key_freed(&b, &q, first).await;
 }
 
 /// SPEC M3 on plain completions, which are indexed for pruning by a list in finishing
