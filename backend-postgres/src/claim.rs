@@ -14,12 +14,19 @@ use crate::{
 
 /// The claim statement; `$gate` is an extra condition on both candidate scans.
 ///
-/// `ready` takes the earliest claimable jobs `FOR NO KEY UPDATE SKIP LOCKED` (SPEC C3,
-/// C4; not `FOR UPDATE`, which a settle's witness lock would make them skip);
+/// `ready` takes the earliest claimable jobs through `claim_ready` (migration 0004), a
+/// function that locks them `FOR NO KEY UPDATE SKIP LOCKED` (SPEC C3, C4; not `FOR
+/// UPDATE`, which a settle's witness lock would make them skip) under settings that
+/// leave its planner one plan: the claim index read in order, stopping after the rows
+/// it needs. A plain `ORDER BY ... LIMIT` let the planner choose otherwise: on a large
+/// table without column statistics (before autoanalyze's first pass, or with
+/// autovacuum off) it guessed a queue of three rows and read the whole queue through a
+/// bitmap scan to sort it, on every claim (docs/BENCHMARKS.md, Findings 26). The gate
+/// comes first, so a gated claim never calls it.
 /// `expired` takes running jobs whose lease ran out and that have attempts left
 /// (SPEC C5), usually none, found through the running index. Both are
 /// `MATERIALIZED`, so the `UPDATE` touches exactly the rows they locked (PostgreSQL
-/// bug #15715). Their inner limit is a literal, `{limit}`, the request's limit rounded
+/// bug #15715). The inner limit of `expired` is a literal, `{limit}`, the request's limit rounded
 /// up to a power of two, so that cached generic plans estimate it right (see
 /// [`Schema::sql_limit`](crate::schema::Schema::sql_limit)) while a worker needs at
 /// most 11 statements; the outer `LIMIT $2` stops the scan, so only the rows claimed
@@ -33,23 +40,23 @@ use crate::{
 /// statement's transaction alone, so its commit does not wait for the WAL flush (see
 /// [`Config::durable_claims`](crate::Config::durable_claims)); `CASE` calls it only then.
 ///
-/// `EXPLAIN` with 1,000,000 ready jobs in the queue, after `ANALYZE` (PostgreSQL 15,
-/// custom plan for a limit of 50; costs and the flag sub-plans trimmed). Every scan is
-/// an index scan that stops after the rows it needs; the generic plan has the same
-/// scans:
+/// `EXPLAIN` after `ANALYZE` (PostgreSQL 15, custom plan for a limit of 50; costs and
+/// the flag sub-plans trimmed). Every scan is an index scan that stops after the rows
+/// it needs, the function's included (`tests/postgres.rs` counts its reads with and
+/// without statistics); the generic plan has the same scans:
 ///
 /// ```text
-/// Nested Loop Left Join  (cost=453.75..455.26 rows=50)
+/// Nested Loop Left Join
 ///   CTE ready
-///     ->  Limit  (cost=0.45..5.75 rows=50)
-///           ->  LockRows
-///                 ->  Index Scan using jobs_claim on jobs
-///                       Index Cond: ((queue = 'big'::text) AND (run_at <= now()))
+///     ->  Result
+///           One-Time Filter: (NOT $1)
+///           ->  Nested Loop
+///                 ->  Result
+///                 ->  Function Scan on claim_ready r
 ///   CTE expired
-///     ->  Limit  (cost=0.15..5.93 rows=1)
-///           ->  LockRows
-///                 ->  Index Scan using jobs_running on jobs jobs_1
-///                       Index Cond: ((queue = 'big'::text) AND (lease_expires_at <= now()))
+///     ->  Limit  ->  Subquery Scan on l  ->  Limit  ->  LockRows  ->  Sort
+///           ->  Index Scan using jobs_running on jobs
+///                 Index Cond: ((queue = '...'::text) AND (lease_expires_at <= now()))
 ///   CTE c
 ///     ->  WindowAgg  ->  Limit  ->  Sort  ->  Append  ->  CTE Scan on ready, CTE Scan on expired
 ///   CTE claimed
@@ -66,12 +73,10 @@ macro_rules! claim_sql {
         concat!(
             "WITH settings AS MATERIALIZED (
                 SELECT paused, max_running FROM {s}.queues WHERE queue = $1),
-            ready AS MATERIALIZED (SELECT * FROM (
-                SELECT id, state, attempts, worker, started_at, priority, run_at FROM {s}.jobs
-                WHERE queue = $1 AND state IN ('ready', 'retrying') AND run_at <= now() ",
+            ready AS MATERIALIZED (
+                SELECT r.* FROM (SELECT $2::bigint AS lim WHERE true ",
             $gate,
-            "   ORDER BY priority, run_at, id LIMIT {limit}
-                FOR NO KEY UPDATE SKIP LOCKED) l LIMIT $2),
+            "   ) g CROSS JOIN LATERAL {s}.claim_ready($1, g.lim) r),
             expired AS MATERIALIZED (SELECT * FROM (
                 SELECT id, state, attempts, worker, started_at, priority, run_at FROM {s}.jobs
                 WHERE queue = $1 AND state = 'running' AND lease_expires_at <= now()

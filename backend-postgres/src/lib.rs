@@ -4,7 +4,8 @@
 //! rule of the relayq SPEC and passes the whole conformance suite against a real server.
 //!
 //! - **Claims** are one statement: a `MATERIALIZED` CTE selects the earliest ready jobs
-//!   `FOR NO KEY UPDATE SKIP LOCKED` over a partial index, and the `UPDATE` takes exactly those
+//!   `FOR NO KEY UPDATE SKIP LOCKED` over a partial index, read in order whatever the
+//!   planner's statistics say, and the `UPDATE` takes exactly those
 //!   rows (the CTE form avoids PostgreSQL bug #15715, where `WHERE id IN (SELECT ...
 //!   LIMIT n FOR UPDATE SKIP LOCKED)` can update more than `n` rows). Claimers never wait
 //!   for each other, and expired leases are taken over by the same statement (SPEC C5).
@@ -371,10 +372,11 @@ fn check_lock_timeout(timeout: Duration) -> Result<()> {
 }
 
 fn db(e: sqlx::Error) -> Error {
-    // A missing table or column: the schema was never created, or by an older version
-    // (its statements would fail the same way each time). Say what to do about it.
+    // A missing table, column or function: the schema was never created, or by an
+    // older version (its statements would fail the same way each time). Say what to do
+    // about it.
     if let sqlx::Error::Database(d) = &e
-        && matches!(d.code().as_deref(), Some("42P01" | "42703"))
+        && matches!(d.code().as_deref(), Some("42P01" | "42703" | "42883"))
     {
         return Error::backend(format!(
             "{e} (the schema is missing or older than this relayq-postgres, which needs \
