@@ -56,8 +56,10 @@ struct Args {
     #[arg(long, value_delimiter = ',')]
     targets: Vec<String>,
     /// The worker prefetch of the drain rows that use one. Default 100: the fetch-ahead
-    /// the peers run with (graphile_worker's local queue, apalis's batch).
-    #[arg(long, default_value_t = 100)]
+    /// the peers run with (graphile_worker's local queue, apalis's batch). 0..=1000, as
+    /// the worker takes it: checked here, because a worker refusing it would fail only
+    /// after its queue was filled, leaving those jobs behind for later runs.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(0..=1000))]
     prefetch: u32,
     /// Leave the peers (apalis, graphile_worker) out.
     #[arg(long)]
