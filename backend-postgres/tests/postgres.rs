@@ -132,9 +132,9 @@ async fn claim_plans_use_the_claim_index_after_analyze() {
     drop_schema(&b).await;
 }
 
-/// A claim reads the head of its queue, not the whole queue, on a large table the
-/// planner has no statistics for (before autoanalyze's first pass, or on a server with
-/// autovacuum off) as after `ANALYZE`. Without statistics PostgreSQL guessed a queue of
+/// SPEC C3: a claim reads the head of its queue in order, not the whole queue, on a
+/// large table the planner has no statistics for (before autoanalyze's first pass, or
+/// on a server with autovacuum off) as after `ANALYZE`. Without statistics PostgreSQL guessed a queue of
 /// three rows and read the whole queue through a bitmap scan to sort it, on every
 /// claim: a drain of 50,000 jobs beside 100,000 of another queue ran at a third of its
 /// speed.

@@ -281,3 +281,20 @@ impl Target {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::Args;
+
+    /// A prefetch the worker would refuse is refused before any queue is filled.
+    #[test]
+    fn prefetch_is_checked_before_anything_runs() {
+        assert!(Args::try_parse_from(["bench", "--quick", "--prefetch", "1000"]).is_ok());
+        let err = Args::try_parse_from(["bench", "--quick", "--prefetch", "1001"])
+            .err()
+            .expect("1001 is refused");
+        assert!(err.to_string().contains("--prefetch"), "{err}");
+    }
+}
