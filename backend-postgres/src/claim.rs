@@ -357,7 +357,9 @@ impl PostgresBackend {
     /// The plan PostgreSQL picks for the claim statement of `queue` with `limit`: the
     /// custom plan for these values, or, with `generic`, the generic plan a prepared
     /// statement may switch to after five executions. For checking that the hot path
-    /// has no sequential scan on your data (see the plan in this module's docs).
+    /// has no sequential scan on your data (see the plan in this module's docs). The
+    /// queue's head is read inside `claim_ready`, which shows as a function scan: its
+    /// settings allow only the ordered scan of `jobs_claim`.
     ///
     /// # Errors
     /// [`Error::InvalidInput`] for a bad queue name or limit; [`Error::Backend`] when
