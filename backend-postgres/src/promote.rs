@@ -346,7 +346,7 @@ const HEADS: &str = "
          UPDATE {s}.jobs j SET state = 'blocked' FROM st
          WHERE NOT st.busy AND j.queue = st.queue AND j.group_key = st.grp
            AND j.state = 'ready' AND j.id IS DISTINCT FROM st.head)
-     SELECT head FROM st WHERE NOT busy AND head IS NOT NULL";
+     SELECT array_agg(head) FROM st WHERE NOT busy AND head IS NOT NULL";
 
 /// Promotes the heads found, where no job of the group is running or retrying (again
 /// through `jobs_holder`).
@@ -379,45 +379,99 @@ impl crate::PostgresBackend {
     }
 }
 
-/// Makes each touched group's holder right, under the groups' advisory locks.
+/// Makes each touched group's holder right, under the groups' advisory locks, in one
+/// call of `settle_groups` (migration 0005), which also sends the transaction's
+/// notifications so far and those of the promoted heads' queues.
 ///
 /// The order matters under concurrent claims: first demote every `ready` job that is
-/// not the head (this waits for a claim holding one, and skips it once it runs), then,
-/// in a new statement and so a new snapshot, promote the head only if no job of the
-/// group is running or retrying. Checking first and demoting after would let a claim
-/// in between leave two live jobs in one group.
+/// not the head ([`HEADS`]: this waits for a claim holding one, and skips it once it
+/// runs), then, in a new statement and so a new snapshot, promote the head only if no
+/// job of the group is running or retrying ([`PROMOTE`]). Checking first and demoting
+/// after would let a claim in between leave two live jobs in one group. The function
+/// runs them as two statements, each with its own snapshot.
+///
+/// One call, not four statements: the locks, the look-up, the promotion and the
+/// `NOTIFY` each cost a round trip, and all four were made while holding the groups'
+/// locks, so a group's next job waited for them (`docs/BENCHMARKS.md`, Findings 28).
 async fn settle_groups(c: &mut PgConnection, s: &Schema, t: &mut Touched) -> Result<()> {
+    // Locked in this order, (queue, group), as every transaction locks groups.
     let keys: Vec<String> = t
         .groups
         .iter()
         .map(|(q, g)| format!("{}\u{1f}{q}\u{1f}{g}", s.name()))
         .collect();
-    sqlx::query(
-        "SELECT count(pg_advisory_xact_lock(hashtextextended(k, 0))) FROM unnest($1::text[]) AS k",
-    )
-    .bind(&keys)
-    .execute(&mut *c)
-    .await
-    .map_err(db)?;
     let (queues, groups): (Vec<&str>, Vec<&str>) = t
         .groups
         .iter()
         .map(|(q, g)| (q.as_str(), g.as_str()))
         .unzip();
-    let heads: Vec<i64> = sqlx::query_scalar(s.sql(HEADS))
-        .bind(&queues)
-        .bind(&groups)
-        .fetch_all(&mut *c)
-        .await
-        .map_err(db)?;
-    if heads.is_empty() {
-        return Ok(());
-    }
-    let promoted: Vec<String> = sqlx::query_scalar(s.sql(PROMOTE))
-        .bind(&heads)
-        .fetch_all(&mut *c)
-        .await
-        .map_err(db)?;
-    t.ready.extend(promoted);
+    let promoted: Option<Vec<String>> =
+        sqlx::query_scalar(s.sql("SELECT {s}.settle_groups($1, $2, $3, $4, $5, $6)"))
+            .bind(&queues)
+            .bind(&groups)
+            .bind(&keys)
+            .bind(s.channel())
+            .bind(t.unsent())
+            .bind(format!("{}:", crate::listen::READY))
+            .fetch_one(&mut *c)
+            .await
+            .map_err(db)?;
+    t.ready.extend(promoted.unwrap_or_default());
+    // The call sent what was unsent and the promoted queues' ready notifications:
+    // every payload `t` holds now.
+    let all = t.payloads();
+    t.sent.extend(all);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use relayq_conformance::harness::{Server, server_url};
+
+    use super::*;
+    use crate::{Config, PostgresBackend};
+
+    fn words(sql: &str) -> String {
+        sql.split_whitespace().collect::<Vec<_>>().join(" ")
+    }
+
+    /// `settle_groups` (migration 0005) runs [`HEADS`] and [`PROMOTE`] word for word, so
+    /// the plans `explain_group_holders` shows (and `tests/postgres.rs` checks) are the
+    /// plans of the statements that run.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn settle_groups_runs_the_explained_statements() {
+        let Some(url) = server_url(Server::Postgres).await else {
+            return;
+        };
+        let schema = format!(
+            "relayq_t_groupfn_{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        );
+        let b = PostgresBackend::connect_with(&url, Config::default().with_schema(schema.clone()))
+            .await
+            .unwrap();
+        b.migrate().await.unwrap();
+        let body: String =
+            sqlx::query_scalar("SELECT prosrc FROM pg_proc WHERE oid = to_regprocedure($1)")
+                .bind(format!(
+                    "\"{schema}\".settle_groups(text[], text[], text[], text, text[], text)"
+                ))
+                .fetch_one(b.pool())
+                .await
+                .unwrap();
+        let body = words(&body);
+        let s = Schema::new(&schema).unwrap();
+        let heads = words(&s.sql(HEADS).0);
+        let promote = words(&s.sql(PROMOTE).0).replace("ANY($1)", "ANY(heads)");
+        assert!(body.contains(&heads), "HEADS:\n{heads}\nfunction:\n{body}");
+        assert!(
+            body.contains(&promote),
+            "PROMOTE:\n{promote}\nfunction:\n{body}"
+        );
+        let drop = format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE");
+        sqlx::raw_sql(sqlx::AssertSqlSafe(drop))
+            .execute(b.pool())
+            .await
+            .unwrap();
+    }
 }

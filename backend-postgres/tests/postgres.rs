@@ -1114,20 +1114,12 @@ async fn expect_event(
         .unwrap_or_else(|_| panic!("no {kind:?} event for {what}"));
 }
 
-/// SPEC B5, W2: settles of batch jobs notify other handles that jobs finished, and,
-/// when a stage is released, that jobs are ready. The finished notification goes out
-/// with the settle statement, the ready one after promotion; this checks none is lost.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn batch_settles_notify_other_handles() {
-    let Some(url) = url().await else { return };
-    let b = fresh(&url, "notify").await;
-    let other = PostgresBackend::connect_with(&url, Config::default().with_schema(b.schema()))
-        .await
-        .unwrap();
-    let mut events = other.subscribe().unwrap();
-    let q = queue_name("notify");
-    // The other handle's listener is up once it hears an enqueue, in a queue of its own
-    // so the jobs below are claimed alone.
+/// Returns once the listener behind `events` hears `b`'s enqueues (in a queue of its
+/// own, so the caller's jobs are claimed alone).
+async fn listening(
+    b: &PostgresBackend,
+    events: &mut tokio::sync::broadcast::Receiver<relayq_core::Event>,
+) {
     let warm = queue_name("notify_warm");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
@@ -1144,13 +1136,87 @@ async fn batch_settles_notify_other_handles() {
         })
         .await;
         if heard.is_ok() {
-            break;
+            return;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
             "the other handle's listener never heard an enqueue"
         );
     }
+}
+
+/// SPEC G2, W2: a settle that gives a group its next holder tells other handles that a
+/// job is ready, and so do the settle's other ready notifications, which are sent in
+/// the same call as the group's (migration 0005): here a released job of another queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_settles_notify_other_handles() {
+    let Some(url) = url().await else { return };
+    let b = fresh(&url, "gnotify").await;
+    let other = PostgresBackend::connect_with(&url, Config::default().with_schema(b.schema()))
+        .await
+        .unwrap();
+    let mut events = other.subscribe().unwrap();
+    let (grouped, plain) = (queue_name("gnotify"), queue_name("gnotify_plain"));
+    listening(&b, &mut events).await;
+    let g = |n: u8| NewJob::new(&grouped, vec![n]).group("g");
+    b.enqueue(vec![g(1), g(2)]).await.unwrap();
+    b.enqueue_one(NewJob::new(&plain, vec![3])).await.unwrap();
+    let first = b
+        .claim(ClaimRequest::new(&grouped, "w", 10, LEASE))
+        .await
+        .unwrap();
+    let released = b
+        .claim(ClaimRequest::new(&plain, "w", 10, LEASE))
+        .await
+        .unwrap();
+    assert_eq!(
+        (first.len(), released.len()),
+        (1, 1),
+        "one holder, one plain job"
+    );
+    while events.try_recv().is_ok() {}
+    let results = b
+        .settle_many(vec![
+            Settle::complete(first[0].lease.clone()),
+            Settle::release(released[0].lease.clone()),
+        ])
+        .await
+        .unwrap();
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    // Both, in either order.
+    let mut waiting = vec![grouped.clone(), plain.clone()];
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while !waiting.is_empty() {
+            let ev = events.recv().await.expect("events");
+            if ev.kind == EventKind::Ready {
+                waiting.retain(|q| **q != *ev.queue);
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no ready event for {waiting:?}"));
+    let next = other
+        .claim(ClaimRequest::new(&grouped, "w", 10, LEASE))
+        .await
+        .unwrap();
+    assert_eq!(next.len(), 1, "the group's second job is ready");
+    assert_eq!(next[0].payload, [2]);
+    drop_schema(&b).await;
+}
+
+/// SPEC B5, W2: settles of batch jobs notify other handles that jobs finished, and,
+/// when a stage is released, that jobs are ready. The finished notification goes out
+/// with the settle statement, the ready one after promotion; this checks none is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_settles_notify_other_handles() {
+    let Some(url) = url().await else { return };
+    let b = fresh(&url, "notify").await;
+    let other = PostgresBackend::connect_with(&url, Config::default().with_schema(b.schema()))
+        .await
+        .unwrap();
+    let mut events = other.subscribe().unwrap();
+    let q = queue_name("notify");
+    listening(&b, &mut events).await;
     let batch = b.open_batch(&q, OnFailure::Continue).await.unwrap();
     let staged = [1, 1, 2]
         .map(|s| NewJob::new(&q, b"x".to_vec()).in_batch(batch.id, s))
