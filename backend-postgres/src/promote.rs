@@ -66,9 +66,10 @@ pub(crate) struct Touched {
     pub(crate) ready: BTreeSet<String>,
     /// Queues where jobs finished, for batch waiters.
     pub(crate) finished: BTreeSet<String>,
-    /// Notifications already sent in this transaction (with the batches' lock). So a
-    /// `Touched` belongs to one transaction: reused in another, it would hold back
-    /// notifications that transaction never sent.
+    /// Notifications already sent in this transaction: by the settle statement, with
+    /// the batches' lock, or by `settle_groups`. So a `Touched` belongs to one
+    /// transaction: reused in another, it would hold back notifications that
+    /// transaction never sent.
     sent: BTreeSet<String>,
 }
 
@@ -150,7 +151,7 @@ impl Touched {
     }
 
     /// The notifications still to send: [`payloads`](Self::payloads) less those sent
-    /// with the batches' lock.
+    /// already (see `sent`).
     pub(crate) fn unsent(&self) -> Vec<String> {
         let mut all = self.payloads();
         all.retain(|p| !self.sent.contains(p));
@@ -435,9 +436,10 @@ mod tests {
         sql.split_whitespace().collect::<Vec<_>>().join(" ")
     }
 
-    /// `settle_groups` (migration 0005) runs [`HEADS`] and [`PROMOTE`] word for word, so
-    /// the plans `explain_group_holders` shows (and `tests/postgres.rs` checks) are the
-    /// plans of the statements that run.
+    /// `settle_groups` (migration 0005) runs [`HEADS`] and [`PROMOTE`] word for word
+    /// (the promotion with `heads` for `$1`), after the groups' locks and in that order,
+    /// each a statement of its own: so the plans `explain_group_holders` shows (and
+    /// `tests/postgres.rs` checks) are the plans of the statements that run.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn settle_groups_runs_the_explained_statements() {
         let Some(url) = server_url(Server::Postgres).await else {
@@ -451,7 +453,7 @@ mod tests {
             .await
             .unwrap();
         b.migrate().await.unwrap();
-        let body: String =
+        let body: Option<String> =
             sqlx::query_scalar("SELECT prosrc FROM pg_proc WHERE oid = to_regprocedure($1)")
                 .bind(format!(
                     "\"{schema}\".settle_groups(text[], text[], text[], text, text[], text)"
@@ -459,19 +461,26 @@ mod tests {
                 .fetch_one(b.pool())
                 .await
                 .unwrap();
-        let body = words(&body);
-        let s = Schema::new(&schema).unwrap();
-        let heads = words(&s.sql(HEADS).0);
-        let promote = words(&s.sql(PROMOTE).0).replace("ANY($1)", "ANY(heads)");
-        assert!(body.contains(&heads), "HEADS:\n{heads}\nfunction:\n{body}");
-        assert!(
-            body.contains(&promote),
-            "PROMOTE:\n{promote}\nfunction:\n{body}"
-        );
         let drop = format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE");
         sqlx::raw_sql(sqlx::AssertSqlSafe(drop))
             .execute(b.pool())
             .await
             .unwrap();
+        let body = words(&body.expect("settle_groups exists"));
+        let s = Schema::new(&schema).unwrap();
+        let steps = [
+            "PERFORM count(pg_advisory_xact_lock(hashtextextended(k, 0))) FROM unnest(keys) AS k;"
+                .to_owned(),
+            format!("; {} INTO heads;", words(&s.sql(HEADS).0)),
+            format!(
+                "WITH p AS ( {}) SELECT",
+                words(&s.sql(PROMOTE).0).replace("ANY($1)", "ANY(heads)")
+            ),
+        ];
+        let at: Vec<Option<usize>> = steps.iter().map(|step| body.find(step.as_str())).collect();
+        assert!(
+            at.iter().all(Option::is_some) && at.is_sorted(),
+            "steps at {at:?}:\n{steps:#?}\nfunction:\n{body}"
+        );
     }
 }

@@ -1174,6 +1174,9 @@ async fn group_settles_notify_other_handles() {
         (1, 1),
         "one holder, one plain job"
     );
+    // The earlier ready events are in once a later one is heard (one listener gets
+    // notifications in commit order), and are cleared with it.
+    listening(&b, &mut events).await;
     while events.try_recv().is_ok() {}
     let results = b
         .settle_many(vec![
@@ -1232,6 +1235,9 @@ async fn batch_settles_notify_other_handles() {
         (2, 2),
         "the two stage-1 jobs alone claimed: {claimed:?}"
     );
+    // The earlier ready events are in once a later one is heard (one listener gets
+    // notifications in commit order), and are cleared with it.
+    listening(&b, &mut events).await;
     while events.try_recv().is_ok() {}
     b.complete(&first[0].lease).await.unwrap();
     expect_event(&mut events, &q, EventKind::Finished, "a batch job's settle").await;
