@@ -15,13 +15,10 @@ use crate::{
     promote::{self, Touched},
 };
 
-/// Inserts the jobs given as arrays, in input order (so their ids increase in that
-/// order), skipping those whose dedupe key an unfinished job holds (SPEC E3), and
-/// notifies the queue. A job without a group is `ready` at once when it has no batch or
-/// its stage is its batch's released one (`released`, NULL when none is): nothing below
-/// that stage is unfinished (SPEC B3 turns lower ones away). Other jobs with a group or
-/// a batch start `blocked`; promotion decides.
-const INSERT: &str = "
+// The insert of `INSERT` and `INSERT_QUIET`.
+macro_rules! insert_jobs {
+    () => {
+        "
     WITH ins AS (
         INSERT INTO {s}.jobs (queue, state, payload, priority, run_at, max_attempts, group_key,
                               batch_id, stage, dedupe_key, enqueued_by, created_at)
@@ -40,9 +37,28 @@ const INSERT: &str = "
                                  batch, stage, dedupe, who, released, ord)
         ORDER BY i.ord
         ON CONFLICT (queue, dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
-        RETURNING id, dedupe_key),
+        RETURNING id, dedupe_key)"
+    };
+}
+
+/// Inserts the jobs given as arrays, in input order (so their ids increase in that
+/// order), skipping those whose dedupe key an unfinished job holds (SPEC E3), and
+/// notifies the queue. A job without a group is `ready` at once when it has no batch or
+/// its stage is its batch's released one (`released`, NULL when none is): nothing below
+/// that stage is unfinished (SPEC B3 turns lower ones away). Other jobs with a group or
+/// a batch start `blocked`; promotion decides.
+const INSERT: &str = concat!(
+    insert_jobs!(),
+    ",
     note AS (SELECT pg_notify($12, $13))
-    SELECT ins.id, ins.dedupe_key FROM ins LEFT JOIN note ON true";
+    SELECT ins.id, ins.dedupe_key FROM ins LEFT JOIN note ON true"
+);
+
+/// [`INSERT`] without the notification, for a plain enqueue outside the caller's
+/// transaction: that one is sent after the commit (see [`listen::send_after_commit`]).
+/// `$12` and `$13` are bound and unused (their types come with the arguments), so both
+/// statements take the same ones.
+const INSERT_QUIET: &str = concat!(insert_jobs!(), "\n    SELECT id, dedupe_key FROM ins");
 
 /// How many times a dedupe key can be found taken and then free again within one call
 /// (its holder finished in between) before the call gives up.
@@ -137,7 +153,7 @@ impl PostgresBackend {
     ) -> Result<(Vec<Enqueued>, Vec<String>)> {
         let queue = &jobs[0].queue;
         let released = self.check_batches(c, queue, jobs).await?;
-        let out = self.insert(c, queue, jobs, &released).await?;
+        let out = self.insert(c, queue, jobs, &released, INSERT).await?;
         let mut touched = Touched::default();
         touched.ready.insert(queue.clone());
         for (job, e) in jobs.iter().zip(&out) {
@@ -212,13 +228,15 @@ impl PostgresBackend {
         queue: &str,
         jobs: &[NewJob],
         released: &Released,
+        statement: &'static str,
     ) -> Result<Vec<Enqueued>> {
         let mut out: Vec<Option<Enqueued>> = vec![None; jobs.len()];
         let mut pending: Vec<usize> = (0..jobs.len()).collect();
         for _ in 0..DEDUPE_ROUNDS {
             let batch: Vec<&NewJob> = pending.iter().map(|&i| &jobs[i]).collect();
-            let mut rows: Vec<(i64, Option<String>)> =
-                self.insert_rows(c, queue, &batch, released).await?;
+            let mut rows: Vec<(i64, Option<String>)> = self
+                .insert_rows(c, queue, &batch, released, statement)
+                .await?;
             rows.sort_unstable_by_key(|r| r.0);
             let inserted_keys: BTreeSet<&str> =
                 rows.iter().filter_map(|r| r.1.as_deref()).collect();
@@ -302,6 +320,7 @@ impl PostgresBackend {
         queue: &str,
         jobs: &[&NewJob],
         released: &Released,
+        statement: &'static str,
     ) -> Result<Vec<(i64, Option<String>)>> {
         let mut payloads = Vec::with_capacity(jobs.len());
         let mut priorities = Vec::with_capacity(jobs.len());
@@ -336,7 +355,7 @@ impl PostgresBackend {
                     .and_then(|b| released.get(&b.0).copied().flatten()),
             );
         }
-        sqlx::query_as(self.sql(INSERT))
+        sqlx::query_as(self.sql(statement))
             .bind(queue)
             .bind(&payloads)
             .bind(&priorities)
@@ -391,16 +410,79 @@ impl Enqueue for PostgresBackend {
             return Ok(Vec::new());
         }
         let (out, payloads) = if all_plain(&jobs) {
-            // One statement, atomic on its own: no transaction needed.
+            // One statement, atomic on its own: no transaction needed. It notifies after
+            // its commit, not in it: see `listen::send_after_commit`.
             let mut c = self.inner.pool.acquire().await.map_err(db)?;
+            let queue = &jobs[0].queue;
             let out = self
-                .insert(&mut c, &jobs[0].queue, &jobs, &Released::new())
+                .insert(&mut c, queue, &jobs, &Released::new(), INSERT_QUIET)
                 .await?;
-            (out, vec![format!("{}:{}", listen::READY, jobs[0].queue)])
+            let payloads = vec![format!("{}:{queue}", listen::READY)];
+            listen::send_after_commit(&mut c, &self.inner.schema.channel(), &payloads).await;
+            (out, payloads)
         } else {
             retry_transient(|| self.enqueue_tx(&jobs), crate::retryable).await?
         };
         self.notify_local(&payloads);
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use relayq_conformance::harness::{Server, server_url};
+    use sqlx::postgres::PgListener;
+
+    use super::*;
+    use crate::Config;
+
+    /// A plain enqueue's statement notifies no one from inside its own transaction:
+    /// the queue's wake-up goes out after its commit (`listen::send_after_commit`), so
+    /// concurrent enqueues do not commit one at a time behind PostgreSQL's notify lock.
+    /// Checked by order: one listener hears notifications in commit order, so with a
+    /// marker sent after the insert committed, the marker must come first. (With
+    /// [`INSERT`] instead, the queue's notification comes first.)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn plain_insert_notifies_no_one_itself() {
+        let Some(url) = server_url(Server::Postgres).await else {
+            return;
+        };
+        let schema = format!(
+            "relayq_t_quiet_{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        );
+        let b = PostgresBackend::connect_with(&url, Config::default().with_schema(schema.clone()))
+            .await
+            .unwrap();
+        b.migrate().await.unwrap();
+        let channel = b.inner.schema.channel();
+        let mut listener = PgListener::connect_with(b.pool()).await.unwrap();
+        listener.listen(&channel).await.unwrap();
+        let jobs = vec![NewJob::new("quiet", b"x".to_vec())];
+        let mut c = b.pool().acquire().await.unwrap();
+        let stored = b
+            .insert(&mut c, "quiet", &jobs, &Released::new(), INSERT_QUIET)
+            .await
+            .unwrap();
+        let marker = "marker".to_owned();
+        listen::send(&mut c, &channel, std::slice::from_ref(&marker))
+            .await
+            .unwrap();
+        let first = tokio::time::timeout(std::time::Duration::from_secs(5), listener.recv())
+            .await
+            .expect("a notification within 5 s")
+            .unwrap();
+        drop(c);
+        let drop = format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE");
+        sqlx::raw_sql(sqlx::AssertSqlSafe(drop))
+            .execute(b.pool())
+            .await
+            .unwrap();
+        assert_eq!(stored.len(), 1, "the job is stored");
+        assert_eq!(
+            first.payload(),
+            marker,
+            "the insert notified from its commit"
+        );
     }
 }

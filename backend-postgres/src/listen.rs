@@ -2,7 +2,8 @@
 //! most a poll interval, never a job.
 //!
 //! Writers send `pg_notify(channel, "<kind>:<queue>")` inside their transaction, so it
-//! is delivered when (and only if) it commits. One listener task per backend handle,
+//! is delivered when (and only if) it commits; a plain enqueue, one statement of its
+//! own, sends it right after its commit instead ([`send_after_commit`]). One listener task per backend handle,
 //! started by the first [`subscribe`](relayq_core::Events::subscribe), forwards them to
 //! the handle's [`EventBus`]. When its connection drops, it connects and listens again
 //! and sends [`EventKind::Resync`](relayq_core::EventKind) so every waiter checks once:
@@ -116,4 +117,28 @@ pub(crate) async fn send(
         .await
         .map_err(crate::db)?;
     Ok(())
+}
+
+/// Sends `payloads` on `channel` in a transaction of their own, on `c` outside any
+/// transaction, after the writes they announce have committed.
+///
+/// Why: PostgreSQL serializes the commits of transactions that sent a notification.
+/// `PreCommit_Notify` takes a cluster-wide lock and holds it until the commit's WAL
+/// flush is done, so single-job enqueues from concurrent producers, each notifying
+/// inside its own commit, committed one flush at a time (`docs/BENCHMARKS.md`,
+/// Findings 30). Sent here, the enqueue's commit flushes alongside the others', and
+/// this transaction, which wrote nothing before its commit record, commits without
+/// waiting for a flush (`RecordTransactionCommit`), so it holds the lock only briefly.
+///
+/// A notification is a hint. If this fails, the jobs are stored all the same and
+/// other processes find them when they next poll, so the failure is logged, not
+/// returned.
+pub(crate) async fn send_after_commit(
+    c: &mut sqlx::PgConnection,
+    channel: &str,
+    payloads: &[String],
+) {
+    if let Err(e) = send(c, channel, payloads).await {
+        tracing::warn!(channel, error = %e, "relayq could not send a wake-up notification");
+    }
 }

@@ -1145,6 +1145,28 @@ async fn listening(
     }
 }
 
+/// SPEC W2: a plain enqueue, which notifies right after its commit rather than inside
+/// it, still wakes another handle, and the job is claimable once the event is heard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_enqueue_wakes_other_handles() {
+    let Some(url) = url().await else { return };
+    let b = fresh(&url, "pnotify").await;
+    let other = PostgresBackend::connect_with(&url, Config::default().with_schema(b.schema()))
+        .await
+        .unwrap();
+    let mut events = other.subscribe().unwrap();
+    listening(&b, &mut events).await;
+    let q = queue_name("pnotify");
+    b.enqueue_one(NewJob::new(&q, b"x".to_vec())).await.unwrap();
+    expect_event(&mut events, &q, EventKind::Ready, "a plain enqueue").await;
+    let got = other
+        .claim(ClaimRequest::new(&q, "w", 10, LEASE))
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 1, "the job announced is claimable");
+    drop_schema(&b).await;
+}
+
 /// SPEC G2, W2: a settle that gives a group its next holder tells other handles that a
 /// job is ready, and so do the settle's other ready notifications, which are sent in
 /// the same call as the group's (migration 0005): here a released job of another queue.
