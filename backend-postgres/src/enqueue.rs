@@ -138,6 +138,14 @@ impl PostgresBackend {
         Ok(out)
     }
 
+    /// Plain jobs (see [`all_plain`]) on `c` outside any transaction: one statement,
+    /// atomic on its own, which notifies no one. The caller sends the queue's wake-up
+    /// after it ([`listen::send_after_commit`]).
+    async fn insert_plain(&self, c: &mut PgConnection, jobs: &[NewJob]) -> Result<Vec<Enqueued>> {
+        self.insert(c, &jobs[0].queue, jobs, &Released::new(), INSERT_QUIET)
+            .await
+    }
+
     async fn enqueue_tx(&self, jobs: &[NewJob]) -> Result<(Vec<Enqueued>, Vec<String>)> {
         let mut tx = self.inner.pool.begin().await.map_err(db)?;
         let out = self.enqueue_on(&mut tx, jobs).await?;
@@ -410,14 +418,9 @@ impl Enqueue for PostgresBackend {
             return Ok(Vec::new());
         }
         let (out, payloads) = if all_plain(&jobs) {
-            // One statement, atomic on its own: no transaction needed. It notifies after
-            // its commit, not in it: see `listen::send_after_commit`.
             let mut c = self.inner.pool.acquire().await.map_err(db)?;
-            let queue = &jobs[0].queue;
-            let out = self
-                .insert(&mut c, queue, &jobs, &Released::new(), INSERT_QUIET)
-                .await?;
-            let payloads = vec![format!("{}:{queue}", listen::READY)];
+            let out = self.insert_plain(&mut c, &jobs).await?;
+            let payloads = vec![format!("{}:{}", listen::READY, jobs[0].queue)];
             listen::send_after_commit(&mut c, &self.inner.schema.channel(), &payloads).await;
             (out, payloads)
         } else {
@@ -436,12 +439,13 @@ mod tests {
     use super::*;
     use crate::Config;
 
-    /// A plain enqueue's statement notifies no one from inside its own transaction:
+    /// A plain enqueue's statement (the one `enqueue` runs) notifies no one from inside
+    /// its own transaction:
     /// the queue's wake-up goes out after its commit (`listen::send_after_commit`), so
     /// concurrent enqueues do not commit one at a time behind PostgreSQL's notify lock.
     /// Checked by order: one listener hears notifications in commit order, so with a
     /// marker sent after the insert committed, the marker must come first. (With
-    /// [`INSERT`] instead, the queue's notification comes first.)
+    /// [`INSERT`] in `insert_plain`, the queue's notification comes first.)
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn plain_insert_notifies_no_one_itself() {
         let Some(url) = server_url(Server::Postgres).await else {
@@ -460,10 +464,7 @@ mod tests {
         listener.listen(&channel).await.unwrap();
         let jobs = vec![NewJob::new("quiet", b"x".to_vec())];
         let mut c = b.pool().acquire().await.unwrap();
-        let stored = b
-            .insert(&mut c, "quiet", &jobs, &Released::new(), INSERT_QUIET)
-            .await
-            .unwrap();
+        let stored = b.insert_plain(&mut c, &jobs).await.unwrap();
         let marker = "marker".to_owned();
         listen::send(&mut c, &channel, std::slice::from_ref(&marker))
             .await

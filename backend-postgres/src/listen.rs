@@ -3,10 +3,11 @@
 //!
 //! Writers send `pg_notify(channel, "<kind>:<queue>")` inside their transaction, so it
 //! is delivered when (and only if) it commits; a plain enqueue, one statement of its
-//! own, sends it right after its commit instead ([`send_after_commit`]). One listener task per backend handle,
-//! started by the first [`subscribe`](relayq_core::Events::subscribe), forwards them to
-//! the handle's [`EventBus`]. When its connection drops, it connects and listens again
-//! and sends [`EventKind::Resync`](relayq_core::EventKind) so every waiter checks once:
+//! own, sends it right after its commit instead ([`send_after_commit`]). One listener
+//! task per backend handle, started by the first
+//! [`subscribe`](relayq_core::Events::subscribe), forwards them to the handle's
+//! [`EventBus`]. When its connection drops, it connects and listens again and sends
+//! [`EventKind::Resync`](relayq_core::EventKind) so every waiter checks once:
 //! notifications sent meanwhile are gone.
 
 use std::{sync::OnceLock, time::Duration};
@@ -101,7 +102,8 @@ pub(crate) fn payloads<'a>(
     out
 }
 
-/// Sends `payloads` on `channel` within the transaction on `c`.
+/// Sends `payloads` on `channel` within the transaction on `c`, or, outside one, in a
+/// transaction of their own.
 pub(crate) async fn send(
     c: &mut sqlx::PgConnection,
     channel: &str,
@@ -130,9 +132,12 @@ pub(crate) async fn send(
 /// this transaction, which wrote nothing before its commit record, commits without
 /// waiting for a flush (`RecordTransactionCommit`), so it holds the lock only briefly.
 ///
-/// A notification is a hint. If this fails, the jobs are stored all the same and
+/// A notification is a hint. If this fails (say, PostgreSQL's notification queue is
+/// full because a listener stopped reading), the jobs are stored all the same and
 /// other processes find them when they next poll, so the failure is logged, not
-/// returned.
+/// returned. Before, such an enqueue failed and stored nothing. A caller that drops the
+/// enqueue's future between the two statements (a timeout around it) also leaves the
+/// jobs stored and unannounced, without a log line.
 pub(crate) async fn send_after_commit(
     c: &mut sqlx::PgConnection,
     channel: &str,
