@@ -439,9 +439,9 @@ mod tests {
     use super::*;
     use crate::Config;
 
-    /// A plain enqueue's statement (the one `enqueue` runs) notifies no one from inside
-    /// its own transaction:
-    /// the queue's wake-up goes out after its commit (`listen::send_after_commit`), so
+    /// SPEC W2 wake-ups, without the serialized commits: a plain enqueue's statement
+    /// (the one `enqueue` runs) notifies no one from inside its own transaction. The
+    /// queue's wake-up goes out after its commit (`listen::send_after_commit`), so
     /// concurrent enqueues do not commit one at a time behind PostgreSQL's notify lock.
     /// Checked by order: one listener hears notifications in commit order, so with a
     /// marker sent after the insert committed, the marker must come first. (With
