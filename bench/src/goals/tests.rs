@@ -61,7 +61,7 @@ fn drain_goals_take_the_prefetch_row_against_the_raw_loop_and_the_peers() {
     assert_eq!(c16, ("1.538x", true));
     let fastest = judged(
         &vs,
-        "postgres drain >= 1.5x graphile-worker at its fastest (1)",
+        "postgres drain >= 1.5x graphile-worker at its fastest (1, on 1/10 of the jobs)",
     );
     assert_eq!(fastest, ("1.463x", false));
     let apalis = judged(
@@ -79,6 +79,30 @@ fn drain_goals_take_the_prefetch_row_against_the_raw_loop_and_the_peers() {
     // Not a run of everything: what was not measured is left out, run time included.
     assert!(vs.iter().all(|v| !v.goal.contains("apalis-redis")));
     assert!(vs.iter().all(|v| !v.goal.starts_with("--all")));
+}
+
+#[test]
+fn a_peers_fastest_row_is_labelled_with_its_share_of_the_jobs() {
+    let sweep = |c16: f64| {
+        vec![
+            row("drain, concurrency 16, prefetch 256", "redis", 90_000.0),
+            row("drain, concurrency 1", "apalis-redis", 40_000.0),
+            row("drain, concurrency 4", "apalis-redis", 41_000.0),
+            row("drain, concurrency 16", "apalis-redis", c16),
+            row("drain, concurrency 64", "apalis-redis", 30_000.0),
+        ]
+    };
+    // Fastest at concurrency 4, which drained a tenth of the jobs: the label says so.
+    let vs = judge(&sweep(39_000.0), Duration::from_secs(400), false);
+    let fastest = judged(
+        &vs,
+        "redis drain >= 1.5x apalis-redis at its fastest (4, on 1/10 of the jobs)",
+    );
+    assert_eq!(fastest, ("2.195x", true));
+    // Fastest at concurrency 16, which drained as many jobs as ours: no label.
+    let vs = judge(&sweep(45_000.0), Duration::from_secs(400), false);
+    let fastest = judged(&vs, "redis drain >= 1.5x apalis-redis at its fastest (16)");
+    assert_eq!(fastest, ("2.000x", true));
 }
 
 #[test]
