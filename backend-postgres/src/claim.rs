@@ -423,10 +423,7 @@ mod tests {
         let Some(url) = server_url(Server::Postgres).await else {
             return;
         };
-        let schema = format!(
-            "relayq_t_async_{}",
-            &uuid::Uuid::new_v4().simple().to_string()[..8]
-        );
+        let schema = crate::test_schema::fresh("async");
         for (durable, want) in [(false, "off"), (true, "on")] {
             let config = Config::default()
                 .with_schema(schema.clone())
@@ -453,11 +450,7 @@ mod tests {
             assert_eq!(now, want, "durable claims: {durable}");
             tx.rollback().await.unwrap();
         }
-        let drop = format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE");
         let b = PostgresBackend::connect(&url).await.unwrap();
-        sqlx::raw_sql(sqlx::AssertSqlSafe(drop))
-            .execute(b.pool())
-            .await
-            .unwrap();
+        crate::test_schema::drop(b.pool(), &schema).await;
     }
 }

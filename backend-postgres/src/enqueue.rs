@@ -451,10 +451,7 @@ mod tests {
         let Some(url) = server_url(Server::Postgres).await else {
             return;
         };
-        let schema = format!(
-            "relayq_t_quiet_{}",
-            &uuid::Uuid::new_v4().simple().to_string()[..8]
-        );
+        let schema = crate::test_schema::fresh("quiet");
         let b = PostgresBackend::connect_with(&url, Config::default().with_schema(schema.clone()))
             .await
             .unwrap();
@@ -474,11 +471,7 @@ mod tests {
             .expect("a notification within 5 s")
             .unwrap();
         drop(c);
-        let drop = format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE");
-        sqlx::raw_sql(sqlx::AssertSqlSafe(drop))
-            .execute(b.pool())
-            .await
-            .unwrap();
+        crate::test_schema::drop(b.pool(), &schema).await;
         assert_eq!(stored.len(), 1, "the job is stored");
         assert_eq!(
             first.payload(),

@@ -56,6 +56,8 @@ mod listen;
 mod promote;
 mod schema;
 mod settle;
+#[cfg(test)]
+mod test_schema;
 
 use std::{str::FromStr, sync::Arc, time::Duration};
 

@@ -445,10 +445,7 @@ mod tests {
         let Some(url) = server_url(Server::Postgres).await else {
             return;
         };
-        let schema = format!(
-            "relayq_t_groupfn_{}",
-            &uuid::Uuid::new_v4().simple().to_string()[..8]
-        );
+        let schema = crate::test_schema::fresh("groupfn");
         let b = PostgresBackend::connect_with(&url, Config::default().with_schema(schema.clone()))
             .await
             .unwrap();
@@ -461,11 +458,7 @@ mod tests {
                 .fetch_one(b.pool())
                 .await
                 .unwrap();
-        let drop = format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE");
-        sqlx::raw_sql(sqlx::AssertSqlSafe(drop))
-            .execute(b.pool())
-            .await
-            .unwrap();
+        crate::test_schema::drop(b.pool(), &schema).await;
         let body = words(&body.expect("settle_groups exists"));
         let s = Schema::new(&schema).unwrap();
         let steps = [
