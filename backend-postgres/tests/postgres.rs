@@ -323,9 +323,7 @@ async fn killed_listener_reconnects_and_wakes_workers() {
     .await
     .unwrap();
     // The worker's first claim found nothing; it now sleeps up to 60 s between polls.
-    let other = PostgresBackend::connect_with(&url, Config::default().with_schema(b.schema()))
-        .await
-        .unwrap();
+    let other = second_handle(&url, &b).await;
     let warm = other
         .enqueue_one(NewJob::new(&q, b"1".to_vec()))
         .await
@@ -548,9 +546,7 @@ async fn connection_failures_are_backend_errors() {
         .await
         .unwrap_err();
     assert!(matches!(err, Error::Backend { .. }), "{err}");
-    let other = PostgresBackend::connect_with(&url, Config::default().with_schema(b.schema()))
-        .await
-        .unwrap();
+    let other = second_handle(&url, &b).await;
     drop_schema(&other).await;
 }
 
@@ -1116,6 +1112,14 @@ async fn expect_event(
 
 /// Returns once the listener behind `events` hears `b`'s enqueues (in a queue of its
 /// own, so the caller's jobs are claimed alone).
+/// Another handle (its own pool and listener) on `b`'s schema, as a second process
+/// would open it.
+async fn second_handle(url: &str, b: &PostgresBackend) -> PostgresBackend {
+    PostgresBackend::connect_with(url, Config::default().with_schema(b.schema()))
+        .await
+        .unwrap()
+}
+
 async fn listening(
     b: &PostgresBackend,
     events: &mut tokio::sync::broadcast::Receiver<relayq_core::Event>,
@@ -1151,9 +1155,7 @@ async fn listening(
 async fn plain_enqueue_wakes_other_handles() {
     let Some(url) = url().await else { return };
     let b = fresh(&url, "pnotify").await;
-    let other = PostgresBackend::connect_with(&url, Config::default().with_schema(b.schema()))
-        .await
-        .unwrap();
+    let other = second_handle(&url, &b).await;
     let mut events = other.subscribe().unwrap();
     listening(&b, &mut events).await;
     let q = queue_name("pnotify");
@@ -1174,9 +1176,7 @@ async fn plain_enqueue_wakes_other_handles() {
 async fn group_settles_notify_other_handles() {
     let Some(url) = url().await else { return };
     let b = fresh(&url, "gnotify").await;
-    let other = PostgresBackend::connect_with(&url, Config::default().with_schema(b.schema()))
-        .await
-        .unwrap();
+    let other = second_handle(&url, &b).await;
     let mut events = other.subscribe().unwrap();
     let (grouped, plain) = (queue_name("gnotify"), queue_name("gnotify_plain"));
     listening(&b, &mut events).await;
@@ -1236,9 +1236,7 @@ async fn group_settles_notify_other_handles() {
 async fn batch_settles_notify_other_handles() {
     let Some(url) = url().await else { return };
     let b = fresh(&url, "notify").await;
-    let other = PostgresBackend::connect_with(&url, Config::default().with_schema(b.schema()))
-        .await
-        .unwrap();
+    let other = second_handle(&url, &b).await;
     let mut events = other.subscribe().unwrap();
     let q = queue_name("notify");
     listening(&b, &mut events).await;
