@@ -3,11 +3,16 @@
 //! The Redis backend of [relayq](https://docs.rs/relayq-core), for a standalone server
 //! ([`RedisBackend::connect`]) and for Redis Cluster ([`RedisBackend::cluster`]).
 //!
-//! - **One Lua script per operation** (enqueue many, claim N, settle many, heartbeat,
+//! - **One Lua function per operation** (enqueue many, claim N, settle many, heartbeat,
 //!   cancel, batch operations, maintenance, reads): each runs atomically, so claimers
 //!   never wait for each other's locks and never take one job twice (SPEC C2, C4).
-//!   Inputs are validated in Rust and re-checked in the script before its first write;
-//!   time comes from `TIME` inside the script, the server's clock.
+//!   Inputs are validated in Rust and re-checked in Lua before the first write; time
+//!   comes from `TIME` at the start of each call, the server's clock.
+//! - **Functions, or scripts**: on Redis ≥ 7.0 the operations are one Redis Functions
+//!   library ([`function_library`]), loaded by the first call that finds it missing,
+//!   so the shared helpers are defined once per server rather than on every call. A
+//!   server that refuses functions (Redis 6, or an ACL without `FCALL`) runs the same
+//!   Lua as scripts.
 //! - **Cluster**: every key of a queue carries the hash tag `{queue}` (queue names
 //!   cannot contain braces), so each script touches one slot; batches live in their
 //!   queue's slot.
@@ -37,11 +42,15 @@
 //! that run again; relayq's guarantees hold for what the server kept.
 
 mod admin;
+mod functions;
 mod jobs;
 mod listen;
 mod scripts;
 
-use std::sync::Arc;
+use std::sync::{
+    Arc,
+    atomic::{AtomicBool, Ordering},
+};
 
 use redis::{
     Client, FromRedisValue, IntoConnectionInfo,
@@ -62,6 +71,16 @@ pub const RESPONSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs
 
 /// The default key prefix.
 pub const DEFAULT_PREFIX: &str = "relayq";
+
+/// The name of the Redis Functions library this version of relayq loads (Redis ≥ 7.0):
+/// `relayq_` and a hash of its Lua, so versions never share functions. A server keeps
+/// every version's library that ever ran against it; once no worker of an older
+/// version runs, `FUNCTION DELETE` the `relayq_*` libraries other than this one
+/// (`FUNCTION LIST LIBRARYNAME relayq_` lists them).
+#[must_use]
+pub fn function_library() -> &'static str {
+    &scripts::LIBRARY.name
+}
 
 /// A relayq backend on Redis or Redis Cluster. Cheap to clone; clones share the
 /// connection.
@@ -85,6 +104,8 @@ struct Inner {
     limits: Limits,
     events: EventBus,
     listener: Listener,
+    /// Whether operations run as functions: until a server refuses them.
+    functions: AtomicBool,
 }
 
 /// A connection that reconnects by itself.
@@ -173,6 +194,7 @@ impl RedisBackend {
                 limits: Limits::default(),
                 events,
                 listener,
+                functions: AtomicBool::new(true),
             }),
         }
     }
@@ -196,7 +218,7 @@ impl RedisBackend {
     /// again here: one that ran before its reply was lost would run twice.
     async fn run_idempotent<T: FromRedisValue>(
         &self,
-        script: &redis::Script,
+        script: &scripts::Op,
         queue: &str,
         args: &[Vec<u8>],
     ) -> Result<T> {
@@ -216,7 +238,7 @@ impl RedisBackend {
     /// Runs `script` for `queue` with `args` after the common ones.
     async fn run<T: FromRedisValue>(
         &self,
-        script: &redis::Script,
+        script: &scripts::Op,
         queue: &str,
         args: &[Vec<u8>],
     ) -> Result<T> {
@@ -224,22 +246,75 @@ impl RedisBackend {
         self.invoke(script, queue, args).await.map_err(script_error)
     }
 
+    /// Runs `op` as a function (loading the library when the server lacks it) or,
+    /// once a server refused functions, as a script. See [`scripts`].
     async fn invoke<T: FromRedisValue>(
         &self,
-        script: &redis::Script,
+        op: &scripts::Op,
         queue: &str,
         args: &[Vec<u8>],
     ) -> std::result::Result<T, redis::RedisError> {
-        let mut inv = script.prepare_invoke();
-        inv.key(self.queue_key(queue))
-            .arg(&self.inner.channel)
-            .arg(queue);
+        let key = self.queue_key(queue);
+        let mut loads = 0;
+        while self.inner.functions.load(Ordering::Relaxed) {
+            let mut cmd = redis::cmd("FCALL");
+            cmd.arg(op.function.as_str())
+                .arg(1)
+                .arg(&key)
+                .arg(&self.inner.channel)
+                .arg(queue);
+            for a in args {
+                cmd.arg(a.as_slice());
+            }
+            let err = match self.query(&cmd).await {
+                Ok(v) => return Ok(v),
+                Err(e) => e,
+            };
+            match functions::refusal(&err) {
+                // Nothing ran: load the library and call again. Twice at most, in
+                // case someone deleted it again in between.
+                Some(functions::Refusal::NotLoaded) if loads < 2 => {
+                    loads += 1;
+                    let load = redis::cmd("FUNCTION")
+                        .arg("LOAD")
+                        .arg("REPLACE")
+                        .arg(scripts::LIBRARY.source.as_str())
+                        .to_owned();
+                    if let Err(e) = self.query::<redis::Value>(&load).await {
+                        if functions::refusal(&e) != Some(functions::Refusal::Unsupported) {
+                            return Err(e);
+                        }
+                        self.scripts_from_now_on(&e);
+                    }
+                }
+                Some(functions::Refusal::Unsupported) => self.scripts_from_now_on(&err),
+                _ => return Err(err),
+            }
+        }
+        let mut inv = op.script.prepare_invoke();
+        inv.key(key).arg(&self.inner.channel).arg(queue);
         for a in args {
             inv.arg(a.as_slice());
         }
         match self.inner.conn.clone() {
             Conn::Single(mut c) => inv.invoke_async(&mut c).await,
             Conn::Cluster(mut c) => inv.invoke_async(&mut c).await,
+        }
+    }
+
+    async fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> redis::RedisResult<T> {
+        match self.inner.conn.clone() {
+            Conn::Single(mut c) => cmd.query_async(&mut c).await,
+            Conn::Cluster(mut c) => cmd.query_async(&mut c).await,
+        }
+    }
+
+    fn scripts_from_now_on(&self, why: &redis::RedisError) {
+        if self.inner.functions.swap(false, Ordering::Relaxed) {
+            tracing::info!(
+                reason = %why,
+                "relayq-redis: the server refused Redis Functions; running scripts instead"
+            );
         }
     }
 

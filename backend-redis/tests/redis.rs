@@ -38,14 +38,51 @@ fn jobs(queue: &str, n: usize) -> Vec<NewJob> {
         .collect()
 }
 
-/// `SCRIPT FLUSH` between calls changes nothing visible: each script is loaded again
-/// on `NOSCRIPT`.
+/// Deleting the functions library between calls (a restart without persistence,
+/// `FUNCTION FLUSH`) changes nothing visible: the next call loads it again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn script_flush_changes_nothing_visible() {
-    let Some((b, mut raw)) = setup().await else {
+async fn a_lost_function_library_is_loaded_again() {
+    let Some((b, raw)) = setup().await else {
         return;
     };
-    let q = queue_name("noscript");
+    let lose = || async {
+        let mut c = raw.clone();
+        // Another test may have deleted it already.
+        let _: redis::RedisResult<()> = redis::cmd("FUNCTION")
+            .arg("DELETE")
+            .arg(relayq_redis::function_library())
+            .query_async(&mut c)
+            .await;
+    };
+    same_after_each_call(&b, "nofunction", lose).await;
+    let mut c = raw.clone();
+    let listed: redis::Value = redis::cmd("FUNCTION")
+        .arg("LIST")
+        .arg("LIBRARYNAME")
+        .arg(relayq_redis::function_library())
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert!(
+        matches!(&listed, redis::Value::Array(libs) if libs.len() == 1),
+        "{listed:?}"
+    );
+}
+
+/// A server that refuses functions (Redis 6, or here an ACL without `FCALL` and
+/// `FUNCTION`) runs every operation as a script, and `SCRIPT FLUSH` between calls
+/// changes nothing visible: each script is loaded again on `NOSCRIPT`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_functions_operations_run_as_scripts() {
+    let Some((_, raw)) = setup().await else {
+        return;
+    };
+    let url = relayq_conformance::harness::server_url(Server::Redis)
+        .await
+        .unwrap();
+    let b = RedisBackend::connect_with_prefix(&no_functions_user(&url).await, PREFIX)
+        .await
+        .unwrap();
     let flush = || async {
         let mut c = raw.clone();
         redis::cmd("SCRIPT")
@@ -54,19 +91,49 @@ async fn script_flush_changes_nothing_visible() {
             .await
             .unwrap();
     };
-    flush().await;
+    same_after_each_call(&b, "noscript", flush).await;
+}
+
+/// The URL of `url`'s server as a user that may run anything but functions: the user
+/// is (re)made here.
+async fn no_functions_user(url: &str) -> String {
+    let mut c = redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let user = "relayq-test-no-functions";
+    let rules = ["reset", "on", "nopass", "~*", "&*", "+@all"];
+    redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg(user)
+        .arg(&rules[..])
+        .arg(&["-fcall", "-fcall_ro", "-function"][..])
+        .exec_async(&mut c)
+        .await
+        .unwrap();
+    url.replacen("redis://", &format!("redis://{user}:unused@"), 1)
+}
+
+/// Enqueue, claim, complete and read, with `between` run before each call.
+async fn same_after_each_call<F: std::future::Future<Output = ()>>(
+    b: &RedisBackend,
+    name: &str,
+    between: impl Fn() -> F,
+) {
+    let q = queue_name(name);
+    between().await;
     let ids = b.enqueue(jobs(&q, 2)).await.unwrap();
-    flush().await;
+    between().await;
     let got = b.claim(ClaimRequest::new(&q, "w", 5, LEASE)).await.unwrap();
     assert_eq!(got.len(), 2);
-    flush().await;
+    between().await;
     b.complete(&got[0].lease).await.unwrap();
-    flush().await;
+    between().await;
     let info = b.job(&q, ids[0].id).await.unwrap();
     assert_eq!(info.state, JobState::Succeeded);
     let stats = b.queue_stats(&q).await.unwrap();
     assert_eq!(stats.count(JobState::Running), 1);
-    let _: () = raw.del(format!("unused-{q}")).await.unwrap();
 }
 
 /// Order keys stay exact at the priority extremes and with ids beyond 2^32: the claim

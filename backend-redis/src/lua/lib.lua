@@ -1,4 +1,7 @@
--- relayq's shared Lua: put in front of every operation's script.
+-- relayq's shared Lua: the helpers of every operation. Loaded with the operations as
+-- one Redis Functions library, each operation a function whose body starts with
+-- `begin(KEYS, ARGV)`; where functions are unavailable, put in front of each
+-- operation's script, with the same call to `begin` between them (see scripts.rs).
 --
 -- KEYS[1] is the queue's base key, `<prefix>:{<queue>}`: every key below starts with it,
 -- so a script touches one hash slot (Redis Cluster). ARGV[1] is the event channel,
@@ -37,17 +40,25 @@
 -- Times are integer microseconds from TIME, the server's clock. Numbers are written
 -- with string.format('%d'): Lua's own number-to-string keeps only 14 digits.
 
-local B = KEYS[1]
-local CHANNEL = ARGV[1]
-local QUEUE = ARGV[2]
-local clock = redis.call('TIME')
-local NOW = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
--- NOW as written to keys and fields, formatted once per script.
-local NOWS = string.format('%d', NOW)
-local EVENTS = {}
--- Per-state count changes, written once per state when the script ends: one HINCRBY
--- per state and script instead of two per job.
-local STATS = {}
+-- The call's state, set by `begin` at the start of every call. The helpers below are
+-- defined once per library load (Redis Functions) and read these as upvalues: a call
+-- that re-defined them all would pay about 4 µs before its first command (Findings 32
+-- in docs/BENCHMARKS.md). Redis runs one call at a time, and `begin` resets all of it.
+local B, CHANNEL, QUEUE
+-- The server's clock in microseconds, and as written to keys and fields.
+local NOW, NOWS
+local EVENTS
+-- Per-state count changes, written once per state when the call ends: one HINCRBY
+-- per state and call instead of two per job.
+local STATS
+
+local function begin(keys, argv)
+  B, CHANNEL, QUEUE = keys[1], argv[1], argv[2]
+  local clock = redis.call('TIME')
+  NOW = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+  NOWS = string.format('%d', NOW)
+  EVENTS, STATS = {}, {}
+end
 
 local function s(n) return string.format('%d', n) end
 -- Ids may arrive as numbers: `..` would write large ones as 1.2e+14, so format them.
