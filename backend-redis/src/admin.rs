@@ -77,7 +77,7 @@ impl RedisBackend {
     async fn read_batch(&self, op: &[u8], batch: &Batch) -> Result<Vec<Value>> {
         let args = [op.to_vec(), arg(batch.id.0)];
         let out: Value = self
-            .run_idempotent(&scripts::BATCH, &batch.queue, &args)
+            .run_idempotent(&scripts::BATCH_READ, &batch.queue, &args)
             .await?;
         if matches!(out, Value::Int(-1)) {
             return Err(Error::not_found(batch.to_string()));

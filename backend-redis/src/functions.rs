@@ -13,16 +13,28 @@ pub(crate) enum Refusal {
     Unsupported,
 }
 
-/// The refusal in `e`, if it is one.
+/// The refusal in `e`, if it is one. Only replies that name `FCALL` or `FUNCTION` count,
+/// as the server gives them before running anything: an error raised inside a running
+/// function may read alike ("Unknown command called from script") after it wrote, and
+/// must not be taken for a refusal and run again as a script.
 pub(crate) fn refusal(e: &RedisError) -> Option<Refusal> {
-    let detail = e.detail().unwrap_or_default();
+    let detail = e.detail().unwrap_or_default().to_ascii_lowercase();
+    // Redis 7 quotes a command as 'fcall', Redis 6 as `fcall`; FUNCTION LOAD is denied
+    // as 'function|load'.
+    let ours = ["'fcall", "`fcall", "'function", "`function"];
+    let unknown = ours
+        .iter()
+        .any(|cmd| detail.starts_with(&format!("unknown command {cmd}")));
+    // "this user has no permissions to run the 'fcall' command" (Redis 7.0), "User
+    // <name> has no permissions to run the 'fcall' command" (7.2). A key's or a
+    // channel's refusal is the operation's error, not this.
+    let denied = ours
+        .iter()
+        .any(|cmd| detail.contains(&format!("permissions to run the {cmd}")));
     match e.code() {
-        Some("NOPERM") => Some(Refusal::Unsupported),
-        Some("ERR") if detail.starts_with("Function not found") => Some(Refusal::NotLoaded),
-        // Redis 6 answers "unknown command `FCALL`", Redis 7 "unknown command 'FCALL'".
-        Some("ERR") if detail.to_ascii_lowercase().starts_with("unknown command") => {
-            Some(Refusal::Unsupported)
-        }
+        Some("ERR") if detail.starts_with("function not found") => Some(Refusal::NotLoaded),
+        Some("ERR") if unknown => Some(Refusal::Unsupported),
+        Some("NOPERM") if denied => Some(Refusal::Unsupported),
         _ => None,
     }
 }
@@ -34,33 +46,85 @@ mod tests {
 
     use super::*;
 
-    /// Read off a real server's replies: a command it does not know (as `FCALL` is
-    /// to Redis 6), a function it does not have, and, not a refusal, an error raised
-    /// inside a running function.
+    /// An error reply as it comes off the wire.
+    fn reply(wire: &str) -> RedisError {
+        redis::parse_redis_value(format!("-{wire}\r\n").as_bytes())
+            .and_then(Value::extract_error)
+            .unwrap_err()
+    }
+
+    /// Replies of servers not on this machine, as they send them: Redis 6 knows no
+    /// `FCALL` or `FUNCTION`; Valkey words an unknown command inside a running function
+    /// alike, which is no refusal (the function may have written).
+    #[test]
+    fn refusals_by_other_servers_wording() {
+        let redis6 = reply("ERR unknown command `FCALL`, with args beginning with: `x`, `1`, ");
+        assert_eq!(refusal(&redis6), Some(Refusal::Unsupported), "{redis6}");
+        let load = reply("ERR unknown command `FUNCTION`, with args beginning with: `LOAD`, ");
+        assert_eq!(refusal(&load), Some(Refusal::Unsupported), "{load}");
+        let valkey =
+            reply("ERR Unknown command called from script script: x, on @user_function: 1.");
+        assert_eq!(refusal(&valkey), None, "{valkey}");
+    }
+
+    /// Read off a real server's replies: a function it does not have; an ACL that
+    /// denies `FCALL` (a refusal) or a key (not one); and, not a refusal, an unknown
+    /// command inside a running script.
     #[tokio::test]
     async fn refusals_are_told_from_other_errors() {
         let Some(url) = server_url(Server::Redis).await else {
             return;
         };
-        let c = redis::Client::open(url)
-            .unwrap()
-            .get_multiplexed_async_connection()
+        let client = redis::Client::open(url.as_str()).unwrap();
+        let mut c = client.get_multiplexed_async_connection().await.unwrap();
+        let info: String = redis::cmd("INFO")
+            .arg("server")
+            .query_async(&mut c)
             .await
             .unwrap();
-        let fails = |cmd: redis::Cmd| {
-            let mut c = c.clone();
-            async move { cmd.query_async::<Value>(&mut c).await.unwrap_err() }
+        let major = info
+            .lines()
+            .find_map(|l| l.strip_prefix("redis_version:"))
+            .and_then(|v| v.split('.').next()?.parse::<u32>().ok());
+        if major < Some(7) {
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED: Redis before 7.0 has no functions"
+            );
+            return;
+        }
+        let fails = |mut c: redis::aio::MultiplexedConnection, cmd: redis::Cmd| async move {
+            cmd.query_async::<Value>(&mut c).await.unwrap_err()
         };
-        let unknown = fails(redis::cmd("RELAYQ_NO_SUCH_COMMAND")).await;
-        assert_eq!(refusal(&unknown), Some(Refusal::Unsupported), "{unknown}");
         let mut fcall = redis::cmd("FCALL");
         fcall.arg("relayq_no_such_function").arg(0);
-        let missing = fails(fcall).await;
+        let missing = fails(c.clone(), fcall.clone()).await;
         assert_eq!(refusal(&missing), Some(Refusal::NotLoaded), "{missing}");
         let mut eval = redis::cmd("EVAL");
         eval.arg("return redis.call('RELAYQ_NO_SUCH_COMMAND')")
             .arg(0);
-        let inside = fails(eval).await;
+        let inside = fails(c.clone(), eval).await;
         assert_eq!(refusal(&inside), None, "{inside}");
+
+        // A user that may run neither FCALL nor anything on keys outside `relayq-acl:`.
+        let user = "relayq-test-refusals";
+        let rules = ["reset", "on", "nopass", "~relayq-acl:*", "+@all", "-@admin"];
+        let mut setuser = redis::cmd("ACL");
+        setuser.arg("SETUSER").arg(user).arg(&rules[..]);
+        setuser.arg(&["-@dangerous", "-fcall"][..]);
+        let () = setuser.query_async(&mut c.clone()).await.unwrap();
+        let as_user = url.replacen("redis://", &format!("redis://{user}:unused@"), 1);
+        let denied = redis::Client::open(as_user)
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let refused = fails(denied.clone(), fcall).await;
+        assert_eq!(refusal(&refused), Some(Refusal::Unsupported), "{refused}");
+        let mut get = redis::cmd("GET");
+        get.arg("not-relayq-acl");
+        let key = fails(denied, get).await;
+        assert_eq!(refusal(&key), None, "{key}");
     }
 }

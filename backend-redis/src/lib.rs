@@ -49,7 +49,7 @@ mod scripts;
 
 use std::sync::{
     Arc,
-    atomic::{AtomicBool, Ordering},
+    atomic::{AtomicBool, AtomicU64, Ordering},
 };
 
 use redis::{
@@ -76,7 +76,7 @@ pub const DEFAULT_PREFIX: &str = "relayq";
 /// `relayq_` and a hash of its Lua, so versions never share functions. A server keeps
 /// every version's library that ever ran against it; once no worker of an older
 /// version runs, `FUNCTION DELETE` the `relayq_*` libraries other than this one
-/// (`FUNCTION LIST LIBRARYNAME relayq_` lists them).
+/// (`FUNCTION LIST LIBRARYNAME 'relayq_*'` lists them).
 #[must_use]
 pub fn function_library() -> &'static str {
     &scripts::LIBRARY.name
@@ -106,6 +106,9 @@ struct Inner {
     listener: Listener,
     /// Whether operations run as functions: until a server refuses them.
     functions: AtomicBool,
+    /// Loads of the library by this handle, and the lock a load holds.
+    loaded: AtomicU64,
+    loading: tokio::sync::Mutex<()>,
 }
 
 /// A connection that reconnects by itself.
@@ -195,6 +198,8 @@ impl RedisBackend {
                 events,
                 listener,
                 functions: AtomicBool::new(true),
+                loaded: AtomicU64::new(0),
+                loading: tokio::sync::Mutex::new(()),
             }),
         }
     }
@@ -257,6 +262,7 @@ impl RedisBackend {
         let key = self.queue_key(queue);
         let mut loads = 0;
         while self.inner.functions.load(Ordering::Relaxed) {
+            let seen = self.inner.loaded.load(Ordering::Acquire);
             let mut cmd = redis::cmd("FCALL");
             cmd.arg(op.function.as_str())
                 .arg(1)
@@ -275,17 +281,7 @@ impl RedisBackend {
                 // case someone deleted it again in between.
                 Some(functions::Refusal::NotLoaded) if loads < 2 => {
                     loads += 1;
-                    let load = redis::cmd("FUNCTION")
-                        .arg("LOAD")
-                        .arg("REPLACE")
-                        .arg(scripts::LIBRARY.source.as_str())
-                        .to_owned();
-                    if let Err(e) = self.query::<redis::Value>(&load).await {
-                        if functions::refusal(&e) != Some(functions::Refusal::Unsupported) {
-                            return Err(e);
-                        }
-                        self.scripts_from_now_on(&e);
-                    }
+                    self.load_library(seen).await?;
                 }
                 Some(functions::Refusal::Unsupported) => self.scripts_from_now_on(&err),
                 _ => return Err(err),
@@ -306,6 +302,34 @@ impl RedisBackend {
         match self.inner.conn.clone() {
             Conn::Single(mut c) => cmd.query_async(&mut c).await,
             Conn::Cluster(mut c) => cmd.query_async(&mut c).await,
+        }
+    }
+
+    /// Loads the library, unless another call of this handle loaded it since `seen`
+    /// (the count of loads before its `FCALL`): after a restart, every slot's call
+    /// finds it missing at once, and one load (of about 36 KB of Lua, compiled on
+    /// every master) serves them all. A server that refuses the load switches this
+    /// handle to scripts.
+    async fn load_library(&self, seen: u64) -> redis::RedisResult<()> {
+        let _one_at_a_time = self.inner.loading.lock().await;
+        if self.inner.loaded.load(Ordering::Acquire) != seen {
+            return Ok(());
+        }
+        let load = redis::cmd("FUNCTION")
+            .arg("LOAD")
+            .arg("REPLACE")
+            .arg(scripts::LIBRARY.source.as_str())
+            .to_owned();
+        match self.query::<redis::Value>(&load).await {
+            Ok(_) => {
+                self.inner.loaded.fetch_add(1, Ordering::Release);
+                Ok(())
+            }
+            Err(e) if functions::refusal(&e) == Some(functions::Refusal::Unsupported) => {
+                self.scripts_from_now_on(&e);
+                Ok(())
+            }
+            Err(e) => Err(e),
         }
     }
 

@@ -26,7 +26,7 @@ pub(crate) struct Op {
 }
 
 macro_rules! ops {
-    ($($name:ident = $op:literal $(, $flag:literal)?;)*) => {
+    ($($name:ident = $op:literal in $file:literal $(, $flag:literal)?;)*) => {
         $(
             pub(crate) static $name: Op = Op {
                 function: LazyLock::new(|| format!("{}_{}", LIBRARY.name, $op)),
@@ -34,15 +34,15 @@ macro_rules! ops {
                     Script::new(concat!(
                         include_str!("lua/lib.lua"),
                         "begin(KEYS, ARGV)\n",
-                        include_str!(concat!("lua/", $op, ".lua")),
+                        include_str!(concat!("lua/", $file)),
                     ))
                 }),
             };
         )*
 
-        /// Every operation: its name, body and function flags.
+        /// Every operation: its function's name, body and flags.
         const BODIES: &[(&str, &str, &str)] = &[
-            $(($op, include_str!(concat!("lua/", $op, ".lua")), ops!(@flags $($flag)?)),)*
+            $(($op, include_str!(concat!("lua/", $file)), ops!(@flags $($flag)?)),)*
         ];
     };
     (@flags) => { "" };
@@ -50,35 +50,33 @@ macro_rules! ops {
 }
 
 ops! {
-    ENQUEUE = "enqueue";
-    CLAIM = "claim";
-    SETTLE = "settle";
-    HEARTBEAT = "heartbeat";
-    CANCEL = "cancel";
-    BATCH = "batch";
-    ADMIN = "admin";
-    // Reads write nothing: the flag lets them run when the server is out of memory.
-    READ = "read", "no-writes";
+    ENQUEUE = "enqueue" in "enqueue.lua";
+    CLAIM = "claim" in "claim.lua";
+    SETTLE = "settle" in "settle.lua";
+    HEARTBEAT = "heartbeat" in "heartbeat.lua";
+    CANCEL = "cancel" in "cancel.lua";
+    BATCH = "batch" in "batch.lua";
+    ADMIN = "admin" in "admin.lua";
+    // Functions that may write are refused up front when the server is out of memory
+    // (or short of replicas, or failing to persist); scripts ran until their first
+    // write. Reads are flagged, so they still answer then: the batch's reads
+    // (`progress`, `reached`) run its body under this flag.
+    BATCH_READ = "batch_read" in "batch.lua", "no-writes";
+    READ = "read" in "read.lua", "no-writes";
 }
 
 /// The functions library: its name and the source `FUNCTION LOAD` takes.
 pub(crate) struct Library {
-    /// `relayq_` and the first 16 hex digits of the SHA-1 of the library's Lua.
+    /// `relayq_` and the first 16 hex digits of the SHA-1 of the library's source.
     pub(crate) name: String,
     pub(crate) source: String,
 }
 
 /// The library of this version of relayq.
 pub(crate) static LIBRARY: LazyLock<Library> = LazyLock::new(|| {
-    let lib = include_str!("lua/lib.lua");
-    let mut code = String::from(lib);
-    for (op, body, flags) in BODIES {
-        code.push_str(op);
-        code.push_str(body);
-        code.push_str(flags);
-    }
-    let name = format!("relayq_{}", &Script::new(&code).get_hash()[..16]);
-    let mut source = format!("#!lua name={name}\n{lib}\n");
+    // Written with a stand-in for the name, which is a hash of all of it.
+    const NAME: &str = "RELAYQ_LIBRARY_NAME";
+    let mut source = format!("#!lua name={NAME}\n{}\n", include_str!("lua/lib.lua"));
     for (op, body, flags) in BODIES {
         let flags = if flags.is_empty() {
             String::new()
@@ -87,11 +85,15 @@ pub(crate) static LIBRARY: LazyLock<Library> = LazyLock::new(|| {
         };
         // The body keeps the names KEYS and ARGV: they are the callback's parameters.
         source.push_str(&format!(
-            "redis.register_function{{function_name = '{name}_{op}', \
+            "redis.register_function{{function_name = '{NAME}_{op}', \
              callback = function(KEYS, ARGV)\nbegin(KEYS, ARGV)\n{body}\nend{flags}}}\n"
         ));
     }
-    Library { name, source }
+    let name = format!("relayq_{}", &Script::new(&source).get_hash()[..16]);
+    Library {
+        source: source.replace(NAME, &name),
+        name,
+    }
 });
 
 #[cfg(test)]
@@ -103,11 +105,19 @@ mod tests {
         assert!(LIBRARY.name.starts_with("relayq_"), "{}", LIBRARY.name);
         assert_eq!(LIBRARY.name.len(), "relayq_".len() + 16);
         for op in [
-            &ENQUEUE, &CLAIM, &SETTLE, &HEARTBEAT, &CANCEL, &BATCH, &ADMIN, &READ,
+            &ENQUEUE,
+            &CLAIM,
+            &SETTLE,
+            &HEARTBEAT,
+            &CANCEL,
+            &BATCH,
+            &ADMIN,
+            &BATCH_READ,
+            &READ,
         ] {
             let registered = format!("function_name = '{}'", *op.function);
             assert!(LIBRARY.source.contains(&registered), "{registered}");
         }
-        assert_eq!(BODIES.len(), 8);
+        assert_eq!(BODIES.len(), 9);
     }
 }

@@ -5,7 +5,7 @@
 use std::{sync::Arc, time::Duration};
 
 use relayq_conformance::{Env, harness::Server};
-use relayq_core::{Backend, Claim, ClaimRequest, Enqueue, EventKind, Events, NewJob};
+use relayq_core::{Backend, Enqueue, EventKind, Events, NewJob};
 use relayq_redis::RedisBackend;
 use tokio::time::Instant;
 
@@ -136,65 +136,5 @@ async fn wakeups_subscribe_on_every_master() {
                 break;
             }
         }
-    }
-}
-
-/// A master that lacks the functions library (a new master, one restarted without
-/// persistence) gets it on its first call: the library is deleted from every master,
-/// then a queue served by each master enqueues and claims.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_master_loads_the_library_it_lacks() {
-    let Some(urls) = relayq_conformance::harness::server_url(Server::RedisCluster).await else {
-        return;
-    };
-    let b = open(&urls).await.unwrap();
-    let library = relayq_redis::function_library();
-    let mut masters = Vec::new();
-    for url in urls.split(',').map(str::trim) {
-        let client = redis::Client::open(url).unwrap();
-        let mut c = client.get_multiplexed_async_connection().await.unwrap();
-        let role: Vec<redis::Value> = redis::cmd("ROLE").query_async(&mut c).await.unwrap();
-        if role.first() == Some(&redis::Value::BulkString(b"master".to_vec())) {
-            // Another case may have deleted it already.
-            let _: redis::RedisResult<()> = redis::cmd("FUNCTION")
-                .arg("DELETE")
-                .arg(library)
-                .query_async(&mut c)
-                .await;
-            masters.push(c);
-        }
-    }
-    assert!(masters.len() > 1, "{urls}");
-    for c in &mut masters {
-        // A queue this master serves: others answer a key of another slot with MOVED.
-        let mut q = None;
-        for _ in 0..10_000 {
-            let name = relayq_conformance::queue_name("library");
-            let served: redis::RedisResult<i64> = redis::cmd("EXISTS")
-                .arg(b.queue_key(&name))
-                .query_async(c)
-                .await;
-            if served.is_ok() {
-                q = Some(name);
-                break;
-            }
-        }
-        let q = q.expect("a queue on every master");
-        b.enqueue(vec![NewJob::new(&q, b"x".to_vec())])
-            .await
-            .unwrap();
-        let got = b
-            .claim(ClaimRequest::new(&q, "w", 5, Duration::from_secs(30)))
-            .await
-            .unwrap();
-        assert_eq!(got.len(), 1);
-        let listed: Vec<redis::Value> = redis::cmd("FUNCTION")
-            .arg("LIST")
-            .arg("LIBRARYNAME")
-            .arg(library)
-            .query_async(c)
-            .await
-            .unwrap();
-        assert_eq!(listed.len(), 1, "{q}");
     }
 }

@@ -2,6 +2,8 @@
 //! functions: every operation then runs as a script (`EVALSHA`), the path taken on
 //! Redis 6 and where an ACL denies `FCALL` or `FUNCTION`.
 
+mod support;
+
 use std::sync::Arc;
 
 use relayq_conformance::{Env, harness::Server};
@@ -9,23 +11,17 @@ use relayq_core::Backend;
 use relayq_redis::RedisBackend;
 
 const PREFIX: &str = "relayq-conformance-scripts";
-const USER: &str = "relayq-conformance-no-functions";
 
 async fn env() -> Option<Env> {
     let url = relayq_conformance::harness::server_url(Server::Redis).await?;
-    let mut admin = redis::Client::open(url.as_str())
-        .and_then(|c| c.get_connection())
-        .expect("connect to Redis");
-    redis::cmd("ACL")
-        .arg(
-            &[
-                "SETUSER", USER, "reset", "on", "nopass", "~*", "&*", "+@all",
-            ][..],
-        )
-        .arg(&["-fcall", "-fcall_ro", "-function"][..])
-        .exec(&mut admin)
-        .expect("make a user without functions");
-    let url = url.replacen("redis://", &format!("redis://{USER}:unused@"), 1);
+    if support::major_version(&url).await < 7 {
+        support::skip(
+            "Redis before 7.0 has no functions; tests/conformance.rs runs every operation \
+             as a script there",
+        );
+        return None;
+    }
+    let url = support::user_without_functions(&url, "relayq-conformance-scripts", PREFIX).await;
     let backend = RedisBackend::connect_with_prefix(&url, PREFIX)
         .await
         .expect("connect to Redis");

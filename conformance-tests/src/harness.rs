@@ -149,7 +149,13 @@ mod containers {
                 .map(|(_, url)| url.clone()),
             Server::Redis => REDIS
                 .get_or_init(|| async {
-                    let c = Redis::default().start().await.map_err(|e| e.to_string())?;
+                    // The module's default image is Redis 5.0; functions (FCALL) and the
+                    // ACL that the Redis backend's tests use need Redis 7.
+                    let c = Redis::default()
+                        .with_tag("7.2")
+                        .start()
+                        .await
+                        .map_err(|e| e.to_string())?;
                     let port = c
                         .get_host_port_ipv4(6379)
                         .await
