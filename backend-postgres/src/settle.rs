@@ -12,6 +12,7 @@ use relayq_core::{
     Complete, Error, JobState, Lease, Outcome, Result, Retry, Settle, Settled,
     retry::retry_transient, validate,
 };
+use sqlx::{Row as _, postgres::PgRow};
 
 /// The settles as arrays `i` (one row per lease, numbered `ord`).
 macro_rules! settle_inputs {
@@ -196,7 +197,7 @@ const SETTLE_COMPLETES: &str = concat!(
     settle_tail!()
 );
 
-#[derive(sqlx::FromRow)]
+/// One row of the settle statement, per lease it found current.
 struct Row {
     ord: i64,
     next: String,
@@ -209,6 +210,23 @@ struct Row {
     witnessed: bool,
     /// How many notifications the statement sent.
     notified: i64,
+}
+
+/// By position, in the order of the statement's final `SELECT` (see `Row` in claim.rs).
+impl sqlx::FromRow<'_, PgRow> for Row {
+    fn from_row(row: &PgRow) -> sqlx::Result<Self> {
+        Ok(Self {
+            ord: row.try_get_unchecked(0)?,
+            next: row.try_get_unchecked(1)?,
+            retry_at: row.try_get_unchecked(2)?,
+            queue: row.try_get_unchecked(3)?,
+            group_key: row.try_get_unchecked(4)?,
+            batch_id: row.try_get_unchecked(5)?,
+            stage: row.try_get_unchecked(6)?,
+            witnessed: row.try_get_unchecked(7)?,
+            notified: row.try_get_unchecked(8)?,
+        })
+    }
 }
 
 /// The settles as the statement's array parameters.
