@@ -6,10 +6,11 @@ use relayq_core::{
     AttemptOutcome, BatchId, Claim, ClaimRequest, ClaimedJob, Error, JobId, JobState, Lease,
     LeaseToken, Result, validate,
 };
+use sqlx::{Row as _, sqlite::SqliteRow};
 
 use crate::{Conn, Ended, SqliteBackend, at, db, log_attempt, plus, promote, us};
 
-#[derive(sqlx::FromRow)]
+/// One row of the claim's `RETURNING`.
 struct Claimed {
     id: i64,
     lease_token: Vec<u8>,
@@ -22,6 +23,27 @@ struct Claimed {
     batch_id: Option<i64>,
     stage: Option<i64>,
     enqueued_by: Option<String>,
+}
+
+/// By position, in the order of the claim's `RETURNING`, and without sqlx's check of
+/// each column's type, as PostgreSQL's claim decodes (see `Row` in relayq-postgres's
+/// claim.rs, and Findings 34); a column out of place fails the conformance suite.
+impl sqlx::FromRow<'_, SqliteRow> for Claimed {
+    fn from_row(row: &SqliteRow) -> sqlx::Result<Self> {
+        Ok(Self {
+            id: row.try_get_unchecked(0)?,
+            lease_token: row.try_get_unchecked(1)?,
+            attempts: row.try_get_unchecked(2)?,
+            payload: row.try_get_unchecked(3)?,
+            priority: row.try_get_unchecked(4)?,
+            run_at: row.try_get_unchecked(5)?,
+            max_attempts: row.try_get_unchecked(6)?,
+            group_key: row.try_get_unchecked(7)?,
+            batch_id: row.try_get_unchecked(8)?,
+            stage: row.try_get_unchecked(9)?,
+            enqueued_by: row.try_get_unchecked(10)?,
+        })
+    }
 }
 
 #[async_trait]
