@@ -27,7 +27,8 @@ struct Claimed {
 
 /// By position, in the order of the claim's `RETURNING`, and without sqlx's check of
 /// each column's type, as PostgreSQL's claim decodes (see `Row` in relayq-postgres's
-/// claim.rs, and Findings 34); a column out of place fails the conformance suite.
+/// claim.rs, and Findings 34). Nothing checks the order at run time; a swap of two
+/// columns failed the conformance suite (its case c1 checks every claimed field).
 impl sqlx::FromRow<'_, SqliteRow> for Claimed {
     fn from_row(row: &SqliteRow) -> sqlx::Result<Self> {
         Ok(Self {
