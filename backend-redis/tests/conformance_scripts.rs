@@ -4,11 +4,7 @@
 
 mod support;
 
-use std::sync::Arc;
-
 use relayq_conformance::{Env, harness::Server};
-use relayq_core::Backend;
-use relayq_redis::RedisBackend;
 
 const PREFIX: &str = "relayq-conformance-scripts";
 
@@ -22,17 +18,7 @@ async fn env() -> Option<Env> {
         return None;
     }
     let url = support::user_without_functions(&url, "relayq-conformance-scripts", PREFIX).await;
-    let backend = RedisBackend::connect_with_prefix(&url, PREFIX)
-        .await
-        .expect("connect to Redis");
-    Some(Env::new(backend, move || {
-        let url = url.clone();
-        async move {
-            let handle: Arc<dyn Backend> =
-                Arc::new(RedisBackend::connect_with_prefix(&url, PREFIX).await?);
-            Ok(handle)
-        }
-    }))
+    Some(support::env(url, PREFIX).await)
 }
 
 relayq_conformance::suite!(env);

@@ -1,5 +1,28 @@
-//! What the functions tests need of a server: its version, and a user it refuses
-//! functions.
+//! What the standalone server's tests share: the conformance environment, the server's
+//! version, and a user it refuses functions.
+#![allow(dead_code)] // Each test binary uses its own part of these helpers.
+
+use std::sync::Arc;
+
+use relayq_conformance::Env;
+use relayq_core::Backend;
+use relayq_redis::RedisBackend;
+
+/// The conformance suite's environment on the server at `url` with key prefix `prefix`:
+/// its handle, and a factory of further handles.
+pub async fn env(url: String, prefix: &'static str) -> Env {
+    let backend = RedisBackend::connect_with_prefix(&url, prefix)
+        .await
+        .expect("connect to Redis");
+    Env::new(backend, move || {
+        let url = url.clone();
+        async move {
+            let handle: Arc<dyn Backend> =
+                Arc::new(RedisBackend::connect_with_prefix(&url, prefix).await?);
+            Ok(handle)
+        }
+    })
+}
 
 /// The server's major version (`INFO server`).
 pub async fn major_version(url: &str) -> u32 {
