@@ -15,7 +15,8 @@ use relayq_redis::RedisBackend;
 const PREFIX: &str = "relayq-test-functions";
 const LEASE: Duration = Duration::from_secs(30);
 
-/// The standalone server's URL when it runs Redis 7 or later, else one SKIPPED line.
+/// The URL of `server` (a cluster's node URLs, comma-separated) when it runs Redis 7 or
+/// later, else `None` after one SKIPPED line.
 async fn redis7(server: Server) -> Option<String> {
     let urls = relayq_conformance::harness::server_url(server).await?;
     let first = urls.split(',').next().unwrap_or_default().trim().to_owned();
