@@ -56,11 +56,16 @@ impl Complete for SqliteBackend {
     async fn settle_many(&self, mut settles: Vec<Settle>) -> Result<Vec<Result<Settled>>> {
         validate::settles(&mut settles)?;
         let (mut tx, now) = self.write().await?;
-        let mut out = Vec::with_capacity(settles.len());
         let mut touched = promote::Touched::default();
-        for s in &settles {
-            out.push(settle_one(&mut tx, s, now, &mut touched).await?);
-        }
+        let out = if completions_alone(&settles) {
+            complete_all(&mut tx, &settles, now, &mut touched).await?
+        } else {
+            let mut out = Vec::with_capacity(settles.len());
+            for s in &settles {
+                out.push(settle_one(&mut tx, s, now, &mut touched).await?);
+            }
+            out
+        };
         touched.promote(&mut tx).await?;
         tx.commit().await.map_err(db)?;
         let mut queues: Vec<&str> = settles
@@ -99,6 +104,106 @@ impl Complete for SqliteBackend {
         tx.commit().await.map_err(db)?;
         held.map(|_| until).ok_or(Error::StaleLease)
     }
+}
+
+/// Whether `settles` are completions only, each of its own job: the call a draining
+/// worker makes, which [`complete_all`] serves in two statements. A job named twice
+/// goes one lease at a time, where the second entry sees what the first did.
+fn completions_alone(settles: &[Settle]) -> bool {
+    let mut ids = std::collections::HashSet::with_capacity(settles.len());
+    settles
+        .iter()
+        .all(|s| matches!(s.outcome, Outcome::Complete) && ids.insert(s.lease.job.0))
+}
+
+/// The leases of [`COMPLETE_ALL`] and [`LOG_COMPLETED`]: a JSON array of `[id, token
+/// in hex, queue, output or null]`.
+fn leases_json(settles: &[Settle]) -> String {
+    let leases: Vec<_> = settles
+        .iter()
+        .map(|s| {
+            let token = s.lease.token.0.simple().to_string();
+            serde_json::json!([s.lease.job.0, token, s.lease.queue, s.output])
+        })
+        .collect();
+    serde_json::Value::Array(leases).to_string()
+}
+
+/// Which of the leases `?2` (see [`leases_json`]) still hold at `?1`: the lease checks
+/// of [`COMPLETE`], each job found by its id.
+macro_rules! held {
+    () => {
+        "j.id = l.value ->> 0 AND j.lease_token = unhex(l.value ->> 1)
+         AND j.state = 'running' AND j.lease_expires_at > ?1 AND j.queue = l.value ->> 2"
+    };
+}
+
+/// Logs the succeeded attempt of every lease that holds. Runs before [`COMPLETE_ALL`],
+/// in the same transaction, so both find the same leases.
+const LOG_COMPLETED: &str = concat!(
+    "INSERT INTO relayq_attempts
+         (job_id, attempt, worker, started_at, ended_at, outcome, error, output)
+     SELECT j.id, j.attempts, j.worker, j.started_at, ?1, 'succeeded', NULL, l.value ->> 3
+     FROM json_each(?2) AS l JOIN relayq_jobs AS j ON ",
+    held!()
+);
+
+/// [`COMPLETE`] for every lease that holds.
+const COMPLETE_ALL: &str = concat!(
+    "UPDATE relayq_jobs AS j
+     SET state = 'succeeded', finished_at = ?1, lease_token = NULL, lease_expires_at = NULL
+     FROM json_each(?2) AS l WHERE ",
+    held!(),
+    " RETURNING id, group_key, batch_id, stage"
+);
+
+/// A row of [`COMPLETE_ALL`]: id, group, batch, stage.
+type Completed = (i64, Option<String>, Option<i64>, Option<i64>);
+
+/// Settles completions of distinct jobs ([`completions_alone`]) in two statements
+/// where one lease at a time takes two each. A statement costs this backend more than
+/// its work: sqlx runs each on the connection's own thread, and the hand-offs there
+/// and back were most of a drain's time (docs/BENCHMARKS.md, Findings 35).
+async fn complete_all(
+    c: &mut Conn,
+    settles: &[Settle],
+    now: DateTime<Utc>,
+    touched: &mut promote::Touched,
+) -> Result<Vec<Result<Settled>>> {
+    let leases = leases_json(settles);
+    sqlx::query(LOG_COMPLETED)
+        .bind(us(now))
+        .bind(&leases)
+        .execute(&mut *c)
+        .await
+        .map_err(db)?;
+    let done: Vec<Completed> = sqlx::query_as(COMPLETE_ALL)
+        .bind(us(now))
+        .bind(&leases)
+        .fetch_all(&mut *c)
+        .await
+        .map_err(db)?;
+    let mut out: Vec<Result<Settled>> = settles.iter().map(|_| Err(Error::StaleLease)).collect();
+    let index: std::collections::HashMap<i64, usize> = settles
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.lease.job.0, i))
+        .collect();
+    for (id, group, batch, stage) in done {
+        let i = *index
+            .get(&id)
+            .ok_or_else(|| Error::backend("a completion returned a job it was not given"))?;
+        out[i] = Ok(Settled::Completed);
+        let f = promote::Finished {
+            queue: &settles[i].lease.queue,
+            group: group.as_deref(),
+            batch,
+            stage,
+            state: JobState::Succeeded,
+        };
+        touched.finished(c, &f, now).await?;
+    }
+    Ok(out)
 }
 
 /// Settles one lease inside the transaction. The outer error is a database failure
@@ -175,4 +280,35 @@ async fn settle_one(
         touched.finished(c, &f, now).await?;
     }
     Ok(Ok(settled))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Both statements of [`complete_all`] find each job by its id, whatever the call's
+    /// size: a scan of the table would make every settle as slow as the backlog is large.
+    #[tokio::test]
+    async fn completions_find_jobs_by_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("plan.db").display());
+        let backend = SqliteBackend::open(&url).await.unwrap();
+        for sql in [LOG_COMPLETED, COMPLETE_ALL] {
+            let plan: Vec<(i64, i64, i64, String)> =
+                sqlx::query_as(sqlx::AssertSqlSafe(format!("EXPLAIN QUERY PLAN {sql}")))
+                    .bind(0_i64)
+                    .bind("[]")
+                    .fetch_all(backend.pool())
+                    .await
+                    .unwrap();
+            let detail: Vec<&str> = plan.iter().map(|r| r.3.as_str()).collect();
+            assert!(
+                detail.iter().any(|d| d.starts_with("SCAN l VIRTUAL TABLE"))
+                    && detail
+                        .iter()
+                        .any(|d| d.starts_with("SEARCH j USING INTEGER PRIMARY KEY")),
+                "{sql}\n{detail:?}"
+            );
+        }
+    }
 }

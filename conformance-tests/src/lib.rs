@@ -118,6 +118,7 @@ macro_rules! for_each_case {
             lease::l6_settle_many_judges_each_lease,
             lease::l6_completions_alone_judge_each_lease,
             lease::l6_lease_repeated_in_one_call_settles_once,
+            lease::l6_completion_repeated_in_a_call_of_completions,
             lease::l6_a_full_call_settles_every_lease,
             lease::l6_rejected_settle_call_settles_nothing,
             scenarios::g1_groups_exclusive_and_ordered_under_load,

@@ -692,6 +692,44 @@ pub async fn l6_lease_repeated_in_one_call_settles_once(env: &Env) -> anyhow::Re
     Ok(())
 }
 
+/// SPEC L1, L6: in a call of completions alone (which a backend may serve on a path of
+/// its own), a lease given twice is still settled by its first entry, the second is
+/// `StaleLease`, and the attempt is logged once.
+pub async fn l6_completion_repeated_in_a_call_of_completions(env: &Env) -> anyhow::Result<()> {
+    let b = env.backend();
+    let q = queue_name("l6again");
+    let all = enqueue_n(b, &q, 2).await?;
+    let jobs = claim_exactly(b, &q, &all).await?;
+    let results = b
+        .settle_many(vec![
+            Settle::complete(jobs[1].lease.clone()).with_output(Some("first".into())),
+            Settle::complete(jobs[0].lease.clone()),
+            Settle::complete(jobs[1].lease.clone()).with_output(Some("second".into())),
+        ])
+        .await?;
+    ensure!(
+        matches!(
+            shape(&results).as_slice(),
+            [Ok(Settled::Completed), Ok(Settled::Completed), Err(true)]
+        ),
+        "settle_many results: {results:?}"
+    );
+    for (id, output) in all.iter().zip([None, Some("first")]) {
+        let info = b.job(&q, *id).await?;
+        let log: Vec<_> = info
+            .attempt_log
+            .iter()
+            .map(|a| a.output.as_deref())
+            .collect();
+        ensure!(
+            info.state == JobState::Succeeded && log == [output],
+            "job {id}: {} with log outputs {log:?}",
+            info.state
+        );
+    }
+    Ok(())
+}
+
 /// SPEC L6: a call of 1000 completions, the most one call may hold (what a draining
 /// worker sends when outcomes pile up), settles every lease; the backend's preferred
 /// call size, the default of a worker's `settle_batch`, lies within 1..=1000.
