@@ -55,6 +55,9 @@ impl Complete for SqliteBackend {
 
     async fn settle_many(&self, mut settles: Vec<Settle>) -> Result<Vec<Result<Settled>>> {
         validate::settles(&mut settles)?;
+        if settles.is_empty() {
+            return Ok(Vec::new());
+        }
         let (mut tx, now) = self.write().await?;
         let mut touched = promote::Touched::default();
         let out = if completions_alone(&settles) {
