@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use crate::{Row, SWEEP_SHARE};
+use crate::Row;
 
 /// One goal, judged.
 #[derive(Debug)]
@@ -45,11 +45,21 @@ const DRAINS: [Drain; 2] = [
     },
 ];
 
-/// The verdicts `rows` allow. `measured` is how long the run measured. A run of
-/// everything (`full`) also judges its run time, and says "not measured" for a drain
-/// goal whose rows are missing instead of leaving it out.
-pub fn judge(rows: &[Row], measured: Duration, full: bool) -> Vec<Verdict> {
-    let mut out = drains(rows, full);
+/// The kind of run the rows come from.
+pub struct Run {
+    /// Everything was run: a drain goal whose rows are missing says "not measured"
+    /// instead of being left out.
+    pub full: bool,
+    /// How long the run measured, when the run-time goal applies (`--all` as it is).
+    pub timed: Option<Duration>,
+    /// The share of the headline rows' jobs that the sweep's other drains got (1: all
+    /// of them; see `--full-counts`).
+    pub share: usize,
+}
+
+/// The verdicts `rows` allow.
+pub fn judge(rows: &[Row], run: &Run) -> Vec<Verdict> {
+    let mut out = drains(rows, run);
     for server in ["postgres", "redis"] {
         if let Some(p50) = value(rows, "latency 500/s, enqueue->start p50", server) {
             out.push(at_most(
@@ -71,7 +81,7 @@ pub fn judge(rows: &[Row], measured: Duration, full: bool) -> Vec<Verdict> {
         }
     }
     out.extend(backlog(rows));
-    if full {
+    if let Some(measured) = run.timed {
         out.push(at_most(
             "--all measured within ~10 minutes".to_owned(),
             measured.as_secs_f64(),
@@ -121,7 +131,8 @@ fn not_measured(goal: String) -> Verdict {
 /// Our prefetch drain against the raw loop and each peer's concurrency-16 and fastest
 /// rows (the fastest only when the peer ran the whole sweep, labelled with its share of
 /// the jobs when that row drained fewer than ours).
-fn drains(rows: &[Row], full: bool) -> Vec<Verdict> {
+fn drains(rows: &[Row], run: &Run) -> Vec<Verdict> {
+    let full = run.full;
     let mut out = Vec::new();
     for Drain {
         server,
@@ -157,11 +168,12 @@ fn drains(rows: &[Row], full: bool) -> Vec<Verdict> {
             if let (Some(ours), Some(&(c, best)), true) =
                 (ours, fastest, sweep.len() == SWEEP.len())
             {
-                // Only concurrency 16 drains as many jobs as our headline row.
-                let count = if c == 16 {
+                // Concurrency 16 drains as many jobs as our headline row; the others
+                // too with `--full-counts`.
+                let count = if c == 16 || run.share == 1 {
                     String::new()
                 } else {
-                    format!(", on 1/{SWEEP_SHARE} of the jobs")
+                    format!(", on 1/{} of the jobs", run.share)
                 };
                 let goal = format!("{server} drain >= {times}x {peer} at its fastest ({c}{count})");
                 out.push(at_least(goal, ours / best, times, false));

@@ -43,6 +43,13 @@ struct Args {
     /// Smaller job counts, for a quick look.
     #[arg(long)]
     quick: bool,
+    /// The job counts in every row: 50,000 one-at-a-time enqueues and 50,000
+    /// jobs in every drain of the sweep, where `--all` gives those rows a tenth
+    /// ([`SHARE`]) to measure everything within about ten minutes. So a peer's fastest
+    /// row drains as many jobs as ours. Takes about twice as long; the run-time goal is
+    /// not judged.
+    #[arg(long, conflicts_with = "quick")]
+    full_counts: bool,
     /// Runs per measurement (interleaved across targets); the median is reported.
     #[arg(long, default_value_t = RUNS)]
     runs: usize,
@@ -70,6 +77,26 @@ struct Args {
     results: PathBuf,
 }
 
+impl Args {
+    /// The share of the headline rows' jobs that the one-at-a-time enqueues and the
+    /// sweep's other drains get.
+    fn share(&self) -> usize {
+        if self.full_counts { 1 } else { SHARE }
+    }
+
+    /// What kind of run these arguments make, for judging the goals; `measured` is how
+    /// long it measured.
+    fn run(&self, measured: std::time::Duration) -> goals::Run {
+        let everything =
+            !self.no_peers && self.runs == RUNS && self.only.is_empty() && self.targets.is_empty();
+        goals::Run {
+            full: everything,
+            timed: (everything && !self.full_counts).then_some(measured),
+            share: self.share(),
+        }
+    }
+}
+
 /// Runs per measurement unless `--runs` says otherwise.
 const RUNS: usize = 3;
 
@@ -83,10 +110,11 @@ pub struct Row {
     pub note: String,
 }
 
-/// The drains at concurrency 1, 4 and 64 get this fraction of the headline drain's jobs
-/// (see `main`). A peer's fastest row may be one of them, and its rate may depend on the
-/// count (apalis-postgres's does, docs/BENCHMARKS.md Findings 31), so the goals say so.
-pub const SWEEP_SHARE: usize = 10;
+/// Unless `--full-counts`, the one-at-a-time enqueues and the drains at concurrency 1, 4
+/// and 64 get this fraction of the headline rows' jobs (see `main`). A peer's fastest
+/// row may be one of those drains, and its rate may depend on the count
+/// (apalis-postgres's does, docs/BENCHMARKS.md Findings 31), so the goals say so.
+pub const SHARE: usize = 10;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -94,6 +122,7 @@ async fn main() -> anyhow::Result<()> {
     anyhow::ensure!(args.all || args.quick, "say --all or --quick");
     let quick = args.quick;
     let n = if quick { 5_000 } else { 50_000 };
+    let share = args.share();
     let mut targets = targets::available().await?;
     if !args.targets.is_empty() {
         targets.retain(|t| args.targets.iter().any(|n| n == t.label()));
@@ -111,12 +140,13 @@ async fn main() -> anyhow::Result<()> {
         rows.extend(found);
     };
     // The headline drain (concurrency 16) gets all 50,000 jobs; one-at-a-time
-    // enqueues and the rest of the sweep get a tenth: at their rates (some peers
-    // enqueue below 2,000 jobs/s, and concurrency 1 without prefetch drains ~1,400
-    // jobs/s) full counts would take far beyond the ten minutes `--all` has here.
+    // enqueues and the rest of the sweep get a tenth unless `--full-counts`: at their
+    // rates (some peers enqueue below 2,000 jobs/s, and concurrency 1 without prefetch
+    // drains 2,000-4,000 jobs/s) full counts take about twice the ten minutes `--all`
+    // has here.
     let on = |name: &str| args.only.is_empty() || args.only.iter().any(|o| o == name);
     if on("enqueue") {
-        add(scenarios::enqueue(&targets, &peers, n, runs).await?);
+        add(scenarios::enqueue(&targets, &peers, n, share, runs).await?);
     }
     let mut raw_done = false;
     for concurrency in [1, 4, 16, 64] {
@@ -125,11 +155,7 @@ async fn main() -> anyhow::Result<()> {
         if !(on("drain") || concurrency == 16 && on("drain16") || alone) {
             continue;
         }
-        let jobs = if concurrency == 16 {
-            n
-        } else {
-            n / SWEEP_SHARE
-        };
+        let jobs = if concurrency == 16 { n } else { n / share };
         if !alone || on("drain") || on("drain16") {
             add(scenarios::drain(&targets, &peers, jobs, concurrency, 0, runs).await?);
         }
@@ -176,9 +202,7 @@ async fn main() -> anyhow::Result<()> {
     // The goals are about the full counts: a quick run's figures judge nothing. The
     // run time is a goal only for a run of everything, as `--all` runs it.
     if !quick {
-        let everything =
-            !args.no_peers && args.runs == RUNS && args.only.is_empty() && args.targets.is_empty();
-        goals::print(&goals::judge(&rows, measured, everything));
+        goals::print(&goals::judge(&rows, &args.run(measured)));
     }
     let mut file = std::fs::OpenOptions::new()
         .create(true)
@@ -293,9 +317,11 @@ impl Target {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use clap::Parser;
 
-    use super::Args;
+    use super::{Args, SHARE};
 
     /// A prefetch the worker would refuse is refused before any queue is filled.
     #[test]
@@ -305,5 +331,27 @@ mod tests {
             .err()
             .expect("1001 is refused");
         assert!(err.to_string().contains("--prefetch"), "{err}");
+    }
+
+    /// `--all` judges its run time; with `--full-counts` it runs every row at the
+    /// issue's counts, by design for longer, so its run time is not judged, and a
+    /// partial run judges no run time either.
+    #[test]
+    fn full_counts_give_every_row_all_the_jobs_and_judge_no_run_time() {
+        let run = |args: &[&str]| {
+            let args = Args::try_parse_from(args).expect("valid arguments");
+            (args.share(), args.run(Duration::from_secs(700)))
+        };
+        let (share, all) = run(&["bench", "--all"]);
+        assert_eq!((share, all.share, all.full), (SHARE, SHARE, true));
+        assert_eq!(all.timed, Some(Duration::from_secs(700)));
+        let (share, full) = run(&["bench", "--all", "--full-counts"]);
+        assert_eq!(
+            (share, full.share, full.full, full.timed),
+            (1, 1, true, None)
+        );
+        let (_, part) = run(&["bench", "--all", "--only", "drain"]);
+        assert_eq!((part.full, part.timed), (false, None));
+        assert!(Args::try_parse_from(["bench", "--quick", "--full-counts"]).is_err());
     }
 }

@@ -127,22 +127,23 @@ where
     Ok(ours.chain(theirs).collect())
 }
 
-/// Scenario 1: `n` jobs of 100 bytes, one at a time from 8 tasks, and in batches of
-/// 1,000.
+/// Scenario 1: `n / share` jobs of 100 bytes one at a time from 8 tasks, and `n` in
+/// batches of 1,000.
 pub async fn enqueue(
     targets: &[Target],
     peers: &Peers,
     n: usize,
+    share: usize,
     runs: usize,
 ) -> anyhow::Result<Vec<Row>> {
     let mut rows = each(
         targets,
         runs,
         "enqueue 1 x 8 tasks",
-        Some((peers, "enqueue-single", n / 10, 8)),
+        Some((peers, "enqueue-single", n / share, 8)),
         true,
         |b, scale| async move {
-            let n = n / 10 / scale;
+            let n = n / share / scale;
             let q = queue("enq1");
             let start = Instant::now();
             let tasks: Vec<_> = (0..8)

@@ -1,7 +1,25 @@
 use std::time::Duration;
 
-use super::{Verdict, judge};
-use crate::Row;
+use super::{Run, Verdict, judge};
+use crate::{Row, SHARE};
+
+/// A run of some scenarios, at `--all`'s counts.
+fn part() -> Run {
+    Run {
+        full: false,
+        timed: None,
+        share: SHARE,
+    }
+}
+
+/// `--all` as it is, which measured for `took`.
+fn all(took: Duration) -> Run {
+    Run {
+        full: true,
+        timed: Some(took),
+        share: SHARE,
+    }
+}
 
 fn row(scenario: &str, target: &str, value: f64) -> Row {
     let unit = if scenario.contains("p50") || scenario.contains("p99") {
@@ -50,7 +68,7 @@ fn drain_goals_take_the_prefetch_row_against_the_raw_loop_and_the_peers() {
         row("drain, concurrency 16, prefetch 256", "redis", 119_000.0),
         row("raw drain, 16 loops of 50", "redis", 300_000.0),
     ];
-    let vs = judge(&rows, Duration::from_secs(400), false);
+    let vs = judge(&rows, &part());
     // Exactly at the bound is met.
     let raw = judged(&vs, "postgres drain >= 60% of its raw loop");
     assert_eq!(raw, ("60.00%", true));
@@ -93,16 +111,21 @@ fn a_peers_fastest_row_is_labelled_with_its_share_of_the_jobs() {
         ]
     };
     // Fastest at concurrency 4, which drained a tenth of the jobs: the label says so.
-    let vs = judge(&sweep(39_000.0), Duration::from_secs(400), false);
+    let vs = judge(&sweep(39_000.0), &part());
     let fastest = judged(
         &vs,
         "redis drain >= 1.5x apalis-redis at its fastest (4, on 1/10 of the jobs)",
     );
     assert_eq!(fastest, ("2.195x", true));
     // Fastest at concurrency 16, which drained as many jobs as ours: no label.
-    let vs = judge(&sweep(45_000.0), Duration::from_secs(400), false);
+    let vs = judge(&sweep(45_000.0), &part());
     let fastest = judged(&vs, "redis drain >= 1.5x apalis-redis at its fastest (16)");
     assert_eq!(fastest, ("2.000x", true));
+    // With `--full-counts` every row of the sweep drained as many: no label either.
+    let full_counts = Run { share: 1, ..part() };
+    let vs = judge(&sweep(39_000.0), &full_counts);
+    let fastest = judged(&vs, "redis drain >= 1.5x apalis-redis at its fastest (4)");
+    assert_eq!(fastest, ("2.195x", true));
 }
 
 #[test]
@@ -111,7 +134,7 @@ fn a_full_run_says_which_drain_goals_it_could_not_judge() {
         row("drain, concurrency 16, prefetch 256", "postgres", 60_000.0),
         row("raw drain, 16 loops of 50", "postgres", 90_000.0),
     ];
-    let vs = judge(&rows, Duration::from_secs(600), true);
+    let vs = judge(&rows, &all(Duration::from_secs(600)));
     assert_eq!(
         judged(&vs, "postgres drain >= 60% of its raw loop"),
         ("66.67%", true)
@@ -127,7 +150,7 @@ fn a_full_run_says_which_drain_goals_it_could_not_judge() {
         judged(&vs, "--all measured within ~10 minutes"),
         ("600 s", true)
     );
-    let late = judge(&rows, Duration::from_millis(600_001), true);
+    let late = judge(&rows, &all(Duration::from_millis(600_001)));
     assert!(!verdict(&late, "--all measured within ~10 minutes").met);
 }
 
@@ -148,7 +171,7 @@ fn latency_transition_and_backlog_goals_are_met_at_their_bounds() {
         row("claim 5 with 1000 pending, p50", "memory", 0.1),
         row("claim 5 with 10000 pending, p50", "memory", 1.0),
     ];
-    let vs = judge(&rows, Duration::from_secs(1), false);
+    let vs = judge(&rows, &part());
     assert!(verdict(&vs, "postgres enqueue-to-start p50 <= 5 ms").met);
     assert!(!verdict(&vs, "redis enqueue-to-start p50 <= 5 ms").met);
     assert!(verdict(&vs, "sqlite stage transition p50 <= 10 ms").met);
