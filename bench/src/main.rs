@@ -143,8 +143,8 @@ async fn main() -> anyhow::Result<()> {
     // The headline drain (concurrency 16) gets all 50,000 jobs; one-at-a-time
     // enqueues and the rest of the sweep get a tenth unless `--full-counts`: at their
     // rates (some peers enqueue below 2,000 jobs/s, and concurrency 1 without prefetch
-    // drains 2,000-4,000 jobs/s) full counts take about twice the ten minutes `--all`
-    // has here.
+    // drains 2,000-4,000 jobs/s) full counts took 16 minutes where `--all` has ten
+    // (docs/BENCHMARKS.md, Findings 36).
     let on = |name: &str| args.only.is_empty() || args.only.iter().any(|o| o == name);
     if on("enqueue") {
         add(scenarios::enqueue(&targets, &peers, n, share, runs).await?);
