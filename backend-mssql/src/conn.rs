@@ -81,10 +81,21 @@ impl bb8::ManageConnection for Manager {
     }
 }
 
-/// Parses `url` into a TDS configuration: an ADO.NET connection string
-/// (`server=tcp:host,1433;user id=sa;password=...;TrustServerCertificate=true`), a JDBC
-/// one (`jdbc:sqlserver://host:1433;...`), or a URL
-/// `mssql://user:password@host:port/database?trust_cert=true` (also `sqlserver://`).
+/// Parses `url` into a TDS configuration: a URL
+/// `mssql://user:password@host:port/database?trust_cert_ca=/path/to/ca.pem` (also
+/// `sqlserver://`), an ADO.NET connection string
+/// (`server=tcp:host,1433;user id=app;password=...;TrustServerCertificateCA=/path/ca.pem`)
+/// or a JDBC one (`jdbc:sqlserver://host:1433;...`).
+///
+/// The connection is encrypted and the server's certificate validated against the
+/// system's roots, plus the CA given by `trust_cert_ca` (the production setting for a
+/// server whose certificate a private CA signed). `trust_cert=true` turns validation
+/// off (any certificate, any host name): for a local container or CI only. The two
+/// exclude each other.
+///
+/// In the URL form, user, password, database and option values are percent-decoded
+/// (`%40` is `@`) and nothing else: `+` stays `+`. A password with `@ : / ? # %` must
+/// have them percent-encoded. Errors never quote the string, which holds the password.
 pub(crate) fn parse(url: &str, command_timeout: Duration) -> Result<TdsConfig> {
     let mut config = if url.starts_with("jdbc:sqlserver://") {
         TdsConfig::from_jdbc_string(url).map_err(|e| bad_url(&e))?
@@ -108,6 +119,64 @@ fn bad_url(e: &dyn std::fmt::Display) -> Error {
     Error::invalid("url", format!("not a SQL Server connection string: {e}"))
 }
 
+/// The options of the URL form, decoded.
+#[derive(Debug, Default)]
+struct Options {
+    trust_cert: bool,
+    trust_cert_ca: Option<String>,
+    encryption: Option<EncryptionLevel>,
+}
+
+fn options(query: Option<&str>) -> Result<Options> {
+    let mut o = Options::default();
+    for pair in query
+        .unwrap_or_default()
+        .split('&')
+        .filter(|p| !p.is_empty())
+    {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let v = decode(v)?;
+        match decode(k)?.as_str() {
+            "trust_cert" | "trust_server_certificate" | "TrustServerCertificate" => {
+                o.trust_cert = matches!(v.as_str(), "true" | "1" | "yes");
+            }
+            "trust_cert_ca" | "TrustServerCertificateCA" => o.trust_cert_ca = Some(v),
+            "encrypt" => {
+                o.encryption = Some(match v.as_str() {
+                    "false" | "off" | "0" => EncryptionLevel::Off,
+                    "not_supported" => EncryptionLevel::NotSupported,
+                    _ => EncryptionLevel::Required,
+                });
+            }
+            other => {
+                return Err(Error::invalid(
+                    "url",
+                    format!("unknown option {other:?} (known: trust_cert_ca, trust_cert, encrypt)"),
+                ));
+            }
+        }
+    }
+    if o.trust_cert && o.trust_cert_ca.is_some() {
+        // tiberius panics on both; either one alone is a complete trust setting.
+        return Err(Error::invalid(
+            "url",
+            "trust_cert and trust_cert_ca exclude each other: give one",
+        ));
+    }
+    Ok(o)
+}
+
+/// The user and password of `u`, decoded; `None` without a user.
+fn credentials(u: &url::Url) -> Result<Option<(String, String)>> {
+    if u.username().is_empty() {
+        return Ok(None);
+    }
+    Ok(Some((
+        decode(u.username())?,
+        decode(u.password().unwrap_or_default())?,
+    )))
+}
+
 fn from_url(s: &str) -> Result<TdsConfig> {
     let u = url::Url::parse(s).map_err(|e| bad_url(&e))?;
     let mut c = TdsConfig::new();
@@ -117,38 +186,44 @@ fn from_url(s: &str) -> Result<TdsConfig> {
     if !db.is_empty() {
         c.database(decode(db)?);
     }
-    if !u.username().is_empty() {
-        let password = decode(u.password().unwrap_or_default())?;
-        c.authentication(AuthMethod::sql_server(decode(u.username())?, password));
+    if let Some((user, password)) = credentials(&u)? {
+        c.authentication(AuthMethod::sql_server(user, password));
     }
-    for (k, v) in u.query_pairs() {
-        let on = matches!(v.as_ref(), "true" | "1" | "yes");
-        match k.as_ref() {
-            "trust_cert" | "trust_server_certificate" | "TrustServerCertificate" if on => {
-                c.trust_cert();
-            }
-            "encrypt" => c.encryption(match v.as_ref() {
-                "false" | "off" | "0" => EncryptionLevel::Off,
-                "not_supported" => EncryptionLevel::NotSupported,
-                _ => EncryptionLevel::Required,
-            }),
-            "trust_cert" | "trust_server_certificate" | "TrustServerCertificate" => {}
-            other => {
-                return Err(Error::invalid(
-                    "url",
-                    format!("unknown option {other:?} (known: trust_cert, encrypt)"),
-                ));
-            }
-        }
+    let o = options(u.query())?;
+    if o.trust_cert {
+        c.trust_cert();
+    }
+    if let Some(ca) = o.trust_cert_ca {
+        c.trust_cert_ca(ca);
+    }
+    if let Some(level) = o.encryption {
+        c.encryption(level);
     }
     Ok(c)
 }
 
+/// Percent-decodes `s` (a part of a URL): `%XX` is the byte XX, everything else,
+/// `+` included, is itself (`+` means a space only in HTML form data, which a
+/// connection URL is not). A `%` without two hex digits after it is kept as it is,
+/// as URL parsers do. The result must be UTF-8; the error does not quote `s`.
 fn decode(s: &str) -> Result<String> {
-    url::form_urlencoded::parse(format!("x={s}").as_bytes())
-        .next()
-        .map(|(_, v)| v.into_owned())
-        .ok_or_else(|| bad_url(&"undecodable user or password"))
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |j: usize| bytes.get(j).and_then(|b| (*b as char).to_digit(16));
+        match (bytes[i], hex(i + 1), hex(i + 2)) {
+            (b'%', Some(hi), Some(lo)) => {
+                out.push(u8::try_from(hi * 16 + lo).unwrap_or_default());
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).map_err(|_| bad_url(&"a percent-encoded part is not UTF-8"))
 }
 
 #[cfg(test)]
@@ -209,5 +284,106 @@ mod tests {
     fn percent_encoded_credentials_are_decoded() {
         assert_eq!(decode("p%40ss%3Bw").unwrap(), "p@ss;w");
         assert_eq!(decode("plain").unwrap(), "plain");
+    }
+
+    /// Review item 7: `+` is a `+` (form decoding made it a space), `%2B` is a `+`
+    /// too, and the URL's own separators come through when encoded.
+    #[test]
+    fn a_plus_in_a_password_stays_a_plus() {
+        assert_eq!(decode("a+b").unwrap(), "a+b");
+        assert_eq!(decode("a%2Bb%2bc").unwrap(), "a+b+c");
+        assert_eq!(decode("%25%20%3A%2F%3F%23").unwrap(), "% :/?#");
+        assert_eq!(decode("caf%C3%A9").unwrap(), "café");
+        // A `%` that starts no escape is itself, as URL parsers treat it.
+        assert_eq!(decode("100%").unwrap(), "100%");
+        assert_eq!(decode("5%zz%4").unwrap(), "5%zz%4");
+        assert!(decode("%FF").is_err(), "not UTF-8");
+    }
+
+    fn creds(url: &str) -> (String, String) {
+        credentials(&url::Url::parse(url).unwrap())
+            .unwrap()
+            .expect("a user")
+    }
+
+    #[test]
+    fn url_credentials_decode_percent_escapes_only() {
+        assert_eq!(
+            creds("mssql://app:a+b%2Bc%40d%3Ae@db:1433/x"),
+            ("app".into(), "a+b+c@d:e".into())
+        );
+        assert_eq!(
+            creds("mssql://dom%5Cuser:p%25w@db/x"),
+            ("dom\\user".into(), "p%w".into())
+        );
+        // An unencoded `@` in the password: the host starts after the last one.
+        let u = url::Url::parse("mssql://app:p@ss@db/x").unwrap();
+        assert_eq!(u.host_str(), Some("db"));
+        assert_eq!(creds("mssql://app:p@ss@db/x").1, "p@ss");
+        assert_eq!(creds("mssql://app@db/x"), ("app".into(), String::new()));
+        assert!(
+            credentials(&url::Url::parse("mssql://db/x").unwrap())
+                .unwrap()
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn options_take_a_ca_file_and_keep_plus_signs() {
+        let o = options(Some("trust_cert_ca=/etc/ssl/mssql+ca.pem&encrypt=true")).unwrap();
+        assert_eq!(o.trust_cert_ca.as_deref(), Some("/etc/ssl/mssql+ca.pem"));
+        assert!(!o.trust_cert);
+        assert!(matches!(o.encryption, Some(EncryptionLevel::Required)));
+        let o = options(Some("TrustServerCertificateCA=%2Fca%20dir%2Fca.pem")).unwrap();
+        assert_eq!(o.trust_cert_ca.as_deref(), Some("/ca dir/ca.pem"));
+        assert!(options(Some("trust_cert=true")).unwrap().trust_cert);
+        assert!(!options(Some("trust_cert=false")).unwrap().trust_cert);
+        assert!(!options(None).unwrap().trust_cert);
+        let both = options(Some("trust_cert=true&trust_cert_ca=/ca.pem")).unwrap_err();
+        assert!(
+            matches!(both, Error::InvalidInput { field: "url", .. }),
+            "{both}"
+        );
+    }
+
+    #[test]
+    fn every_documented_form_parses() {
+        for url in [
+            "mssql://app:pw@db.internal:1433/app?trust_cert_ca=/etc/ssl/certs/mssql-ca.pem",
+            "mssql://sa:pw@127.0.0.1:1433/master?trust_cert=true",
+            "server=tcp:db.internal,1433;user id=app;password=pw;\
+             TrustServerCertificateCA=/etc/ssl/certs/mssql-ca.pem",
+            "jdbc:sqlserver://db.internal:1433;user=app;password=pw",
+        ] {
+            let c = parse(url, T).unwrap_or_else(|e| panic!("{url}: {e}"));
+            assert_eq!(c.get_command_timeout(), Some(T));
+        }
+    }
+
+    /// Errors name the field and the problem, never the string, which holds the
+    /// password.
+    #[test]
+    fn errors_never_show_the_password() {
+        const SECRET: &str = "S3cr3t+pw";
+        for bad in [
+            "mssql://sa:S3cr3t+pw@db:99999/app",
+            "mssql://sa:S3cr3t+pw@db/app?color=blue",
+            "mssql://sa:S3cr3t+pw@db/app?trust_cert=true&trust_cert_ca=/ca.pem",
+            "mssql://sa:S3cr3t+pw%FF@db/app",
+            "mssql://sa:S3cr3t+pw@/app",
+            "server=tcp:db,notaport;user id=sa;password=S3cr3t+pw",
+            "server=tcp:db;password=S3cr3t+pw;TrustServerCertificate=true;\
+             TrustServerCertificateCA=/ca.pem",
+            "jdbc:sqlserver://db:notaport;user=sa;password=S3cr3t+pw",
+            "S3cr3t+pw",
+        ] {
+            let err = parse(bad, T).expect_err(bad);
+            assert!(
+                matches!(err, Error::InvalidInput { field: "url", .. }),
+                "{bad}: {err}"
+            );
+            assert!(!err.to_string().contains(SECRET), "{err}");
+            assert!(!format!("{err:?}").contains(SECRET), "{err:?}");
+        }
     }
 }
