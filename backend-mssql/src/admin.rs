@@ -11,8 +11,10 @@ use crate::{
     sql,
 };
 
-/// Finished jobs pruned per transaction: with their log rows and index entries, well
-/// below the 5,000 locks per statement at which SQL Server escalates to a table lock.
+/// Finished jobs pruned per transaction, to keep each transaction short. The attempts
+/// of 1,000 jobs can exceed the 5,000 locks per statement at which SQL Server would
+/// escalate to a table lock (a job has up to `max_attempts` log rows); escalation is
+/// off on the queue tables (migration 2), so that costs lock memory, not a table lock.
 const PRUNE_CHUNK: i32 = 1_000;
 
 impl MssqlBackend {
@@ -35,7 +37,7 @@ impl MssqlBackend {
     /// without attempts left, are dead. With `all` false, only the dead-bound ones (the
     /// claim takes the others over itself). Returns (requeued, dead).
     pub(crate) async fn expire(&self, queue: &str, all: bool) -> Result<(u64, u64)> {
-        let sets = self.run_retrying(sql::EXPIRE, &[&queue, &all]).await?;
+        let sets = self.run(sql::EXPIRE, &[&queue, &all]).await?;
         let r = rows::set(&sets, 0)?
             .first()
             .ok_or_else(|| Error::backend("expire returned no counts"))?;
@@ -86,7 +88,7 @@ impl Admin for MssqlBackend {
 
     async fn cancel_job(&self, queue: &str, id: JobId) -> Result<bool> {
         validate::queue_name(queue)?;
-        let sets = self.run_retrying(sql::CANCEL_JOB, &[&id.0, &queue]).await?;
+        let sets = self.run(sql::CANCEL_JOB, &[&id.0, &queue]).await?;
         let found = rows::set(&sets, 0)?
             .first()
             .map(|r| rows::get::<&str>(r, 0))
@@ -104,7 +106,7 @@ impl Admin for MssqlBackend {
     async fn cancel_batch(&self, batch: &Batch) -> Result<u64> {
         validate::queue_name(&batch.queue)?;
         let sets = self
-            .run_retrying(sql::CANCEL_BATCH, &[&batch.id.0, &batch.queue.as_str()])
+            .run(sql::CANCEL_BATCH, &[&batch.id.0, &batch.queue.as_str()])
             .await?;
         let r = rows::set(&sets, 0)?
             .first()
@@ -122,7 +124,7 @@ impl Admin for MssqlBackend {
             serde_json::Value::from(ids.iter().map(|id| id.0).collect::<Vec<_>>()).to_string()
         });
         let sets = self
-            .run_retrying(sql::RETRY_DEAD, &[&queue, &ids.as_deref()])
+            .run(sql::RETRY_DEAD, &[&queue, &ids.as_deref()])
             .await?;
         let n = rows::set(&sets, 0)?
             .first()

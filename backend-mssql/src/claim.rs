@@ -42,7 +42,7 @@ impl MssqlBackend {
     ) -> Result<(Vec<ClaimedJob>, bool)> {
         let lease = rows::millis(req_.lease);
         let sets = self
-            .run_retrying(
+            .run(
                 sql::CLAIM,
                 &[&req_.queue.as_str(), &limit, &lease, &req_.worker.as_str()],
             )

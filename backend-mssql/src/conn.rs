@@ -29,6 +29,42 @@ impl Conn {
         self.busy = false;
         self.used = Instant::now();
     }
+
+    /// After a request failed with `e`: gives the connection back to the pool when the
+    /// server reported the error and, asked with one more round trip, has no
+    /// transaction open. Otherwise `busy` stays set and the pool discards it. Every
+    /// batch runs with `XACT_ABORT` on, so a run-time error (a deadlock victim, 1205,
+    /// included) has already rolled its transaction back and the connection is kept,
+    /// saving a new login; an error that aborts the batch but not the transaction (a
+    /// compile error in a statement after `BEGIN TRANSACTION`) leaves one open, and
+    /// closing the connection is what rolls it back. tiberius drains the rest of the
+    /// failed response before sending the question.
+    pub(crate) async fn recover(&mut self, e: &tiberius::error::Error) {
+        if !probe_worthy(e) {
+            return;
+        }
+        let open = match self.client.simple_query(sql::TRANCOUNT).await {
+            Ok(stream) => stream.into_row().await.ok().flatten(),
+            Err(_) => None,
+        };
+        if reusable(open.and_then(|r| r.try_get::<i32, _>(0).ok().flatten())) {
+            self.done();
+        }
+    }
+}
+
+/// Whether a request that failed with `e` may have left its connection usable: only
+/// an error the server reported, which comes in a complete response. An I/O error, a
+/// command timeout (tiberius marks that connection unusable), a protocol or TLS error
+/// leaves the connection mid-response or broken.
+fn probe_worthy(e: &tiberius::error::Error) -> bool {
+    e.code().is_some()
+}
+
+/// Whether the answer to [`sql::TRANCOUNT`] (`None`: no answer) lets the connection
+/// back into the pool: only "no transaction open".
+fn reusable(trancount: Option<i32>) -> bool {
+    trancount == Some(0)
 }
 
 /// Whether a connection last used at `used` is checked with a round trip before it is
@@ -385,5 +421,27 @@ mod tests {
             assert!(!err.to_string().contains(SECRET), "{err}");
             assert!(!format!("{err:?}").contains(SECRET), "{err:?}");
         }
+    }
+
+    /// Review item 5: only a server-reported error leaves a connection worth asking
+    /// about; only "no transaction open" puts it back.
+    #[test]
+    fn only_server_errors_without_an_open_transaction_keep_the_connection() {
+        let io = tiberius::error::Error::Io {
+            kind: std::io::ErrorKind::TimedOut,
+            message: "command timeout".into(),
+        };
+        assert!(!probe_worthy(&io));
+        assert!(!probe_worthy(&tiberius::error::Error::Protocol(
+            "desync".into()
+        )));
+        assert!(!probe_worthy(&tiberius::error::Error::Tls(
+            "bad cert".into()
+        )));
+        // (tiberius gives no way to build a server error outside a connection; its
+        // `code()` is `Some` exactly for those, which is what `probe_worthy` reads.)
+        assert!(reusable(Some(0)));
+        assert!(!reusable(Some(1)), "a transaction left open");
+        assert!(!reusable(None), "no answer");
     }
 }

@@ -104,7 +104,7 @@ fn short() -> Error {
 impl MssqlBackend {
     async fn enqueue_batch(&self, jobs: &[NewJob], doc: &str) -> Result<Vec<Enqueued>> {
         let queue = jobs[0].queue.as_str();
-        let sets = self.run(sql::ENQUEUE, &[&queue, &doc]).await?;
+        let sets = self.run_once(sql::ENQUEUE, &[&queue, &doc]).await?;
         let status = rows::set(&sets, 0)?
             .first()
             .ok_or_else(|| Error::backend("enqueue returned no status"))?;

@@ -7,17 +7,19 @@
 //!   `WITH (ROWLOCK, UPDLOCK, READPAST, READCOMMITTEDLOCK)` over a filtered index
 //!   matching its `WHERE` and `ORDER BY`: claimers skip each other's rows instead of
 //!   waiting, with `READ_COMMITTED_SNAPSHOT` on or off, and expired leases are taken
-//!   over by the same statement (SPEC C5). A claim takes at most
-//!   [`MAX_CLAIM`] rows, far below the 5,000 locks at which SQL Server escalates
-//!   to a table lock.
+//!   over by the same statement (SPEC C5). The index is pinned
+//!   (`INDEX(jobs_claim), FORCESEEK`). A claim takes at most [`MAX_CLAIM`] rows, and
+//!   lock escalation is off on the queue tables, so no statement turns its row locks
+//!   into a table lock that `READPAST` could not skip.
 //! - **One round trip per operation**: each operation is one T-SQL batch that runs its
 //!   own short transaction (`XACT_ABORT` on), promotion included, so no lock is held
 //!   between round trips and none while a job runs.
 //! - **Groups and stages by promotion**, as in the PostgreSQL backend: a job is stored
 //!   `blocked` until its group and stage allow it; the transaction that finishes what
 //!   it waited for promotes it, serialized per batch (row lock) and per group
-//!   (`sp_getapplock`). A transaction chosen as deadlock victim (error 1205) runs
-//!   again, a bounded number of times.
+//!   (`sp_getapplock`). A batch chosen as deadlock victim (error 1205) runs again,
+//!   a bounded number of times, whatever the operation; a connection whose request
+//!   failed with a server error and left no transaction open stays in the pool.
 //! - **Wake-ups**: SQL Server has no `LISTEN/NOTIFY`. Handles in one process share
 //!   events (a job enqueued or released here wakes local workers at once); other
 //!   processes are found by the worker's bounded adaptive polling (10 ms after work,
@@ -35,8 +37,11 @@
 //! use relayq_core::{Enqueue, NewJob};
 //! use relayq_mssql::MssqlBackend;
 //!
-//! let backend =
-//!     MssqlBackend::connect("mssql://sa:secret@127.0.0.1:1433/app?trust_cert=true").await?;
+//! // The server's certificate is validated, against the CA that signed it.
+//! let backend = MssqlBackend::connect(
+//!     "mssql://app:secret@db.internal:1433/app?trust_cert_ca=/etc/ssl/certs/mssql-ca.pem",
+//! )
+//! .await?;
 //! backend.migrate().await?;
 //! backend.enqueue_one(NewJob::new("mail", b"hello".to_vec())).await?;
 //! # Ok(()) }
@@ -73,9 +78,10 @@ pub const SCHEMA_VERSION: usize = sql::MIGRATIONS.len();
 
 use crate::{conn::Manager, error::db, schema::Schema};
 
-/// The most rows one claim takes, whatever the request asks: well below the 5,000
-/// locks per statement at which SQL Server escalates to a table lock (each claimed
-/// row locks its clustered key and its index entries).
+/// The most rows one claim takes, whatever the request asks: it bounds the claim's
+/// transaction and its locks (each claimed row locks its clustered key and its index
+/// entries). Lock escalation, which a claim of this size could approach, is off on
+/// the queue tables (migration 2, see `sql::MIGRATIONS`).
 pub const MAX_CLAIM: u32 = 500;
 
 /// Settings of a [`MssqlBackend`].
@@ -159,6 +165,8 @@ struct Inner {
     schema: Schema,
     limits: Limits,
     events: EventBus,
+    /// [`sql::migrate_lock_timeout`] of the command timeout.
+    migrate_lock_ms: i32,
 }
 
 impl std::fmt::Debug for MssqlBackend {
@@ -171,8 +179,18 @@ impl std::fmt::Debug for MssqlBackend {
 
 impl MssqlBackend {
     /// Connects with the default [`Config`] to `url`: `mssql://user:password@host:port/
-    /// database?trust_cert=true`, an ADO.NET connection string, or a `jdbc:sqlserver://`
+    /// database?trust_cert_ca=/path/to/ca.pem`, an ADO.NET connection string
+    /// (`...;TrustServerCertificateCA=/path/to/ca.pem`), or a `jdbc:sqlserver://`
     /// string. Call [`migrate`](Self::migrate) before first use of a new schema.
+    ///
+    /// The connection is encrypted and the server's certificate validated: against
+    /// the system's roots, plus the CA file `trust_cert_ca` names (for a certificate a
+    /// private CA signed). `trust_cert=true` accepts any certificate for any host
+    /// name, which is no protection against a man in the middle: for a local
+    /// container or CI, never production. In the URL form, user, password and option
+    /// values are percent-decoded only (`%40` is `@`, and `+` stays `+`); characters
+    /// of `@ : / ? # %` in a password must be percent-encoded. Errors never quote
+    /// `url`.
     ///
     /// # Errors
     /// [`Error::InvalidInput`] on `url` for a malformed one; [`Error::Backend`] when
@@ -207,26 +225,29 @@ impl MssqlBackend {
                 schema,
                 limits: config.limits,
                 events,
+                migrate_lock_ms: sql::migrate_lock_timeout(config.command_timeout),
             }),
         })
     }
 
     /// Creates the schema and its tables, or brings them up to date, in one
     /// transaction under an application lock per schema: safe to run from many
-    /// processes at once.
+    /// processes at once. A migrator waits for another one's lock for three quarters
+    /// of [`Config::command_timeout`] (22.5 s by default), so the server's "timed out
+    /// waiting for the migration lock" arrives before the command timeout would.
     ///
     /// # Errors
-    /// [`Error::Backend`] when the server fails, or when the schema was created by a
-    /// newer relayq-mssql.
+    /// [`Error::Backend`] when the server fails, when the lock wait times out, or when
+    /// the schema was created by a newer relayq-mssql.
     pub async fn migrate(&self) -> Result<()> {
         let mut conn = self.inner.pool.get().await.map_err(error::pool)?;
         // Left set on any failure: the pool then closes the connection, which rolls
         // the migration transaction back.
         conn.busy = true;
         let c = &mut conn.client;
-        let begin = self.sql(sql::MIGRATE_BEGIN);
+        let begin = sql::migrate_begin(&self.sql(sql::MIGRATE_BEGIN), self.inner.migrate_lock_ms);
         let sets = c
-            .simple_query(&*begin)
+            .simple_query(begin)
             .await
             .map_err(db)?
             .into_results()
@@ -280,32 +301,45 @@ impl MssqlBackend {
         self.inner.schema.sql(template)
     }
 
-    /// [`Self::run`], run again while the server aborts the batch with an error that
-    /// running it again resolves (a deadlock victim, a key race: [`error::retryable`]).
-    async fn run_retrying(
+    /// Runs one batch and returns its result sets, again while the server aborts it
+    /// with an error that running it again resolves (a deadlock victim, a key race:
+    /// [`error::retryable`]). Every operation goes through here, reads included (with
+    /// READ_COMMITTED_SNAPSHOT off, a reader can be a deadlock victim too), except
+    /// enqueue and settle, which retry [`Self::run_once`] with their own decoding.
+    /// Running a batch again is safe because a failed batch kept nothing: each runs
+    /// its own transaction with `XACT_ABORT` on, and none touches a queue table after
+    /// its `COMMIT` (a test in `sql.rs` checks that).
+    async fn run(&self, template: &'static str, params: &[&dyn ToSql]) -> Result<Vec<Vec<Row>>> {
+        relayq_core::retry::retry_transient(|| self.run_once(template, params), error::retryable)
+            .await
+    }
+
+    /// Runs one batch once and returns its result sets. A connection whose request
+    /// failed goes back to the pool only when the server reported the error and no
+    /// transaction is left open ([`conn::Conn::recover`]); one whose request was
+    /// abandoned (a timeout, a dropped future) is discarded (see [`conn::Conn::busy`]).
+    async fn run_once(
         &self,
         template: &'static str,
         params: &[&dyn ToSql],
     ) -> Result<Vec<Vec<Row>>> {
-        relayq_core::retry::retry_transient(|| self.run(template, params), error::retryable).await
-    }
-
-    /// Runs one batch and returns its result sets. A connection whose request failed
-    /// or was abandoned is discarded by the pool (see [`conn::Conn::busy`]).
-    async fn run(&self, template: &'static str, params: &[&dyn ToSql]) -> Result<Vec<Vec<Row>>> {
         let sql = self.sql(template);
         let mut conn = self.inner.pool.get().await.map_err(error::pool)?;
         conn.busy = true;
-        let sets = conn
-            .client
-            .query(&*sql, params)
-            .await
-            .map_err(db)?
-            .into_results()
-            .await
-            .map_err(db)?;
-        conn.done();
-        Ok(sets)
+        let sets = match conn.client.query(&*sql, params).await {
+            Ok(stream) => stream.into_results().await,
+            Err(e) => Err(e),
+        };
+        match sets {
+            Ok(sets) => {
+                conn.done();
+                Ok(sets)
+            }
+            Err(e) => {
+                conn.recover(&e).await;
+                Err(db(e))
+            }
+        }
     }
 
     /// Publishes the wake-ups a batch returned (rows of kind `r`/`f` and queue) to this

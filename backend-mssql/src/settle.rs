@@ -58,7 +58,7 @@ pub(crate) fn settle_json(settles: &[Settle]) -> String {
 impl MssqlBackend {
     async fn settle_batch(&self, settles: &[Settle]) -> Result<Vec<Result<Settled>>> {
         let doc = settle_json(settles);
-        let sets = self.run(sql::SETTLE, &[&doc.as_str()]).await?;
+        let sets = self.run_once(sql::SETTLE, &[&doc.as_str()]).await?;
         let mut out: Vec<Result<Settled>> =
             settles.iter().map(|_| Err(Error::StaleLease)).collect();
         for r in rows::set(&sets, 0)? {
@@ -82,10 +82,10 @@ impl MssqlBackend {
 }
 
 // Keeps the default `preferred_settle_batch` (128), unlike PostgreSQL and SQLite (512):
-// each call is a transaction with a commit here too, but a settle of 512 rows would
-// take about as many row and key locks as the 500 rows `MAX_CLAIM` allows a claim, near
-// the 5,000 at which SQL Server escalates to a table lock, and no SQL Server was at hand
-// to measure either (docs/BENCHMARKS.md, Findings 21).
+// each call is a transaction with a commit here too, but no SQL Server was at hand to
+// measure a larger one (docs/BENCHMARKS.md, Findings 21). That finding's worry, lock
+// escalation at 5,000 locks, no longer applies (migration 2 turns it off); a settle of
+// 512 would still hold about as many locks as a claim of `MAX_CLAIM` rows.
 #[async_trait]
 impl Complete for MssqlBackend {
     async fn settle_many(&self, mut settles: Vec<Settle>) -> Result<Vec<Result<Settled>>> {

@@ -36,10 +36,17 @@ SET TRANSACTION ISOLATION LEVEL READ COMMITTED;";
 /// Starts the migration transaction: takes the schema's migration lock (concurrent
 /// starts wait here), creates the schema and the version table if missing, and returns
 /// the applied version. The transaction stays open for [`MIGRATIONS`].
+///
+/// `{lock_ms}` is [`migrate_lock_timeout`] of the command timeout: every lock wait of
+/// the migration (the application lock here, the schema locks its DDL takes) gives up
+/// on the server, with error 51001 or 1222, before the client's command timeout would
+/// cut the connection. `SET LOCK_TIMEOUT` lasts for the session, so
+/// [`MIGRATE_COMMIT`] sets it back (a failed migration's connection is discarded).
 pub(crate) const MIGRATE_BEGIN: &str = "
+SET LOCK_TIMEOUT {lock_ms};
 BEGIN TRANSACTION;
 EXEC sp_getapplock @Resource = N'relayq migrate {n}', @LockMode = 'Exclusive',
-    @LockOwner = 'Transaction', @LockTimeout = 60000;
+    @LockOwner = 'Transaction', @LockTimeout = {lock_ms};
 IF APPLOCK_MODE(N'public', N'relayq migrate {n}', N'Transaction') <> N'Exclusive'
     THROW 51001, N'relayq: timed out waiting for the migration lock', 1;
 IF SCHEMA_ID(N'{n}') IS NULL EXEC (N'CREATE SCHEMA {s}');
@@ -49,11 +56,33 @@ IF OBJECT_ID(N'{s}.migrations', N'U') IS NULL
         applied_at datetime2(6) NOT NULL);
 SELECT ISNULL(MAX(version), 0) AS version FROM {s}.migrations;";
 
-/// Ends the migration transaction [`MIGRATE_BEGIN`] opened.
-pub(crate) const MIGRATE_COMMIT: &str = "COMMIT TRANSACTION;";
+/// Ends the migration transaction [`MIGRATE_BEGIN`] opened, and puts the session's
+/// lock timeout back to the default (wait until the command timeout).
+pub(crate) const MIGRATE_COMMIT: &str = "COMMIT TRANSACTION;
+SET LOCK_TIMEOUT -1;";
+
+/// The lock timeout of a migration, in ms, for a client command timeout of `command`:
+/// three quarters of it, so a migrator waiting for another one's lock is told so by
+/// the server (51001) instead of losing its connection to the command timeout (which
+/// tiberius measures as silence on one round trip, and a lock wait is silent). The
+/// rest leaves room for the work done in the same round trip after the wait. Never
+/// negative: `-1` would mean "wait forever".
+pub(crate) fn migrate_lock_timeout(command: std::time::Duration) -> i32 {
+    i32::try_from(command.as_millis() / 4 * 3).unwrap_or(i32::MAX)
+}
+
+/// [`MIGRATE_BEGIN`] for a schema, with its lock timeout written in (an integer this
+/// crate computes, never input).
+pub(crate) fn migrate_begin(filled: &str, lock_ms: i32) -> String {
+    filled.replace("{lock_ms}", &lock_ms.to_string())
+}
 
 /// Checks that a pooled connection still answers.
 pub(crate) const PING: &str = "SELECT 1;";
+
+/// After a request failed with a server error: how many transactions the session
+/// still has open (0 means the connection can go back to the pool).
+pub(crate) const TRANCOUNT: &str = "SELECT @@TRANCOUNT;";
 
 /// Records migration `@P1` as applied (inside the migration transaction).
 pub(crate) const MIGRATE_RECORD: &str =
@@ -61,10 +90,28 @@ pub(crate) const MIGRATE_RECORD: &str =
 
 /// The migrations, one entry per version.
 ///
-/// One table holds every job; finished ones keep their row (with `finished_at`) until
-/// pruned. The hot indexes are filtered on the live states, so they cover live work
-/// only, as PostgreSQL's separate `finished` table does.
-pub(crate) const MIGRATIONS: &[&str] = &["
+/// 1. One table holds every job; finished ones keep their row (with `finished_at`)
+///    until pruned. The hot indexes are filtered on the live states, so they cover
+///    live work only, as PostgreSQL's separate `finished` table does.
+/// 2. Lock escalation off on every queue table (`sys.tables.lock_escalation` 1 is
+///    `DISABLE`; the check makes the step a no-op where it is already set, so it takes
+///    no schema lock there). A statement that takes 5,000 locks on one table escalates
+///    them to a table lock, and `READPAST` skips row locks only: every claim, settle
+///    and heartbeat of every queue would wait for that transaction (SPEC C4). Three
+///    statements can get there: an enqueue of up to 10,000 jobs (one `INSERT`, a key
+///    lock per row in the clustered index and in each filtered index the row enters,
+///    up to 8), a batch cancel (an update lock per live job of the batch) and a prune
+///    (one `DELETE` of the attempts of 1,000 jobs, each with up to `max_attempts`
+///    rows). Splitting them instead was rejected: an enqueue is one transaction (all
+///    of its jobs or none, SPEC E4) and each statement reruns the dedupe check and
+///    promotion; the locks per row vary with the indexes a row enters, so a safe
+///    split would be a few hundred rows, and every new statement that touches many
+///    rows would need the same care. The cost is lock memory (on the order of 100
+///    bytes a lock: about 10 MB until commit for a 10,000-job enqueue). `ALTER TABLE`
+///    takes a schema-modification lock, which waits for the operations in flight on
+///    that table (all short) and holds new ones until the migration commits.
+pub(crate) const MIGRATIONS: &[&str] = &[
+    "
 CREATE TABLE {s}.jobs (
     id               bigint IDENTITY(1, 1) NOT NULL CONSTRAINT jobs_pk PRIMARY KEY,
     queue            nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
@@ -126,7 +173,21 @@ CREATE TABLE {s}.batches (
     failed         bit          NOT NULL,
     released_stage int          NULL,
     created_at     datetime2(6) NOT NULL);
-CREATE INDEX batches_queue ON {s}.batches (queue, id);"];
+CREATE INDEX batches_queue ON {s}.batches (queue, id);",
+    "
+IF EXISTS (SELECT 1 FROM sys.tables WHERE object_id = OBJECT_ID(N'{s}.jobs')
+           AND lock_escalation <> 1)
+    ALTER TABLE {s}.jobs SET (LOCK_ESCALATION = DISABLE);
+IF EXISTS (SELECT 1 FROM sys.tables WHERE object_id = OBJECT_ID(N'{s}.attempts')
+           AND lock_escalation <> 1)
+    ALTER TABLE {s}.attempts SET (LOCK_ESCALATION = DISABLE);
+IF EXISTS (SELECT 1 FROM sys.tables WHERE object_id = OBJECT_ID(N'{s}.batches')
+           AND lock_escalation <> 1)
+    ALTER TABLE {s}.batches SET (LOCK_ESCALATION = DISABLE);
+IF EXISTS (SELECT 1 FROM sys.tables WHERE object_id = OBJECT_ID(N'{s}.queues')
+           AND lock_escalation <> 1)
+    ALTER TABLE {s}.queues SET (LOCK_ESCALATION = DISABLE);",
+];
 
 /// Declarations the promotion fragment needs; the batch fills the `@t*` tables with
 /// what it touched. `@rq` and `@fq` collect the queues to wake (ready, finished).
@@ -281,16 +342,47 @@ SELECT DISTINCT 'f' AS kind, queue FROM @fq;"
 /// matches the `WHERE` and the `ORDER BY`, so the scan is an ordered index seek that
 /// stops after `@n` rows. Taken-over attempts are closed in the log.
 ///
+/// The index is pinned (`INDEX(jobs_claim), FORCESEEK`): the optimizer would pick it
+/// from statistics, and a filtered index's statistics refresh only when the whole
+/// table crosses its modification threshold, so a plan that scans another index and
+/// sorts (locking every row it reads, and never stopping early) stays possible. With
+/// the hints the plan is a seek on `queue = @P1` in key order, or, should the index
+/// ever stop matching, error 8622 instead of a slow plan. The filter's state list is
+/// written as literals here as in the index, which is what lets the hint be proven
+/// to match at compile time; the statement references variables, so forced
+/// parameterization leaves those literals alone.
+///
 /// A limited queue (SPEC C6) claims under its `queues` row's update lock and counts
 /// live leases first, so its claimers take turns; unlimited queues take no lock but
-/// the claimed rows'. Result sets: the claimed jobs; whether expired jobs without
-/// attempts left wait to be made dead.
+/// the claimed rows'. Neither read of the `queues` row, nor the count, skips locked
+/// rows: a locked `queues` row read past would look like "no limit", and a running
+/// job read past (one whose heartbeat, settle or expiry is in flight, or that a
+/// claimer which read the limit just before it was set is taking) would be left out
+/// of the count, which lets the claim exceed the limit whenever that other
+/// transaction leaves the job running (a heartbeat always does, a settle that rolls
+/// back does). So these wait, for limited queues only, on transactions that are each
+/// one short batch. `READCOMMITTEDLOCK` keeps the count a locking read with
+/// READ_COMMITTED_SNAPSHOT on too, so it waits for such an in-flight claim rather
+/// than count the version before it.
+///
+/// The `doomed` check (expired leases without attempts left, SPEC C5) does read past
+/// locked rows: a row another transaction holds is being made dead (expiry) or
+/// cancelled by it, the only writes a doomed row can get (it cannot be settled,
+/// heartbeated or taken over, its lease being expired and its attempts spent), so it
+/// is doomed no more once that commits, and should that roll back, the next claim or
+/// maintenance pass finds it. It runs before `COMMIT`, so every read of a queue
+/// table is inside the transaction and a deadlock victim rolls back all of it:
+/// running the batch again never repeats a committed claim.
+///
+/// Result sets: the claimed jobs; whether expired jobs without attempts left wait to
+/// be made dead.
 pub(crate) const CLAIM: &str = "
 DECLARE @now datetime2(6) = SYSUTCDATETIME();
 DECLARE @n int = @P2;
 DECLARE @paused bit = 0;
 DECLARE @max int = NULL;
 DECLARE @running int = 0;
+DECLARE @doomed int = 0;
 DECLARE @c TABLE (
     id bigint NOT NULL PRIMARY KEY, token uniqueidentifier NOT NULL, attempts smallint NOT NULL,
     payload varbinary(max) NOT NULL, priority smallint NOT NULL, run_at datetime2(6) NOT NULL,
@@ -311,7 +403,8 @@ IF @paused = 1 SET @n = 0;
 IF @n > 0
 BEGIN
     WITH c AS (
-        SELECT TOP (@n) * FROM {s}.jobs WITH (ROWLOCK, UPDLOCK, READPAST, READCOMMITTEDLOCK)
+        SELECT TOP (@n) * FROM {s}.jobs
+            WITH (INDEX(jobs_claim), FORCESEEK, ROWLOCK, UPDLOCK, READPAST, READCOMMITTEDLOCK)
         WHERE queue = @P1 AND state IN ('ready', 'retrying', 'running')
           AND ((state <> 'running' AND run_at <= @now)
                OR (state = 'running' AND lease_expires_at <= @now
@@ -331,13 +424,15 @@ BEGIN
            'expired', N'lease expired'
     FROM @c WHERE prev = 'running';
 END;
+IF EXISTS (SELECT 1 FROM {s}.jobs WITH (READPAST, READCOMMITTEDLOCK)
+           WHERE queue = @P1 AND state = 'running' AND lease_expires_at <= @now
+             AND attempts >= max_attempts)
+    SET @doomed = 1;
 COMMIT TRANSACTION;
 SELECT id, token, attempts, payload, priority, run_at, max_attempts, group_key, batch_id,
        stage, enqueued_by, expires
 FROM @c ORDER BY priority, run_at, id;
-SELECT CASE WHEN EXISTS (
-    SELECT 1 FROM {s}.jobs WHERE queue = @P1 AND state = 'running'
-      AND lease_expires_at <= @now AND attempts >= max_attempts) THEN 1 ELSE 0 END AS doomed;";
+SELECT @doomed AS doomed;";
 
 /// SPEC L: settles the leases in JSON `@P1`, each fenced by its token, its queue and
 /// an unexpired lease (L1), in one transaction with promotion. Result sets: one row
@@ -419,13 +514,21 @@ SELECT ord, next, run_at FROM @m;",
     events!()
 );
 
-/// Extends the lease `@P1` (id) / `@P2` (token) / `@P3` (queue) by `@P4` ms.
+/// Extends the lease `@P1` (id) / `@P2` (token) / `@P3` (queue) by `@P4` ms. Result
+/// set: the new expiry, or no row.
+///
+/// Like every `OUTPUT` in this crate, it goes `INTO` a table variable that a `SELECT`
+/// then returns: an `OUTPUT` that returns rows straight to the client fails with
+/// error 334 as soon as the table has an enabled trigger (someone's audit trigger),
+/// which relayq does not control.
 pub(crate) const HEARTBEAT: &str = "
 DECLARE @now datetime2(6) = SYSUTCDATETIME();
-UPDATE {s}.jobs SET lease_expires_at = DATEADD(millisecond, @P4, @now)
-OUTPUT inserted.lease_expires_at
+DECLARE @h TABLE (expires datetime2(6) NOT NULL);
+UPDATE {s}.jobs WITH (ROWLOCK) SET lease_expires_at = DATEADD(millisecond, @P4, @now)
+OUTPUT inserted.lease_expires_at INTO @h (expires)
 WHERE id = @P1 AND lease_token = @P2 AND queue = @P3 AND state = 'running'
-  AND lease_expires_at > @now;";
+  AND lease_expires_at > @now;
+SELECT expires FROM @h;";
 
 /// SPEC E: stores the jobs in JSON `@P2` in queue `@P1`, in input order (so their ids
 /// increase in that order). Checks their batches first (E4, B3), under the batches'
@@ -730,15 +833,23 @@ IF @@ROWCOUNT = 0
     INSERT INTO {s}.queues (queue, paused, max_running) VALUES (@P1, COALESCE(@P2, 0), @P4);
 COMMIT TRANSACTION;";
 
-/// Opens a batch in queue `@P1` with failure policy `@P2`; returns its id.
+/// Opens a batch in queue `@P1` with failure policy `@P2`; returns its id (`OUTPUT
+/// INTO`, as in [`HEARTBEAT`]).
 pub(crate) const OPEN_BATCH: &str = "
+DECLARE @b TABLE (id bigint NOT NULL);
 INSERT INTO {s}.batches (queue, on_failure, sealed, failed, created_at)
-OUTPUT inserted.id
-VALUES (@P1, @P2, 0, 0, SYSUTCDATETIME());";
+OUTPUT inserted.id INTO @b (id)
+VALUES (@P1, @P2, 0, 0, SYSUTCDATETIME());
+SELECT id FROM @b;";
 
-/// Seals batch `@P1` of queue `@P2`; returns its id, or no row.
+/// Seals batch `@P1` of queue `@P2`; returns its id, or no row (`OUTPUT INTO`, as in
+/// [`HEARTBEAT`]).
 pub(crate) const SEAL: &str = "
-UPDATE {s}.batches SET sealed = 1 OUTPUT inserted.id WHERE id = @P1 AND queue = @P2;";
+DECLARE @b TABLE (id bigint NOT NULL);
+UPDATE {s}.batches WITH (ROWLOCK) SET sealed = 1
+OUTPUT inserted.id INTO @b (id)
+WHERE id = @P1 AND queue = @P2;
+SELECT id FROM @b;";
 
 /// Whether batch `@P1` of queue `@P2` is sealed, and its lowest stage with an
 /// unfinished job: `MIN` over the prefix of `jobs_stage`, filtered to unfinished jobs
@@ -806,7 +917,9 @@ pub(crate) const ALL: &[(&str, &str)] = &[
     ("MIGRATE_RECORD", MIGRATE_RECORD),
     ("MIGRATE_COMMIT", MIGRATE_COMMIT),
     ("PING", PING),
+    ("TRANCOUNT", TRANCOUNT),
     ("MIGRATION_1", MIGRATIONS[0]),
+    ("MIGRATION_2", MIGRATIONS[1]),
     ("CLAIM", CLAIM),
     ("SETTLE", SETTLE),
     ("HEARTBEAT", HEARTBEAT),
@@ -831,18 +944,34 @@ pub(crate) const ALL: &[(&str, &str)] = &[
 
 #[cfg(test)]
 mod tests {
-    use sqlparser::{dialect::MsSqlDialect, parser::Parser};
+    use std::time::Duration;
 
-    use super::ALL;
+    use sqlparser::{ast::Statement, dialect::MsSqlDialect, parser::Parser};
+
+    use super::*;
     use crate::schema::Schema;
+
+    /// `template` as it is sent for schema `relayq` (and the default lock timeout).
+    fn filled(template: &str) -> String {
+        let sql = Schema::new("relayq").unwrap().fill(template);
+        migrate_begin(&sql, migrate_lock_timeout(Duration::from_secs(30)))
+    }
+
+    fn parse(sql: &str) -> Vec<Statement> {
+        Parser::parse_sql(&MsSqlDialect {}, sql).unwrap_or_else(|e| panic!("{e}\n{sql}"))
+    }
+
+    /// Whitespace runs as one space, so multi-line text can be searched for.
+    fn squash(sql: &str) -> String {
+        sql.split_whitespace().collect::<Vec<_>>().join(" ")
+    }
 
     #[test]
     fn every_statement_parses_as_tsql() {
-        let schema = Schema::new("relayq").unwrap();
         let mut failed = Vec::new();
         for (name, template) in ALL {
-            let sql = schema.fill(template);
-            assert!(!sql.contains("{s}") && !sql.contains("{n}"), "{name}");
+            let sql = filled(template);
+            assert!(!sql.contains('{') && !sql.contains('}'), "{name}");
             if let Err(e) = Parser::parse_sql(&MsSqlDialect {}, &sql) {
                 failed.push(format!("{name}: {e}"));
             }
@@ -852,6 +981,12 @@ mod tests {
             "T-SQL that does not parse:\n{}",
             failed.join("\n")
         );
+    }
+
+    #[test]
+    fn every_migration_is_in_the_parse_test() {
+        let listed = ALL.iter().filter(|(n, _)| n.starts_with("MIGRATION_"));
+        assert_eq!(listed.count(), MIGRATIONS.len());
     }
 
     #[test]
@@ -878,5 +1013,162 @@ mod tests {
                 assert_eq!(begins, ends, "{name}");
             }
         }
+    }
+
+    /// Review item 1: migration 2 turns lock escalation off on every table migration 1
+    /// creates, each step guarded so that running it again changes nothing.
+    #[test]
+    fn lock_escalation_is_disabled_on_every_table_idempotently() {
+        let tables: Vec<&str> = MIGRATIONS[0]
+            .split("CREATE TABLE {s}.")
+            .skip(1)
+            .map(|rest| rest.split([' ', '(']).next().unwrap())
+            .collect();
+        assert_eq!(tables, ["jobs", "attempts", "queues", "batches"]);
+        let m2 = squash(MIGRATIONS[1]);
+        for t in tables {
+            let step = format!(
+                "IF EXISTS (SELECT 1 FROM sys.tables WHERE object_id = OBJECT_ID(N'{{s}}.{t}') \
+                 AND lock_escalation <> 1) ALTER TABLE {{s}}.{t} SET (LOCK_ESCALATION = DISABLE);"
+            );
+            assert!(m2.contains(&step), "{t}: {m2}");
+        }
+    }
+
+    /// Review item 2: the claim's read names its index and a seek, with the locking
+    /// hints that make it skip other claimers' rows.
+    #[test]
+    fn the_claim_pins_jobs_claim_with_a_seek_and_its_lock_hints() {
+        let sql = squash(&filled(CLAIM));
+        let head = "SELECT TOP (@n) * FROM [relayq].jobs WITH (";
+        let start = sql.find(head).expect("the claim's CTE") + head.len();
+        let hints: Vec<&str> = sql[start..]
+            .split_once(") WHERE")
+            .expect("hints, then the WHERE")
+            .0
+            .split(", ")
+            .collect();
+        assert_eq!(
+            hints,
+            [
+                "INDEX(jobs_claim)",
+                "FORCESEEK",
+                "ROWLOCK",
+                "UPDLOCK",
+                "READPAST",
+                "READCOMMITTEDLOCK"
+            ]
+        );
+        // The hinted index exists, and its filter is the claim's state list.
+        let index = squash(MIGRATIONS[0]);
+        assert!(index.contains(
+            "CREATE INDEX jobs_claim ON {s}.jobs (queue, priority, run_at, id) \
+             INCLUDE (state, lease_expires_at, attempts, max_attempts) \
+             WHERE state IN ('ready', 'retrying', 'running');"
+        ));
+        assert!(sql.contains("WHERE queue = @P1 AND state IN ('ready', 'retrying', 'running')"));
+    }
+
+    /// Review item 3: the doomed check reads past locked rows; the `max_running`
+    /// count must not (see [`CLAIM`]) and stays a locking read.
+    #[test]
+    fn the_claim_reads_past_locks_only_where_skipping_is_harmless() {
+        let sql = squash(CLAIM);
+        assert!(sql.contains(
+            "IF EXISTS (SELECT 1 FROM {s}.jobs WITH (READPAST, READCOMMITTEDLOCK) \
+             WHERE queue = @P1 AND state = 'running' AND lease_expires_at <= @now \
+             AND attempts >= max_attempts) SET @doomed = 1;"
+        ));
+        let count = sql
+            .split("SELECT @running = COUNT(*) FROM {s}.jobs ")
+            .nth(1)
+            .expect("the max_running count");
+        assert!(
+            count.starts_with("WITH (READCOMMITTEDLOCK) WHERE"),
+            "{count}"
+        );
+        assert!(!sql.contains("{s}.queues WITH (READPAST"), "{sql}");
+    }
+
+    /// Review item 5: a batch that fails after its `COMMIT` would be run again by the
+    /// deadlock retry and repeat committed work (a claim would lease jobs nobody
+    /// gets). So nothing after a batch's last `COMMIT` reads or writes a queue table:
+    /// only table variables and variables, which take no locks.
+    #[test]
+    fn nothing_after_a_commit_touches_a_queue_table() {
+        let mut checked = 0;
+        for (name, sql) in ALL.iter().filter(|(n, _)| !n.starts_with("MIGRATE_")) {
+            if let Some((_, after)) = sql.rsplit_once("COMMIT TRANSACTION;") {
+                assert!(!after.contains("{s}."), "{name}: {after}");
+                checked += 1;
+            }
+        }
+        assert!(checked >= 10, "{checked}");
+    }
+
+    /// Every `OUTPUT` clause of a statement, and whether it has an `INTO`, from the
+    /// parsed statement (the AST's `OutputClause::Output { into_table, .. }`).
+    fn outputs(sql: &str) -> (usize, usize) {
+        let ast = format!("{:?}", parse(sql));
+        let with_into = ast.matches("into_table: Some(").count();
+        let without = ast.matches("into_table: None").count();
+        (with_into, without)
+    }
+
+    /// Review item 6: no statement returns `OUTPUT` rows straight to the client
+    /// (error 334 once the table has a trigger).
+    #[test]
+    fn every_output_clause_goes_into_a_table_variable() {
+        for (name, template) in ALL {
+            let (_, without) = outputs(&filled(template));
+            assert_eq!(without, 0, "{name} has an OUTPUT without INTO");
+        }
+        for name in ["HEARTBEAT", "SEAL", "OPEN_BATCH", "CLAIM", "SETTLE"] {
+            let (_, sql) = ALL.iter().find(|(n, _)| *n == name).unwrap();
+            assert!(outputs(&filled(sql)).0 >= 1, "{name} has no OUTPUT INTO");
+        }
+    }
+
+    #[test]
+    fn an_output_without_into_is_detected() {
+        let bad = [
+            "UPDATE [relayq].jobs SET state = 'x' OUTPUT inserted.id WHERE id = 1;",
+            "INSERT INTO [relayq].batches (queue) OUTPUT inserted.id VALUES (N'q');",
+        ];
+        for sql in bad {
+            assert_eq!(outputs(sql), (0, 1), "{sql}");
+        }
+        let good = "DECLARE @b TABLE (id bigint); \
+                    UPDATE [relayq].jobs SET state = 'x' OUTPUT inserted.id INTO @b (id) WHERE id = 1;";
+        assert_eq!(outputs(good), (1, 0));
+    }
+
+    /// Review item 4: a migrator waiting for another one's lock is answered by the
+    /// server before tiberius's command timeout fires.
+    #[test]
+    fn the_migration_lock_timeout_is_below_the_command_timeout() {
+        assert_eq!(migrate_lock_timeout(Duration::from_secs(30)), 22_500);
+        for secs in [1, 5, 30, 60, 600, 86_400] {
+            let command = Duration::from_secs(secs);
+            let lock = migrate_lock_timeout(command);
+            assert!(lock > 0, "{secs}");
+            assert!(
+                u128::try_from(lock).unwrap() < command.as_millis(),
+                "{secs}"
+            );
+        }
+        assert_eq!(
+            migrate_lock_timeout(Duration::ZERO),
+            0,
+            "0 is no wait, not -1"
+        );
+        assert_eq!(migrate_lock_timeout(Duration::MAX), i32::MAX);
+        let begin = squash(&filled(MIGRATE_BEGIN));
+        assert!(
+            begin.starts_with("SET LOCK_TIMEOUT 22500; BEGIN TRANSACTION;"),
+            "{begin}"
+        );
+        assert!(begin.contains("@LockOwner = 'Transaction', @LockTimeout = 22500;"));
+        assert!(MIGRATE_COMMIT.ends_with("SET LOCK_TIMEOUT -1;"));
     }
 }
