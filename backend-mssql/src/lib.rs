@@ -57,6 +57,8 @@ mod inspect;
 mod keys;
 mod rows;
 mod schema;
+#[cfg(test)]
+mod server_tests;
 mod settle;
 mod sql;
 
