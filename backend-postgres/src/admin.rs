@@ -209,13 +209,13 @@ impl PostgresBackend {
         loop {
             let n: i64 = sqlx::query_scalar(self.sql(
                 "WITH p AS (
-                     DELETE FROM {s}.finished WHERE id IN (
+                     DELETE FROM {s}.finished WHERE id = ANY (ARRAY(
                          SELECT id FROM {s}.finished
-                         WHERE queue = $1
+                         WHERE queue = $1 AND state IN ('succeeded', 'dead', 'cancelled')
                            AND finished_at <= now() - $2::float8 * interval '1 microsecond'
-                         LIMIT $3)
+                         LIMIT $3))
                      RETURNING id),
-                 a AS (DELETE FROM {s}.attempts WHERE job_id IN (SELECT id FROM p))
+                 a AS (DELETE FROM {s}.attempts WHERE job_id = ANY (ARRAY(SELECT id FROM p)))
                  SELECT count(*) FROM p",
             ))
             .bind(queue)

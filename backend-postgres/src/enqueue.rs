@@ -298,17 +298,22 @@ impl PostgresBackend {
             .iter()
             .filter_map(|&i| jobs[i].dedupe_key.as_deref())
             .collect();
-        let holders: HashMap<String, i64> =
-            sqlx::query_as(self.sql(
-                "SELECT dedupe_key, id FROM {s}.jobs WHERE queue = $1 AND dedupe_key = ANY($2)",
-            ))
-            .bind(queue)
-            .bind(&keys)
-            .fetch_all(&mut *c)
-            .await
-            .map_err(db)?
-            .into_iter()
-            .collect();
+        // One probe of the unique dedupe index per key: with `dedupe_key = ANY($2)` the
+        // planner could read the queue through another index when the statistics
+        // say no job has a key (`tests/statistics.rs`); a full-key equality on a
+        // unique index is the one plan it never prices above a scan.
+        let holders: HashMap<String, i64> = sqlx::query_as(self.sql(
+            "SELECT k.key, j.id FROM unnest($2::text[]) AS k(key) CROSS JOIN LATERAL (
+                     SELECT id FROM {s}.jobs
+                     WHERE queue = $1 AND dedupe_key = k.key AND dedupe_key IS NOT NULL) j",
+        ))
+        .bind(queue)
+        .bind(&keys)
+        .fetch_all(&mut *c)
+        .await
+        .map_err(db)?
+        .into_iter()
+        .collect();
         let mut again = Vec::new();
         for &i in lookup {
             let key = jobs[i].dedupe_key.as_deref().unwrap_or_default();

@@ -305,8 +305,10 @@ const RELEASE: &str = "
             WHERE x.batch_id = b.id AND x.stage = b.floor AND x.state = 'blocked'
             OFFSET 0) x),
     freed AS (
-        UPDATE {s}.jobs j SET state = 'ready' FROM blocked x
-        WHERE j.id = x.id AND x.group_key IS NULL AND j.state = 'blocked'
+        UPDATE {s}.jobs j SET state = 'ready'
+        WHERE j.id = ANY (ARRAY(SELECT id FROM blocked WHERE group_key IS NULL))
+          AND j.state = 'blocked'
+          AND EXISTS (SELECT 1 FROM blocked WHERE group_key IS NULL)
         RETURNING j.queue)
     SELECT DISTINCT 'r' AS kind, queue, NULL::text AS grp FROM freed
     UNION

@@ -248,13 +248,14 @@ async fn settle_plans_find_leases_by_id_after_analyze() {
             "generic={generic}:\n{plan}"
         );
         assert_witness_by_claim_index(&plan, generic);
-        // Calls of plain completions delete each row found by primary key, in a nested
-        // loop over the arrays (on a table this size; see `SETTLE_COMPLETES`).
+        // Calls of plain completions delete the rows found by primary key, the ids
+        // given as the index condition (see `SETTLE_COMPLETES`).
         let plan = b.explain_settle_completions(generic).await.unwrap();
         let delete = &plan[plan.find("CTE g").unwrap()..plan.find("CTE archived").unwrap()];
         assert!(
-            delete.contains("Nested Loop")
-                && delete.contains("jobs_pkey")
+            delete.contains("Index Scan using jobs_pkey")
+                && delete.contains("Index Cond: (id = ANY")
+                && !delete.contains("Join")
                 && !delete.contains("jobs_running"),
             "generic={generic}:\n{plan}"
         );
