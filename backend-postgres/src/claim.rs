@@ -85,7 +85,7 @@ use crate::{
 /// outright when nothing was claimed (an idle poll), where a small table's plan could
 /// otherwise read it whole.
 macro_rules! claim_sql {
-    ($gate:literal) => {
+    ($gate:expr, $expiry:literal) => {
         concat!(
             "WITH settings AS MATERIALIZED (
                 SELECT paused, max_running FROM {s}.queues WHERE queue = $1),
@@ -97,6 +97,7 @@ macro_rules! claim_sql {
                 SELECT id, state, attempts, worker, started_at, priority, run_at FROM {s}.jobs
                 WHERE queue = $1 AND state = 'running' AND lease_expires_at <= now()
                   AND attempts < max_attempts ",
+            $expiry,
             $gate,
             "   ORDER BY priority, run_at, id LIMIT {limit}
                 FOR NO KEY UPDATE SKIP LOCKED) l LIMIT $2),
@@ -128,7 +129,9 @@ macro_rules! claim_sql {
                        EXISTS (SELECT 1 FROM {s}.jobs
                                WHERE queue = $1 AND state = 'running'
                                  AND lease_expires_at <= now()
-                                 AND attempts >= max_attempts) AS doomed,
+                                 AND attempts >= max_attempts ",
+            $expiry,
+            ") AS doomed,
                        CASE WHEN $5 THEN set_config('synchronous_commit', 'off', true)
                        END AS async)
             SELECT f.limited, f.doomed, c.id, c.lease_token, c.attempts, c.payload, c.priority,
@@ -139,12 +142,63 @@ macro_rules! claim_sql {
     };
 }
 
+/// The gate of a claim for a queue with no limit and not paused.
+macro_rules! free {
+    () => {
+        "AND NOT EXISTS (SELECT 1 FROM settings WHERE paused OR max_running IS NOT NULL)"
+    };
+}
+
 /// Claims for a queue with no limit and not paused: one statement, no lock but the
-/// claimed rows'.
-const CLAIM_FREE: &str =
-    claim_sql!("AND NOT EXISTS (SELECT 1 FROM settings WHERE paused OR max_running IS NOT NULL)");
+/// claimed rows'; expired leases are taken over too.
+const CLAIM_FREE: &str = claim_sql!(free!(), "");
+/// [`CLAIM_FREE`] without looking for expired leases: see [`ExpiryClock`]. The
+/// constant-false condition leaves both scans of the running index out of the plan.
+const CLAIM_FREE_READY: &str = claim_sql!(free!(), "AND false ");
 /// Claims under the queue row's lock, with the limit already cut to the free room.
-const CLAIM_LIMITED: &str = claim_sql!("");
+const CLAIM_LIMITED: &str = claim_sql!("", "");
+/// [`CLAIM_LIMITED`] without looking for expired leases.
+const CLAIM_LIMITED_READY: &str = claim_sql!("", "AND false ");
+
+/// How often a handle's claims of one queue look for expired leases (SPEC C5).
+///
+/// Finding them reads the running index's range of leases past their expiry, and
+/// under churn that range fills with the entries of finished jobs that vacuum has not
+/// removed yet (all of them while another session holds a transaction open): at 2,000
+/// jobs/s a claim's two scans there went from 2 to 89 buffers within a minute of an
+/// autovacuum pass, on every claim, hundreds a second. Looking at most every
+/// `EXPIRY_EVERY` per queue and handle bounds that cost, whatever the claim rate, and
+/// delays the takeover of an expired lease by at most as long (leases run for
+/// seconds; `maintain` expires them too).
+pub(crate) const EXPIRY_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// When each queue's claims last looked for expired leases.
+#[derive(Debug, Default)]
+pub(crate) struct ExpiryClock(
+    std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
+);
+
+impl ExpiryClock {
+    /// Whether a claim of `queue` should look now; if so, the look counts as made.
+    fn due(&self, queue: &str) -> bool {
+        let now = std::time::Instant::now();
+        let mut last = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match last.get_mut(queue) {
+            Some(at) if now.duration_since(*at) < EXPIRY_EVERY => false,
+            Some(at) => {
+                *at = now;
+                true
+            }
+            None => {
+                last.insert(queue.to_owned(), now);
+                true
+            }
+        }
+    }
+}
 
 /// A job whose lease expired: (made dead, group, batch, stage).
 type Expired = (bool, Option<String>, Option<i64>, Option<i32>);
@@ -277,7 +331,7 @@ impl PostgresBackend {
     /// transaction: the one place where claimers wait for each other (SPEC C4), the
     /// price of an exact limit. Unlimited queues never do. A claim that was already
     /// running when `set_max_running` committed may still claim under the old setting.
-    async fn claim_limited(&self, req: &ClaimRequest, limit: i64) -> Result<Found> {
+    async fn claim_limited(&self, req: &ClaimRequest, limit: i64, expire: bool) -> Result<Found> {
         let mut tx = self.inner.pool.begin().await.map_err(db)?;
         let settings: Option<(bool, Option<i32>)> = sqlx::query_as(
             self.sql("SELECT paused, max_running FROM {s}.queues WHERE queue = $1 FOR UPDATE"),
@@ -305,8 +359,12 @@ impl PostgresBackend {
             _ => {}
         }
         let found = if limit > 0 {
-            self.claim_statement(&mut *tx, CLAIM_LIMITED, req, limit)
-                .await?
+            let sql = if expire {
+                CLAIM_LIMITED
+            } else {
+                CLAIM_LIMITED_READY
+            };
+            self.claim_statement(&mut *tx, sql, req, limit).await?
         } else {
             Found::default()
         };
@@ -315,12 +373,12 @@ impl PostgresBackend {
     }
 
     async fn claim_up_to(&self, req: &ClaimRequest, limit: i64) -> Result<Found> {
-        let found = self
-            .claim_statement(self.pool(), CLAIM_FREE, req, limit)
-            .await?;
+        let expire = self.inner.expiry.due(&req.queue);
+        let sql = if expire { CLAIM_FREE } else { CLAIM_FREE_READY };
+        let found = self.claim_statement(self.pool(), sql, req, limit).await?;
         if found.limited {
             let doomed = found.doomed;
-            let mut limited = self.claim_limited(req, limit).await?;
+            let mut limited = self.claim_limited(req, limit, expire).await?;
             limited.doomed |= doomed;
             return Ok(limited);
         }
@@ -458,6 +516,41 @@ mod tests {
 
     use super::*;
     use crate::Config;
+
+    /// A handle's claims of a queue look for expired leases at most once per
+    /// `EXPIRY_EVERY`; other queues keep their own clock.
+    #[test]
+    fn expired_leases_are_looked_for_once_per_interval() {
+        let clock = ExpiryClock::default();
+        assert!(clock.due("a"), "the first claim looks");
+        assert!(!clock.due("a"), "the next one, right after, does not");
+        assert!(clock.due("b"), "another queue has a clock of its own");
+    }
+
+    /// Claims between two looks for expired leases read nothing of the running index:
+    /// their plan has no scan of it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn claims_between_expiry_looks_leave_the_running_index_alone() {
+        let Some(url) = server_url(Server::Postgres).await else {
+            return;
+        };
+        let schema = crate::test_schema::fresh("ready");
+        let b = PostgresBackend::connect_with(&url, Config::default().with_schema(schema.clone()))
+            .await
+            .unwrap();
+        b.migrate().await.unwrap();
+        let args = "'q', 8, 30e6, 'explain', false, '{}'";
+        let types = "text, bigint, float8, text, boolean, uuid[]";
+        for generic in [false, true] {
+            let sql = b.sql_limit(CLAIM_FREE_READY, 8).0;
+            let plan = b.explain(&sql, types, args, generic).await.unwrap();
+            assert!(!plan.contains("jobs_running"), "generic={generic}:\n{plan}");
+            let sql = b.sql_limit(CLAIM_FREE, 8).0;
+            let plan = b.explain(&sql, types, args, generic).await.unwrap();
+            assert!(plan.contains("jobs_running"), "generic={generic}:\n{plan}");
+        }
+        crate::test_schema::drop(b.pool(), &schema).await;
+    }
 
     /// The claim statement turns `synchronous_commit` off for the transaction it runs
     /// in, unless claims are durable (see `Config::durable_claims`). Run inside an open

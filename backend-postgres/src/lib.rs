@@ -216,6 +216,8 @@ struct Inner {
     migrate_lock_timeout: Duration,
     events: EventBus,
     listener: Listener,
+    /// When this handle's claims last looked for expired leases, per queue.
+    expiry: claim::ExpiryClock,
 }
 
 impl PostgresBackend {
@@ -304,6 +306,7 @@ impl PostgresBackend {
                 migrate_lock_timeout: config.migrate_lock_timeout,
                 events,
                 listener,
+                expiry: claim::ExpiryClock::default(),
             }),
         }
     }
