@@ -7,168 +7,23 @@ mod support;
 
 use std::{
     sync::{
-        Arc, Mutex,
+        Arc,
         atomic::{AtomicU32, Ordering},
     },
     time::Duration,
 };
 
-use async_trait::async_trait;
-use chrono::{DateTime, Utc};
 use relayq_core::{
     memory::MemoryBackend,
     worker::{JobError, Worker},
     *,
 };
-use support::{builder, enqueue_n, queue, state, until};
-use tokio::sync::{Barrier, Notify, broadcast};
-
-/// How [`Faulty`] answers heartbeats.
-#[derive(Clone, Copy)]
-enum Beats {
-    Pass,
-    Fail,
-    Hang,
-}
-
-/// The memory backend, but for its heartbeats (see [`Beats`]), for settle calls that
-/// hold a failure whose error is `poison` (those are refused as a whole with
-/// `InvalidInput`, as every backend refuses a call with one bad entry), and, with
-/// `panic_claims`, for every claim after the first, which panics. It prefers settle
-/// calls of `preferred` leases, and records the size of each call.
-struct Faulty {
-    inner: Arc<MemoryBackend>,
-    beats: Beats,
-    panic_claims: bool,
-    claims: AtomicU32,
-    preferred: usize,
-    settle_calls: Mutex<Vec<usize>>,
-}
-
-impl Faulty {
-    fn new(inner: &Arc<MemoryBackend>, beats: Beats) -> Arc<Self> {
-        Arc::new(Self {
-            inner: inner.clone(),
-            beats,
-            panic_claims: false,
-            claims: AtomicU32::new(0),
-            preferred: DEFAULT_SETTLE_BATCH,
-            settle_calls: Mutex::new(Vec::new()),
-        })
-    }
-
-    fn settle_calls(&self) -> Vec<usize> {
-        self.settle_calls.lock().unwrap().clone()
-    }
-}
-
-impl Events for Faulty {
-    fn subscribe(&self) -> Option<broadcast::Receiver<Event>> {
-        self.inner.subscribe()
-    }
-}
-
-#[async_trait]
-impl Enqueue for Faulty {
-    async fn enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
-        self.inner.enqueue(jobs).await
-    }
-}
-
-#[async_trait]
-impl Claim for Faulty {
-    async fn claim(&self, req: ClaimRequest) -> Result<Vec<ClaimedJob>> {
-        let earlier = self.claims.fetch_add(1, Ordering::SeqCst);
-        assert!(
-            !self.panic_claims || earlier == 0,
-            "a claim panicked, for the test"
-        );
-        self.inner.claim(req).await
-    }
-}
-
-#[async_trait]
-impl Complete for Faulty {
-    async fn settle_many(&self, settles: Vec<Settle>) -> Result<Vec<Result<Settled>>> {
-        self.settle_calls.lock().unwrap().push(settles.len());
-        let poisoned = settles
-            .iter()
-            .any(|s| matches!(&s.outcome, Outcome::Fail { error, .. } if error == "poison"));
-        if poisoned {
-            return Err(Error::invalid("retry", "refused for the test"));
-        }
-        self.inner.settle_many(settles).await
-    }
-
-    fn preferred_settle_batch(&self) -> usize {
-        self.preferred
-    }
-
-    async fn heartbeat(&self, lease: &Lease, extend: Duration) -> Result<DateTime<Utc>> {
-        match self.beats {
-            Beats::Pass => self.inner.heartbeat(lease, extend).await,
-            Beats::Fail => Err(Error::backend("unreachable, for the test")),
-            Beats::Hang => std::future::pending().await,
-        }
-    }
-}
-
-#[async_trait]
-impl OrderBarrier for Faulty {
-    async fn open_batch(&self, queue: &str, on_failure: OnFailure) -> Result<Batch> {
-        self.inner.open_batch(queue, on_failure).await
-    }
-    async fn seal(&self, batch: &Batch) -> Result<()> {
-        self.inner.seal(batch).await
-    }
-    async fn batch_progress(&self, batch: &Batch) -> Result<BatchProgress> {
-        self.inner.batch_progress(batch).await
-    }
-}
-
-#[async_trait]
-impl Inspect for Faulty {
-    async fn queue_stats(&self, queue: &str) -> Result<QueueStats> {
-        self.inner.queue_stats(queue).await
-    }
-    async fn job(&self, queue: &str, id: JobId) -> Result<JobInfo> {
-        self.inner.job(queue, id).await
-    }
-    async fn running(&self, queue: &str) -> Result<Vec<RunningJob>> {
-        self.inner.running(queue).await
-    }
-    async fn batches(&self, queue: &str, limit: u32) -> Result<Vec<BatchProgress>> {
-        self.inner.batches(queue, limit).await
-    }
-    async fn dead_jobs(&self, queue: &str, limit: u32) -> Result<Vec<JobInfo>> {
-        self.inner.dead_jobs(queue, limit).await
-    }
-}
-
-#[async_trait]
-impl Admin for Faulty {
-    async fn pause(&self, queue: &str) -> Result<()> {
-        self.inner.pause(queue).await
-    }
-    async fn resume(&self, queue: &str) -> Result<()> {
-        self.inner.resume(queue).await
-    }
-    async fn set_max_running(&self, queue: &str, max_running: Option<u32>) -> Result<()> {
-        self.inner.set_max_running(queue, max_running).await
-    }
-    async fn cancel_job(&self, queue: &str, id: JobId) -> Result<bool> {
-        self.inner.cancel_job(queue, id).await
-    }
-    async fn cancel_batch(&self, batch: &Batch) -> Result<u64> {
-        self.inner.cancel_batch(batch).await
-    }
-    async fn retry_dead(&self, queue: &str, ids: Option<&[JobId]>) -> Result<u64> {
-        self.inner.retry_dead(queue, ids).await
-    }
-    async fn maintain(&self, queue: &str, retention: Duration) -> Result<Maintenance> {
-        self.inner.maintain(queue, retention).await
-    }
-}
+use support::{
+    builder, enqueue_n,
+    faulty::{Beats, Faulty},
+    queue, state, until,
+};
+use tokio::sync::{Barrier, Notify};
 
 /// SPEC W1: a lease whose heartbeats never get through (they fail, or hang) stops its
 /// handler before the lease runs out: when the job is claimed again (here by the same

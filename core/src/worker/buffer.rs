@@ -1,4 +1,5 @@
-//! Claimed jobs waiting for a free slot: the opt-in prefetch buffer.
+//! Claimed jobs waiting for a free slot: the prefetch buffer (automatic by default, see
+//! `pace`).
 //!
 //! A buffered job holds its lease on the server (so it counts under `max_running` and
 //! blocks its group) but is not heartbeated. It is therefore held for at most one

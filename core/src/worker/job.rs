@@ -24,13 +24,18 @@ use std::{
 
 use futures::FutureExt;
 use tokio::{
-    sync::{Notify, mpsc},
+    sync::{Notify, mpsc, watch},
     time::{Instant, sleep_until},
 };
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::{Handler, keeper, slots::Slot};
+use super::{
+    Handler,
+    context::{JobContext, LeaseDeadline},
+    keeper,
+    slots::Slot,
+};
 use crate::{ClaimedJob, JobId, Lease, LeaseToken, Retry, Settle, validate};
 
 /// An outcome for the settler, with the guard that tells the keeper the job ended once
@@ -66,6 +71,11 @@ pub(super) struct Control {
     /// Set by the keeper when the lease is lost: the handler must stop.
     stopped: AtomicBool,
     stop: Notify,
+    /// Fired whenever the handler is stopped without being waited for, for what it
+    /// started outside its future ([`JobContext::stopping`]).
+    token: CancellationToken,
+    /// The lease's deadline as the keeper reckons it, renewed by each beat through.
+    deadline: watch::Sender<Option<LeaseDeadline>>,
 }
 
 impl Control {
@@ -84,6 +94,21 @@ impl Control {
         self.stopped.store(true, Ordering::SeqCst);
         // A permit is kept if the job is not waiting yet.
         self.stop.notify_one();
+        self.token.cancel();
+    }
+
+    /// Whether the keeper stopped the job (its lease lost or run out).
+    pub(super) fn stopped(&self) -> bool {
+        self.stopped.load(Ordering::SeqCst)
+    }
+
+    /// Sets the lease's deadline, as the keeper reckons it after a claim or a beat.
+    pub(super) fn set_deadline(&self, deadline: LeaseDeadline) {
+        self.deadline.send_replace(Some(deadline));
+    }
+
+    fn context(&self) -> JobContext {
+        JobContext::new(self.token.clone(), self.deadline.subscribe())
     }
 }
 
@@ -118,7 +143,8 @@ impl JobRun {
         // the handler; `async` so that a panic in `handle` itself is caught too. It runs
         // here, on the slot's task, so it borrows the handler rather than owning a clone.
         let handler = &*self.handler;
-        let handled = AssertUnwindSafe(async move { handler.handle(job).await })
+        let context = control.context();
+        let handled = AssertUnwindSafe(context.scope(async move { handler.handle(job).await }))
             .catch_unwind()
             .instrument(span.clone());
         let deadline = self.timeout.map(|t| Instant::now() + t);
@@ -149,9 +175,13 @@ impl JobRun {
                 }
             },
             () = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
+                control.token.cancel();
                 Settle::fail(lease, timed_out(), Retry::Backoff)
             }
-            () = self.abort.cancelled() => Settle::release(lease),
+            () = self.abort.cancelled() => {
+                control.token.cancel();
+                Settle::release(lease)
+            }
         };
         control.handed.store(true, Ordering::SeqCst);
         span.in_scope(|| tracing::debug!(outcome = ?settle.outcome, "job done"));

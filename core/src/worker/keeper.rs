@@ -32,7 +32,7 @@ use futures::{FutureExt, StreamExt, stream::FuturesUnordered};
 use tokio::{sync::mpsc, time::Instant};
 use tokio_util::time::{DelayQueue, delay_queue};
 
-use super::job::Control;
+use super::{context::LeaseDeadline, job::Control, stats::Stats};
 use crate::{Backend, Error, JobId, Lease, LeaseToken};
 
 /// What the keeper is told. Every job that gets a `Started` gets one `Ended`.
@@ -68,6 +68,9 @@ pub(super) struct Keeper {
     pub(super) backend: Arc<dyn Backend>,
     pub(super) length: Duration,
     pub(super) every: Duration,
+    /// Counts the jobs that ended with no outcome (lease lost, or run dropped), and
+    /// tracks outages: one warning per outage, not per failed beat.
+    pub(super) stats: Arc<Stats>,
 }
 
 impl Keeper {
@@ -79,6 +82,14 @@ impl Keeper {
     fn margin_less(&self) -> Duration {
         let after = self.length.saturating_sub(self.every);
         self.length.saturating_sub(self.every.min(after) / 2)
+    }
+
+    /// The lease's deadline after a claim or renewing beat sent at `sent`.
+    fn deadline(&self, sent: Instant) -> LeaseDeadline {
+        LeaseDeadline {
+            stop_at: sent + self.margin_less(),
+            lease_ends: sent + self.length,
+        }
     }
 
     /// Runs until every sender of `rx` is gone.
@@ -103,6 +114,7 @@ impl Keeper {
                             let first = claimed_at + self.every;
                             let timer = Some(timers.insert_at(key, first));
                             let until = Some(leases.insert_at(key, claimed_at + self.margin_less()));
+                            control.set_deadline(self.deadline(claimed_at));
                             held.insert(key, Held { lease, next: first, timer, until, control });
                         }
                     }
@@ -110,6 +122,16 @@ impl Keeper {
                         let key = (job, token);
                         match held.remove(&key) {
                             Some(h) => {
+                                // An outcome handed over was counted by the settler;
+                                // a run that ended without one is counted here, so
+                                // every claimed job lands in one counter.
+                                if !h.control.handed() {
+                                    if h.control.stopped() {
+                                        self.stats.add_lease_lost();
+                                    } else {
+                                        self.stats.add_lost(1);
+                                    }
+                                }
                                 if let Some(timer) = h.timer {
                                     timers.remove(&timer);
                                 }
@@ -151,6 +173,8 @@ impl Keeper {
                     }
                     match result {
                         Err(Error::StaleLease) => {
+                            // The server answered.
+                            self.stats.outage.succeeded();
                             let lease = &h.lease;
                             if handed || h.control.finished() {
                                 // Most likely stored just now, before its `Ended` came.
@@ -164,11 +188,13 @@ impl Keeper {
                         other => {
                             match other {
                                 Ok(_) => {
+                                    self.stats.outage.succeeded();
                                     if let Some(until) = &h.until {
                                         leases.reset_at(until, sent + self.margin_less());
+                                        h.control.set_deadline(self.deadline(sent));
                                     }
                                 }
-                                Err(e) => tracing::warn!(error = %e, "heartbeat failed; will retry"),
+                                Err(e) => self.stats.outage.failed("heartbeat", &e),
                             }
                             // On schedule; after a beat that overran it, one interval on.
                             let now = Instant::now();

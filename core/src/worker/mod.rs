@@ -24,9 +24,11 @@
 //!   releases what is left (W4).
 
 mod buffer;
+mod context;
 mod handler;
 mod job;
 mod keeper;
+mod outage;
 mod run;
 mod settler;
 mod slots;
@@ -37,6 +39,7 @@ use std::{sync::Arc, time::Duration};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+pub use context::{JobContext, LeaseDeadline};
 pub use handler::{Done, Handler, JobError};
 pub use stats::WorkerReport;
 
@@ -224,6 +227,26 @@ impl WorkerBuilder {
     /// shortly before its lease would run out (by half the shorter of the interval and
     /// what the lease leaves after it), so it never runs beside the job's next attempt;
     /// one whose outcome is already with the settler is left to the server's verdict.
+    ///
+    /// # What holds, and what does not
+    /// "Stopped" means: the handler's future is dropped at its next `.await`, and its
+    /// [`JobContext::stopping`] token fires, at [`LeaseDeadline::stop_at`] (or at once
+    /// when a beat finds the lease lost). That promise has limits a handler must know:
+    /// - Work outside the future is not stopped by the drop: a thread, a task it
+    ///   spawned, a child process. Stop it when the token fires, or by
+    ///   [`JobContext::deadline`] at the latest; otherwise it can run beside the next
+    ///   attempt.
+    /// - A handler that blocks its thread is stopped only when it yields.
+    /// - All of this needs the worker process running. A worker that is killed
+    ///   (SIGKILL, OOM) or frozen (SIGSTOP, Ctrl-Z, a VM paused) neither drops futures
+    ///   nor fires tokens: its in-process work dies or freezes with it (and so cannot
+    ///   run beside the next attempt), but child processes run on. Such work needs a
+    ///   watcher outside the process, as `relayq work` gives every shell command: a
+    ///   guard process that kills the command's process group when the worker's pipe
+    ///   closes or the deadline passes without a renewal.
+    /// - A frozen worker that thaws after its lease ran out stops the handler when its
+    ///   keeper's overdue timer fires; if the handler returned first, its outcome is
+    ///   sent and the server refuses it when the job was taken over (SPEC L1).
     #[must_use]
     pub fn heartbeat(mut self, every: Duration) -> Self {
         self.config.heartbeat = Some(every);

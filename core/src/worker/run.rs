@@ -2,8 +2,9 @@
 //!
 //! Claims run beside the loop, which keeps serving while they are in flight: slots that
 //! free meanwhile are filled from the prefetch buffer, and expired buffered jobs are
-//! released on time. Without prefetch one claim is in flight at a time (SPEC W1); with
-//! it two, so one claim's round trip hides behind the other's.
+//! released on time. With prefetch off (`prefetch(0)`) one claim is in flight at a time
+//! (SPEC W1); otherwise (a fixed prefetch, or the automatic one, `pace`) two, so one
+//! claim's round trip hides behind the other's.
 //!
 //! The loop also tells the settler when the worker runs dry (nothing running or
 //! buffered, the last claim short), so that outcomes are not held back for company.
@@ -22,6 +23,7 @@ use super::{
     buffer::Buffer,
     job::{Assigned, Control, Ended, JobRun, Settling},
     keeper::{self, Keeper},
+    pace::Pace,
     settler::{self, Settler},
     slots::Pool,
     stats::Stats,
@@ -53,6 +55,8 @@ pub(super) struct Runner {
     keeper_rx: Option<mpsc::UnboundedReceiver<keeper::Msg>>,
     heartbeat_every: Duration,
     buffer: Buffer,
+    /// The pace the automatic prefetch follows.
+    pace: Pace,
     /// Jobs asked for by the claims in flight.
     asking: u32,
     /// Index of the queue the next round starts with (SPEC W5).
@@ -89,6 +93,7 @@ impl Runner {
             keeper_rx: Some(keeper_rx),
             heartbeat_every,
             buffer: Buffer::new(heartbeat_every),
+            pace: Pace::new(Instant::now()),
             asking: 0,
             next_queue: 0,
             short: false,
@@ -101,6 +106,7 @@ impl Runner {
             backend: self.backend.clone(),
             length: self.config.lease,
             every: self.heartbeat_every,
+            stats: self.stats.clone(),
         };
         let keeper = tokio::spawn(keeper.run(self.keeper_rx.take().expect("taken once")));
         let settler = Settler {
@@ -122,7 +128,11 @@ impl Runner {
         // event, a poll tick, a full claim), cleared when a claim came back short.
         let mut eager = true;
         let mut claiming: FuturesUnordered<Claiming> = FuturesUnordered::new();
-        let max_claims = if self.config.prefetch > 0 { 2 } else { 1 };
+        let max_claims = if self.config.prefetch == Some(0) {
+            1
+        } else {
+            2
+        };
         tracing::info!(worker = %self.config.name, queues = ?self.queues, "worker started");
 
         loop {
@@ -147,6 +157,8 @@ impl Runner {
             tokio::select! {
                 Some(got) = claiming.next(), if !claiming.is_empty() => {
                     self.asking -= got.asked;
+                    let now = Instant::now();
+                    self.pace.claimed(now.saturating_duration_since(got.at), now);
                     let n = u32::try_from(got.jobs.len()).unwrap_or(u32::MAX);
                     self.buffer.push(got.at, got.jobs);
                     eager = n == got.asked;
@@ -222,7 +234,7 @@ impl Runner {
     /// leaving it, once it is down to half. Jobs asked for by claims in flight count as
     /// buffered.
     fn want(&self) -> u32 {
-        let prefetch = self.config.prefetch;
+        let prefetch = self.config.prefetch.unwrap_or_else(|| self.pace.target());
         let buffered = self.buffer.len() + self.asking;
         let free = self.free_slots().saturating_sub(self.buffer.len());
         let refill = prefetch > 0 && buffered <= prefetch / 2 && self.buffer.consumed();
@@ -243,6 +255,7 @@ impl Runner {
             let Some((claimed_at, job)) = self.buffer.pop() else {
                 break;
             };
+            self.pace.started();
             let control = Arc::new(Control::default());
             let ended = Ended::new(self.keeper.clone(), &job.lease);
             // Heartbeats are timed from the claim: a job that waited in the prefetch
@@ -328,12 +341,14 @@ impl Runner {
                     .unwrap_or_else(|_| Err(Error::backend("claim panicked")));
                 match claimed {
                     Ok(got) => {
+                        stats.outage.succeeded();
                         stats.add_claimed(got.len());
                         jobs.extend(got);
                     }
                     Err(e) => {
                         failed = true;
-                        tracing::warn!(queue = %queue, error = %e, "claim failed; backing off");
+                        // One warning per outage (`outage.rs`), not one per retry.
+                        stats.outage.failed(&format!("claim from {queue:?}"), &e);
                     }
                 }
             }

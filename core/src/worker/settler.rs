@@ -107,6 +107,7 @@ impl Settler {
         let n = batch.len();
         match settle_retrying(&*self.backend, &batch).await {
             Ok(results) => {
+                self.stats.outage.succeeded();
                 for (settle, result) in batch.iter().zip(results) {
                     self.record(settle, &result);
                 }
@@ -124,6 +125,9 @@ impl Settler {
                 }
             }
             Err(e) => {
+                if matches!(e, Error::Backend { .. }) {
+                    self.stats.outage.failed("settle", &e);
+                }
                 self.stats.add_lost(n);
                 tracing::error!(error = %e, jobs = n, "could not settle; their leases will expire and the jobs run again");
             }

@@ -1,8 +1,18 @@
-//! Counters a worker reports when it stops.
+//! Counters a worker reports when it stops, and the state of its server as its calls
+//! see it.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{
+    Arc,
+    atomic::{AtomicU64, Ordering::Relaxed},
+};
+
+use super::outage::Outage;
 
 /// What a worker did, reported when it stops.
+///
+/// Every claimed job ends in exactly one of the five outcome counters, so
+/// `succeeded + failed + released + lease_lost + lost == claimed` once the worker has
+/// stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct WorkerReport {
     /// Jobs claimed.
@@ -13,8 +23,22 @@ pub struct WorkerReport {
     pub failed: u64,
     /// Jobs released (shutdown, or held too long in the prefetch buffer).
     pub released: u64,
-    /// Outcomes the backend refused (stale lease) or could not take (backend down).
+    /// Jobs whose handler the worker stopped because their lease was lost (cancelled,
+    /// taken over) or ran out with no heartbeat through: no outcome was sent; the
+    /// server decides what happens to the job (it runs again, unless cancelled).
+    pub lease_lost: u64,
+    /// Outcomes the backend refused (stale lease) or could not take (backend down), and
+    /// jobs whose run ended with no outcome for another reason (a worker dropped
+    /// mid-run): not settled; their leases expire and the jobs run again.
     pub lost: u64,
+}
+
+impl WorkerReport {
+    /// The sum of the outcome counters; equal to `claimed` once the worker stopped.
+    #[must_use]
+    pub fn ended(&self) -> u64 {
+        self.succeeded + self.failed + self.released + self.lease_lost + self.lost
+    }
 }
 
 #[derive(Debug, Default)]
@@ -23,7 +47,10 @@ pub(super) struct Stats {
     succeeded: AtomicU64,
     failed: AtomicU64,
     released: AtomicU64,
+    lease_lost: AtomicU64,
     lost: AtomicU64,
+    /// Whether the server answers: one warning per outage (claims, beats, settles).
+    pub(super) outage: Arc<Outage>,
 }
 
 impl Stats {
@@ -39,6 +66,9 @@ impl Stats {
     pub(super) fn add_released(&self, n: usize) {
         self.released.fetch_add(n as u64, Relaxed);
     }
+    pub(super) fn add_lease_lost(&self) {
+        self.lease_lost.fetch_add(1, Relaxed);
+    }
     pub(super) fn add_lost(&self, n: usize) {
         self.lost.fetch_add(n as u64, Relaxed);
     }
@@ -48,6 +78,7 @@ impl Stats {
             succeeded: self.succeeded.load(Relaxed),
             failed: self.failed.load(Relaxed),
             released: self.released.load(Relaxed),
+            lease_lost: self.lease_lost.load(Relaxed),
             lost: self.lost.load(Relaxed),
         }
     }

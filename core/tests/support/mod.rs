@@ -18,6 +18,8 @@ use relayq_core::{
 };
 use tokio::time::{Instant, sleep};
 
+pub mod faulty;
+
 pub const DEADLINE: Duration = Duration::from_secs(15);
 
 pub fn queue() -> String {

@@ -1,0 +1,137 @@
+//! The automatic prefetch: how far ahead of its free slots a worker claims when no
+//! fixed [`prefetch`](super::WorkerBuilder::prefetch) is set.
+//!
+//! A worker that claims only for free slots spends a claim round trip per handful of
+//! short jobs, and each claim statement pays a fixed cost on the server. When that
+//! cost grows (dead rows behind the claim index while vacuum is held back, issue 40:
+//! 0.1 ms to 14 ms per claim) a worker of 16 slots with 1 ms jobs fell from 2,000 to
+//! 470 jobs/s and never caught up, while the same worker with a fixed prefetch of 256
+//! kept up. The target here follows the worker's own pace: enough jobs for four claim
+//! round trips at the rate slots take jobs, so each claim brings a few round trips'
+//! worth and claims stay few while they are slow. A worker of long jobs starts a few
+//! jobs a second, its target rounds to 0, and it claims only for free slots: a long
+//! job's lease is never parked in the buffer.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// The most the automatic target asks for ahead of the free slots.
+pub(super) const AUTO_MAX: u32 = 256;
+/// Round trips' worth of jobs the buffer aims to hold.
+const ROUND_TRIPS: f64 = 4.0;
+/// The shortest window the start rate is measured over.
+const WINDOW: Duration = Duration::from_millis(50);
+/// Weight of the newest measurement in the moving averages.
+const NEWEST: f64 = 0.3;
+
+/// Moving averages of the rate jobs start at and of the claim round trip.
+pub(super) struct Pace {
+    /// Jobs started per second.
+    rate: f64,
+    /// Seconds per claim.
+    round_trip: f64,
+    started: u32,
+    since: Instant,
+}
+
+impl Pace {
+    pub(super) fn new(now: Instant) -> Self {
+        Self {
+            rate: 0.0,
+            round_trip: 0.0,
+            started: 0,
+            since: now,
+        }
+    }
+
+    /// A job moved into a slot.
+    pub(super) fn started(&mut self) {
+        self.started = self.started.saturating_add(1);
+    }
+
+    /// A claim came back after `took`.
+    pub(super) fn claimed(&mut self, took: Duration, now: Instant) {
+        self.round_trip = mix(self.round_trip, took.as_secs_f64());
+        let window = now.duration_since(self.since);
+        if window >= WINDOW {
+            self.rate = mix(self.rate, f64::from(self.started) / window.as_secs_f64());
+            self.started = 0;
+            self.since = now;
+        }
+    }
+
+    /// Jobs to hold ahead of the free slots, 0..=[`AUTO_MAX`].
+    pub(super) fn target(&self) -> u32 {
+        let jobs = (ROUND_TRIPS * self.rate * self.round_trip).floor();
+        if jobs >= f64::from(AUTO_MAX) {
+            AUTO_MAX
+        } else if jobs >= 1.0 {
+            // In range: checked above.
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            let jobs = jobs as u32;
+            jobs
+        } else {
+            0
+        }
+    }
+}
+
+fn mix(old: f64, new: f64) -> f64 {
+    if old == 0.0 {
+        new
+    } else {
+        old * (1.0 - NEWEST) + new * NEWEST
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs 40 claims of `took` each, one every `every`, with `per_claim` jobs
+    /// starting between them.
+    fn paced(per_claim: u32, took: Duration, every: Duration) -> Pace {
+        let mut now = Instant::now();
+        let mut pace = Pace::new(now);
+        for _ in 0..40 {
+            for _ in 0..per_claim {
+                pace.started();
+            }
+            now += every;
+            pace.claimed(took, now);
+        }
+        pace
+    }
+
+    #[test]
+    fn short_jobs_behind_slow_claims_are_claimed_ahead() {
+        // 28 jobs per 14 ms claim: 2,000 jobs/s.
+        let ms14 = Duration::from_millis(14);
+        let pace = paced(28, ms14, ms14);
+        assert!(
+            (100..=AUTO_MAX).contains(&pace.target()),
+            "target {}",
+            pace.target()
+        );
+    }
+
+    #[test]
+    fn the_target_is_capped() {
+        let ms50 = Duration::from_millis(50);
+        let pace = paced(1_000, ms50, ms50);
+        assert_eq!(pace.target(), AUTO_MAX);
+    }
+
+    #[test]
+    fn long_jobs_are_claimed_only_for_free_slots() {
+        // 16 slots of 10 s jobs start 1.6 jobs a second; claims take 1 ms.
+        let pace = paced(1, Duration::from_millis(1), Duration::from_millis(625));
+        assert_eq!(pace.target(), 0);
+    }
+
+    #[test]
+    fn a_worker_that_has_started_nothing_claims_nothing_ahead() {
+        assert_eq!(Pace::new(Instant::now()).target(), 0);
+    }
+}
