@@ -29,6 +29,7 @@ mod handler;
 mod job;
 mod keeper;
 mod outage;
+mod pace;
 mod run;
 mod settler;
 mod slots;
@@ -50,7 +51,8 @@ use crate::{Backend, Error, Result, validate};
 struct Config {
     name: String,
     concurrency: u32,
-    prefetch: u32,
+    /// `None`: automatic (see `pace`).
+    prefetch: Option<u32>,
     lease: Duration,
     heartbeat: Option<Duration>,
     timeout: Option<Duration>,
@@ -95,7 +97,7 @@ impl Worker {
             config: Config {
                 name: format!("worker-{}-{:04x}", std::process::id(), fastrand::u16(..)),
                 concurrency: 8,
-                prefetch: 0,
+                prefetch: None,
                 lease: Duration::from_secs(30),
                 heartbeat: None,
                 timeout: None,
@@ -182,8 +184,14 @@ impl WorkerBuilder {
         self
     }
 
-    /// Claims up to `n` jobs beyond the free slots into a local buffer (0..=1000).
-    /// Default 0: claim only for free slots, as SPEC W1 describes.
+    /// Claims up to `n` jobs beyond the free slots into a local buffer (0..=1000);
+    /// 0 claims only for free slots, as SPEC W1 describes.
+    ///
+    /// Default: automatic. The worker holds ahead as many jobs as its slots take in
+    /// four claim round trips, measured as it runs, at most 256: about none for long
+    /// jobs or fast claims, and up to 256 when short jobs wait on slow claims (a
+    /// server whose claim index is full of dead rows, for instance). Set a number to
+    /// fix it, 0 to turn it off.
     ///
     /// With short jobs a worker otherwise spends a claim round trip per handful of
     /// jobs; a buffer lets freed slots start the next job at once while claims (up to
@@ -210,7 +218,7 @@ impl WorkerBuilder {
     ///   a later one elsewhere.
     #[must_use]
     pub fn prefetch(mut self, n: u32) -> Self {
-        self.config.prefetch = n;
+        self.config.prefetch = Some(n);
         self
     }
 
@@ -337,10 +345,12 @@ impl WorkerBuilder {
                 format!("must be 1..=1000, got {}", c.concurrency),
             ));
         }
-        if c.prefetch > validate::MAX_CLAIM_LIMIT {
+        if let Some(n) = c.prefetch
+            && n > validate::MAX_CLAIM_LIMIT
+        {
             return Err(Error::invalid(
                 "prefetch",
-                format!("must be 0..=1000, got {}", c.prefetch),
+                format!("must be 0..=1000, got {n}"),
             ));
         }
         validate::lease_length("lease", c.lease)?;
