@@ -10,6 +10,32 @@ use relayq_core::{
 
 use crate::{Conn, Ended, SqliteBackend, claim, db, log_attempt, promote, us};
 
+/// The execution log of the jobs [`PRUNE_JOBS`] deletes.
+///
+/// Analyzed with a few attempts logged, SQLite scanned the whole log and tested each
+/// row against the list (`SCAN relayq_attempts`, tests/statistics.rs). `INDEXED BY`
+/// makes it probe the log's index per job instead in every state the test builds.
+/// It is a weaker pin than the claim's: `INDEXED BY` rules out the table scan, not a
+/// scan of the whole index, which SQLite's IN-versus-scan rule could still pick if
+/// the statistics said the log was smaller than the list; the test would show it.
+pub(crate) const PRUNE_ATTEMPTS: &str = "DELETE FROM relayq_attempts INDEXED BY relayq_attempts_job
+    WHERE job_id IN (
+    SELECT id FROM relayq_jobs INDEXED BY relayq_jobs_state WHERE queue = ?1
+      AND state IN ('succeeded', 'dead', 'cancelled') AND finished_at <= ?2)";
+
+/// Jobs finished before the retention cutoff, through the one index that holds
+/// finished jobs by queue (pinned, so no statistics can trade it for a scan).
+pub(crate) const PRUNE_JOBS: &str =
+    "DELETE FROM relayq_jobs INDEXED BY relayq_jobs_state WHERE queue = ?1
+    AND state IN ('succeeded', 'dead', 'cancelled') AND finished_at <= ?2";
+
+/// Sealed batches with no job left. It scans `relayq_batches`, which has no index on
+/// its queue: one row per batch not yet pruned, a few per thousand jobs, read once
+/// per maintenance pass, never per claim or settle; each row's check is one probe of
+/// `relayq_jobs_batch`.
+pub(crate) const PRUNE_BATCHES: &str = "DELETE FROM relayq_batches WHERE queue = ?1 AND sealed = 1
+    AND NOT EXISTS (SELECT 1 FROM relayq_jobs WHERE batch_id = relayq_batches.id)";
+
 impl SqliteBackend {
     async fn set_queue(
         &self,
@@ -160,34 +186,24 @@ impl Admin for SqliteBackend {
             .and_then(|r| now.checked_sub_signed(r))
             .unwrap_or(DateTime::<Utc>::MIN_UTC);
         let (requeued, dead) = claim::expire(&mut tx, queue, now).await?;
-        sqlx::query(
-            "DELETE FROM relayq_attempts WHERE job_id IN (
-                 SELECT id FROM relayq_jobs WHERE queue = ?1
-                   AND state IN ('succeeded', 'dead', 'cancelled') AND finished_at <= ?2)",
-        )
-        .bind(queue)
-        .bind(us(cutoff))
-        .execute(&mut *tx)
-        .await
-        .map_err(db)?;
-        let pruned = sqlx::query(
-            "DELETE FROM relayq_jobs WHERE queue = ?1
-               AND state IN ('succeeded', 'dead', 'cancelled') AND finished_at <= ?2",
-        )
-        .bind(queue)
-        .bind(us(cutoff))
-        .execute(&mut *tx)
-        .await
-        .map_err(db)?
-        .rows_affected();
-        sqlx::query(
-            "DELETE FROM relayq_batches WHERE queue = ?1 AND sealed = 1
-               AND NOT EXISTS (SELECT 1 FROM relayq_jobs WHERE batch_id = relayq_batches.id)",
-        )
-        .bind(queue)
-        .execute(&mut *tx)
-        .await
-        .map_err(db)?;
+        sqlx::query(PRUNE_ATTEMPTS)
+            .bind(queue)
+            .bind(us(cutoff))
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
+        let pruned = sqlx::query(PRUNE_JOBS)
+            .bind(queue)
+            .bind(us(cutoff))
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?
+            .rows_affected();
+        sqlx::query(PRUNE_BATCHES)
+            .bind(queue)
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
         tx.commit().await.map_err(db)?;
         if requeued + dead > 0 {
             self.notify(queue, EventKind::Finished);

@@ -11,12 +11,24 @@ use crate::{SqliteBackend, db, us};
 /// Whether batch `?1` of queue `?2` is sealed, and its lowest stage with an unfinished
 /// job. `min` over the prefix of `relayq_jobs_stage`, whose rows are the unfinished
 /// jobs, is one index probe: the state list must match the index's own for SQLite to
-/// use it (the test below checks the plan).
-const REACHED: &str = "
+/// use it (the test below checks the plan). Pinned (`INDEXED BY`): the other index on
+/// `batch_id`, `relayq_jobs_batch`, holds the batch's finished jobs too.
+pub(crate) const REACHED: &str = "
     SELECT sealed,
-           (SELECT min(stage) FROM relayq_jobs
+           (SELECT min(stage) FROM relayq_jobs INDEXED BY relayq_jobs_stage
             WHERE batch_id = ?1 AND state IN ('ready', 'blocked', 'running', 'retrying'))
     FROM relayq_batches WHERE id = ?1 AND queue = ?2";
+
+/// The batch row, for its progress.
+pub(crate) const BATCH_SETTINGS: &str =
+    "SELECT on_failure, sealed, failed, released_stage FROM relayq_batches
+    WHERE id = ?1 AND queue = ?2";
+
+/// The batch's jobs counted by stage and state: every job of the batch, finished
+/// ones included, which only `relayq_jobs_batch` holds.
+pub(crate) const BATCH_COUNTS: &str =
+    "SELECT stage, state, COUNT(*) FROM relayq_jobs INDEXED BY relayq_jobs_batch WHERE batch_id = ?1
+    GROUP BY stage, state";
 
 #[async_trait]
 impl OrderBarrier for SqliteBackend {
@@ -72,25 +84,19 @@ impl OrderBarrier for SqliteBackend {
 
     async fn batch_progress(&self, batch: &Batch) -> Result<BatchProgress> {
         validate::queue_name(&batch.queue)?;
-        let row: Option<(String, bool, bool, Option<i64>)> = sqlx::query_as(
-            "SELECT on_failure, sealed, failed, released_stage FROM relayq_batches
-             WHERE id = ?1 AND queue = ?2",
-        )
-        .bind(batch.id.0)
-        .bind(&batch.queue)
-        .fetch_optional(self.pool())
-        .await
-        .map_err(db)?;
+        let row: Option<(String, bool, bool, Option<i64>)> = sqlx::query_as(BATCH_SETTINGS)
+            .bind(batch.id.0)
+            .bind(&batch.queue)
+            .fetch_optional(self.pool())
+            .await
+            .map_err(db)?;
         let (on_failure, sealed, failed, released) =
             row.ok_or_else(|| Error::not_found(batch.to_string()))?;
-        let counts: Vec<(i64, String, i64)> = sqlx::query_as(
-            "SELECT stage, state, COUNT(*) FROM relayq_jobs WHERE batch_id = ?1
-             GROUP BY stage, state",
-        )
-        .bind(batch.id.0)
-        .fetch_all(self.pool())
-        .await
-        .map_err(db)?;
+        let counts: Vec<(i64, String, i64)> = sqlx::query_as(BATCH_COUNTS)
+            .bind(batch.id.0)
+            .fetch_all(self.pool())
+            .await
+            .map_err(db)?;
         let rows = counts
             .into_iter()
             .map(|(stage, state, n)| {

@@ -9,6 +9,16 @@ use chrono::{DateTime, Utc};
 
 use crate::{Conn, SqliteBackend, db, promote, us};
 
+/// The unfinished job of a dedupe key (SPEC E3): one probe of the unique dedupe
+/// index, pinned; unpinned, `relayq_jobs_state` (the queue's unfinished jobs) was
+/// the alternative the statistics could pick.
+pub(crate) const DUPLICATE: &str = "SELECT id FROM relayq_jobs WHERE queue = ?1 AND dedupe_key = ?2
+    AND state IN ('ready', 'blocked', 'running', 'retrying')";
+
+/// A batch of the queue: whether it takes jobs, and its released stage.
+pub(crate) const OPEN_BATCH_STAGE: &str =
+    "SELECT sealed, failed, released_stage FROM relayq_batches WHERE id = ?1 AND queue = ?2";
+
 #[async_trait]
 impl Enqueue for SqliteBackend {
     async fn enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
@@ -66,15 +76,12 @@ async fn duplicate(c: &mut Conn, queue: &str, job: &NewJob) -> Result<Option<i64
     let Some(key) = &job.dedupe_key else {
         return Ok(None);
     };
-    sqlx::query_scalar(
-        "SELECT id FROM relayq_jobs WHERE queue = ?1 AND dedupe_key = ?2
-         AND state IN ('ready', 'blocked', 'running', 'retrying')",
-    )
-    .bind(queue)
-    .bind(key)
-    .fetch_optional(&mut *c)
-    .await
-    .map_err(db)
+    sqlx::query_scalar(DUPLICATE)
+        .bind(queue)
+        .bind(key)
+        .fetch_optional(&mut *c)
+        .await
+        .map_err(db)
 }
 
 /// The state a new job starts in. A job without a group is ready at once when it has
@@ -137,7 +144,8 @@ async fn insert_one(
 /// [`insert_one`] for many jobs in one statement: the jobs go as a JSON array
 /// (payloads in hex), inserted in the array's order. A statement costs this backend
 /// more than its work (see `settle::complete_all`).
-const INSERT_ALL: &str = "INSERT INTO relayq_jobs (queue, state, payload, priority, run_at,
+pub(crate) const INSERT_ALL: &str =
+    "INSERT INTO relayq_jobs (queue, state, payload, priority, run_at,
          max_attempts, group_key, batch_id, stage, enqueued_by, created_at)
      SELECT ?1, j.value ->> 0, unhex(j.value ->> 1), j.value ->> 2, j.value ->> 3,
             j.value ->> 4, j.value ->> 5, j.value ->> 6, j.value ->> 7, j.value ->> 8, ?2
@@ -277,14 +285,12 @@ fn above_released(job: &NewJob, released: &Released) -> bool {
 
 /// The released stage of `batch`, if it can take jobs.
 async fn open_batch_stage(c: &mut Conn, queue: &str, batch: BatchId) -> Result<Option<i64>> {
-    let row: Option<(bool, bool, Option<i64>)> = sqlx::query_as(
-        "SELECT sealed, failed, released_stage FROM relayq_batches WHERE id = ?1 AND queue = ?2",
-    )
-    .bind(batch.0)
-    .bind(queue)
-    .fetch_optional(&mut *c)
-    .await
-    .map_err(db)?;
+    let row: Option<(bool, bool, Option<i64>)> = sqlx::query_as(OPEN_BATCH_STAGE)
+        .bind(batch.0)
+        .bind(queue)
+        .fetch_optional(&mut *c)
+        .await
+        .map_err(db)?;
     let (sealed, failed, stage) = row.ok_or_else(|| {
         Error::invalid("batch", format!("batch {batch} is unknown in this queue"))
     })?;

@@ -43,6 +43,7 @@ mod admin;
 mod barrier;
 mod claim;
 mod enqueue;
+mod hot;
 mod inspect;
 mod promote;
 mod settle;
@@ -64,6 +65,9 @@ use sqlx::{
     sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous},
 };
 use tokio::sync::{OwnedMutexGuard, broadcast};
+
+#[doc(hidden)]
+pub use hot::{Hot, Param, hot_statements};
 
 /// How long a writer waits for another process's write lock before failing.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(30);

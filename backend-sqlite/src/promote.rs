@@ -21,6 +21,75 @@ use relayq_core::{JobState, Result};
 
 use crate::{Conn, db, us};
 
+/// A job of the batch at or below the lowest stage a transaction finished.
+pub(crate) const STAGE_BELOW: &str = "SELECT 1 FROM relayq_jobs INDEXED BY relayq_jobs_stage
+    WHERE batch_id = ?1 AND stage <= ?2
+      AND state IN ('ready', 'blocked', 'running', 'retrying') LIMIT 1";
+
+/// SPEC B6: a dead job halts its `Halt` batch.
+pub(crate) const HALT_BATCH: &str =
+    "UPDATE relayq_batches SET failed = 1 WHERE id = ?1 AND on_failure = 'halt'";
+
+/// SPEC B6: the halted batch's jobs of later stages are cancelled.
+///
+/// Through the stage index, from the dead job's stage up. Without the index's own
+/// state list SQLite could not use it and took `relayq_jobs_batch`, every job of the
+/// batch, finished ones included: each dead job of a batch of 10,000 read all 10,000
+/// (510,670 steps for a settle of 40 with ten dead, tests/statistics.rs), in every
+/// statistics state.
+pub(crate) const HALT_JOBS: &str =
+    "UPDATE relayq_jobs INDEXED BY relayq_jobs_stage SET state = 'cancelled', finished_at = ?3
+    WHERE batch_id = ?1 AND stage > ?2 AND state IN ('ready', 'blocked')
+      AND state IN ('ready', 'blocked', 'running', 'retrying')";
+
+/// The batch's lowest unfinished stage: `MIN` over the stage index's prefix, one
+/// probe. Pinned, as [`REACHED`](crate::barrier) is, against `relayq_jobs_batch`.
+pub(crate) const STAGE_FLOOR: &str =
+    "SELECT MIN(stage) FROM relayq_jobs INDEXED BY relayq_jobs_stage
+    WHERE batch_id = ?1 AND state IN ('ready', 'blocked', 'running', 'retrying')";
+
+/// Raises the batch's high-water mark to the floor.
+pub(crate) const RAISE_STAGE: &str = "UPDATE relayq_batches SET released_stage = ?2
+    WHERE id = ?1 AND (released_stage IS NULL OR released_stage < ?2)";
+
+/// The released stage's ungrouped jobs become ready.
+pub(crate) const RELEASE_UNGROUPED: &str =
+    "UPDATE relayq_jobs INDEXED BY relayq_jobs_stage SET state = 'ready'
+    WHERE batch_id = ?1 AND stage = ?2 AND state = 'blocked' AND group_key IS NULL
+      AND state IN ('ready', 'blocked', 'running', 'retrying')";
+
+/// The groups with a job in the released stage.
+pub(crate) const STAGE_GROUPS: &str =
+    "SELECT DISTINCT queue, group_key FROM relayq_jobs INDEXED BY relayq_jobs_stage
+    WHERE batch_id = ?1 AND stage = ?2 AND state = 'blocked' AND group_key IS NOT NULL
+      AND state IN ('ready', 'blocked', 'running', 'retrying')";
+
+/// Whether a job of the group is running or retrying.
+pub(crate) const GROUP_BUSY: &str = "SELECT id FROM relayq_jobs INDEXED BY relayq_jobs_holder
+    WHERE queue = ?1 AND group_key = ?2 AND state IN ('running', 'retrying')
+      AND group_key IS NOT NULL AND state IN ('ready', 'running', 'retrying') LIMIT 1";
+
+/// The group's earliest job whose stage is released. The batch's floor (`s`) is
+/// pinned to the stage index like [`STAGE_FLOOR`].
+pub(crate) const GROUP_HEAD: &str = "SELECT j.id FROM relayq_jobs j INDEXED BY relayq_jobs_group
+    WHERE j.queue = ?1 AND j.group_key = ?2 AND j.state IN ('ready', 'blocked')
+      AND j.state IN ('ready', 'blocked', 'running', 'retrying')
+      AND (j.batch_id IS NULL OR j.stage <= (
+           SELECT MIN(s.stage) FROM relayq_jobs s INDEXED BY relayq_jobs_stage
+           WHERE s.batch_id = j.batch_id
+             AND s.state IN ('ready', 'blocked', 'running', 'retrying')))
+    ORDER BY j.priority, j.run_at, j.id LIMIT 1";
+
+/// Every ready job of the group but the head is blocked.
+pub(crate) const GROUP_DEMOTE: &str =
+    "UPDATE relayq_jobs INDEXED BY relayq_jobs_holder SET state = 'blocked'
+    WHERE queue = ?1 AND group_key = ?2 AND state = 'ready' AND id IS NOT ?3
+      AND group_key IS NOT NULL AND state IN ('ready', 'running', 'retrying')";
+
+/// The head is ready.
+pub(crate) const GROUP_PROMOTE: &str =
+    "UPDATE relayq_jobs SET state = 'ready' WHERE id = ?1 AND state = 'blocked'";
+
 /// Where a job that just finished sat.
 pub(crate) struct Finished<'a> {
     pub(crate) queue: &'a str,
@@ -83,16 +152,12 @@ impl Touched {
     /// settle (the bench's one-stage batch of 20,000 jobs drained 45% faster).
     pub(crate) async fn promote(self, c: &mut Conn) -> Result<()> {
         for (batch, low) in self.batches {
-            let below: Option<i64> = sqlx::query_scalar(
-                "SELECT 1 FROM relayq_jobs INDEXED BY relayq_jobs_stage
-                 WHERE batch_id = ?1 AND stage <= ?2
-                   AND state IN ('ready', 'blocked', 'running', 'retrying') LIMIT 1",
-            )
-            .bind(batch)
-            .bind(low)
-            .fetch_optional(&mut *c)
-            .await
-            .map_err(db)?;
+            let below: Option<i64> = sqlx::query_scalar(STAGE_BELOW)
+                .bind(batch)
+                .bind(low)
+                .fetch_optional(&mut *c)
+                .await
+                .map_err(db)?;
             if below.is_none() {
                 release_stage(c, batch).await?;
             }
@@ -107,24 +172,20 @@ impl Touched {
 /// SPEC B6: in a `Halt` batch, a dead job fails the batch and cancels every job of a
 /// later stage (none of which can have started).
 async fn halt(c: &mut Conn, batch: i64, stage: i64, now: DateTime<Utc>) -> Result<()> {
-    let halted =
-        sqlx::query("UPDATE relayq_batches SET failed = 1 WHERE id = ?1 AND on_failure = 'halt'")
-            .bind(batch)
-            .execute(&mut *c)
-            .await
-            .map_err(db)?
-            .rows_affected();
-    if halted > 0 {
-        sqlx::query(
-            "UPDATE relayq_jobs SET state = 'cancelled', finished_at = ?3
-             WHERE batch_id = ?1 AND stage > ?2 AND state IN ('ready', 'blocked')",
-        )
+    let halted = sqlx::query(HALT_BATCH)
         .bind(batch)
-        .bind(stage)
-        .bind(us(now))
         .execute(&mut *c)
         .await
-        .map_err(db)?;
+        .map_err(db)?
+        .rows_affected();
+    if halted > 0 {
+        sqlx::query(HALT_JOBS)
+            .bind(batch)
+            .bind(stage)
+            .bind(us(now))
+            .execute(&mut *c)
+            .await
+            .map_err(db)?;
     }
     Ok(())
 }
@@ -137,48 +198,34 @@ async fn halt(c: &mut Conn, batch: i64, stage: i64, now: DateTime<Utc>) -> Resul
 /// grouped jobs are their groups' business. Reading the stage anyway made each enqueue
 /// into a released stage cost as much as the stage held.
 pub(crate) async fn release_stage(c: &mut Conn, batch: i64) -> Result<()> {
-    let floor: Option<i64> = sqlx::query_scalar(
-        "SELECT MIN(stage) FROM relayq_jobs
-         WHERE batch_id = ?1 AND state IN ('ready', 'blocked', 'running', 'retrying')",
-    )
-    .bind(batch)
-    .fetch_one(&mut *c)
-    .await
-    .map_err(db)?;
+    let floor: Option<i64> = sqlx::query_scalar(STAGE_FLOOR)
+        .bind(batch)
+        .fetch_one(&mut *c)
+        .await
+        .map_err(db)?;
     let Some(floor) = floor else { return Ok(()) };
-    let raised = sqlx::query(
-        "UPDATE relayq_batches SET released_stage = ?2
-         WHERE id = ?1 AND (released_stage IS NULL OR released_stage < ?2)",
-    )
-    .bind(batch)
-    .bind(floor)
-    .execute(&mut *c)
-    .await
-    .map_err(db)?
-    .rows_affected();
+    let raised = sqlx::query(RAISE_STAGE)
+        .bind(batch)
+        .bind(floor)
+        .execute(&mut *c)
+        .await
+        .map_err(db)?
+        .rows_affected();
     if raised == 0 {
         return Ok(());
     }
-    sqlx::query(
-        "UPDATE relayq_jobs INDEXED BY relayq_jobs_stage SET state = 'ready'
-         WHERE batch_id = ?1 AND stage = ?2 AND state = 'blocked' AND group_key IS NULL
-           AND state IN ('ready', 'blocked', 'running', 'retrying')",
-    )
-    .bind(batch)
-    .bind(floor)
-    .execute(&mut *c)
-    .await
-    .map_err(db)?;
-    let groups: Vec<(String, String)> = sqlx::query_as(
-        "SELECT DISTINCT queue, group_key FROM relayq_jobs INDEXED BY relayq_jobs_stage
-         WHERE batch_id = ?1 AND stage = ?2 AND state = 'blocked' AND group_key IS NOT NULL
-           AND state IN ('ready', 'blocked', 'running', 'retrying')",
-    )
-    .bind(batch)
-    .bind(floor)
-    .fetch_all(&mut *c)
-    .await
-    .map_err(db)?;
+    sqlx::query(RELEASE_UNGROUPED)
+        .bind(batch)
+        .bind(floor)
+        .execute(&mut *c)
+        .await
+        .map_err(db)?;
+    let groups: Vec<(String, String)> = sqlx::query_as(STAGE_GROUPS)
+        .bind(batch)
+        .bind(floor)
+        .fetch_all(&mut *c)
+        .await
+        .map_err(db)?;
     for (queue, group) in groups {
         settle_group(c, &queue, &group).await?;
     }
@@ -192,47 +239,30 @@ pub(crate) async fn release_stage(c: &mut Conn, batch: i64) -> Result<()> {
 /// live jobs; each statement repeats its condition, so that SQLite can use it); only
 /// the head is looked for in the group index, read in order.
 pub(crate) async fn settle_group(c: &mut Conn, queue: &str, group: &str) -> Result<()> {
-    let busy: Option<i64> = sqlx::query_scalar(
-        "SELECT id FROM relayq_jobs INDEXED BY relayq_jobs_holder
-         WHERE queue = ?1 AND group_key = ?2 AND state IN ('running', 'retrying')
-           AND group_key IS NOT NULL AND state IN ('ready', 'running', 'retrying') LIMIT 1",
-    )
-    .bind(queue)
-    .bind(group)
-    .fetch_optional(&mut *c)
-    .await
-    .map_err(db)?;
+    let busy: Option<i64> = sqlx::query_scalar(GROUP_BUSY)
+        .bind(queue)
+        .bind(group)
+        .fetch_optional(&mut *c)
+        .await
+        .map_err(db)?;
     if busy.is_some() {
         return Ok(());
     }
-    let head: Option<i64> = sqlx::query_scalar(
-        "SELECT j.id FROM relayq_jobs j INDEXED BY relayq_jobs_group
-         WHERE j.queue = ?1 AND j.group_key = ?2 AND j.state IN ('ready', 'blocked')
-           AND j.state IN ('ready', 'blocked', 'running', 'retrying')
-           AND (j.batch_id IS NULL OR j.stage <= (
-                SELECT MIN(s.stage) FROM relayq_jobs s
-                WHERE s.batch_id = j.batch_id
-                  AND s.state IN ('ready', 'blocked', 'running', 'retrying')))
-         ORDER BY j.priority, j.run_at, j.id LIMIT 1",
-    )
-    .bind(queue)
-    .bind(group)
-    .fetch_optional(&mut *c)
-    .await
-    .map_err(db)?;
-    sqlx::query(
-        "UPDATE relayq_jobs INDEXED BY relayq_jobs_holder SET state = 'blocked'
-         WHERE queue = ?1 AND group_key = ?2 AND state = 'ready' AND id IS NOT ?3
-           AND group_key IS NOT NULL AND state IN ('ready', 'running', 'retrying')",
-    )
-    .bind(queue)
-    .bind(group)
-    .bind(head)
-    .execute(&mut *c)
-    .await
-    .map_err(db)?;
+    let head: Option<i64> = sqlx::query_scalar(GROUP_HEAD)
+        .bind(queue)
+        .bind(group)
+        .fetch_optional(&mut *c)
+        .await
+        .map_err(db)?;
+    sqlx::query(GROUP_DEMOTE)
+        .bind(queue)
+        .bind(group)
+        .bind(head)
+        .execute(&mut *c)
+        .await
+        .map_err(db)?;
     if let Some(head) = head {
-        sqlx::query("UPDATE relayq_jobs SET state = 'ready' WHERE id = ?1 AND state = 'blocked'")
+        sqlx::query(GROUP_PROMOTE)
             .bind(head)
             .execute(&mut *c)
             .await

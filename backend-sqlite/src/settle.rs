@@ -26,12 +26,12 @@ struct After {
 
 // Every statement below only touches the row while the lease holds: same job, same
 // token, still running, not expired (SPEC L1).
-const COMPLETE: &str = "UPDATE relayq_jobs
+pub(crate) const COMPLETE: &str = "UPDATE relayq_jobs
     SET state = 'succeeded', finished_at = ?3, lease_token = NULL, lease_expires_at = NULL
     WHERE id = ?1 AND lease_token = ?2 AND state = 'running' AND lease_expires_at > ?3
       AND queue = ?4
     RETURNING state, run_at, attempts, group_key, batch_id, stage, worker, started_at";
-const FAIL: &str = "UPDATE relayq_jobs
+pub(crate) const FAIL: &str = "UPDATE relayq_jobs
     SET state = CASE WHEN attempts < max_attempts AND ?5 IS NOT NULL THEN 'retrying' ELSE 'dead' END,
         run_at = CASE WHEN attempts < max_attempts AND ?5 IS NOT NULL THEN ?5 ELSE run_at END,
         finished_at = CASE WHEN attempts < max_attempts AND ?5 IS NOT NULL THEN NULL ELSE ?3 END,
@@ -39,11 +39,15 @@ const FAIL: &str = "UPDATE relayq_jobs
     WHERE id = ?1 AND lease_token = ?2 AND state = 'running' AND lease_expires_at > ?3
       AND queue = ?4
     RETURNING state, run_at, attempts, group_key, batch_id, stage, worker, started_at";
-const RELEASE: &str = "UPDATE relayq_jobs
+pub(crate) const RELEASE: &str = "UPDATE relayq_jobs
     SET state = 'ready', attempts = attempts - 1, lease_token = NULL, lease_expires_at = NULL
     WHERE id = ?1 AND lease_token = ?2 AND state = 'running' AND lease_expires_at > ?3
       AND queue = ?4
     RETURNING state, run_at, attempts, group_key, batch_id, stage, worker, started_at";
+pub(crate) const HEARTBEAT: &str = "UPDATE relayq_jobs SET lease_expires_at = ?4
+    WHERE id = ?1 AND lease_token = ?2 AND state = 'running' AND lease_expires_at > ?3
+      AND queue = ?5
+    RETURNING id";
 
 #[async_trait]
 impl Complete for SqliteBackend {
@@ -90,20 +94,15 @@ impl Complete for SqliteBackend {
         validate::lease_length("extend", extend)?;
         let (mut tx, now) = self.write().await?;
         let until = plus(now, extend);
-        let held: Option<i64> = sqlx::query_scalar(
-            "UPDATE relayq_jobs SET lease_expires_at = ?4
-             WHERE id = ?1 AND lease_token = ?2 AND state = 'running' AND lease_expires_at > ?3
-               AND queue = ?5
-             RETURNING id",
-        )
-        .bind(lease.job.0)
-        .bind(lease.token.0.as_bytes().as_slice())
-        .bind(us(now))
-        .bind(us(until))
-        .bind(&lease.queue)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(db)?;
+        let held: Option<i64> = sqlx::query_scalar(HEARTBEAT)
+            .bind(lease.job.0)
+            .bind(lease.token.0.as_bytes().as_slice())
+            .bind(us(now))
+            .bind(us(until))
+            .bind(&lease.queue)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(db)?;
         tx.commit().await.map_err(db)?;
         held.map(|_| until).ok_or(Error::StaleLease)
     }
@@ -132,32 +131,58 @@ fn leases_json(settles: &[Settle]) -> String {
     serde_json::Value::Array(leases).to_string()
 }
 
-/// Which of the leases `?2` (see [`leases_json`]) still hold at `?1`: the lease checks
-/// of [`COMPLETE`], each job found by its id.
+/// The jobs of the leases `?2` (see [`leases_json`]) that still hold at `?1`: the
+/// lease checks of [`COMPLETE`], each job found by its id.
+///
+/// The leases are the outer loop and each job is looked up by rowid, whatever the
+/// statistics (issue 39). With a plain `JOIN`, once `ANALYZE` had run while few jobs
+/// ran, SQLite put the jobs outside, read from `relayq_jobs_running` (every running
+/// job of the file), and scanned the leases once per running job: 60,269 steps to
+/// complete 50 jobs with 100 running, 9,474 before any `ANALYZE`, and growing with
+/// running jobs times leases. `CROSS JOIN` fixes the order: SQLite never reorders
+/// its two sides. The `+` on the other columns takes every index of `relayq_jobs`
+/// out of the inner loop's choice (`+j.state` no longer matches the running index's
+/// `WHERE`, `+j.queue` no longer a key of the state index), so what is left is the
+/// rowid look-up or a scan of the table per lease, and no estimate of the table's
+/// size makes a scan cheaper than one look-up.
 macro_rules! held {
     () => {
-        "j.id = l.value ->> 0 AND j.lease_token = unhex(l.value ->> 1)
-         AND j.state = 'running' AND j.lease_expires_at > ?1 AND j.queue = l.value ->> 2"
+        "FROM json_each(?2) AS l CROSS JOIN relayq_jobs AS j
+         ON j.id = l.value ->> 0 AND j.lease_token = unhex(l.value ->> 1)
+            AND +j.state = 'running' AND +j.lease_expires_at > ?1
+            AND +j.queue = l.value ->> 2"
     };
 }
 
 /// Logs the succeeded attempt of every lease that holds. Runs before [`COMPLETE_ALL`],
 /// in the same transaction, so both find the same leases.
-const LOG_COMPLETED: &str = concat!(
+pub(crate) const LOG_COMPLETED: &str = concat!(
     "INSERT INTO relayq_attempts
          (job_id, attempt, worker, started_at, ended_at, outcome, error, output)
-     SELECT j.id, j.attempts, j.worker, j.started_at, ?1, 'succeeded', NULL, l.value ->> 3
-     FROM json_each(?2) AS l JOIN relayq_jobs AS j ON ",
+     SELECT j.id, j.attempts, j.worker, j.started_at, ?1, 'succeeded', NULL, l.value ->> 3 ",
     held!()
 );
 
 /// [`COMPLETE`] for every lease that holds.
-const COMPLETE_ALL: &str = concat!(
-    "UPDATE relayq_jobs AS j
-     SET state = 'succeeded', finished_at = ?1, lease_token = NULL, lease_expires_at = NULL
-     FROM json_each(?2) AS l WHERE ",
+///
+/// An upsert, not `UPDATE relayq_jobs AS j ... FROM json_each(?2) AS l`: an
+/// `UPDATE ... FROM` joins its target in an order the planner picks, and no syntax
+/// fixes it; this is how it flipped (see [`held!`]). Here the `SELECT` is the pinned
+/// join, and each row it finds is updated through the primary key's conflict check,
+/// a seek the planner does not choose (as the claim does, see `claim::CLAIM`). Every
+/// id comes from the table in this statement, so none is inserted; the `NOT NULL`
+/// columns are filled only to pass the checks that come before the conflict's.
+/// `WHERE true` is SQLite's required guard between an `INSERT ... SELECT` and its
+/// `ON CONFLICT`.
+pub(crate) const COMPLETE_ALL: &str = concat!(
+    "INSERT INTO relayq_jobs
+         (id, queue, state, payload, priority, run_at, max_attempts, created_at)
+     SELECT j.id, j.queue, j.state, X'', j.priority, j.run_at, j.max_attempts, j.created_at ",
     held!(),
-    " RETURNING id, group_key, batch_id, stage"
+    " WHERE true
+     ON CONFLICT (id) DO UPDATE
+     SET state = 'succeeded', finished_at = ?1, lease_token = NULL, lease_expires_at = NULL
+     RETURNING id, group_key, batch_id, stage"
 );
 
 /// A row of [`COMPLETE_ALL`]: id, group, batch, stage.
