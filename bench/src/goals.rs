@@ -81,6 +81,8 @@ pub fn judge(rows: &[Row], run: &Run) -> Vec<Verdict> {
         }
     }
     out.extend(backlog(rows));
+    out.extend(bursts(rows));
+    out.extend(phases(rows));
     if let Some(measured) = run.timed {
         out.push(at_most(
             "--all measured within ~10 minutes".to_owned(),
@@ -216,6 +218,73 @@ fn backlog(rows: &[Row]) -> Vec<Verdict> {
         {
             let goal = format!("{t} claim p50 at {large} pending <= 1.5x at {small}");
             out.push(at_most(goal, b / a, 1.5, format!("{:.3}x", b / a)));
+        }
+    }
+    out
+}
+
+/// Issue 39: the claims of a burst after the drained tables were analyzed are as fast
+/// as the first drain's (p50 within 1.5x), on each SQL backend measured.
+fn bursts(rows: &[Row]) -> Vec<Verdict> {
+    let mut out = Vec::new();
+    for r in rows
+        .iter()
+        .filter(|r| r.scenario.ends_with("first drain, claim p50"))
+    {
+        let after = r.scenario.replace("first drain", "burst after analyze");
+        if let Some(b) = value(rows, &after, &r.target) {
+            let goal = format!(
+                "{} burst claim p50 after analyze <= 1.5x first drain's",
+                r.target
+            );
+            out.push(at_most(
+                goal,
+                b / r.value,
+                1.5,
+                format!("{:.3}x", b / r.value),
+            ));
+        }
+    }
+    out
+}
+
+/// Issue 40, for PostgreSQL with the worker's defaults, at each rate measured: every
+/// phase completes within 2% of the producer's rate, claims in `idle-in-tx` stay
+/// under 100 ms at p99, and the backlog is gone within 15 s of the held transaction
+/// ending.
+fn phases(rows: &[Row]) -> Vec<Verdict> {
+    let mut out = Vec::new();
+    for r in rows.iter().filter(|r| r.target == "postgres") {
+        let Some(rest) = r.scenario.strip_prefix("phases ") else {
+            continue;
+        };
+        let Some((rate, what)) = rest.split_once("/s, ") else {
+            continue;
+        };
+        let Ok(rate) = rate.parse::<f64>() else {
+            continue;
+        };
+        let goal = |g: &str| format!("postgres phases {rate}/s, {g}");
+        match what.split_once(": ") {
+            Some((phase, "done/s mean")) => out.push(at_least(
+                goal(&format!("{phase}: done/s >= 98% of the rate")),
+                r.value / rate,
+                0.98,
+                true,
+            )),
+            Some(("idle-in-tx", "claim p99")) => out.push(at_most(
+                goal("idle-in-tx: claim p99 <= 100 ms"),
+                r.value,
+                100.0,
+                format!("{:.1} ms", r.value),
+            )),
+            Some(("recovery", "backlog gone after")) => out.push(at_most(
+                goal("recovery: backlog gone within 15 s"),
+                r.value,
+                15.0,
+                format!("{} s", r.value),
+            )),
+            _ => {}
         }
     }
     out

@@ -17,15 +17,18 @@
 //! issue's goals judged on the run's own rows (not after `--quick`).
 
 mod backlog;
+mod burst;
 mod goals;
 mod groups;
 mod latency;
 mod paired;
 mod peers;
+mod phases;
 mod raw;
 mod scenarios;
 mod stages;
 mod targets;
+mod timed;
 
 use std::{io::Write, path::PathBuf};
 
@@ -56,7 +59,8 @@ struct Args {
     runs: usize,
     /// Run only these scenarios (comma-separated: enqueue, drain, drain16 (the
     /// concurrency-16 rows alone), prefetch (the prefetch row alone, for profiling it),
-    /// raw, latency, stages, groups, backlog).
+    /// raw, latency, stages, groups, backlog, burst; and phases, which only runs when
+    /// named here).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Measure only these of our targets (comma-separated: memory, sqlite, postgres,
@@ -69,6 +73,9 @@ struct Args {
     /// after its queue was filled, leaving those jobs behind for later runs.
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(0..=1000))]
     prefetch: u32,
+    /// Seconds per phase of the `phases` scenario.
+    #[arg(long, default_value_t = 30)]
+    phase_seconds: u64,
     /// Leave the peers (apalis, graphile_worker) out.
     #[arg(long)]
     no_peers: bool,
@@ -196,6 +203,16 @@ async fn main() -> anyhow::Result<()> {
     if on("backlog") {
         // Printed as measured inside (each size takes a while to build).
         rows.extend(backlog::backlog(&targets, sizes).await?);
+    }
+    if args.only.iter().any(|o| o == "phases") {
+        // Not part of `--all`: three rates of three phases take minutes each.
+        let phase = std::time::Duration::from_secs(if quick { 5 } else { args.phase_seconds });
+        let rates: &[u64] = if quick { &[500] } else { &[500, 2_000, 5_000] };
+        rows.extend(phases::phases(&targets, rates, phase).await?);
+    }
+    if on("burst") {
+        // Printed as measured inside.
+        rows.extend(burst::burst(&targets, if quick { 5_000 } else { 50_000 }).await?);
     }
     let measured = started.elapsed();
     say(&format!("all measured in {measured:.0?}"));

@@ -157,6 +157,29 @@ pub enum Cleanup {
 }
 
 impl Cleanup {
+    /// Refreshes the planner's statistics of the namespace's tables, as autovacuum's
+    /// autoanalyze (PostgreSQL) or `PRAGMA optimize` (SQLite) would.
+    pub async fn analyze(&self) -> anyhow::Result<()> {
+        match self {
+            Cleanup::File(path) => {
+                let url = format!("sqlite://{}", path.display());
+                let b = relayq_sqlite::SqliteBackend::open(&url).await?;
+                sqlx::raw_sql("ANALYZE").execute(b.pool()).await?;
+                b.pool().close().await;
+            }
+            Cleanup::Schema(pool, schema) => {
+                for t in ["jobs", "finished", "attempts", "batches", "queues"] {
+                    let sql = format!("ANALYZE \"{schema}\".{t}");
+                    sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+                        .execute(pool)
+                        .await?;
+                }
+            }
+            Cleanup::None | Cleanup::Keys(..) => {}
+        }
+        Ok(())
+    }
+
     pub async fn run(self) -> anyhow::Result<()> {
         match self {
             Cleanup::None => {}

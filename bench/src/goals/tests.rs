@@ -188,3 +188,62 @@ fn latency_transition_and_backlog_goals_are_met_at_their_bounds() {
     );
     assert!(vs.iter().all(|v| !v.goal.starts_with("memory")));
 }
+
+#[test]
+fn a_burst_is_judged_against_the_first_drain_of_its_backend() {
+    let rows = [
+        row(
+            "drain-analyze-burst 50000: first drain, claim p50",
+            "postgres",
+            4.0,
+        ),
+        row(
+            "drain-analyze-burst 50000: burst after analyze, claim p50",
+            "postgres",
+            5.9,
+        ),
+        row(
+            "drain-analyze-burst 50000: first drain, claim p50",
+            "sqlite",
+            4.0,
+        ),
+        row(
+            "drain-analyze-burst 50000: burst after analyze, claim p50",
+            "sqlite",
+            6.1,
+        ),
+    ];
+    let vs = judge(&rows, &part());
+    let goal = "burst claim p50 after analyze <= 1.5x first drain's";
+    assert!(verdict(&vs, &format!("postgres {goal}")).met);
+    assert!(!verdict(&vs, &format!("sqlite {goal}")).met);
+}
+
+#[test]
+fn the_phases_are_judged_per_rate_on_postgres() {
+    let rows = [
+        row("phases 2000/s, clean: done/s mean", "postgres", 1_990.0),
+        row(
+            "phases 2000/s, idle-in-tx: done/s mean",
+            "postgres",
+            1_900.0,
+        ),
+        row("phases 2000/s, idle-in-tx: claim p99", "postgres", 140.0),
+        row(
+            "phases 2000/s, recovery: backlog gone after",
+            "postgres",
+            3.0,
+        ),
+        row("phases 2000/s, clean: done/s mean", "sqlite", 10.0),
+    ];
+    let vs = judge(&rows, &part());
+    let goal = |g: &str| format!("postgres phases 2000/s, {g}");
+    assert!(verdict(&vs, &goal("clean: done/s >= 98% of the rate")).met);
+    assert!(!verdict(&vs, &goal("idle-in-tx: done/s >= 98% of the rate")).met);
+    assert!(!verdict(&vs, &goal("idle-in-tx: claim p99 <= 100 ms")).met);
+    assert!(verdict(&vs, &goal("recovery: backlog gone within 15 s")).met);
+    assert!(
+        !vs.iter().any(|v| v.goal.contains("sqlite")),
+        "SQLite is a check, not judged"
+    );
+}

@@ -1,0 +1,241 @@
+//! Scenario 8: a producer at a fixed rate under churn (issue 40), after the phases of
+//! the independent long-horizon PostgreSQL queue benchmark: `clean` (steady producer
+//! and worker), `idle-in-tx` (a second session holds `BEGIN; SELECT txid_current();`
+//! open, so vacuum cannot remove the rows each job leaves dead), `recovery` (that
+//! transaction ended). The producer enqueues every 10 ms what the rate owes; one
+//! `Worker` with default settings (16 slots, automatic prefetch) runs 1 ms jobs of
+//! 256 bytes. Per phase: completions per second (mean, and the minimum over 5 s
+//! windows), claim p50 and p99, the backlog at the end, and on PostgreSQL the dead
+//! rows and size of `jobs`; for `recovery`, the seconds until the backlog was gone.
+//! Against the suite's own PostgreSQL (autovacuum on, `.ci/run`). SQLite and Redis run
+//! the same phases without a transaction to hold, as a check that nothing regressed.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use relayq_core::{
+    ClaimedJob, NewJob,
+    worker::{JobError, Worker},
+};
+use sqlx::Connection;
+
+use crate::{
+    Row, median,
+    targets::{Cleanup, Target},
+    timed::Timed,
+};
+
+const SLOTS: u32 = 16;
+const PAYLOAD: usize = 256;
+const TICK: Duration = Duration::from_millis(10);
+/// Completion rates are judged over windows this long.
+const WINDOW: u64 = 5;
+const PHASES: [&str; 3] = ["clean", "idle-in-tx", "recovery"];
+
+pub async fn phases(
+    targets: &[Target],
+    rates: &[u64],
+    phase: Duration,
+) -> anyhow::Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    for t in targets {
+        let rates: &[u64] = match t {
+            Target::Postgres(_) => rates,
+            // The check that nothing regressed: the middle rate only.
+            Target::Sqlite(_) | Target::Redis(_) => &rates[rates.len() / 2..=rates.len() / 2],
+            _ => continue,
+        };
+        for &rate in rates {
+            let found = once(t, rate, phase).await?;
+            crate::print(&found);
+            rows.extend(found);
+        }
+    }
+    Ok(rows)
+}
+
+/// Counts shared by the producer, the worker's handler and the sampler.
+#[derive(Default)]
+struct Counts {
+    enqueued: AtomicU64,
+    done: AtomicU64,
+}
+
+async fn once(t: &Target, rate: u64, phase: Duration) -> anyhow::Result<Vec<Row>> {
+    let (b, cleanup) = t.open_isolated(&format!("phases{rate}")).await?;
+    let q = crate::scenarios::queue("phases");
+    let timed = Arc::new(Timed::new(b.clone()));
+    let counts = Arc::new(Counts::default());
+    let c = counts.clone();
+    let worker = Worker::builder(timed.clone(), [q.clone()])
+        .concurrency(SLOTS)
+        .handler(move |_job: ClaimedJob| {
+            let c = c.clone();
+            async move {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                c.done.fetch_add(1, Ordering::Relaxed);
+                Ok::<_, JobError>(())
+            }
+        })
+        .build()?
+        .spawn();
+    let producer = tokio::spawn(produce(b.clone(), q.clone(), rate, counts.clone()));
+    let mut rows = Vec::new();
+    let scenario = |phase: &str, what: &str| format!("phases {rate}/s, {phase}: {what}");
+    for name in PHASES {
+        let held = match (name, t) {
+            ("idle-in-tx", Target::Postgres(url)) => Some(hold(url).await?),
+            _ => None,
+        };
+        timed.take();
+        let samples = sample(&counts, phase).await;
+        if let Some(c) = held {
+            c.close().await?;
+        }
+        let claims: Vec<f64> = timed
+            .take()
+            .iter()
+            .map(|d| d.as_secs_f64() * 1000.0)
+            .collect();
+        let (mean, min) = rates(&samples);
+        let backlog = samples.last().map_or(0, |s| s.1.saturating_sub(s.2));
+        let mut figures = vec![
+            ("done/s mean", mean, "jobs/s"),
+            ("done/s min 5 s", min, "jobs/s"),
+            ("claim p50", median(claims.clone()), "ms"),
+            ("claim p99", percentile(claims, 0.99), "ms"),
+            ("backlog at end", as_f64(backlog), "jobs"),
+        ];
+        if name == "recovery" {
+            figures.push(("backlog gone after", drained_after(&samples, rate), "s"));
+        }
+        if let Cleanup::Schema(pool, schema) = &cleanup {
+            let (dead, bytes) = jobs_table(pool, schema).await?;
+            figures.push(("jobs dead rows", as_f64(dead), "rows"));
+            figures.push(("jobs size", as_f64(bytes) / 1e6, "MB"));
+        }
+        for (what, value, unit) in figures {
+            rows.push(Row {
+                scenario: scenario(name, what),
+                target: t.label().to_owned(),
+                value,
+                unit,
+                note: String::new(),
+            });
+        }
+    }
+    producer.abort();
+    let _ = producer.await;
+    worker.shutdown().await?;
+    cleanup.run().await?;
+    Ok(rows)
+}
+
+/// Enqueues what `rate` owes every [`TICK`], in one call.
+async fn produce(b: Arc<dyn relayq_core::Backend>, q: String, rate: u64, counts: Arc<Counts>) {
+    let start = Instant::now();
+    let mut tick = tokio::time::interval(TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tick.tick().await;
+        let owed = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX) * rate / 1000;
+        let sent = counts.enqueued.load(Ordering::Relaxed);
+        let n = owed.saturating_sub(sent).min(10_000);
+        if n == 0 {
+            continue;
+        }
+        let jobs: Vec<NewJob> = (0..n)
+            .map(|_| NewJob::new(&q, vec![b'x'; PAYLOAD]))
+            .collect();
+        if b.enqueue(jobs).await.is_ok() {
+            counts.enqueued.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A session holding a transaction with an id open: vacuum keeps every row version
+/// dead since it began.
+async fn hold(url: &str) -> anyhow::Result<sqlx::PgConnection> {
+    let mut c = sqlx::PgConnection::connect(url).await?;
+    sqlx::raw_sql("BEGIN; SELECT txid_current();")
+        .execute(&mut c)
+        .await?;
+    Ok(c)
+}
+
+/// (seconds since the phase began, enqueued, done) once a second.
+async fn sample(counts: &Counts, phase: Duration) -> Vec<(u64, u64, u64)> {
+    let mut out = Vec::new();
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let seconds = phase.as_secs();
+    for s in 0..=seconds {
+        tick.tick().await;
+        out.push((
+            s,
+            counts.enqueued.load(Ordering::Relaxed),
+            counts.done.load(Ordering::Relaxed),
+        ));
+    }
+    out
+}
+
+/// Mean completions per second over the phase, and the lowest over its whole
+/// [`WINDOW`]-second windows.
+fn rates(samples: &[(u64, u64, u64)]) -> (f64, f64) {
+    let (Some(first), Some(last)) = (samples.first(), samples.last()) else {
+        return (0.0, 0.0);
+    };
+    let mean = as_f64(last.2 - first.2) / as_f64((last.0 - first.0).max(1));
+    let min = samples
+        .windows(usize::try_from(WINDOW).unwrap_or(5) + 1)
+        .step_by(usize::try_from(WINDOW).unwrap_or(5))
+        .map(|w| as_f64(w[w.len() - 1].2 - w[0].2) / as_f64(WINDOW))
+        .fold(f64::INFINITY, f64::min);
+    (mean, if min.is_finite() { min } else { mean })
+}
+
+/// Seconds into the phase until the backlog was down to a tenth of a second's jobs
+/// (what is in flight), or the phase's length when it never was.
+fn drained_after(samples: &[(u64, u64, u64)], rate: u64) -> f64 {
+    samples
+        .iter()
+        .find(|(_, enq, done)| enq.saturating_sub(*done) <= rate / 10 + u64::from(SLOTS))
+        .or(samples.last())
+        .map_or(0.0, |s| as_f64(s.0))
+}
+
+/// Dead rows and total size (with indexes) of the schema's `jobs` table.
+async fn jobs_table(pool: &sqlx::PgPool, schema: &str) -> anyhow::Result<(u64, u64)> {
+    let (dead, bytes): (i64, i64) = sqlx::query_as(
+        "SELECT n_dead_tup, pg_total_relation_size(relid) FROM pg_stat_user_tables
+         WHERE schemaname = $1 AND relname = 'jobs'",
+    )
+    .bind(schema)
+    .fetch_one(pool)
+    .await?;
+    Ok((u64::try_from(dead)?, u64::try_from(bytes)?))
+}
+
+#[allow(clippy::cast_precision_loss)]
+fn as_f64(n: u64) -> f64 {
+    n as f64
+}
+
+fn percentile(mut xs: Vec<f64>, p: f64) -> f64 {
+    if xs.is_empty() {
+        return f64::NAN;
+    }
+    xs.sort_by(f64::total_cmp);
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss
+    )]
+    let at = ((xs.len() - 1) as f64 * p).round() as usize;
+    xs[at]
+}
