@@ -1,7 +1,8 @@
 //! # relayq-postgres
 //!
 //! The PostgreSQL backend of [relayq](https://docs.rs/relayq-core). It implements every
-//! rule of the relayq SPEC and passes the whole conformance suite against a real server.
+//! rule of the relayq SPEC (`docs/SPEC.md` in the repository) and passes the whole
+//! conformance suite against a real server.
 //!
 //! - **Claims** are one statement: a `MATERIALIZED` CTE selects the earliest ready jobs
 //!   `FOR NO KEY UPDATE SKIP LOCKED` over a partial index, read in order whatever the

@@ -1,8 +1,8 @@
 //! # relayq-sqlite
 //!
 //! The embedded default backend of [relayq](https://docs.rs/relayq-core): one SQLite
-//! file, no server. It implements every rule of the relayq SPEC and passes the whole
-//! conformance suite.
+//! file, no server. It implements every rule of the relayq SPEC (`docs/SPEC.md` in the
+//! repository) and passes the whole conformance suite.
 //!
 //! - **Concurrency**: SQLite has one writer at a time. Every change (enqueue, claim,
 //!   settle, cancel, ...) runs in a short `BEGIN IMMEDIATE` transaction, so two

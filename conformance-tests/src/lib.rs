@@ -1,7 +1,7 @@
 //! # relayq-conformance
 //!
 //! The behaviour every relayq backend must have, as tests. Each rule of the SPEC
-//! (`shared/SPEC.md`) is one or more plain `async fn(&Env) -> anyhow::Result<()>` cases
+//! (`docs/SPEC.md` in the repository) is one or more plain `async fn(&Env) -> anyhow::Result<()>` cases
 //! in [`cases`]; [`suite!`] stamps one `#[tokio::test]` per case for a backend.
 //!
 //! A backend crate runs the whole suite with a factory that returns an [`Env`], or

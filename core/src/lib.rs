@@ -9,8 +9,9 @@
 //!   one [`Error`] type.
 //! - **Traits**: [`Enqueue`], [`Claim`], [`Complete`], [`OrderBarrier`], [`Inspect`],
 //!   [`Admin`] and [`Events`], summed up by [`Backend`]; all object-safe, so
-//!   `Arc<dyn Backend>` works. Each method documents its `# Behavior`, citing the SPEC
-//!   rules the conformance suite (`relayq-conformance`) tests.
+//!   `Arc<dyn Backend>` works. Each method documents its `# Behavior`, citing the rules
+//!   of the contract (`docs/SPEC.md` in the repository) that the conformance suite
+//!   (`relayq-conformance`) tests.
 //! - **Validation** ([`validate`]) happens here, once, for every backend.
 //! - **For adapters**: [`retry::retry_transient`] runs a transaction again after the
 //!   server aborted it to resolve a race (a deadlock victim). Methods with a default
