@@ -24,6 +24,7 @@ mod latency;
 mod paired;
 mod peers;
 mod phases;
+mod phases_raw;
 mod raw;
 mod scenarios;
 mod stages;

@@ -30,12 +30,12 @@ use crate::{
     timed::Timed,
 };
 
-const SLOTS: u32 = 16;
-const PAYLOAD: usize = 256;
-const TICK: Duration = Duration::from_millis(10);
+pub(crate) const SLOTS: u32 = 16;
+pub(crate) const PAYLOAD: usize = 256;
+pub(crate) const TICK: Duration = Duration::from_millis(10);
 /// Completion rates are judged over windows this long.
 const WINDOW: u64 = 5;
-const PHASES: [&str; 3] = ["clean", "idle-in-tx", "recovery"];
+pub(crate) const PHASES: [&str; 3] = ["clean", "idle-in-tx", "recovery"];
 
 pub async fn phases(
     targets: &[Target],
@@ -44,6 +44,14 @@ pub async fn phases(
 ) -> anyhow::Result<Vec<Row>> {
     let mut rows = Vec::new();
     for t in targets {
+        // The raw loop first, at every rate: the server's floor under the same phases.
+        if let Target::Postgres(url) = t {
+            for &rate in rates {
+                let found = crate::phases_raw::once(url, rate, phase).await?;
+                crate::print(&found);
+                rows.extend(found);
+            }
+        }
         let rates: &[u64] = match t {
             Target::Postgres(_) => rates,
             // The check that nothing regressed: the middle rate only.
@@ -61,9 +69,9 @@ pub async fn phases(
 
 /// Counts shared by the producer, the worker's handler and the sampler.
 #[derive(Default)]
-struct Counts {
-    enqueued: AtomicU64,
-    done: AtomicU64,
+pub(crate) struct Counts {
+    pub(crate) enqueued: AtomicU64,
+    pub(crate) done: AtomicU64,
 }
 
 async fn once(t: &Target, rate: u64, phase: Duration) -> anyhow::Result<Vec<Row>> {
@@ -160,7 +168,7 @@ async fn produce(b: Arc<dyn relayq_core::Backend>, q: String, rate: u64, counts:
 
 /// A session holding a transaction with an id open: vacuum keeps every row version
 /// dead since it began.
-async fn hold(url: &str) -> anyhow::Result<sqlx::PgConnection> {
+pub(crate) async fn hold(url: &str) -> anyhow::Result<sqlx::PgConnection> {
     let mut c = sqlx::PgConnection::connect(url).await?;
     sqlx::raw_sql("BEGIN; SELECT txid_current();")
         .execute(&mut c)
@@ -169,7 +177,7 @@ async fn hold(url: &str) -> anyhow::Result<sqlx::PgConnection> {
 }
 
 /// (seconds since the phase began, enqueued, done) once a second.
-async fn sample(counts: &Counts, phase: Duration) -> Vec<(u64, u64, u64)> {
+pub(crate) async fn sample(counts: &Counts, phase: Duration) -> Vec<(u64, u64, u64)> {
     let mut out = Vec::new();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let seconds = phase.as_secs();
@@ -186,7 +194,7 @@ async fn sample(counts: &Counts, phase: Duration) -> Vec<(u64, u64, u64)> {
 
 /// Mean completions per second over the phase, and the lowest over its whole
 /// [`WINDOW`]-second windows.
-fn rates(samples: &[(u64, u64, u64)]) -> (f64, f64) {
+pub(crate) fn rates(samples: &[(u64, u64, u64)]) -> (f64, f64) {
     let (Some(first), Some(last)) = (samples.first(), samples.last()) else {
         return (0.0, 0.0);
     };
@@ -201,7 +209,7 @@ fn rates(samples: &[(u64, u64, u64)]) -> (f64, f64) {
 
 /// Seconds into the phase until the backlog was down to a tenth of a second's jobs
 /// (what is in flight), or the phase's length when it never was.
-fn drained_after(samples: &[(u64, u64, u64)], rate: u64) -> f64 {
+pub(crate) fn drained_after(samples: &[(u64, u64, u64)], rate: u64) -> f64 {
     samples
         .iter()
         .find(|(_, enq, done)| enq.saturating_sub(*done) <= rate / 10 + u64::from(SLOTS))
@@ -210,7 +218,7 @@ fn drained_after(samples: &[(u64, u64, u64)], rate: u64) -> f64 {
 }
 
 /// Dead rows and total size (with indexes) of the schema's `jobs` table.
-async fn jobs_table(pool: &sqlx::PgPool, schema: &str) -> anyhow::Result<(u64, u64)> {
+pub(crate) async fn jobs_table(pool: &sqlx::PgPool, schema: &str) -> anyhow::Result<(u64, u64)> {
     let (dead, bytes): (i64, i64) = sqlx::query_as(
         "SELECT n_dead_tup, pg_total_relation_size(relid) FROM pg_stat_user_tables
          WHERE schemaname = $1 AND relname = 'jobs'",
@@ -222,11 +230,11 @@ async fn jobs_table(pool: &sqlx::PgPool, schema: &str) -> anyhow::Result<(u64, u
 }
 
 #[allow(clippy::cast_precision_loss)]
-fn as_f64(n: u64) -> f64 {
+pub(crate) fn as_f64(n: u64) -> f64 {
     n as f64
 }
 
-fn percentile(mut xs: Vec<f64>, p: f64) -> f64 {
+pub(crate) fn percentile(mut xs: Vec<f64>, p: f64) -> f64 {
     if xs.is_empty() {
         return f64::NAN;
     }
