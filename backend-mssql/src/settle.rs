@@ -83,7 +83,7 @@ impl MssqlBackend {
 
 // Keeps the default `preferred_settle_batch` (128), unlike PostgreSQL and SQLite (512):
 // each call is a transaction with a commit here too, but no SQL Server was at hand to
-// measure a larger one (docs/BENCHMARKS.md, Findings 21). That finding's worry, lock
+// measure a larger one (docs/BENCHMARKS-findings.md, Findings 21). That finding's worry, lock
 // escalation at 5,000 locks, no longer applies (migration 2 turns it off); a settle of
 // 512 would still hold about as many locks as a claim of `MAX_CLAIM` rows.
 #[async_trait]

@@ -22,7 +22,7 @@ use crate::{
 /// it needs. A plain `ORDER BY ... LIMIT` let the planner choose otherwise: on a large
 /// table without column statistics (before autoanalyze's first pass, or with
 /// autovacuum off) it guessed a queue of three rows and read the whole queue through a
-/// bitmap scan to sort it, on every claim (docs/BENCHMARKS.md, Findings 26). The gate
+/// bitmap scan to sort it, on every claim (docs/BENCHMARKS-findings.md, Findings 26). The gate
 /// comes first, so a gated claim never calls it.
 /// `expired` takes running jobs whose lease ran out and that have attempts left
 /// (SPEC C5), usually none, found through the running index. Both are

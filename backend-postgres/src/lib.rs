@@ -125,7 +125,7 @@ pub struct Config {
     /// A pooled connection idle at least this long is checked with a round trip before
     /// an operation uses it (default 1 s); one used more recently is not. sqlx checks
     /// every connection it hands out, which made each claim wait for two round trips
-    /// where one does the work (docs/BENCHMARKS.md, Findings 19; sqlx's ping of each
+    /// where one does the work (docs/BENCHMARKS-findings.md, Findings 19; sqlx's ping of each
     /// connection on its way back to the pool remains, off the caller's path). Each
     /// connection that dies within this time after its last use fails one operation,
     /// the next that takes it, with [`Error::Backend`]: a worker's claim backs off and claims again, a settle is

@@ -433,7 +433,7 @@ impl PostgresBackend {
 /// connection (about 1–2 ms each for these statements on the bench machine), and
 /// every new pool connection starts over. A stage transition runs four of these
 /// statements one after another, so on a fresh worker it paid that planning on its
-/// critical path (`docs/BENCHMARKS.md`, Findings 14). The generic plans are the ones
+/// critical path (`docs/BENCHMARKS-findings.md`, Findings 14). The generic plans are the ones
 /// `tests/postgres.rs` checks after `ANALYZE`, and the ones a warm connection switches
 /// to once PostgreSQL judges them no costlier. `plan_cache_mode` needs PostgreSQL 12
 /// or later.
@@ -481,7 +481,7 @@ impl Complete for PostgresBackend {
     /// round trips, then the pool's check on release) with a commit that waits for the
     /// WAL flush, a cost per call beyond its leases. With calls of at most 128, the
     /// outcomes of a draining worker's claims (about 130 jobs each) were often split
-    /// across two calls, 1.3–1.4 per claim (docs/BENCHMARKS.md, Findings 21).
+    /// across two calls, 1.3–1.4 per claim (docs/BENCHMARKS-findings.md, Findings 21).
     fn preferred_settle_batch(&self) -> usize {
         512
     }

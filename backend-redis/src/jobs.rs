@@ -132,7 +132,7 @@ impl Claim for RedisBackend {
 
 // Keeps the default `preferred_settle_batch` (128): a call costs little beyond its
 // leases here, and bigger ones measured slower (a script holds the server while the
-// claims queued behind it wait; docs/BENCHMARKS.md, Findings 21).
+// claims queued behind it wait; docs/BENCHMARKS-findings.md, Findings 21).
 #[async_trait]
 impl Complete for RedisBackend {
     async fn settle_many(&self, mut settles: Vec<Settle>) -> Result<Vec<Result<Settled>>> {

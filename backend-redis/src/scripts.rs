@@ -3,7 +3,7 @@
 //! **Functions (Redis ≥ 7.0).** `lua/lib.lua` and every operation form one library,
 //! loaded once per server with `FUNCTION LOAD`; each call is an `FCALL`. The library's
 //! helpers are then defined once per load, not once per call: that saves 2–3 µs of the
-//! server's time on every call (Findings 33 in docs/BENCHMARKS.md; about 4 on the
+//! server's time on every call (Findings 33 in docs/BENCHMARKS-findings.md; about 4 on the
 //! slower machine of Findings 32). The library's
 //! name carries a hash of its source ([`LIBRARY`]), so two relayq versions on one
 //! server each call their own functions. A server that lost the library (restarted

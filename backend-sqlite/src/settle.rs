@@ -52,7 +52,7 @@ pub(crate) const HEARTBEAT: &str = "UPDATE relayq_jobs SET lease_expires_at = ?4
 #[async_trait]
 impl Complete for SqliteBackend {
     /// 512: each call takes the database's one write lock and commits, a cost per call
-    /// beyond its leases (docs/BENCHMARKS.md, Findings 21).
+    /// beyond its leases (docs/BENCHMARKS-findings.md, Findings 21).
     fn preferred_settle_batch(&self) -> usize {
         512
     }
@@ -191,7 +191,7 @@ type Completed = (i64, Option<String>, Option<i64>, Option<i64>);
 /// Settles completions of distinct jobs ([`completions_alone`]) in two statements
 /// where one lease at a time takes two each. A statement costs this backend more than
 /// its work: sqlx runs each on the connection's own thread, and the hand-offs there
-/// and back were most of a drain's time (docs/BENCHMARKS.md, Findings 35).
+/// and back were most of a drain's time (docs/BENCHMARKS-findings.md, Findings 35).
 async fn complete_all(
     c: &mut Conn,
     settles: &[Settle],

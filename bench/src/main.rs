@@ -122,7 +122,7 @@ pub struct Row {
 /// Unless `--full-counts`, the one-at-a-time enqueues and the drains at concurrency 1, 4
 /// and 64 get this fraction of the headline rows' jobs (see `main`). A peer's fastest
 /// row may be one of those drains, and its rate may depend on the count
-/// (apalis-postgres's does, docs/BENCHMARKS.md Findings 31), so the goals say so.
+/// (apalis-postgres's does, docs/BENCHMARKS-findings.md Findings 31), so the goals say so.
 pub const SHARE: usize = 10;
 
 #[tokio::main]
@@ -152,7 +152,7 @@ async fn main() -> anyhow::Result<()> {
     // enqueues and the rest of the sweep get a tenth unless `--full-counts`: at their
     // rates (some peers enqueue below 2,000 jobs/s, and concurrency 1 without prefetch
     // drains 2,000-4,000 jobs/s) full counts took 16 minutes where `--all` has ten
-    // (docs/BENCHMARKS.md, Findings 36).
+    // (docs/BENCHMARKS-findings.md, Findings 36).
     let on = |name: &str| args.only.is_empty() || args.only.iter().any(|o| o == name);
     if on("enqueue") {
         add(scenarios::enqueue(&targets, &peers, n, share, runs).await?);
