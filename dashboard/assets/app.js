@@ -1,0 +1,277 @@
+// relayq dashboard: reads the JSON API every second and draws the page.
+// Every stored string (payloads, errors, output, names) is set with textContent or as
+// an attribute value, never parsed as HTML: this file never touches innerHTML.
+"use strict";
+(() => {
+  const meta = (name) => document.querySelector(`meta[name="relayq-${name}"]`).content;
+  const base = meta("base");
+  const page = meta("page");
+  const queue = meta("queue");
+  const id = meta("id");
+  const readOnly = meta("read-only") === "true";
+  const csrf = meta("csrf");
+  const params = new URLSearchParams(location.search);
+  const limit = params.get("limit") || "50";
+  const $ = (sel) => document.querySelector(sel);
+
+  // Builds an element; strings among `children` become text nodes.
+  function h(tag, attrs, ...children) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === undefined || v === null || v === false) continue;
+      if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+      else if (k === "text") e.textContent = v;
+      else e.setAttribute(k, v === true ? "" : String(v));
+    }
+    for (const c of children.flat()) {
+      if (c === null || c === undefined || c === false) continue;
+      e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+    }
+    return e;
+  }
+  const q = (name) => encodeURIComponent(name);
+  const qpath = (name) => `${base}/queues/${q(name)}`;
+  const link = (href, text, cls) => h("a", { href, class: cls }, text);
+  const num = (n) => h("td", { class: "num" }, String(n));
+  const badge = (text, cls) => h("span", { class: `badge ${cls || text}` }, text);
+
+  function ago(iso) {
+    if (!iso) return "";
+    const s = Math.round((Date.now() - Date.parse(iso)) / 1000);
+    if (s < 0) return `in ${fmtSecs(-s)}`;
+    return `${fmtSecs(s)} ago`;
+  }
+  function fmtSecs(s) {
+    if (s < 90) return `${s}s`;
+    if (s < 5400) return `${Math.round(s / 60)}m`;
+    if (s < 172800) return `${Math.round(s / 3600)}h`;
+    return `${Math.round(s / 86400)}d`;
+  }
+  const when = (iso) => (iso ? h("span", { title: iso }, ago(iso)) : h("span", { class: "muted" }, "—"));
+
+  async function api(path) {
+    const r = await fetch(`${base}/api${path}`, { headers: { accept: "application/json" }, credentials: "same-origin" });
+    const body = await r.json().catch(() => ({}));
+    if (!r.ok) throw new Error(body.error || `${r.status} ${r.statusText}`);
+    return body;
+  }
+  async function act(path, body, confirmText) {
+    if (confirmText && !window.confirm(confirmText)) return;
+    try {
+      const r = await fetch(`${base}/api${path}`, {
+        method: "POST",
+        credentials: "same-origin",
+        headers: { "content-type": "application/json", "x-relayq-csrf": csrf },
+        body: JSON.stringify(body || {}),
+      });
+      const out = await r.json().catch(() => ({}));
+      if (!r.ok) throw new Error(out.error || `${r.status} ${r.statusText}`);
+      showError(null);
+    } catch (e) {
+      showError(`action failed: ${e.message}`);
+    }
+    refresh();
+  }
+  // An action button, or nothing on a read-only dashboard.
+  const button = (label, path, body, opts = {}) =>
+    readOnly ? null : h("button", { class: opts.danger ? "danger" : null, "data-action": opts.name || label, onclick: () => act(path, body, opts.confirm) }, label);
+
+  function showError(text) {
+    const e = $("#error");
+    e.hidden = !text;
+    e.textContent = text || "";
+  }
+
+  function nav() {
+    const items = [link(`${base}/`, "queues", page === "queues" ? "current" : null)];
+    if (queue) {
+      for (const [p, label] of [["batches", "batches"], ["running", "running"], ["dead", "dead"]]) {
+        items.push(link(`${qpath(queue)}/${p}`, `${queue}: ${label}`, page === p ? "current" : null));
+      }
+    }
+    $("#nav").replaceChildren(...items);
+  }
+
+  function moreLink(list) {
+    if (!list.more) return null;
+    const next = new URLSearchParams(location.search);
+    next.set("limit", String(Math.min(Number(limit) * 2, 1000)));
+    return h("p", { class: "more" }, `showing the first ${list.items.length}; `, link(`?${next}`, "show more"));
+  }
+
+  // ---- pages ----
+
+  const STATES = ["scheduled", "ready", "blocked", "running", "retrying", "succeeded", "dead", "cancelled"];
+
+  function queueActions(s) {
+    if (readOnly) return null;
+    const input = h("input", { type: "number", min: "1", placeholder: "max", "aria-label": `max_running of ${s.queue}`, "data-field": "max_running" });
+    return [
+      s.paused
+        ? button("resume", `/queues/${q(s.queue)}/resume`, {}, { name: "resume" })
+        : button("pause", `/queues/${q(s.queue)}/pause`, {}, { name: "pause" }),
+      input,
+      h("button", { "data-action": "set-max", onclick: () => {
+        const n = Number(input.value);
+        if (!Number.isInteger(n) || n < 1) { showError("max_running: enter a whole number of at least 1"); return; }
+        act(`/queues/${q(s.queue)}/max-running`, { max_running: n });
+      } }, "set max"),
+      s.max_running === null ? null : button("clear max", `/queues/${q(s.queue)}/max-running`, { max_running: null }, { name: "clear-max" }),
+    ];
+  }
+
+  async function drawQueues() {
+    const extra = params.get("queues");
+    const list = await api(`/queues${extra ? `?queues=${q(extra)}` : ""}`);
+    const rows = list.map((s) =>
+      h("tr", { "data-queue": s.queue },
+        h("td", {}, link(`${qpath(s.queue)}/batches`, s.queue), " ", s.paused ? badge("paused") : null),
+        STATES.map((st) => num(s.counts[st] ?? 0)),
+        h("td", { class: "num" }, `${s.running} / ${s.max_running ?? "∞"}`),
+        h("td", {}, link(`${qpath(s.queue)}/running`, "running"), " · ", link(`${qpath(s.queue)}/dead`, "dead")),
+        readOnly ? null : h("td", {}, queueActions(s))));
+    const add = h("form", { class: "toolbar", onsubmit: (ev) => {
+      ev.preventDefault();
+      const name = ev.target.elements.q.value.trim();
+      if (!name) return;
+      const next = new URLSearchParams(location.search);
+      next.set("queues", [extra, name].filter(Boolean).join(","));
+      location.search = next.toString();
+    } }, "Show another queue: ", h("input", { name: "q", placeholder: "queue", style: "width:10rem" }), " ", h("button", { type: "submit" }, "show"));
+    return [
+      list.length ? null : h("p", { class: "muted" }, "No queues configured: name one below, or start the dashboard with -q QUEUE."),
+      h("table", { id: "queues" },
+        h("thead", {}, h("tr", {}, h("th", {}, "queue"), STATES.map((st) => h("th", {}, st)), h("th", {}, "running / max"), h("th", {}, "lists"), readOnly ? null : h("th", {}, "actions"))),
+        h("tbody", {}, rows)),
+      add,
+    ];
+  }
+
+  function stageBar(st) {
+    const total = st.pending + st.running + st.succeeded + st.dead + st.cancelled || 1;
+    const part = (n, cls) => (n ? h("span", { class: cls, style: `width:${(100 * n) / total}%`, title: `${n} ${cls}` }) : null);
+    return h("div", { class: "stage", "data-stage": st.stage },
+      h("span", {}, `stage ${st.stage}`),
+      h("div", { class: "bar" }, part(st.succeeded, "succeeded"), part(st.dead, "dead"), part(st.cancelled, "cancelled"), part(st.running, "running"), part(st.pending, "pending")),
+      h("span", { class: "stage-text" }, `${st.succeeded + st.dead + st.cancelled}/${st.pending + st.running + st.succeeded + st.dead + st.cancelled} done · ${st.running} running · ${st.pending} pending${st.dead ? ` · ${st.dead} dead` : ""}${st.cancelled ? ` · ${st.cancelled} cancelled` : ""}`));
+  }
+  const batchDone = (b) => b.sealed && b.stages.every((s) => s.pending + s.running === 0);
+  function batchState(b) {
+    if (b.failed) return badge("failed");
+    if (batchDone(b)) return badge("finished", "succeeded");
+    return badge(b.sealed ? "running" : "open", "running");
+  }
+
+  async function queueHeader() {
+    const s = await api(`/queues/${q(queue)}`);
+    return h("p", { id: "summary" },
+      STATES.filter((st) => s.counts[st]).map((st) => [badge(`${st} ${s.counts[st]}`, st), " "]),
+      s.paused ? badge("paused") : null, " ", `running ${s.running} / ${s.max_running ?? "∞"}`);
+  }
+
+  async function drawBatches() {
+    const [head, list] = await Promise.all([queueHeader(), api(`/queues/${q(queue)}/batches?limit=${q(limit)}`)]);
+    const rows = list.items.map((b) =>
+      h("tr", { "data-batch": b.batch.id },
+        h("td", {}, link(`${qpath(queue)}/batches/${b.batch.id}`, `#${b.batch.id}`)),
+        h("td", {}, batchState(b), " ", b.on_failure, b.sealed ? "" : " · unsealed"),
+        h("td", {}, b.stages.length ? b.stages.map(stageBar) : h("span", { class: "muted" }, "no jobs")),
+        readOnly ? null : h("td", {}, batchDone(b) ? null : button("cancel batch", `/queues/${q(queue)}/batches/${b.batch.id}/cancel`, {}, { danger: true, name: "cancel-batch", confirm: `Cancel every unfinished job of batch ${b.batch.id}?` }))));
+    return [head,
+      list.items.length ? h("table", { id: "batches" }, h("thead", {}, h("tr", {}, h("th", {}, "batch"), h("th", {}, "state"), h("th", {}, "stages"), readOnly ? null : h("th", {}, ""))), h("tbody", {}, rows)) : h("p", { class: "muted" }, "No batches."),
+      moreLink(list)];
+  }
+
+  async function drawBatch() {
+    const b = await api(`/queues/${q(queue)}/batches/${q(id)}`);
+    return [
+      h("p", {}, batchState(b), " on failure: ", b.on_failure, b.sealed ? " · sealed" : " · unsealed", b.released_stage === null ? "" : ` · released up to stage ${b.released_stage}`),
+      h("div", { id: "stages" }, b.stages.map(stageBar)),
+      readOnly || batchDone(b) ? null : h("p", {}, button("cancel batch", `/queues/${q(queue)}/batches/${q(id)}/cancel`, {}, { danger: true, name: "cancel-batch", confirm: `Cancel every unfinished job of batch ${id}?` })),
+    ];
+  }
+
+  async function drawRunning() {
+    const [head, list] = await Promise.all([queueHeader(), api(`/queues/${q(queue)}/running?limit=${q(limit)}`)]);
+    const rows = list.items.map((r) =>
+      h("tr", { "data-job": r.id },
+        h("td", {}, link(`${qpath(queue)}/jobs/${r.id}`, `#${r.id}`)),
+        h("td", {}, r.worker), num(r.attempt), h("td", {}, when(r.started_at)), h("td", {}, when(r.lease_expires_at)),
+        readOnly ? null : h("td", {}, button("cancel", `/queues/${q(queue)}/jobs/${r.id}/cancel`, {}, { danger: true, name: "cancel-job", confirm: `Cancel job ${r.id}?` }))));
+    return [head,
+      list.items.length ? h("table", { id: "running" }, h("thead", {}, h("tr", {}, h("th", {}, "job"), h("th", {}, "worker"), h("th", {}, "attempt"), h("th", {}, "since"), h("th", {}, "lease expires"), readOnly ? null : h("th", {}, ""))), h("tbody", {}, rows)) : h("p", { class: "muted" }, "Nothing running."),
+      moreLink(list)];
+  }
+
+  const lastOutput = (j) => [...j.attempt_log].reverse().find((a) => a.output)?.output;
+
+  async function drawDead() {
+    const [head, list] = await Promise.all([queueHeader(), api(`/queues/${q(queue)}/dead?limit=${q(limit)}`)]);
+    const rows = list.items.map((j) =>
+      h("tr", { "data-job": j.id },
+        h("td", {}, link(`${qpath(queue)}/jobs/${j.id}`, `#${j.id}`)),
+        h("td", {}, h("pre", { class: "payload" }, j.payload)),
+        h("td", {}, h("pre", { class: "error-text" }, j.last_error ?? "")),
+        h("td", {}, lastOutput(j) ? h("pre", { class: "output" }, lastOutput(j)) : h("span", { class: "muted" }, "—")),
+        h("td", { class: "num" }, `${j.attempts}/${j.max_attempts}`),
+        h("td", {}, when(j.finished_at)),
+        readOnly ? null : h("td", {}, j.batch === null ? button("retry", `/queues/${q(queue)}/jobs/${j.id}/retry`, {}, { name: "retry" }) : h("span", { class: "muted", title: "dead jobs of a batch stay dead: rerun the batch" }, "in batch"))));
+    return [head,
+      readOnly || !list.items.length ? null : h("p", { class: "toolbar" }, button("retry all", `/queues/${q(queue)}/dead/retry`, {}, { name: "retry-all", confirm: `Put every dead job of ${queue} back to ready?` })),
+      list.items.length ? h("table", { id: "dead" }, h("thead", {}, h("tr", {}, h("th", {}, "job"), h("th", {}, "payload"), h("th", {}, "error"), h("th", {}, "output"), h("th", {}, "attempts"), h("th", {}, "died"), readOnly ? null : h("th", {}, ""))), h("tbody", {}, rows)) : h("p", { class: "muted" }, "No dead jobs."),
+      moreLink(list)];
+  }
+
+  async function drawJob() {
+    const j = await api(`/queues/${q(queue)}/jobs/${q(id)}`);
+    const field = (k, v) => [h("dt", {}, k), h("dd", {}, v ?? h("span", { class: "muted" }, "—"))];
+    const unfinished = ["scheduled", "ready", "blocked", "running", "retrying"].includes(j.state);
+    return [
+      h("dl", { id: "job" },
+        field("state", badge(j.state)),
+        field("payload", h("pre", { class: "payload" }, j.payload + (j.payload_utf8 ? "" : "\n(not UTF-8: invalid bytes shown as �)"))),
+        field("attempts", `${j.attempts} of ${j.max_attempts}`),
+        field("priority", String(j.priority)),
+        field("group", j.group),
+        field("batch", j.batch === null ? null : link(`${qpath(queue)}/batches/${j.batch}`, `#${j.batch} stage ${j.stage}`)),
+        field("dedupe key", j.dedupe_key),
+        field("enqueued by", j.enqueued_by),
+        field("created", when(j.created_at)),
+        field("run at", when(j.run_at)),
+        field("finished", j.finished_at ? when(j.finished_at) : null),
+        field("last error", j.last_error === null ? null : h("pre", { class: "error-text" }, j.last_error))),
+      readOnly ? null : h("p", { class: "toolbar" },
+        unfinished ? button("cancel job", `/queues/${q(queue)}/jobs/${j.id}/cancel`, {}, { danger: true, name: "cancel-job", confirm: `Cancel job ${j.id}?` }) : null,
+        j.state === "dead" && j.batch === null ? button("retry", `/queues/${q(queue)}/jobs/${j.id}/retry`, {}, { name: "retry" }) : null),
+      h("h2", {}, "Attempts"),
+      j.attempt_log.length ? h("table", { id: "attempts" },
+        h("thead", {}, h("tr", {}, ["#", "worker", "started", "ended", "outcome", "error", "output"].map((t) => h("th", {}, t)))),
+        h("tbody", {}, j.attempt_log.map((a) => h("tr", {},
+          num(a.attempt), h("td", {}, a.worker), h("td", {}, when(a.started_at)), h("td", {}, when(a.ended_at)),
+          h("td", {}, badge(a.outcome)), h("td", {}, a.error ? h("pre", {}, a.error) : ""), h("td", {}, a.output ? h("pre", {}, a.output) : ""))))) : h("p", { class: "muted" }, "Not started yet."),
+    ];
+  }
+
+  const pages = { queues: drawQueues, batches: drawBatches, batch: drawBatch, running: drawRunning, dead: drawDead, job: drawJob };
+
+  let timer = null;
+  async function refresh() {
+    clearTimeout(timer);
+    // Redrawing would drop what the user is typing: wait until the field loses focus.
+    const typing = document.activeElement && document.activeElement.tagName === "INPUT";
+    if (!typing) {
+      try {
+        const content = await pages[page]();
+        $("#content").replaceChildren(...[content].flat(2).filter(Boolean));
+        $("#status").textContent = `updated ${new Date().toLocaleTimeString()}`;
+        $("#status").dataset.updated = String(Date.now());
+        if ($("#error").textContent.startsWith("refresh failed")) showError(null);
+      } catch (e) {
+        showError(`refresh failed: ${e.message}`);
+      }
+    }
+    timer = setTimeout(refresh, 1000);
+  }
+  nav();
+  refresh();
+})();

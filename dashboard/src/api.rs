@@ -1,0 +1,155 @@
+//! The read side of the JSON API: what the pages poll.
+
+use axum::{
+    Json,
+    extract::{Path, Query, State},
+};
+use relayq_core::{Batch, BatchId, BatchProgress, JobId, RunningJob, validate::queue_name};
+use serde::Deserialize;
+
+use crate::{
+    error::{ApiError, ApiResult},
+    state::AppState,
+    views::{JobView, Page, QueueView},
+};
+
+/// The default page size of every list.
+pub(crate) const DEFAULT_LIMIT: u32 = 50;
+/// The largest page size, as the backends allow.
+pub(crate) const MAX_LIMIT: u32 = 1000;
+
+/// `?queues=a,b`: queues to list beside the configured ones.
+#[derive(Debug, Deserialize)]
+pub(crate) struct QueuesQuery {
+    queues: Option<String>,
+}
+
+/// `?limit=N`, kept as text so that a bad value is an error naming `limit`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct LimitQuery {
+    limit: Option<String>,
+}
+
+impl LimitQuery {
+    fn get(&self) -> ApiResult<u32> {
+        let Some(text) = self.limit.as_deref() else {
+            return Ok(DEFAULT_LIMIT);
+        };
+        match text.parse::<u32>() {
+            Ok(n) if (1..=MAX_LIMIT).contains(&n) => Ok(n),
+            _ => Err(ApiError::invalid(
+                "limit",
+                format!("expected 1..={MAX_LIMIT}, got {text:?}"),
+            )),
+        }
+    }
+}
+
+/// Checks a queue name taken from the URL.
+pub(crate) fn queue(name: &str) -> ApiResult<&str> {
+    queue_name(name)?;
+    Ok(name)
+}
+
+/// Parses an id taken from the URL, naming `field` when it is not a number.
+pub(crate) fn id(field: &'static str, text: &str) -> ApiResult<i64> {
+    text.parse()
+        .map_err(|_| ApiError::invalid(field, format!("expected a number, got {text:?}")))
+}
+
+/// The queues to list: the configured ones, then those the query adds, each once.
+pub(crate) fn queue_names(state: &AppState, extra: Option<&str>) -> ApiResult<Vec<String>> {
+    let mut names = state.options.queues.clone();
+    for name in extra.unwrap_or("").split(',').filter(|n| !n.is_empty()) {
+        queue_name(name)?;
+        if !names.iter().any(|n| n == name) {
+            names.push(name.to_owned());
+        }
+    }
+    Ok(names)
+}
+
+/// `GET /api/queues`.
+pub(crate) async fn queues(
+    State(state): State<AppState>,
+    Query(q): Query<QueuesQuery>,
+) -> ApiResult<Json<Vec<QueueView>>> {
+    let mut out = Vec::new();
+    for name in queue_names(&state, q.queues.as_deref())? {
+        out.push(state.backend.queue_stats(&name).await?.into());
+    }
+    Ok(Json(out))
+}
+
+/// `GET /api/queues/{queue}`.
+pub(crate) async fn queue_stats(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> ApiResult<Json<QueueView>> {
+    Ok(Json(state.backend.queue_stats(queue(&name)?).await?.into()))
+}
+
+/// `GET /api/queues/{queue}/batches?limit=N`: newest first.
+pub(crate) async fn batches(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    Query(limit): Query<LimitQuery>,
+) -> ApiResult<Json<Page<BatchProgress>>> {
+    let limit = limit.get()?;
+    let items = state
+        .backend
+        .batches(queue(&name)?, (limit + 1).min(MAX_LIMIT))
+        .await?;
+    Ok(Json(Page::cut(items, limit)))
+}
+
+/// `GET /api/queues/{queue}/batches/{id}`.
+pub(crate) async fn batch(
+    State(state): State<AppState>,
+    Path((name, batch)): Path<(String, String)>,
+) -> ApiResult<Json<BatchProgress>> {
+    let batch = Batch {
+        queue: queue(&name)?.to_owned(),
+        id: BatchId(id("batch", &batch)?),
+    };
+    Ok(Json(state.backend.batch_progress(&batch).await?))
+}
+
+/// `GET /api/queues/{queue}/running?limit=N`: oldest attempt first.
+pub(crate) async fn running(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    Query(limit): Query<LimitQuery>,
+) -> ApiResult<Json<Page<RunningJob>>> {
+    let limit = limit.get()?;
+    // The trait has no limit here: running jobs are bounded by the workers' slots.
+    let mut items = state.backend.running(queue(&name)?).await?;
+    items.sort_by_key(|r| (r.started_at, r.id));
+    Ok(Json(Page::cut(items, limit)))
+}
+
+/// `GET /api/queues/{queue}/dead?limit=N`: in enqueue order.
+pub(crate) async fn dead(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    Query(limit): Query<LimitQuery>,
+) -> ApiResult<Json<Page<JobView>>> {
+    let limit = limit.get()?;
+    let items = state
+        .backend
+        .dead_jobs(queue(&name)?, (limit + 1).min(MAX_LIMIT))
+        .await?;
+    Ok(Json(Page::cut(
+        items.into_iter().map(JobView::from).collect(),
+        limit,
+    )))
+}
+
+/// `GET /api/queues/{queue}/jobs/{id}`: the job with every attempt.
+pub(crate) async fn job(
+    State(state): State<AppState>,
+    Path((name, job)): Path<(String, String)>,
+) -> ApiResult<Json<JobView>> {
+    let job = JobId(id("job", &job)?);
+    Ok(Json(state.backend.job(queue(&name)?, job).await?.into()))
+}

@@ -1,0 +1,106 @@
+//! What the API sends: the core's types, shaped for a page (payloads as text, every
+//! state counted, lists with a flag saying whether more exist).
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use relayq_core::{AttemptRecord, BatchId, JobId, JobInfo, JobState, QueueStats};
+use serde::Serialize;
+
+/// A queue's counts and settings.
+#[derive(Debug, Serialize)]
+pub(crate) struct QueueView {
+    pub(crate) queue: String,
+    /// Every state, zero included, so a page need not know the list.
+    pub(crate) counts: BTreeMap<&'static str, u64>,
+    pub(crate) total: u64,
+    pub(crate) running: u64,
+    pub(crate) max_running: Option<u32>,
+    pub(crate) paused: bool,
+}
+
+impl From<QueueStats> for QueueView {
+    fn from(stats: QueueStats) -> Self {
+        Self {
+            counts: JobState::ALL
+                .into_iter()
+                .map(|s| (s.as_str(), stats.count(s)))
+                .collect(),
+            total: stats.total(),
+            running: stats.count(JobState::Running),
+            max_running: stats.max_running,
+            paused: stats.paused,
+            queue: stats.queue,
+        }
+    }
+}
+
+/// A job: its payload as text (invalid UTF-8 replaced, flagged by `payload_utf8`).
+#[derive(Debug, Serialize)]
+pub(crate) struct JobView {
+    pub(crate) id: JobId,
+    pub(crate) queue: String,
+    pub(crate) state: JobState,
+    pub(crate) payload: String,
+    pub(crate) payload_utf8: bool,
+    pub(crate) priority: i16,
+    pub(crate) run_at: DateTime<Utc>,
+    pub(crate) attempts: u32,
+    pub(crate) max_attempts: u16,
+    pub(crate) group: Option<String>,
+    pub(crate) batch: Option<BatchId>,
+    pub(crate) stage: Option<i32>,
+    pub(crate) dedupe_key: Option<String>,
+    pub(crate) enqueued_by: Option<String>,
+    pub(crate) created_at: DateTime<Utc>,
+    pub(crate) finished_at: Option<DateTime<Utc>>,
+    pub(crate) last_error: Option<String>,
+    pub(crate) attempt_log: Vec<AttemptRecord>,
+}
+
+impl From<JobInfo> for JobView {
+    fn from(job: JobInfo) -> Self {
+        let (payload, payload_utf8) = match String::from_utf8(job.payload) {
+            Ok(text) => (text, true),
+            Err(e) => (String::from_utf8_lossy(e.as_bytes()).into_owned(), false),
+        };
+        Self {
+            id: job.id,
+            queue: job.queue,
+            state: job.state,
+            payload,
+            payload_utf8,
+            priority: job.priority,
+            run_at: job.run_at,
+            attempts: job.attempts,
+            max_attempts: job.max_attempts,
+            group: job.group,
+            batch: job.batch,
+            stage: job.stage,
+            dedupe_key: job.dedupe_key,
+            enqueued_by: job.enqueued_by,
+            created_at: job.created_at,
+            finished_at: job.finished_at,
+            last_error: job.last_error,
+            attempt_log: job.attempt_log,
+        }
+    }
+}
+
+/// One page of a list: at most `limit` items, and whether more exist.
+#[derive(Debug, Serialize)]
+pub(crate) struct Page<T> {
+    pub(crate) items: Vec<T>,
+    pub(crate) limit: u32,
+    pub(crate) more: bool,
+}
+
+impl<T> Page<T> {
+    /// Keeps the first `limit` of `items`, which may hold one more to tell `more`.
+    pub(crate) fn cut(mut items: Vec<T>, limit: u32) -> Self {
+        let keep = usize::try_from(limit).unwrap_or(usize::MAX);
+        let more = items.len() > keep;
+        items.truncate(keep);
+        Self { items, limit, more }
+    }
+}

@@ -1,0 +1,279 @@
+//! The JSON API over a SQLite backend: counts, lists with limits, every action, and
+//! the router nested under a path of the embedding service.
+
+mod common;
+
+use std::time::Duration;
+
+use axum::Router;
+use common::*;
+use relayq_core::{ClaimRequest, JobState, NewJob, OnFailure};
+use relayq_dashboard::{Options, router};
+
+async fn app_and_csrf(db: &Db) -> (Router, String) {
+    let app = router(db.backend.clone(), Options::default());
+    let csrf = csrf_of(&get(&app, "/").await.body);
+    (app, csrf)
+}
+
+#[tokio::test]
+async fn queues_show_counts_of_every_state_and_settings() {
+    let db = sqlite().await;
+    let (a, b) = (queue(), queue());
+    for _ in 0..2 {
+        db.backend
+            .enqueue_one(NewJob::new(&a, b"x".to_vec()))
+            .await
+            .unwrap();
+    }
+    dead_job(db.backend.as_ref(), &b, "p", "e").await;
+    db.backend.set_max_running(&a, Some(3)).await.unwrap();
+    let app = router(
+        db.backend.clone(),
+        Options {
+            queues: vec![a.clone()],
+            ..Options::default()
+        },
+    );
+    let list = get(&app, &format!("/api/queues?queues={b},{a}"))
+        .await
+        .json();
+    let list = list.as_array().unwrap();
+    assert_eq!(
+        list.len(),
+        2,
+        "configured first, then the query's, each once"
+    );
+    assert_eq!(list[0]["queue"], a.as_str());
+    assert_eq!(list[0]["counts"]["ready"], 2);
+    assert_eq!(list[0]["counts"]["dead"], 0);
+    assert_eq!(
+        list[0]["counts"].as_object().unwrap().len(),
+        JobState::ALL.len()
+    );
+    assert_eq!(list[0]["max_running"], 3);
+    assert_eq!(list[0]["paused"], false);
+    assert_eq!(list[1]["queue"], b.as_str());
+    assert_eq!(list[1]["counts"]["dead"], 1);
+}
+
+#[tokio::test]
+async fn lists_take_a_limit_and_say_when_more_exist() {
+    let db = sqlite().await;
+    let q = queue();
+    for i in 0..3 {
+        dead_job(db.backend.as_ref(), &q, &format!("job {i}"), "boom").await;
+    }
+    let (app, _) = app_and_csrf(&db).await;
+    let page = get(&app, &format!("/api/queues/{q}/dead?limit=2"))
+        .await
+        .json();
+    assert_eq!(page["items"].as_array().unwrap().len(), 2);
+    assert_eq!(page["more"], true);
+    assert_eq!(page["items"][0]["payload"], "job 0");
+    let page = get(&app, &format!("/api/queues/{q}/dead?limit=3"))
+        .await
+        .json();
+    assert_eq!(
+        (page["items"].as_array().unwrap().len(), &page["more"]),
+        (3, &false.into())
+    );
+    for bad in ["0", "1001", "x", "-1"] {
+        for list in ["dead", "running", "batches"] {
+            let answer = get(&app, &format!("/api/queues/{q}/{list}?limit={bad}")).await;
+            assert_eq!(answer.status, 400, "{list} {bad}");
+            assert_eq!(answer.json()["field"], "limit");
+        }
+    }
+}
+
+#[tokio::test]
+async fn batches_and_running_jobs_are_listed() {
+    let db = sqlite().await;
+    let q = queue();
+    let batch = db.backend.open_batch(&q, OnFailure::Halt).await.unwrap();
+    db.backend
+        .enqueue(vec![
+            NewJob::new(&q, b"a".to_vec()).in_batch(batch.id, 1),
+            NewJob::new(&q, b"b".to_vec()).in_batch(batch.id, 2),
+        ])
+        .await
+        .unwrap();
+    db.backend.seal(&batch).await.unwrap();
+    let claimed = db
+        .backend
+        .claim(ClaimRequest::new(
+            &q,
+            "worker-7",
+            10,
+            Duration::from_secs(60),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1, "stage 2 waits for stage 1");
+    let (app, _) = app_and_csrf(&db).await;
+
+    let batches = get(&app, &format!("/api/queues/{q}/batches")).await.json();
+    let stages = &batches["items"][0]["stages"];
+    assert_eq!(batches["items"][0]["batch"]["id"], batch.id.0);
+    assert_eq!(
+        (stages[0]["stage"].as_i64(), stages[0]["running"].as_u64()),
+        (Some(1), Some(1))
+    );
+    assert_eq!(
+        (stages[1]["stage"].as_i64(), stages[1]["pending"].as_u64()),
+        (Some(2), Some(1))
+    );
+    let one = get(&app, &format!("/api/queues/{q}/batches/{}", batch.id.0))
+        .await
+        .json();
+    assert_eq!(one["stages"], *stages);
+
+    let running = get(&app, &format!("/api/queues/{q}/running")).await.json();
+    let job = &running["items"][0];
+    assert_eq!(job["id"], claimed[0].id().0);
+    assert_eq!(job["worker"], "worker-7");
+    assert_eq!(job["attempt"], 1);
+    assert!(job["lease_expires_at"].is_string());
+}
+
+#[tokio::test]
+async fn actions_pause_limit_cancel_and_retry() {
+    let db = sqlite().await;
+    let q = queue();
+    let (app, csrf) = app_and_csrf(&db).await;
+    let stats = || async { db.backend.queue_stats(&q).await.unwrap() };
+
+    assert_eq!(
+        post(&app, &format!("/api/queues/{q}/pause"), &csrf, "")
+            .await
+            .status,
+        200
+    );
+    assert!(stats().await.paused);
+    assert_eq!(
+        post(&app, &format!("/api/queues/{q}/resume"), &csrf, "")
+            .await
+            .status,
+        200
+    );
+    assert!(!stats().await.paused);
+
+    let max = format!("/api/queues/{q}/max-running");
+    assert_eq!(
+        post(&app, &max, &csrf, r#"{"max_running": 4}"#)
+            .await
+            .status,
+        200
+    );
+    assert_eq!(stats().await.max_running, Some(4));
+    let bad = post(&app, &max, &csrf, r#"{"max_running": 0}"#).await;
+    assert_eq!(
+        (bad.status.as_u16(), bad.json()["field"].as_str()),
+        (400, Some("max_running"))
+    );
+    assert_eq!(stats().await.max_running, Some(4));
+    assert_eq!(
+        post(&app, &max, &csrf, r#"{"max_running": null}"#)
+            .await
+            .status,
+        200
+    );
+    assert_eq!(stats().await.max_running, None);
+
+    let job = db
+        .backend
+        .enqueue_one(NewJob::new(&q, b"x".to_vec()))
+        .await
+        .unwrap()
+        .id;
+    let answer = post(
+        &app,
+        &format!("/api/queues/{q}/jobs/{}/cancel", job.0),
+        &csrf,
+        "",
+    )
+    .await;
+    assert_eq!(answer.json()["cancelled"], true);
+    assert_eq!(
+        db.backend.job(&q, job).await.unwrap().state,
+        JobState::Cancelled
+    );
+
+    let batch = db
+        .backend
+        .open_batch(&q, OnFailure::Continue)
+        .await
+        .unwrap();
+    db.backend
+        .enqueue(vec![NewJob::new(&q, b"y".to_vec()).in_batch(batch.id, 0)])
+        .await
+        .unwrap();
+    let answer = post(
+        &app,
+        &format!("/api/queues/{q}/batches/{}/cancel", batch.id.0),
+        &csrf,
+        "",
+    )
+    .await;
+    assert_eq!(answer.json()["cancelled"], 1);
+
+    let first = dead_job(db.backend.as_ref(), &q, "d1", "e").await;
+    dead_job(db.backend.as_ref(), &q, "d2", "e").await;
+    dead_job(db.backend.as_ref(), &q, "d3", "e").await;
+    let answer = post(
+        &app,
+        &format!("/api/queues/{q}/jobs/{}/retry", first.0),
+        &csrf,
+        "",
+    )
+    .await;
+    assert_eq!(answer.json()["retried"], 1);
+    assert_eq!(
+        db.backend.job(&q, first).await.unwrap().state,
+        JobState::Ready
+    );
+    let answer = post(&app, &format!("/api/queues/{q}/dead/retry"), &csrf, "").await;
+    assert_eq!(answer.json()["retried"], 2);
+    assert_eq!(stats().await.count(JobState::Dead), 0);
+    assert_eq!(stats().await.count(JobState::Ready), 3);
+
+    let unknown = post(
+        &app,
+        &format!("/api/queues/{q}/jobs/987654/cancel"),
+        &csrf,
+        "",
+    )
+    .await;
+    assert_eq!(unknown.status, 404);
+}
+
+#[tokio::test]
+async fn a_nested_router_links_under_its_mount_path() {
+    let db = sqlite().await;
+    let q = queue();
+    let app = Router::new().nest(
+        "/ops/relayq",
+        router(db.backend.clone(), Options::default()),
+    );
+    let page = get(&app, &format!("/ops/relayq/queues/{q}/dead")).await;
+    assert_eq!(page.status, 200);
+    assert_eq!(meta_of(&page.body, "base"), "/ops/relayq");
+    assert!(page.body.contains(r#"src="/ops/relayq/assets/app.js""#));
+    assert_eq!(get(&app, "/ops/relayq/assets/app.js").await.status, 200);
+    assert_eq!(get(&app, "/ops/relayq").await.status, 200);
+    let api = get(&app, &format!("/ops/relayq/api/queues/{q}")).await;
+    assert_eq!(api.json()["queue"], q.as_str());
+    let csrf = csrf_of(&page.body);
+    assert_eq!(
+        post(
+            &app,
+            &format!("/ops/relayq/api/queues/{q}/pause"),
+            &csrf,
+            ""
+        )
+        .await
+        .status,
+        200
+    );
+}

@@ -1,0 +1,64 @@
+//! `/metrics`: the queue gauges as Prometheus text, through the recorder the program
+//! installed.
+
+mod common;
+
+use common::*;
+use metrics_exporter_prometheus::PrometheusBuilder;
+use relayq_core::NewJob;
+use relayq_dashboard::{Options, router};
+
+#[tokio::test]
+async fn metrics_serve_queue_gauges() {
+    // The one global recorder of this test binary.
+    let handle = PrometheusBuilder::new().install_recorder().unwrap();
+    let db = sqlite().await;
+    let q = queue();
+    for _ in 0..2 {
+        db.backend
+            .enqueue_one(NewJob::new(&q, b"x".to_vec()))
+            .await
+            .unwrap();
+    }
+    dead_job(db.backend.as_ref(), &q, "p", "e").await;
+    db.backend.pause(&q).await.unwrap();
+    let app = router(
+        db.backend.clone(),
+        Options {
+            queues: vec![q.clone()],
+            metrics: Some(handle),
+            ..Options::default()
+        },
+    );
+    let answer = get(&app, "/metrics").await;
+    assert_eq!(answer.status, 200);
+    assert!(
+        answer.headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain")
+    );
+    let text = answer.body;
+    for line in [
+        format!(r#"relayq_queue_jobs{{queue="{q}",state="ready"}} 2"#),
+        format!(r#"relayq_queue_jobs{{queue="{q}",state="dead"}} 1"#),
+        format!(r#"relayq_queue_jobs{{queue="{q}",state="running"}} 0"#),
+        format!(r#"relayq_queue_paused{{queue="{q}"}} 1"#),
+        format!(r#"relayq_queue_max_running{{queue="{q}"}} 0"#),
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "missing {line:?} in\n{text}"
+        );
+    }
+
+    // A drained state drops to 0 at the next scrape.
+    db.backend.retry_dead(&q, None).await.unwrap();
+    let text = get(&app, "/metrics").await.body;
+    let line = format!(r#"relayq_queue_jobs{{queue="{q}",state="dead"}} 0"#);
+    assert!(text.lines().any(|l| l == line), "{text}");
+
+    // Without a handle there is no /metrics.
+    let plain = router(db.backend.clone(), Options::default());
+    assert_eq!(get(&plain, "/metrics").await.status, 404);
+}
