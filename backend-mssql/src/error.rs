@@ -3,9 +3,45 @@
 
 use relayq_core::Error;
 
-/// A driver or server error, kept as the source of [`Error::Backend`].
+/// A driver or server error, kept as the source of [`Error::Backend`]; transient when
+/// the same call may succeed if made again ([`transient`]).
 pub(crate) fn db(e: tiberius::error::Error) -> Error {
-    Error::backend(e)
+    if transient(&e) {
+        Error::transient(e)
+    } else {
+        Error::backend(e)
+    }
+}
+
+/// The connection failed or was lost (I/O), or the server answered with an error in
+/// [`transient_code`].
+pub(crate) fn transient(e: &tiberius::error::Error) -> bool {
+    match e {
+        tiberius::error::Error::Io { .. } => true,
+        e => e.code().is_some_and(transient_code),
+    }
+}
+
+/// Server errors that pass: a deadlock victim (1205), a lock time limit (1222), and the
+/// errors Azure SQL and failovers give while a database moves or is busy (40197, 40501,
+/// 40613, 49918-49920, 4060, and the connection-level 233, 10053, 10054, 10060, 64).
+pub(crate) fn transient_code(code: u32) -> bool {
+    matches!(
+        code,
+        1205 | 1222
+            | 40197
+            | 40501
+            | 40613
+            | 49918
+            | 49919
+            | 49920
+            | 4060
+            | 233
+            | 10053
+            | 10054
+            | 10060
+            | 64
+    )
 }
 
 /// A pool error: the pool timed out, or opening a connection failed.
@@ -13,7 +49,7 @@ pub(crate) fn pool(e: bb8::RunError<tiberius::error::Error>) -> Error {
     match e {
         bb8::RunError::User(e) => db(e),
         bb8::RunError::TimedOut => {
-            Error::backend("timed out waiting for a SQL Server connection from the pool")
+            Error::transient("timed out waiting for a SQL Server connection from the pool")
         }
     }
 }
@@ -32,11 +68,8 @@ pub(crate) fn retryable_code(code: u32) -> bool {
 
 /// Whether `e` is a server error in [`retryable_code`].
 pub(crate) fn retryable(e: &Error) -> bool {
-    let Error::Backend { source } = e else {
-        return false;
-    };
-    source
-        .downcast_ref::<tiberius::error::Error>()
+    e.backend_source()
+        .and_then(|s| s.downcast_ref::<tiberius::error::Error>())
         .and_then(tiberius::error::Error::code)
         .is_some_and(retryable_code)
 }
@@ -44,6 +77,18 @@ pub(crate) fn retryable(e: &Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn deadlocks_lock_timeouts_and_failovers_are_transient() {
+        for code in [1205, 1222, 40197, 40501, 40613, 49918, 4060, 233, 10054] {
+            assert!(transient_code(code), "{code}");
+        }
+        // A duplicate key is retried inside the batch (a race), but not by callers; a
+        // syntax or permission error never passes.
+        for code in [102, 208, 229, 547, 2627, 8152, 50000] {
+            assert!(!transient_code(code), "{code}");
+        }
+    }
 
     #[test]
     fn deadlocks_and_key_races_are_retried() {

@@ -389,17 +389,40 @@ fn db(e: sqlx::Error) -> Error {
              schema version {SCHEMA_VERSION}: run migrate())"
         ));
     }
-    Error::backend(e)
+    if transient(&e) {
+        Error::transient(e)
+    } else {
+        Error::backend(e)
+    }
+}
+
+/// Whether the same call may succeed if made again: the connection failed or was
+/// lost, the pool had none to give in time, or the server aborted the statement to
+/// resolve a race, was short of resources, shutting down or starting, or cancelled it
+/// at a time limit (SQLSTATE classes 08 and 53; 40001, 40P01, 55P03, 57014, 57P01-03).
+fn transient(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(d) => d.code().is_some_and(|code| {
+            code.starts_with("08")
+                || code.starts_with("53")
+                || matches!(
+                    code.as_ref(),
+                    "40001" | "40P01" | "55P03" | "57014" | "57P01" | "57P02" | "57P03"
+                )
+        }),
+        _ => false,
+    }
 }
 
 /// Whether `e` is a deadlock (or serialization failure) that running the transaction
 /// again can resolve (with [`relayq_core::retry::retry_transient`]). Locks are taken in a fixed order, so these are rare (see
 /// `promote`).
 fn retryable(e: &Error) -> bool {
-    let Error::Backend { source } = e else {
-        return false;
-    };
-    match source.downcast_ref::<sqlx::Error>() {
+    match e
+        .backend_source()
+        .and_then(|s| s.downcast_ref::<sqlx::Error>())
+    {
         Some(sqlx::Error::Database(d)) => matches!(d.code().as_deref(), Some("40P01" | "40001")),
         _ => false,
     }

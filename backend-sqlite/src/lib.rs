@@ -276,9 +276,28 @@ async fn migrate(pool: &SqlitePool) -> Result<()> {
     tx.commit().await.map_err(db)
 }
 
-/// Maps a driver error into the core error, keeping it as the source.
+/// Maps a driver error into the core error, keeping it as the source; transient when
+/// the same call may succeed if made again: the database was busy or locked by another
+/// connection past the busy timeout (`SQLITE_BUSY`, `SQLITE_LOCKED` and their extended
+/// codes), the file could not be read or written for the moment (I/O), or the pool had
+/// no connection to give in time.
 fn db(e: sqlx::Error) -> Error {
-    Error::backend(e)
+    if transient(&e) {
+        Error::transient(e)
+    } else {
+        Error::backend(e)
+    }
+}
+
+fn transient(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(d) => d
+            .code()
+            .and_then(|c| c.parse::<u32>().ok())
+            .is_some_and(|code| matches!(code & 0xff, 5 | 6)),
+        _ => false,
+    }
 }
 
 /// Microseconds since the epoch, as stored.

@@ -46,12 +46,38 @@ pub enum Error {
         what: String,
     },
     /// The backend failed: connection, server or protocol error (SPEC X1, X3).
-    #[error("backend error: {source}")]
+    #[error("backend error{}: {source}", if *transient { " (transient)" } else { "" })]
     Backend {
         /// The underlying error.
         #[source]
         source: Box<dyn std::error::Error + Send + Sync + 'static>,
+        /// Whether the same call may succeed if made again: the connection was lost or
+        /// refused, the server aborted the transaction to resolve a race (deadlock,
+        /// serialization failure), it was busy, loading or shutting down, or a time
+        /// limit ran out. Each backend decides from its driver's typed errors.
+        transient: bool,
     },
+}
+
+/// What kind of failure an [`Error`] is, the same on every backend: for matching
+/// without caring which backend or driver produced it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// [`Error::InvalidInput`].
+    InvalidInput,
+    /// [`Error::StaleLease`].
+    StaleLease,
+    /// [`Error::StageClosed`].
+    StageClosed,
+    /// [`Error::NotFound`].
+    NotFound,
+    /// [`Error::Timeout`].
+    Timeout,
+    /// An [`Error::Backend`] that may pass if the call is made again.
+    Transient,
+    /// An [`Error::Backend`] that will not pass by itself.
+    Backend,
 }
 
 impl Error {
@@ -63,11 +89,45 @@ impl Error {
         }
     }
 
-    /// An [`Error::Backend`] wrapping `source`.
+    /// An [`Error::Backend`] wrapping `source`, not transient.
     pub fn backend(source: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>) -> Self {
         Self::Backend {
             source: source.into(),
+            transient: false,
         }
+    }
+
+    /// A transient [`Error::Backend`] wrapping `source`: the same call may succeed if
+    /// made again.
+    pub fn transient(
+        source: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    ) -> Self {
+        Self::Backend {
+            source: source.into(),
+            transient: true,
+        }
+    }
+
+    /// What kind of failure this is.
+    #[must_use]
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::InvalidInput { .. } => ErrorKind::InvalidInput,
+            Self::StaleLease => ErrorKind::StaleLease,
+            Self::StageClosed { .. } => ErrorKind::StageClosed,
+            Self::NotFound { .. } => ErrorKind::NotFound,
+            Self::Timeout { .. } => ErrorKind::Timeout,
+            Self::Backend {
+                transient: true, ..
+            } => ErrorKind::Transient,
+            Self::Backend { .. } => ErrorKind::Backend,
+        }
+    }
+
+    /// Whether this is a backend failure that may pass if the call is made again.
+    #[must_use]
+    pub fn is_transient(&self) -> bool {
+        self.kind() == ErrorKind::Transient
     }
 
     /// An [`Error::NotFound`] describing `what`.
@@ -84,9 +144,41 @@ impl Error {
         }
     }
 
+    /// The driver's error inside an [`Error::Backend`], for a backend's own
+    /// classification (`downcast_ref` to its driver's type).
+    #[must_use]
+    pub fn backend_source(&self) -> Option<&(dyn std::error::Error + Send + Sync + 'static)> {
+        match self {
+            Self::Backend { source, .. } => Some(source.as_ref()),
+            _ => None,
+        }
+    }
+
     /// Whether this is [`Error::StaleLease`].
     #[must_use]
     pub fn is_stale_lease(&self) -> bool {
         matches!(self, Self::StaleLease)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backend_errors_say_whether_they_are_transient() {
+        let e = Error::transient("connection refused");
+        assert_eq!(e.kind(), ErrorKind::Transient);
+        assert!(e.is_transient());
+        assert_eq!(
+            e.to_string(),
+            "backend error (transient): connection refused"
+        );
+        let e = Error::backend("syntax error");
+        assert_eq!(e.kind(), ErrorKind::Backend);
+        assert!(!e.is_transient());
+        assert_eq!(e.to_string(), "backend error: syntax error");
+        assert_eq!(Error::StaleLease.kind(), ErrorKind::StaleLease);
+        assert!(!Error::invalid("queue", "empty").is_transient());
     }
 }

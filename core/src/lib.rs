@@ -71,7 +71,7 @@ pub mod worker;
 
 pub use barrier::{POLL_INTERVAL, wait_polling};
 pub use batch::{Batch, BatchId, BatchProgress, OnFailure, StageProgress, WaitFor};
-pub use error::{Error, Result};
+pub use error::{Error, ErrorKind, Result};
 pub use events::{Event, EventBus, EventKind};
 pub use inspect::{
     AttemptOutcome, AttemptRecord, DEFAULT_RETENTION, JobInfo, Maintenance, QueueStats, RunningJob,

@@ -48,7 +48,7 @@ mod tests {
     use super::*;
 
     fn deadlock(e: &Error) -> bool {
-        matches!(e, Error::Backend { source } if source.to_string() == "deadlock")
+        matches!(e, Error::Backend { source, .. } if source.to_string() == "deadlock")
     }
 
     /// Runs `retry_transient` over an operation that fails `fails` times with `error`;

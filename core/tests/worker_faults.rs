@@ -159,6 +159,40 @@ async fn w1_a_refused_settle_call_loses_only_the_bad_outcome() {
     assert_eq!(state(&b, &q, bad).await, JobState::Running);
 }
 
+/// SPEC X1: the worker calls `settle_many` again after a transient backend error (a
+/// lost connection, a deadlock victim), and not after any other: that one would fail
+/// again, and the outcome is given up (its lease expires and the job runs again).
+#[tokio::test]
+async fn w1_settles_are_retried_after_transient_errors_only() {
+    for (error, retried) in [
+        (Error::transient("connection reset, for the test"), true),
+        (Error::backend("permission denied, for the test"), false),
+    ] {
+        let b = Arc::new(MemoryBackend::new());
+        let q = queue();
+        let [job] = enqueue_n(&b, &q, 1, 3).await[..] else {
+            unreachable!()
+        };
+        let faulty = Faulty::new(&b, Beats::Pass);
+        faulty.settle_errors.lock().unwrap().push(error);
+        let w = Worker::builder(faulty.clone(), [q.clone()])
+            .handler(|_job: ClaimedJob| async { Ok::<_, JobError>(()) })
+            .build()
+            .unwrap()
+            .spawn();
+        until("the outcome settled or given up", async || {
+            faulty.settle_calls().len() >= if retried { 2 } else { 1 }
+        })
+        .await;
+        let report = w.shutdown().await.unwrap();
+        assert_eq!(faulty.settle_calls().len(), if retried { 2 } else { 1 });
+        let want = if retried { (1, 0) } else { (0, 1) };
+        assert_eq!((report.succeeded, report.lost), want, "retried: {retried}");
+        let done = state(&b, &q, job).await == JobState::Succeeded;
+        assert_eq!(done, retried);
+    }
+}
+
 /// SPEC W4: a handler that returns in the same instant as the shutdown deadline passes
 /// has done its work: its job completes, and is not released to run again. (Time is
 /// paused: the handler starts its last 200 ms once the shutdown's 200 ms began, so both

@@ -42,9 +42,10 @@ pub(super) struct Settler {
     pub(super) dry: watch::Receiver<bool>,
 }
 
-/// `settle_many`, retried a few times with backoff on backend errors (not on invalid
-/// input, which would fail again). A backend that panics fails the call, not the
-/// worker.
+/// `settle_many`, retried a few times with backoff on transient backend errors (a lost
+/// connection, a deadlock victim, a busy server: [`Error::is_transient`]); any other
+/// error would fail again and is returned at once. A backend that panics fails the
+/// call, not the worker.
 pub(super) async fn settle_retrying(
     backend: &dyn Backend,
     batch: &[Settle],
@@ -60,7 +61,7 @@ pub(super) async fn settle_retrying(
                 .with_min_delay(Duration::from_millis(10))
                 .with_max_times(5),
         )
-        .when(|e| matches!(e, Error::Backend { .. }))
+        .when(Error::is_transient)
         .await
 }
 

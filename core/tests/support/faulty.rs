@@ -34,6 +34,9 @@ pub struct Faulty {
     pub claims: AtomicU32,
     pub preferred: usize,
     pub settle_calls: Mutex<Vec<usize>>,
+    /// Errors the next settle calls fail with, first to last, before the call reaches
+    /// the memory backend.
+    pub settle_errors: Mutex<Vec<Error>>,
 }
 
 impl Faulty {
@@ -45,6 +48,7 @@ impl Faulty {
             claims: AtomicU32::new(0),
             preferred: DEFAULT_SETTLE_BATCH,
             settle_calls: Mutex::new(Vec::new()),
+            settle_errors: Mutex::new(Vec::new()),
         })
     }
 
@@ -82,6 +86,13 @@ impl Claim for Faulty {
 impl Complete for Faulty {
     async fn settle_many(&self, settles: Vec<Settle>) -> Result<Vec<Result<Settled>>> {
         self.settle_calls.lock().unwrap().push(settles.len());
+        let error = {
+            let mut errors = self.settle_errors.lock().unwrap();
+            (!errors.is_empty()).then(|| errors.remove(0))
+        };
+        if let Some(e) = error {
+            return Err(e);
+        }
         let poisoned = settles
             .iter()
             .any(|s| matches!(&s.outcome, Outcome::Fail { error, .. } if error == "poison"));
