@@ -90,6 +90,7 @@ mod macros;
 mod args;
 mod backend;
 mod commands;
+mod dashboard;
 mod exec;
 mod exit;
 mod handler;
@@ -181,6 +182,10 @@ enum Command {
     /// Open or seal a batch, for jobs added with `relayq enqueue --batch`.
     #[command(subcommand)]
     Batch(BatchCommand),
+    /// Serve the web dashboard (queues, batches, running and dead jobs, /metrics).
+    ///
+    /// Listens on loopback unless told otherwise; any other address needs --token.
+    Dashboard(dashboard::DashboardArgs),
 }
 
 #[tokio::main]
@@ -205,6 +210,7 @@ async fn main() -> ExitCode {
         Command::Dead(cmd) => commands::dead::run(db, cmd).await,
         Command::Cancel(args) => commands::cancel::run(db, args).await,
         Command::Batch(cmd) => commands::batch::run(db, cmd).await,
+        Command::Dashboard(args) => dashboard::run(db, args).await,
     };
     match result {
         Ok(code) => exit::exit(code),
