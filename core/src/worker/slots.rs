@@ -54,6 +54,7 @@ impl Drop for Slot {
             .unwrap_or_else(PoisonError::into_inner)
             .push(self.index);
         self.shared.busy.fetch_sub(1, Ordering::SeqCst);
+        metrics::gauge!("relayq_worker_busy_slots").decrement(1.0);
         self.shared.freed.notify_one();
     }
 }
@@ -107,6 +108,7 @@ impl Pool {
             .unwrap_or_else(PoisonError::into_inner)
             .pop()?;
         self.shared.busy.fetch_add(1, Ordering::SeqCst);
+        metrics::gauge!("relayq_worker_busy_slots").increment(1.0);
         Some(Slot {
             shared: self.shared.clone(),
             index,

@@ -41,6 +41,11 @@ impl WorkerReport {
     }
 }
 
+/// Each counter also goes to the `metrics` facade (a no-op until the program installs a
+/// recorder), process-wide and without labels beyond the outcome:
+/// `relayq_worker_claimed_total`, `relayq_worker_settled_total{outcome}` (succeeded,
+/// failed, released), `relayq_worker_lease_lost_total` and
+/// `relayq_worker_unsettled_total` (the report's `lost`: refused or untaken settles).
 #[derive(Debug, Default)]
 pub(super) struct Stats {
     claimed: AtomicU64,
@@ -56,21 +61,28 @@ pub(super) struct Stats {
 impl Stats {
     pub(super) fn add_claimed(&self, n: usize) {
         self.claimed.fetch_add(n as u64, Relaxed);
+        metrics::counter!("relayq_worker_claimed_total").increment(n as u64);
     }
     pub(super) fn add_succeeded(&self) {
         self.succeeded.fetch_add(1, Relaxed);
+        metrics::counter!("relayq_worker_settled_total", "outcome" => "succeeded").increment(1);
     }
     pub(super) fn add_failed(&self) {
         self.failed.fetch_add(1, Relaxed);
+        metrics::counter!("relayq_worker_settled_total", "outcome" => "failed").increment(1);
     }
     pub(super) fn add_released(&self, n: usize) {
         self.released.fetch_add(n as u64, Relaxed);
+        metrics::counter!("relayq_worker_settled_total", "outcome" => "released")
+            .increment(n as u64);
     }
     pub(super) fn add_lease_lost(&self) {
         self.lease_lost.fetch_add(1, Relaxed);
+        metrics::counter!("relayq_worker_lease_lost_total").increment(1);
     }
     pub(super) fn add_lost(&self, n: usize) {
         self.lost.fetch_add(n as u64, Relaxed);
+        metrics::counter!("relayq_worker_unsettled_total").increment(n as u64);
     }
     pub(super) fn report(&self) -> WorkerReport {
         WorkerReport {

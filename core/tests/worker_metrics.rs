@@ -1,0 +1,83 @@
+//! The worker's counters reach the `metrics` facade: claims, settles by outcome, busy
+//! slots.
+
+use std::{sync::Arc, time::Duration};
+
+use metrics_exporter_prometheus::PrometheusBuilder;
+use relayq_core::{
+    ClaimedJob, Enqueue, Inspect, JobState, NewJob,
+    memory::MemoryBackend,
+    worker::{JobError, Worker},
+};
+
+/// The value of the sample `name` (with its labels) in Prometheus text.
+fn sample(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+#[test]
+fn worker_counters_reach_the_installed_recorder() {
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    // A recorder of this thread only, and a runtime on this thread: no other test's
+    // worker counts here.
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let backend = Arc::new(MemoryBackend::new());
+        let jobs = ["ok", "ok", "ok", "fail"]
+            .map(|p| NewJob::new("m", p.as_bytes().to_vec()).max_attempts(1))
+            .to_vec();
+        backend.enqueue(jobs).await.unwrap();
+        let worker = Worker::builder(backend.clone(), ["m"])
+            .concurrency(2)
+            .handler(|job: ClaimedJob| async move {
+                if job.payload == b"fail" {
+                    Err(JobError::permanent("no"))
+                } else {
+                    Ok(())
+                }
+            })
+            .build()
+            .unwrap();
+        let running = worker.spawn();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let stats = backend.queue_stats("m").await.unwrap();
+            if stats.count(JobState::Succeeded) + stats.count(JobState::Dead) == 4 {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "jobs did not finish: {stats:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        running.shutdown().await.unwrap();
+    });
+    let text = handle.render();
+    assert_eq!(
+        sample(&text, "relayq_worker_claimed_total"),
+        Some(4.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, r#"relayq_worker_settled_total{outcome="succeeded"}"#),
+        Some(3.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, r#"relayq_worker_settled_total{outcome="failed"}"#),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, "relayq_worker_busy_slots"),
+        Some(0.0),
+        "{text}"
+    );
+}
