@@ -73,18 +73,18 @@ pub async fn open(url: &str, need: Use) -> anyhow::Result<Arc<dyn Backend>> {
             // migrating is idempotent and safe to run from many processes at once.
             let backend = relayq_postgres::PostgresBackend::connect(url)
                 .await
-                .with_context(|| format!("cannot connect to PostgreSQL at {url:?}"))?;
+                .with_context(|| format!("cannot connect to PostgreSQL at {:?}", redacted(url)))?;
             backend
                 .migrate()
                 .await
-                .with_context(|| format!("cannot set up relayq's schema at {url:?}"))?;
+                .with_context(|| format!("cannot set up relayq's schema at {:?}", redacted(url)))?;
             Ok(Arc::new(backend))
         }
         #[cfg(feature = "redis")]
         "redis" | "rediss" => {
             let backend = relayq_redis::RedisBackend::connect(url)
                 .await
-                .with_context(|| format!("cannot connect to Redis at {url:?}"))?;
+                .with_context(|| format!("cannot connect to Redis at {:?}", redacted(url)))?;
             Ok(Arc::new(backend))
         }
         #[cfg(not(feature = "postgres"))]
@@ -93,15 +93,34 @@ pub async fn open(url: &str, need: Use) -> anyhow::Result<Arc<dyn Backend>> {
         "redis" | "rediss" => Err(not_built_in(url, "Redis")),
         "mssql" | "sqlserver" => Err(not_built_in(url, "SQL Server")),
         other => Err(usage(format!(
-            "--db {url:?}: unknown database URL scheme {other:?}; {}",
+            "--db {:?}: unknown database URL scheme {other:?}; {}",
+            redacted(url),
             built_in()
         ))),
     }
 }
 
+/// `url` with its password (if any) replaced by `***`, for error messages and logs.
+pub fn redacted(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    // The last '@' ends the user info: a password may contain '@' unencoded.
+    let Some((userinfo, host)) = authority.rsplit_once('@') else {
+        return url.to_owned();
+    };
+    match userinfo.split_once(':') {
+        Some((user, _password)) => format!("{scheme}://{user}:***@{host}{tail}"),
+        None => url.to_owned(),
+    }
+}
+
 fn not_built_in(url: &str, name: &str) -> anyhow::Error {
     usage(format!(
-        "--db {url:?}: the {name} backend is not built into this binary; {}",
+        "--db {:?}: the {name} backend is not built into this binary; {}",
+        redacted(url),
         built_in()
     ))
 }
@@ -186,6 +205,38 @@ mod tests {
         assert!(!path.exists());
         assert!(open(&url, Use::Create).await.is_ok());
         assert!(path.exists());
+    }
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(
+            redacted("postgres://app:s3cr@t@db:5432/x?sslmode=require"),
+            "postgres://app:***@db:5432/x?sslmode=require"
+        );
+        assert_eq!(
+            redacted("redis://:pw@host:6379/0"),
+            "redis://:***@host:6379/0"
+        );
+        assert_eq!(redacted("redis://host:6379"), "redis://host:6379");
+        assert_eq!(redacted("postgres://app@db/x"), "postgres://app@db/x");
+        assert_eq!(redacted("sqlite://a.db"), "sqlite://a.db");
+    }
+
+    #[tokio::test]
+    async fn connection_errors_do_not_show_the_password() {
+        // A port nobody listens on: the connection is refused.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        for scheme in ["postgres", "redis"] {
+            let url = format!("{scheme}://user:hunter2@127.0.0.1:{port}/0");
+            if let Err(e) = open(&url, Use::Create).await {
+                let text = format!("{e:#}");
+                assert!(!text.contains("hunter2"), "{text}");
+            }
+        }
     }
 
     #[test]

@@ -1,9 +1,12 @@
-//! Running one command: `sh -c` in its own process group, combined output kept bounded,
-//! the whole group killed on timeout, on interruption, or when the run is dropped.
+//! Running one command: `sh -c` in its own process group under a guard process
+//! (`guard.rs`), combined output kept bounded, the whole group killed on timeout, on
+//! interruption, when the run is dropped, when the worker dies, and when the lease's
+//! deadline passes without a renewal.
 
 use std::{
-    os::unix::process::ExitStatusExt,
-    process::{ExitStatus, Stdio},
+    io::Write,
+    path::{Path, PathBuf},
+    process::Stdio,
     time::{Duration, Instant},
 };
 
@@ -11,10 +14,17 @@ use nix::{
     sys::signal::{Signal, killpg},
     unistd::Pid,
 };
-use tokio::{io::AsyncReadExt, net::unix::pipe, process::Command};
+use relayq_core::worker::LeaseDeadline;
+use tokio::{
+    io::{AsyncBufReadExt, AsyncReadExt, BufReader},
+    net::unix::pipe,
+    process::Command,
+    sync::watch,
+};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
+    guard::{self, Order},
     output::{OUTPUT_LIMIT, Tail},
     spec::CommandSpec,
 };
@@ -68,8 +78,8 @@ pub struct Execution {
     pub elapsed: Duration,
 }
 
-/// Kills a process group when dropped, unless it was killed already: no command outlives
-/// the job that started it, even when the job's task is aborted.
+/// Kills a process group when dropped, unless told it is gone: the backstop for a
+/// guard that ended without killing its command (it was SIGKILLed itself).
 struct GroupGuard(Option<Pid>);
 
 impl GroupGuard {
@@ -87,14 +97,83 @@ impl Drop for GroupGuard {
     }
 }
 
-/// Runs `spec` to its end. `stop` interrupts it (the group is killed).
+/// The worker's end of the pipe to the guard: orders written as they come (a few bytes,
+/// a pipe the guard keeps reading, so the blocking write returns at once). Dropped
+/// unfinished (the run's future dropped: lease lost, shutdown), it orders `kill`;
+/// closed without that (the worker died), the guard stops the command itself.
+struct Orders {
+    pipe: Option<std::fs::File>,
+    finished: bool,
+}
+
+impl Orders {
+    fn send(&mut self, order: &Order) {
+        if let Some(pipe) = &mut self.pipe
+            && pipe.write_all(order.line().as_bytes()).is_err()
+        {
+            // The guard is gone; its report (or its absence) tells the rest.
+            self.pipe = None;
+        }
+    }
+}
+
+impl Drop for Orders {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.send(&Order::Kill);
+        }
+    }
+}
+
+/// The guard's orders for `deadline`: SIGTERM at its `stop_at`, SIGKILL half the margin
+/// later, so the group is gone before the lease ends.
+fn renewal(deadline: Option<LeaseDeadline>) -> Order {
+    match deadline {
+        Some(d) => Order::Renew {
+            term: Some(
+                d.stop_at
+                    .saturating_duration_since(tokio::time::Instant::now()),
+            ),
+            grace: d.margin() / 2,
+        },
+        None => Order::Renew {
+            term: None,
+            grace: NO_LEASE_GRACE,
+        },
+    }
+}
+
+/// SIGTERM to SIGKILL when the worker dies and no lease sets the grace (`relayq run`
+/// outside a worker, tests).
+const NO_LEASE_GRACE: Duration = Duration::from_secs(1);
+
+/// The program that runs the guard: this very binary (by `/proc/self/exe`, which
+/// still works if the file was replaced by an upgrade). Unit tests run in the test
+/// harness, so they use the `relayq` binary cargo built beside it.
+fn guard_program() -> PathBuf {
+    if cfg!(test) {
+        let exe = std::env::current_exe().expect("the test binary's path");
+        let dir = exe.parent().and_then(Path::parent).expect("target dir");
+        return dir.join("relayq");
+    }
+    PathBuf::from("/proc/self/exe")
+}
+
+/// Runs `spec` to its end. `stop` interrupts it (the group is killed). `lease`, the
+/// job's lease deadlines as the worker renews them, is passed on to the command's guard
+/// process, which kills the command if the deadline passes with no renewal (a frozen
+/// worker) or the worker dies.
 ///
 /// When the shell exits, whatever it left running in its process group is killed too,
 /// so a job's processes end with the job and its output pipe closes.
-pub async fn execute(spec: &CommandSpec, stop: &CancellationToken) -> Execution {
+pub async fn execute(
+    spec: &CommandSpec,
+    stop: &CancellationToken,
+    lease: Option<watch::Receiver<Option<LeaseDeadline>>>,
+) -> Execution {
     let started = Instant::now();
     let mut output = Tail::new(OUTPUT_LIMIT);
-    let ending = match run(spec, stop, &mut output).await {
+    let ending = match run(spec, stop, lease, &mut output).await {
         Ok(ending) => ending,
         Err(e) => Ending::NotStarted(e.to_string()),
     };
@@ -108,19 +187,28 @@ pub async fn execute(spec: &CommandSpec, stop: &CancellationToken) -> Execution 
 async fn run(
     spec: &CommandSpec,
     stop: &CancellationToken,
+    mut lease: Option<watch::Receiver<Option<LeaseDeadline>>>,
     output: &mut Tail,
 ) -> std::io::Result<Ending> {
     let (writer, mut reader) = pipe::pipe()?;
     let writer = writer.into_blocking_fd()?;
-    let mut cmd = Command::new("sh");
-    cmd.arg("-c")
+    let first = renewal(lease.as_mut().and_then(|l| *l.borrow_and_update()));
+    let Order::Renew { term, grace } = &first else {
+        unreachable!("a renewal")
+    };
+    let mut cmd = Command::new(guard_program());
+    cmd.arg(guard::SUBCOMMAND)
+        .arg(term.map_or_else(|| "-".to_owned(), |t| t.as_millis().to_string()))
+        .arg(grace.as_millis().to_string())
         .arg(&spec.command)
         .envs(&spec.env)
-        .stdin(Stdio::null())
-        .stdout(writer.try_clone()?)
-        .stderr(writer)
-        .process_group(0)
-        .kill_on_drop(true);
+        .stdin(Stdio::piped())
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        // Its own group: the terminal's Ctrl-C and Ctrl-Z, meant for the worker, must
+        // not reach the guard. Not killed on drop: a dropped run orders `kill` instead,
+        // and the guard must outlive the worker to do its job.
+        .process_group(0);
     if let Some(dir) = &spec.cwd {
         cmd.current_dir(dir);
     }
@@ -129,12 +217,18 @@ async fn run(
     // now so the reader sees end-of-file once the job's processes are gone.
     drop(cmd);
     let mut child = spawned?;
-    let mut group = GroupGuard(
-        child
-            .id()
-            .and_then(|id| i32::try_from(id).ok())
-            .map(Pid::from_raw),
-    );
+    let mut orders = Orders {
+        pipe: child
+            .stdin
+            .take()
+            .and_then(|s| s.into_owned_fd().ok())
+            .map(std::fs::File::from),
+        finished: false,
+    };
+    let mut reports = child.stderr.take().map(BufReader::new);
+    // Until the guard says which group the command has, there is none to kill.
+    let mut group = GroupGuard(None);
+    let mut report = None;
 
     let timeout = spec.timeout();
     let wait = async {
@@ -144,16 +238,60 @@ async fn run(
                 None => std::future::pending().await,
             }
         };
-        let ending = tokio::select! {
-            status = child.wait() => status.map(ending_of),
-            () = sleep => Ok(Ending::TimedOut(timeout.unwrap_or_default())),
-            () = stop.cancelled() => Ok(Ending::Interrupted),
+        tokio::pin!(sleep);
+        let mut line = String::new();
+        let mut ours = None;
+        let status = loop {
+            tokio::select! {
+                status = child.wait() => break status,
+                read = read_line(reports.as_mut(), &mut line) => {
+                    match read {
+                        Some(l) => match l.strip_prefix("pgid ").and_then(|p| p.parse().ok()) {
+                            Some(pgid) => group = GroupGuard(Some(Pid::from_raw(pgid))),
+                            None => report = Some(l),
+                        },
+                        None => reports = None,
+                    }
+                }
+                changed = changed(lease.as_mut()) => match changed {
+                    Some(deadline) => orders.send(&renewal(deadline)),
+                    None => lease = None,
+                },
+                () = &mut sleep, if ours.is_none() => {
+                    ours = Some(Ending::TimedOut(timeout.unwrap_or_default()));
+                    orders.send(&Order::Kill);
+                }
+                () = stop.cancelled(), if ours.is_none() => {
+                    ours = Some(Ending::Interrupted);
+                    orders.send(&Order::Kill);
+                }
+            }
         };
-        // Kill what is left of the group (everything, on timeout or interruption), so
-        // the pipe closes; then reap the shell.
+        orders.finished = true;
+        // The guard's last report, written before it exited.
+        if let Some(r) = reports.as_mut() {
+            while let Some(l) = read_line(Some(&mut *r), &mut line).await {
+                report = Some(l);
+            }
+        }
+        let ending = match (ours, report.as_deref().map(parse_report), status) {
+            (Some(ours), _, _) => ours,
+            (None, Some(Some(ending)), _) => {
+                // The guard killed the group once the shell exited.
+                group.0 = None;
+                ending
+            }
+            // No report: the guard itself was killed; its command may run on.
+            (None, _, Ok(status)) => {
+                group.kill();
+                Ending::NotStarted(format!(
+                    "the command's guard ended ({status}) without a report; its process group was killed"
+                ))
+            }
+            (None, _, Err(e)) => return Err(e),
+        };
         group.kill();
-        let _ = child.wait().await;
-        ending
+        Ok(ending)
     };
     let read = async {
         let mut chunk = vec![0u8; 16 * 1024];
@@ -168,11 +306,43 @@ async fn run(
     ending
 }
 
-fn ending_of(status: ExitStatus) -> Ending {
-    match (status.code(), status.signal()) {
-        (Some(code), _) => Ending::Exited(code),
-        (None, Some(sig)) => Ending::Signalled(sig),
-        (None, None) => Ending::Exited(-1),
+/// The next line of the guard's reports; never returns once they ended.
+async fn read_line(
+    reports: Option<&mut BufReader<tokio::process::ChildStderr>>,
+    line: &mut String,
+) -> Option<String> {
+    let Some(r) = reports else {
+        return std::future::pending().await;
+    };
+    line.clear();
+    match r.read_line(line).await {
+        Ok(0) | Err(_) => None,
+        Ok(_) => Some(line.trim_end().to_owned()),
+    }
+}
+
+/// The next lease deadline; `None` once the worker's side is gone. Without a lease,
+/// never returns.
+async fn changed(
+    lease: Option<&mut watch::Receiver<Option<LeaseDeadline>>>,
+) -> Option<Option<LeaseDeadline>> {
+    let Some(rx) = lease else {
+        return std::future::pending().await;
+    };
+    match rx.changed().await {
+        Ok(()) => Some(*rx.borrow_and_update()),
+        Err(_) => None,
+    }
+}
+
+/// How the guard says the command ended: `exit N`, `signal N`, `error TEXT`.
+fn parse_report(line: &str) -> Option<Ending> {
+    let (kind, rest) = line.split_once(' ')?;
+    match kind {
+        "exit" => rest.parse().ok().map(Ending::Exited),
+        "signal" => rest.parse().ok().map(Ending::Signalled),
+        "error" => Some(Ending::NotStarted(rest.to_owned())),
+        _ => None,
     }
 }
 
@@ -181,7 +351,7 @@ mod tests {
     use super::*;
 
     async fn exec(spec: CommandSpec) -> Execution {
-        execute(&spec, &CancellationToken::new()).await
+        execute(&spec, &CancellationToken::new(), None).await
     }
 
     #[tokio::test]
@@ -265,7 +435,7 @@ mod tests {
     async fn stop_interrupts() {
         let stop = CancellationToken::new();
         let spec = CommandSpec::new("sleep 30");
-        let (run, ()) = tokio::join!(execute(&spec, &stop), async {
+        let (run, ()) = tokio::join!(execute(&spec, &stop, None), async {
             tokio::time::sleep(Duration::from_millis(100)).await;
             stop.cancel();
         });

@@ -6,7 +6,7 @@ use std::{sync::Arc, time::Duration};
 use relayq_core::{
     ClaimedJob, JobId,
     settle::MAX_ERROR_BYTES,
-    worker::{Done, Handler, JobError},
+    worker::{Done, Handler, JobContext, JobError},
 };
 use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
@@ -107,7 +107,10 @@ impl CommandHandler {
                 command: spec.command.clone(),
             },
         ));
-        let run = execute(&spec, &self.stop).await;
+        // The job's lease deadlines go to the command's guard, which kills the command
+        // if they pass unrenewed (a frozen worker) or the worker dies.
+        let lease = JobContext::current().map(|c| c.deadlines());
+        let run = execute(&spec, &self.stop, lease).await;
         self.send(event(
             name,
             EventKind::Ended {

@@ -90,9 +90,11 @@ mod macros;
 mod args;
 mod backend;
 mod commands;
+mod connect;
 mod dashboard;
 mod exec;
 mod exit;
+mod guard;
 mod handler;
 mod output;
 mod plan;
@@ -188,8 +190,26 @@ enum Command {
     Dashboard(dashboard::DashboardArgs),
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
+    // The guard of one job's command (`guard.rs`), started by this binary's workers:
+    // a small synchronous process, no runtime, no command-line parsing.
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some(guard::SUBCOMMAND) {
+        return ExitCode::from(guard::main(&args[2..]));
+    }
+    match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt.block_on(cli()),
+        Err(e) => {
+            eprintln!("relayq: error: cannot start the async runtime: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn cli() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(

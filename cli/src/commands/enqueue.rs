@@ -7,6 +7,7 @@ use relayq_core::{BatchId, Error as CoreError, NewJob};
 use crate::{
     args::{QueueArg, duration, positive_duration},
     backend::{self, Use},
+    connect,
     exit::{self, usage},
     handler::worker_name,
     spec::CommandSpec,
@@ -103,11 +104,31 @@ pub async fn run(db: &str, args: EnqueueArgs) -> anyhow::Result<u8> {
     }
     relayq_core::validate::new_job(&job, &relayq_core::Limits::default())
         .map_err(|e| flag_error(&e))?;
-    let backend = backend::open(db, Use::Create).await?;
-    let done = backend.enqueue_one(job).await.map_err(|e| match e {
-        CoreError::InvalidInput { .. } => flag_error(&e),
-        other => anyhow::Error::new(other).context("cannot enqueue"),
-    })?;
+    // With a dedupe key an enqueue is safe to repeat (a copy stored by an attempt whose
+    // answer was lost is found, not stored again), so transient failures are retried;
+    // without one a repeat could store the job twice, so the failure is reported.
+    let retries = if args.dedupe_key.is_some() {
+        ENQUEUE_RETRIES
+    } else {
+        0
+    };
+    let mut delays = connect::backoff(Some(retries));
+    let done = loop {
+        match enqueue_once(db, &job).await {
+            Ok(done) => break done,
+            Err(e) if connect::transient(&e.error) => match delays.next() {
+                Some(delay) => {
+                    eprintln!(
+                        "relayq: {:#}; retrying in {delay:?} (the job has a dedupe key)",
+                        e.error
+                    );
+                    tokio::time::sleep(delay).await;
+                }
+                None => return Err(e.explained(args.dedupe_key.is_some())),
+            },
+            Err(e) => return Err(e.error),
+        }
+    };
     if done.deduplicated {
         eprintln!(
             "an unfinished job with that dedupe key exists: job {}",
@@ -116,6 +137,46 @@ pub async fn run(db: &str, args: EnqueueArgs) -> anyhow::Result<u8> {
     }
     outln!("{}", done.id);
     Ok(exit::OK)
+}
+
+/// Retries of an enqueue with a dedupe key: about 6 s in all.
+const ENQUEUE_RETRIES: usize = 6;
+
+/// A failed enqueue, and whether the job may have been stored.
+struct Failed {
+    error: anyhow::Error,
+    /// The enqueue call was sent: the server may have stored the job.
+    sent: bool,
+}
+
+impl Failed {
+    /// The error, saying what became of the job.
+    fn explained(self, deduped: bool) -> anyhow::Error {
+        let what = match (self.sent, deduped) {
+            (false, _) => "nothing was stored",
+            (true, true) => {
+                "retried; the job may be stored (its dedupe key makes a later retry safe)"
+            }
+            (true, false) => {
+                "the job may or may not be stored (the server did not answer); check `relayq status` before enqueuing again, or pass --dedupe-key so that a retry is safe"
+            }
+        };
+        self.error.context(format!("enqueue failed: {what}"))
+    }
+}
+
+/// Opens the database and enqueues `job` once.
+async fn enqueue_once(db: &str, job: &NewJob) -> Result<relayq_core::Enqueued, Failed> {
+    let backend = backend::open(db, Use::Create)
+        .await
+        .map_err(|error| Failed { error, sent: false })?;
+    backend.enqueue_one(job.clone()).await.map_err(|e| {
+        let error = match e {
+            CoreError::InvalidInput { .. } => flag_error(&e),
+            other => anyhow::Error::new(other).context("cannot enqueue"),
+        };
+        Failed { error, sent: true }
+    })
 }
 
 /// An invalid-input error of the core, named by the flag that set the field.

@@ -15,8 +15,8 @@ use tokio_util::sync::CancellationToken;
 use super::time;
 use crate::{
     args::positive_duration,
-    backend::{self, Use},
-    exit,
+    backend::Use,
+    connect, exit,
     handler::{CommandHandler, EventKind, JobEvent, worker_name},
     progress::format_secs,
 };
@@ -37,26 +37,38 @@ pub struct WorkArgs {
     /// and their jobs released (not counted as attempts) for another worker.
     #[arg(long, default_value = "30s", value_parser = positive_duration)]
     pub shutdown_timeout: Duration,
+    /// Lease of each claimed job, renewed every third of it while its command runs. A
+    /// command whose worker stops renewing (killed, frozen, cut off from the server) is
+    /// killed before the lease ends, so it never runs beside the job's next attempt;
+    /// a job whose worker died is claimed again once its lease ends.
+    #[arg(long, default_value = "30s", value_parser = positive_duration)]
+    pub lease: Duration,
 }
 
 /// Serves the queues until a signal; returns the exit code.
 ///
 /// # Errors
-/// Bad settings, or the database cannot be opened.
+/// Bad settings, or a database URL that cannot work (a server that does not answer
+/// is waited for).
 pub async fn run(db: &str, args: WorkArgs) -> anyhow::Result<u8> {
-    let backend = backend::open(db, Use::Create).await?;
+    // Listeners made first: a signal while the server is waited for stops the wait.
+    let mut term = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
+    let backend = tokio::select! {
+        b = connect::open_waiting(db, Use::Create) => b?,
+        _ = interrupt.recv() => return Ok(exit::INTERRUPTED),
+        _ = term.recv() => return Ok(exit::OK),
+    };
     let name = args.name.clone().unwrap_or_else(|| worker_name("work"));
     let (tx, mut rx) = unbounded_channel();
     let worker = Worker::builder(backend, args.queues.clone())
         .name(name.clone())
         .concurrency(args.concurrency)
         .shutdown_timeout(args.shutdown_timeout)
+        .lease(args.lease)
         .handler(CommandHandler::new(Some(tx), CancellationToken::new()).into_worker_handler())
         .build()
         .map_err(|e| crate::exit::usage(e.to_string()))?;
-    // Listeners made once, before the worker starts: a signal is never missed.
-    let mut term = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
-    let mut interrupt = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
     let worker = worker.spawn();
     outln!(
         "{} worker {name} serving {:?} with {} slots; Ctrl-C or SIGTERM stops it",
@@ -88,12 +100,13 @@ pub async fn run(db: &str, args: WorkArgs) -> anyhow::Result<u8> {
         print_event(&ev);
     }
     outln!(
-        "{} stopped: {} claimed, {} succeeded, {} failed attempts, {} released, {} not settled",
+        "{} stopped: {} claimed, {} succeeded, {} failed attempts, {} released, {} lease lost, {} not settled",
         time(Utc::now()),
         report.claimed,
         report.succeeded,
         report.failed,
         report.released,
+        report.lease_lost,
         report.lost
     );
     Ok(exit::OK)

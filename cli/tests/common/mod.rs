@@ -51,6 +51,14 @@ impl Env {
         Self { dir, db }
     }
 
+    /// A temp folder whose commands use the database at `url` (a server's).
+    pub fn with_db(url: &str) -> Self {
+        Self {
+            dir: tempfile::tempdir().expect("temp dir"),
+            db: url.to_owned(),
+        }
+    }
+
     pub fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }

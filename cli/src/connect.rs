@@ -1,0 +1,100 @@
+//! Waiting for the database server: `relayq work` started before its server (or across
+//! a restart) waits for it instead of exiting, and `relayq enqueue` retries what is
+//! safe to retry (issue 42, item 3).
+
+use std::{sync::Arc, time::Duration};
+
+use backon::{BackoffBuilder, ExponentialBuilder};
+use relayq_core::{Backend, Error as CoreError};
+
+use crate::{
+    backend::{self, Use},
+    exit,
+};
+
+/// Longest wait between two connection attempts.
+pub const MAX_DELAY: Duration = Duration::from_secs(5);
+
+/// Whether `e` is worth retrying: the server could not be reached or failed, as
+/// opposed to bad input (a bad URL, an unknown scheme, a missing SQLite file).
+pub fn transient(e: &anyhow::Error) -> bool {
+    exit::code_for(e) == exit::FAILED
+        && e.chain().any(|c| {
+            matches!(
+                c.downcast_ref::<CoreError>(),
+                Some(CoreError::Backend { .. })
+            )
+        })
+}
+
+/// The backoff between attempts: from 100 ms, doubling, at most [`MAX_DELAY`], with
+/// jitter so that a fleet of workers does not reconnect in step.
+pub fn backoff(max_times: Option<usize>) -> impl Iterator<Item = Duration> {
+    let b = ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(100))
+        .with_max_delay(MAX_DELAY)
+        .with_jitter();
+    match max_times {
+        Some(n) => b.with_max_times(n),
+        None => b.without_max_times(),
+    }
+    .build()
+}
+
+/// Opens the backend at `url`, waiting for its server as long as it takes: one line on
+/// stderr when the first attempt fails, one when it answers. Bad input fails at once.
+///
+/// # Errors
+/// A non-transient error of [`backend::open`].
+pub async fn open_waiting(url: &str, need: Use) -> anyhow::Result<Arc<dyn Backend>> {
+    let mut delays = backoff(None);
+    let mut failures = 0u64;
+    loop {
+        match backend::open(url, need).await {
+            Ok(b) => {
+                if failures > 0 {
+                    eprintln!(
+                        "relayq: the database answers after {failures} failed attempts; starting"
+                    );
+                }
+                return Ok(b);
+            }
+            Err(e) if transient(&e) => {
+                if failures == 0 {
+                    eprintln!(
+                        "relayq: {e:#}; waiting for the server (retrying every {} at most; Ctrl-C stops)",
+                        humantime::format_duration(MAX_DELAY)
+                    );
+                }
+                failures += 1;
+                tokio::time::sleep(delays.next().unwrap_or(MAX_DELAY)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_backend_failures_are_transient() {
+        let down = anyhow::Error::new(CoreError::backend("connection refused")).context("x");
+        assert!(transient(&down));
+        assert!(!transient(&exit::usage("--db: bad")));
+        assert!(!transient(
+            &anyhow::Error::new(CoreError::invalid("url", "bad")).context("x")
+        ));
+        assert!(!transient(&anyhow::anyhow!("disk on fire")));
+    }
+
+    #[test]
+    fn the_backoff_is_capped() {
+        let delays: Vec<_> = backoff(Some(20)).collect();
+        assert_eq!(delays.len(), 20);
+        // Jitter adds up to the delay again.
+        assert!(delays.iter().all(|d| *d <= MAX_DELAY * 2), "{delays:?}");
+        assert!(delays[0] < Duration::from_secs(1));
+    }
+}

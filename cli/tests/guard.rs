@@ -1,0 +1,156 @@
+//! The guard of every command (issue 42, item 1): a command never outlives its worker
+//! (SIGKILL of `relayq work`) nor its lease (a worker frozen by SIGSTOP), on SQLite and,
+//! when their URLs are set, PostgreSQL and Redis. Real processes; every wait polls with
+//! a deadline.
+
+mod common;
+
+use std::{
+    process::Child,
+    time::{Duration, Instant},
+};
+
+use common::{Env, eventually};
+use nix::{
+    sys::signal::{Signal, kill},
+    unistd::Pid,
+};
+
+/// SQLite always; PostgreSQL and Redis when `RELAYQ_POSTGRES_URL` / `RELAYQ_REDIS_URL`
+/// name a server (one line says which are skipped).
+fn envs() -> Vec<(&'static str, Env)> {
+    let mut envs = vec![("sqlite", Env::new())];
+    for (name, var) in [
+        ("postgres", "RELAYQ_POSTGRES_URL"),
+        ("redis", "RELAYQ_REDIS_URL"),
+    ] {
+        match std::env::var(var) {
+            Ok(url) if !url.trim().is_empty() => envs.push((name, Env::with_db(&url))),
+            _ => eprintln!("SKIPPED: {name}: {var} is unset"),
+        }
+    }
+    envs
+}
+
+fn queue() -> String {
+    format!("guard-{:016x}", rand_u64())
+}
+
+fn rand_u64() -> u64 {
+    use std::hash::{BuildHasher, RandomState};
+    RandomState::new().hash_one(std::time::SystemTime::now())
+}
+
+/// Whether process `pid` has ended (gone, or a zombie waiting to be reaped).
+fn ended(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
+        stat.rsplit(')')
+            .next()
+            .is_some_and(|s| s.trim_start().starts_with('Z'))
+    })
+}
+
+/// Workers killed (and thawed first) however the test ends.
+struct Workers(Vec<Child>);
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            if let Ok(pid) = i32::try_from(c.id()) {
+                let _ = kill(Pid::from_raw(pid), Signal::SIGCONT);
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn pid_of(c: &Child) -> Pid {
+    Pid::from_raw(i32::try_from(c.id()).expect("pid"))
+}
+
+/// Reads whitespace-separated pids from `file` once it is complete (ends with "end").
+fn pids(env: &Env, file: &str) -> Option<Vec<String>> {
+    let text = std::fs::read_to_string(env.path(file)).ok()?;
+    let words: Vec<String> = text.split_whitespace().map(str::to_owned).collect();
+    (words.last().map(String::as_str) == Some("end")).then(|| words[..words.len() - 1].to_vec())
+}
+
+#[test]
+fn sigkill_of_the_worker_leaves_no_command_running_a_second_later() {
+    for (name, env) in envs() {
+        let q = queue();
+        let marker = format!("pids-{q}");
+        // The shell and a background grandchild record their pids, then wait.
+        let cmd = format!("sleep 300 & echo $$ $! end > {marker}; wait");
+        env.run(&["enqueue", "--queue", &q, "--", &cmd])
+            .expect_code(0);
+        let mut workers = Workers(vec![env.spawn(&["work", "--queue", &q, "--lease", "3s"])]);
+        let pids = eventually(
+            &format!("{name}: the command started"),
+            Duration::from_secs(20),
+            || pids(&env, &marker),
+        );
+        assert_eq!(pids.len(), 2, "{name}: {pids:?}");
+        assert!(pids.iter().all(|p| !ended(p)), "{name}: not running yet");
+        workers.0[0].kill().expect("SIGKILL the worker");
+        let killed = Instant::now();
+        workers.0[0].wait().expect("reap the worker");
+        // Within a second: the guard saw its pipe close and killed the group.
+        let deadline = killed + Duration::from_secs(1);
+        while !pids.iter().all(|p| ended(p)) {
+            assert!(
+                Instant::now() < deadline,
+                "{name}: the command {pids:?} outlived its worker by a second"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+#[test]
+fn a_worker_frozen_past_its_lease_leaves_no_command_beside_the_next_attempt() {
+    for (name, env) in envs() {
+        let q = queue();
+        let (first, second) = (format!("first-{q}"), format!("second-{q}"));
+        // Attempt 1 records its shell's and grandchild's pids and runs on; attempt 2
+        // records the state of those processes as it starts ("" gone, "Z" a zombie).
+        let cmd = format!(
+            "if [ -f {first} ]; then for p in $(cat {first}); do \
+               s=$(cut -d' ' -f3 /proc/$p/stat 2>/dev/null); echo \"$p:$s\"; done > {second}.tmp; \
+               mv {second}.tmp {second}; exit 0; fi; \
+             sleep 300 & echo $$ $! > {first}; wait"
+        );
+        env.run(&["enqueue", "--queue", &q, "--max-attempts", "2", "--", &cmd])
+            .expect_code(0);
+        let mut workers = Workers(vec![env.spawn(&["work", "--queue", &q, "--lease", "2s"])]);
+        eventually(
+            &format!("{name}: attempt 1 started"),
+            Duration::from_secs(20),
+            || {
+                std::fs::read_to_string(env.path(&first))
+                    .ok()
+                    .filter(|t| t.split_whitespace().count() == 2)
+            },
+        );
+        // Frozen, as Ctrl-Z would: no heartbeat, no renewal to the guard.
+        kill(pid_of(&workers.0[0]), Signal::SIGSTOP).expect("SIGSTOP the worker");
+        workers
+            .0
+            .push(env.spawn(&["work", "--queue", &q, "--lease", "2s"]));
+        let seen = eventually(
+            &format!("{name}: attempt 2 ran"),
+            Duration::from_secs(30),
+            || std::fs::read_to_string(env.path(&second)).ok(),
+        );
+        let states: Vec<&str> = seen.lines().collect();
+        assert_eq!(states.len(), 2, "{name}: {seen:?}");
+        for line in states {
+            let state = line.split(':').nth(1).unwrap_or("");
+            assert!(
+                state.is_empty() || state == "Z",
+                "{name}: attempt 1's process ran beside attempt 2: {line}"
+            );
+        }
+    }
+}
