@@ -42,6 +42,7 @@
 //! that run again; relayq's guarantees hold for what the server kept.
 
 mod admin;
+mod eviction;
 mod functions;
 mod jobs;
 mod listen;
@@ -138,9 +139,15 @@ impl RedisBackend {
     /// Connects to a standalone server at `url` (`redis://host:port/db`) with the
     /// default key prefix `relayq`.
     ///
+    /// The server's `maxmemory-policy` must be `noeviction`: any other lets Redis delete
+    /// queue keys when it fills up, losing jobs silently. `?allow_eviction=true` in the
+    /// URL accepts that risk. A server that refuses `CONFIG` (managed services) is not
+    /// checked; one line is logged.
+    ///
     /// # Errors
-    /// [`Error::InvalidInput`] on `url` for a malformed URL; [`Error::Backend`] when the
-    /// server cannot be reached.
+    /// [`Error::InvalidInput`] on `url` for a malformed URL, on `allow_eviction` for a
+    /// bad value, on `maxmemory-policy` for a server that may evict keys;
+    /// [`Error::Backend`] when the server cannot be reached.
     pub async fn connect(url: &str) -> Result<Self> {
         Self::connect_with_prefix(url, DEFAULT_PREFIX).await
     }
@@ -152,11 +159,16 @@ impl RedisBackend {
     /// prefix.
     pub async fn connect_with_prefix(url: &str, prefix: &str) -> Result<Self> {
         check_prefix(prefix)?;
-        let client = client(url, "url")?;
+        let (url, allow_eviction) = eviction::split_url(url)?;
+        let client = client(&url, "url")?;
         let config = ConnectionManagerConfig::new().set_response_timeout(Some(RESPONSE_TIMEOUT));
-        let conn = ConnectionManager::new_with_config(client.clone(), config)
+        let mut conn = ConnectionManager::new_with_config(client.clone(), config)
             .await
             .map_err(db)?;
+        if !allow_eviction {
+            let node = client.get_connection_info().addr().to_string();
+            eviction::check(&mut conn, &node).await?;
+        }
         Ok(Self::build(Conn::Single(conn), prefix, vec![client]))
     }
 
@@ -166,7 +178,13 @@ impl RedisBackend {
     /// As [`connect_with_prefix`](Self::connect_with_prefix).
     pub async fn cluster(urls: &[&str], prefix: &str) -> Result<Self> {
         check_prefix(prefix)?;
-        let cluster = ClusterClientBuilder::new(urls.to_vec())
+        let split = urls
+            .iter()
+            .map(|u| eviction::split_url(u))
+            .collect::<Result<Vec<_>>>()?;
+        let allow_eviction = split.iter().any(|(_, allow)| *allow);
+        let urls: Vec<&str> = split.iter().map(|(u, _)| u.as_str()).collect();
+        let cluster = ClusterClientBuilder::new(urls.clone())
             .tcp_settings(tcp())
             .response_timeout(RESPONSE_TIMEOUT)
             // The cluster client would send a request again after a dropped connection,
@@ -181,6 +199,14 @@ impl RedisBackend {
             .iter()
             .map(|u| client(u, "urls"))
             .collect::<Result<Vec<_>>>()?;
+        // The nodes named; each master must be set alike (the README says so).
+        if !allow_eviction {
+            for c in &clients {
+                let mut node = c.get_multiplexed_async_connection().await.map_err(db)?;
+                let addr = c.get_connection_info().addr().to_string();
+                eviction::check(&mut node, &addr).await?;
+            }
+        }
         Ok(Self::build(Conn::Cluster(conn), prefix, clients))
     }
 

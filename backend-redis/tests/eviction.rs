@@ -1,0 +1,115 @@
+//! Servers configured to lose jobs are refused (issue 42, item 4): a redis-server of
+//! our own, on a free loopback port in a temp folder, with `maxmemory-policy
+//! allkeys-lru`; stopped when the test ends, however it ends.
+
+use std::{
+    net::TcpListener,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use relayq_redis::RedisBackend;
+
+/// A redis-server of our own; killed on drop.
+struct Server {
+    child: Child,
+    port: u16,
+    dir: std::path::PathBuf,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// Starts redis-server with `args`, or `None` (one skip line) when it is not installed.
+fn start(args: &[&str]) -> Option<Server> {
+    let port = free_port();
+    let dir = std::env::temp_dir().join(format!("relayq-eviction-{}-{port}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let child = Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no"])
+        .arg("--dir")
+        .arg(&dir)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn();
+    let Ok(child) = child else {
+        eprintln!("SKIPPED: redis-server is not installed");
+        let _ = std::fs::remove_dir_all(&dir);
+        return None;
+    };
+    let server = Server { child, port, dir };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "redis-server did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Some(server)
+}
+
+#[tokio::test]
+async fn a_server_that_may_evict_keys_is_refused_unless_the_url_allows_it() {
+    let Some(server) = start(&["--maxmemory-policy", "allkeys-lru"]) else {
+        return;
+    };
+    let url = format!("redis://127.0.0.1:{}/0", server.port);
+    let e = RedisBackend::connect(&url).await.unwrap_err();
+    assert_eq!(e.invalid_field(), Some("maxmemory-policy"), "{e}");
+    let text = e.to_string();
+    assert!(
+        text.contains("allkeys-lru") && text.contains("allow_eviction=true"),
+        "{text}"
+    );
+
+    assert!(
+        RedisBackend::connect(&format!("{url}?allow_eviction=true"))
+            .await
+            .is_ok()
+    );
+    let e = RedisBackend::connect(&format!("{url}?allow_eviction=perhaps"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.invalid_field(), Some("allow_eviction"), "{e}");
+
+    // Set right, the same server is taken.
+    let client = redis::Client::open(url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory-policy")
+        .arg("noeviction")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(RedisBackend::connect(&url).await.is_ok());
+}
+
+/// Where CONFIG is disabled (as on managed services) the policy cannot be read, and
+/// the connection is not refused for it.
+#[tokio::test]
+async fn a_server_without_config_is_not_refused() {
+    let Some(server) = start(&[
+        "--maxmemory-policy",
+        "allkeys-lru",
+        "--rename-command",
+        "CONFIG",
+        "",
+    ]) else {
+        return;
+    };
+    let url = format!("redis://127.0.0.1:{}/0", server.port);
+    assert!(RedisBackend::connect(&url).await.is_ok());
+}
