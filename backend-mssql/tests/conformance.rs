@@ -1,11 +1,12 @@
-//! The whole conformance suite against SQL Server: `RELAYQ_MSSQL_URL`, or a container
-//! (`mcr.microsoft.com/mssql/server:2022-latest`) when Docker answers, or one SKIPPED
-//! line. Every case shares one schema (cases isolate themselves by queue name) and
-//! migrates it first, so the concurrent `migrate` path runs on every run too.
+//! The whole conformance suite, and the model check, against SQL Server
+//! (`RELAYQ_MSSQL_URL`, or a container, `mcr.microsoft.com/mssql/server:2022-latest`,
+//! when Docker answers; else reported as ignored). Every case shares one schema (cases
+//! isolate themselves by queue name) and migrates it first, so the concurrent `migrate`
+//! path runs on every run too.
 
 use std::sync::Arc;
 
-use relayq_conformance::{Env, harness::Server};
+use relayq_conformance::{Capability, Env, Subject, harness::Server};
 use relayq_core::Backend;
 use relayq_mssql::{Config, MssqlBackend};
 
@@ -23,17 +24,34 @@ async fn open(url: &str) -> relayq_core::Result<MssqlBackend> {
     MssqlBackend::connect_with(url, config).await
 }
 
-async fn env() -> Option<Env> {
-    let url = relayq_conformance::harness::server_url(Server::Mssql).await?;
-    let backend = open(&url).await.expect("connect to SQL Server");
-    backend.migrate().await.expect("migrate");
-    Some(Env::new(backend, move || {
-        let url = url.clone();
-        async move {
-            let handle: Arc<dyn Backend> = Arc::new(open(&url).await?);
-            Ok(handle)
-        }
-    }))
+struct Mssql {
+    url: String,
 }
 
-relayq_conformance::suite!(env);
+impl Subject for Mssql {
+    const NAME: &'static str = "mssql";
+    const SERVER: Option<Server> = Some(Server::Mssql);
+    // Handles on one server and schema in one process share an event bus.
+    const CAPABILITIES: &'static [Capability] = &[Capability::Notifications];
+
+    async fn open(url: Option<String>) -> anyhow::Result<Self> {
+        Ok(Self {
+            url: url.expect("SERVER is set"),
+        })
+    }
+
+    async fn env(&self) -> anyhow::Result<Env> {
+        let url = self.url.clone();
+        let backend = open(&url).await?;
+        backend.migrate().await?;
+        Ok(Env::new(backend, move || {
+            let url = url.clone();
+            async move {
+                let handle: Arc<dyn Backend> = Arc::new(open(&url).await?);
+                Ok(handle)
+            }
+        }))
+    }
+}
+
+relayq_conformance::suite!(Mssql);

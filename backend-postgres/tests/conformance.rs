@@ -1,11 +1,11 @@
-//! The whole conformance suite against PostgreSQL: `RELAYQ_POSTGRES_URL`, or a
-//! container when Docker answers, or one SKIPPED line. Every case shares one schema
-//! (cases isolate themselves by queue name) and migrates it first, so the concurrent
-//! `migrate` path runs on every test run too.
+//! The whole conformance suite, and the model check, against PostgreSQL
+//! (`RELAYQ_POSTGRES_URL`, or a container when Docker answers; else reported as
+//! ignored). Every case shares one schema (cases isolate themselves by queue name) and
+//! migrates it first, so the concurrent `migrate` path runs on every test run too.
 
 use std::sync::Arc;
 
-use relayq_conformance::{Env, harness::Server};
+use relayq_conformance::{Capability, Env, Subject, harness::Server};
 use relayq_core::Backend;
 use relayq_postgres::{Config, PostgresBackend};
 
@@ -23,17 +23,33 @@ async fn open(url: &str) -> relayq_core::Result<PostgresBackend> {
     PostgresBackend::connect_with(url, config).await
 }
 
-async fn env() -> Option<Env> {
-    let url = relayq_conformance::harness::server_url(Server::Postgres).await?;
-    let backend = open(&url).await.expect("connect to PostgreSQL");
-    backend.migrate().await.expect("migrate");
-    Some(Env::new(backend, move || {
-        let url = url.clone();
-        async move {
-            let handle: Arc<dyn Backend> = Arc::new(open(&url).await?);
-            Ok(handle)
-        }
-    }))
+struct Postgres {
+    url: String,
 }
 
-relayq_conformance::suite!(env);
+impl Subject for Postgres {
+    const NAME: &'static str = "postgres";
+    const SERVER: Option<Server> = Some(Server::Postgres);
+    const CAPABILITIES: &'static [Capability] = &[Capability::Notifications];
+
+    async fn open(url: Option<String>) -> anyhow::Result<Self> {
+        Ok(Self {
+            url: url.expect("SERVER is set"),
+        })
+    }
+
+    async fn env(&self) -> anyhow::Result<Env> {
+        let url = self.url.clone();
+        let backend = open(&url).await?;
+        backend.migrate().await?;
+        Ok(Env::new(backend, move || {
+            let url = url.clone();
+            async move {
+                let handle: Arc<dyn Backend> = Arc::new(open(&url).await?);
+                Ok(handle)
+            }
+        }))
+    }
+}
+
+relayq_conformance::suite!(Postgres);

@@ -1,10 +1,11 @@
-//! The whole conformance suite against Redis Cluster (`RELAYQ_REDIS_CLUSTER_URLS`, a
-//! comma-separated list of node URLs, or one SKIPPED line). Each case's random queue
+//! The whole conformance suite, and the model check, against Redis Cluster
+//! (`RELAYQ_REDIS_CLUSTER_URLS`, a comma-separated list of node URLs; else reported as
+//! ignored). Each case's random queue
 //! names land in different slots, so the cases spread over the masters.
 
 use std::{sync::Arc, time::Duration};
 
-use relayq_conformance::{Env, harness::Server};
+use relayq_conformance::{Capability, Env, Subject, harness::Server, runner::server_test};
 use relayq_core::{Backend, Enqueue, EventKind, Events, NewJob};
 use relayq_redis::RedisBackend;
 use tokio::time::Instant;
@@ -16,30 +17,49 @@ async fn open(urls: &str) -> relayq_core::Result<RedisBackend> {
     RedisBackend::cluster(&urls, PREFIX).await
 }
 
-async fn env() -> Option<Env> {
-    let urls = relayq_conformance::harness::server_url(Server::RedisCluster).await?;
-    let backend = open(&urls).await.expect("connect to Redis Cluster");
-    Some(Env::new(backend, move || {
-        let urls = urls.clone();
-        async move {
-            let handle: Arc<dyn Backend> = Arc::new(open(&urls).await?);
-            Ok(handle)
-        }
-    }))
+struct Cluster {
+    urls: String,
 }
 
-relayq_conformance::suite!(env);
+impl Subject for Cluster {
+    const NAME: &'static str = "redis-cluster";
+    const SERVER: Option<Server> = Some(Server::RedisCluster);
+    const CAPABILITIES: &'static [Capability] = &[Capability::Notifications];
+
+    async fn open(urls: Option<String>) -> anyhow::Result<Self> {
+        Ok(Self {
+            urls: urls.expect("SERVER is set"),
+        })
+    }
+
+    async fn env(&self) -> anyhow::Result<Env> {
+        let urls = self.urls.clone();
+        let backend = open(&urls).await?;
+        Ok(Env::new(backend, move || {
+            let urls = urls.clone();
+            async move {
+                let handle: Arc<dyn Backend> = Arc::new(open(&urls).await?);
+                Ok(handle)
+            }
+        }))
+    }
+}
+
+relayq_conformance::suite!(
+    Cluster,
+    [server_test(
+        Server::RedisCluster,
+        "wakeups_subscribe_on_every_master",
+        wakeups_subscribe_on_every_master,
+    )]
+);
 
 /// Wake-ups on a cluster subscribe on every master, so a queue's `PUBLISH` reaches the
 /// subscriber from its own node, not over the cluster bus (see `listen.rs`): the
 /// `PUBSUB NUMSUB` half fails with one subscription. The second half, an enqueue on a
 /// queue of each master waking a second handle, is the end-to-end check (the bus
 /// would deliver it too, only later).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn wakeups_subscribe_on_every_master() {
-    let Some(urls) = relayq_conformance::harness::server_url(Server::RedisCluster).await else {
-        return;
-    };
+async fn wakeups_subscribe_on_every_master(urls: String) {
     let seeds: Vec<&str> = urls.split(',').map(str::trim).collect();
     let prefix = format!("relayq-ev-{}", uuid::Uuid::new_v4().simple());
     let listening = RedisBackend::cluster(&seeds, &prefix).await.unwrap();

@@ -1,15 +1,29 @@
-//! The whole conformance suite against standalone Redis (`RELAYQ_REDIS_URL`, or a
-//! container, or one SKIPPED line). Cases isolate themselves by queue name.
+//! The whole conformance suite, and the model check, against standalone Redis
+//! (`RELAYQ_REDIS_URL`, or a container; else reported as ignored). Cases isolate
+//! themselves by queue name.
 
 mod support;
 
-use relayq_conformance::{Env, harness::Server};
+use relayq_conformance::{Capability, Env, Subject, harness::Server};
 
-const PREFIX: &str = "relayq-conformance";
-
-async fn env() -> Option<Env> {
-    let url = relayq_conformance::harness::server_url(Server::Redis).await?;
-    Some(support::env(url, PREFIX).await)
+struct Redis {
+    url: String,
 }
 
-relayq_conformance::suite!(env);
+impl Subject for Redis {
+    const NAME: &'static str = "redis";
+    const SERVER: Option<Server> = Some(Server::Redis);
+    const CAPABILITIES: &'static [Capability] = &[Capability::Notifications];
+
+    async fn open(url: Option<String>) -> anyhow::Result<Self> {
+        Ok(Self {
+            url: url.expect("SERVER is set"),
+        })
+    }
+
+    async fn env(&self) -> anyhow::Result<Env> {
+        Ok(support::env(self.url.clone(), "relayq-conformance").await)
+    }
+}
+
+relayq_conformance::suite!(Redis);

@@ -1,19 +1,39 @@
 //! # relayq-conformance
 //!
 //! The behaviour every relayq backend must have, as tests. Each rule of the SPEC
-//! (`docs/SPEC.md` in the repository) is one or more plain `async fn(&Env) -> anyhow::Result<()>` cases
-//! in [`cases`]; [`suite!`] stamps one `#[tokio::test]` per case for a backend.
+//! (`docs/SPEC.md` in the repository) is one or more plain
+//! `async fn(&Env) -> anyhow::Result<()>` cases in [`cases`], listed once in
+//! [`for_each_case!`].
 //!
-//! A backend crate runs the whole suite with a factory that returns an [`Env`], or
-//! `None` to skip (see [`harness`] for servers):
+//! A backend's conformance test target (with `harness = false`) implements [`Subject`]
+//! and stamps [`suite!`], which runs every case and the [`model`] check as
+//! `libtest-mimic` trials. A case whose server is absent, or that needs a
+//! [`Capability`] the backend lacks, is reported as ignored, with the reason; naming
+//! the server in `RELAYQ_REQUIRE` turns an absent server into a failure (see
+//! [`harness`]).
 //!
 //! ```ignore
-//! async fn env() -> Option<relayq_conformance::Env> {
-//!     let url = relayq_conformance::harness::server_url(Server::Postgres).await?;
-//!     let backend = PostgresBackend::connect(&url).await.unwrap();
-//!     Some(Env::new(backend, move || { let url = url.clone(); async move { ... } }))
+//! struct Postgres { url: String }
+//!
+//! impl Subject for Postgres {
+//!     const NAME: &'static str = "postgres";
+//!     const SERVER: Option<Server> = Some(Server::new("postgres", "RELAYQ_POSTGRES_URL"));
+//!     const CAPABILITIES: &'static [Capability] = &[Capability::Notifications];
+//!
+//!     async fn open(url: Option<String>) -> anyhow::Result<Self> {
+//!         let url = url.expect("SERVER is set");
+//!         PostgresBackend::connect(&url).await?.migrate().await?;
+//!         Ok(Self { url })
+//!     }
+//!
+//!     async fn env(&self) -> anyhow::Result<Env> {
+//!         let url = self.url.clone();
+//!         let backend = PostgresBackend::connect(&url).await?;
+//!         Ok(Env::new(backend, move || { let url = url.clone(); async move { ... } }))
+//!     }
 //! }
-//! relayq_conformance::suite!(env);
+//!
+//! relayq_conformance::suite!(Postgres);
 //! ```
 //!
 //! Every case makes its own random queue names, so cases run in parallel and survive a
@@ -22,6 +42,8 @@
 pub mod cases;
 pub mod harness;
 pub mod model;
+pub mod runner;
+mod subject;
 mod util;
 
 use std::{future::Future, sync::Arc};
@@ -29,6 +51,7 @@ use std::{future::Future, sync::Arc};
 use futures::future::BoxFuture;
 use relayq_core::Backend;
 
+pub use subject::{Capability, Skip, Subject};
 pub use util::{poll_until, queue_name};
 
 /// What a case gets: a backend handle, and a way to open more independent handles to
@@ -77,7 +100,7 @@ impl Env {
 }
 
 /// Calls `$callback! { module::case, ... }` with every case of the suite. This is the
-/// one list of cases.
+/// one list of cases; `=> Capability` after a case names the [`Capability`] it needs.
 #[macro_export]
 macro_rules! for_each_case {
     ($($callback:ident)::+ ! $( ( $($args:tt)* ) )?) => {
@@ -157,32 +180,61 @@ macro_rules! for_each_case {
             errors::x2_hostile_text_stored_verbatim,
             errors::x2_bad_labels_rejected,
             errors::x3_failed_calls_leave_nothing_behind,
+            events::w2_enqueue_and_finish_wake_subscribers => Notifications,
         }
     };
 }
 
-/// Stamps one `#[tokio::test]` per case, each asking `$factory().await` for an
-/// [`Env`]; `None` skips the case (the harness has printed why).
+/// Every case of the suite, in the order of [`for_each_case!`].
+#[must_use]
+pub fn cases() -> &'static [runner::Case] {
+    macro_rules! list {
+        ($($module:ident :: $case:ident $(=> $needs:ident)?),* $(,)?) => {
+            &[$(runner::Case {
+                module: stringify!($module),
+                name: stringify!($case),
+                needs: list!(@needs $($needs)?),
+                run: |env| Box::pin(cases::$module::$case(env)),
+            }),*]
+        };
+        (@needs) => { None };
+        (@needs $needs:ident) => { Some(Capability::$needs) };
+    }
+    for_each_case!(list!)
+}
+
+/// The `main` of a backend's conformance test target (`harness = false`): every case
+/// and the model check against the [`Subject`] `$subject`, then any further trials
+/// given (iterables of `libtest_mimic::Trial`, e.g. from [`runner::server_test`]).
 #[macro_export]
 macro_rules! suite {
-    ($factory:path) => {
-        $crate::for_each_case!($crate::__relayq_stamp!($factory));
+    ($subject:ty $(, $extra:expr)* $(,)?) => {
+        fn main() {
+            #[allow(unused_mut)]
+            let mut trials = $crate::runner::suite::<$subject>();
+            $(trials.extend($extra);)*
+            $crate::runner::run(trials)
+        }
     };
 }
 
-/// Internal: stamps the tests for [`suite!`].
-#[doc(hidden)]
+/// The `main` of a backend's own test target (`harness = false`): each `async fn(url:
+/// String)` of `tests` gets the URL of `server` (or is reported as ignored without
+/// one, or fails when `RELAYQ_REQUIRE` names it); each `async fn()` of `local` runs as
+/// it is.
 #[macro_export]
-macro_rules! __relayq_stamp {
-    ($factory:path ; $($module:ident :: $case:ident),* $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $case() {
-                let Some(env) = $factory().await else { return };
-                if let Err(e) = $crate::cases::$module::$case(&env).await {
-                    panic!("{}::{} failed: {e:?}", stringify!($module), stringify!($case));
-                }
-            }
-        )*
+macro_rules! server_tests {
+    (
+        server: $server:expr,
+        tests: [$($test:ident),* $(,)?]
+        $(, local: [$($local:ident),* $(,)?])?
+        $(,)?
+    ) => {
+        fn main() {
+            $crate::runner::run(vec![
+                $($crate::runner::server_test($server, stringify!($test), $test),)*
+                $($($crate::runner::local_test(stringify!($local), $local),)*)?
+            ])
+        }
     };
 }

@@ -4,6 +4,7 @@ pub mod batches;
 pub mod claim;
 pub mod enqueue;
 pub mod errors;
+pub mod events;
 pub mod groups;
 pub mod lease;
 pub mod monitor;

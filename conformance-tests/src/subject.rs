@@ -1,0 +1,67 @@
+//! The seam between the suite and a backend: a [`Subject`] says what the backend is
+//! called, which server it needs, what it can do beyond the core contract, and how to
+//! make an [`Env`] for one case. [`suite!`](crate::suite) then runs every case, and the
+//! model check, against it.
+
+use std::fmt;
+
+use crate::{Env, harness::Server};
+
+/// A backend under test.
+///
+/// `open` runs once per test process, on the first case that runs, with the server's
+/// URL (`None` for an embedded backend). Keep only plain data in `Self` (URLs, names):
+/// each case runs on a runtime of its own, so a pool made in `open` would outlive the
+/// runtime that drives it.
+#[allow(
+    async_fn_in_trait,
+    reason = "the runner drives these futures with `block_on`, which needs no `Send`"
+)]
+pub trait Subject: Sized + Send + Sync + 'static {
+    /// The backend's name in test output and skip reasons: `"postgres"`.
+    const NAME: &'static str;
+    /// The server it needs; `None` for an embedded backend.
+    const SERVER: Option<Server> = None;
+    /// What it can do beyond the core contract; cases that need more are skipped.
+    const CAPABILITIES: &'static [Capability] = &[];
+
+    /// One-time setup against the server at `url` (a schema to migrate, a user to
+    /// create). An error fails every case, but a [`Skip`] reports them as ignored with
+    /// its reason.
+    async fn open(url: Option<String>) -> anyhow::Result<Self>;
+
+    /// An environment for one case: a handle and a way to open more.
+    async fn env(&self) -> anyhow::Result<Env>;
+}
+
+/// Optional behaviour, which some cases need. A case that needs one the subject does
+/// not declare is reported as ignored, with the reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Capability {
+    /// `Events::subscribe` returns a receiver, and an enqueue or a finished job on one
+    /// handle wakes the subscribers of another (SPEC B5, W2): `LISTEN/NOTIFY`, pub/sub,
+    /// or an in-process bus shared by the handles on one store.
+    Notifications,
+}
+
+impl fmt::Display for Capability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Notifications => "notifications",
+        })
+    }
+}
+
+/// An error from [`Subject::open`] that skips the subject's cases instead of failing
+/// them: the server is there but cannot run this variant of the suite.
+#[derive(Debug)]
+pub struct Skip(pub String);
+
+impl fmt::Display for Skip {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Skip {}
