@@ -21,9 +21,11 @@
       if (v === undefined || v === null || v === false) continue;
       if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
       else if (k === "text") e.textContent = v;
+      // Through the CSSOM: the CSP refuses style attributes.
+      else if (k === "style") Object.assign(e.style, v);
       else e.setAttribute(k, v === true ? "" : String(v));
     }
-    for (const c of children.flat()) {
+    for (const c of children.flat(Infinity)) {
       if (c === null || c === undefined || c === false) continue;
       e.append(c instanceof Node ? c : document.createTextNode(String(c)));
     }
@@ -86,7 +88,7 @@
     const items = [link(`${base}/`, "queues", page === "queues" ? "current" : null)];
     if (queue) {
       for (const [p, label] of [["batches", "batches"], ["running", "running"], ["dead", "dead"]]) {
-        items.push(link(`${qpath(queue)}/${p}`, `${queue}: ${label}`, page === p ? "current" : null));
+        items.push(link(`${qpath(queue)}/${p}`, label, page === p ? "current" : null));
       }
     }
     $("#nav").replaceChildren(...items);
@@ -137,7 +139,7 @@
       const next = new URLSearchParams(location.search);
       next.set("queues", [extra, name].filter(Boolean).join(","));
       location.search = next.toString();
-    } }, "Show another queue: ", h("input", { name: "q", placeholder: "queue", style: "width:10rem" }), " ", h("button", { type: "submit" }, "show"));
+    } }, "Show another queue: ", h("input", { name: "q", placeholder: "queue", class: "wide" }), " ", h("button", { type: "submit" }, "show"));
     return [
       list.length ? null : h("p", { class: "muted" }, "No queues configured: name one below, or start the dashboard with -q QUEUE."),
       h("table", { id: "queues" },
@@ -149,7 +151,7 @@
 
   function stageBar(st) {
     const total = st.pending + st.running + st.succeeded + st.dead + st.cancelled || 1;
-    const part = (n, cls) => (n ? h("span", { class: cls, style: `width:${(100 * n) / total}%`, title: `${n} ${cls}` }) : null);
+    const part = (n, cls) => (n ? h("span", { class: cls, style: { width: `${(100 * n) / total}%` }, title: `${n} ${cls}` }) : null);
     return h("div", { class: "stage", "data-stage": st.stage },
       h("span", {}, `stage ${st.stage}`),
       h("div", { class: "bar" }, part(st.succeeded, "succeeded"), part(st.dead, "dead"), part(st.cancelled, "cancelled"), part(st.running, "running"), part(st.pending, "pending")),

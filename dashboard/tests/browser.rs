@@ -1,0 +1,330 @@
+//! The dashboard in a real browser: headless Chromium through chromedriver (WebDriver),
+//! against a dashboard and a worker on a SQLite database.
+//!
+//! Needs Debian's `chromium` and `chromium-driver` (`/usr/bin/chromium`,
+//! `/usr/bin/chromedriver`; `RELAYQ_CHROMIUM` and `RELAYQ_CHROMEDRIVER` override).
+//! Without them the test prints SKIPPED and passes, unless `RELAYQ_REQUIRE` contains
+//! `browser`. With `RELAYQ_DASHBOARD_SCREENSHOTS=DIR` it saves `dashboard-*.png` there.
+
+mod common;
+
+use std::{
+    io::{BufRead, BufReader},
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    sync::Arc,
+    time::Duration,
+};
+
+use common::*;
+use fantoccini::{Client, ClientBuilder};
+use relayq_core::{Backend, ClaimedJob, JobState, NewJob, OnFailure, worker::Worker};
+use relayq_dashboard::{Options, router};
+use serde_json::{Value, json};
+use tokio::{sync::watch, time::Instant};
+
+const PWN: &str = r#"<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">"#;
+const WAIT: Duration = Duration::from_secs(20);
+
+/// Kills the child when the test ends, pass or fail.
+struct Kill(Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn tool(var: &str, default: &str) -> Option<PathBuf> {
+    let path = std::env::var_os(var).map_or_else(|| PathBuf::from(default), PathBuf::from);
+    path.exists().then_some(path)
+}
+
+/// Starts chromedriver on a free port; its URL.
+fn chromedriver(path: &PathBuf) -> (Kill, String) {
+    let mut child = Command::new(path)
+        .arg("--port=0")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start chromedriver");
+    let stdout = child.stdout.take().unwrap();
+    let child = Kill(child);
+    for line in BufReader::new(stdout).lines() {
+        let line = line.expect("chromedriver's output");
+        if let Some(rest) = line.split("started successfully on port ").nth(1) {
+            let port = rest.trim_end_matches('.').trim();
+            return (child, format!("http://127.0.0.1:{port}"));
+        }
+    }
+    panic!("chromedriver ended without saying its port");
+}
+
+async fn browser(webdriver: &str, chromium: &PathBuf, profile: &tempfile::TempDir) -> Client {
+    let args = [
+        "--headless".to_owned(),
+        "--no-sandbox".to_owned(),
+        "--disable-gpu".to_owned(),
+        "--disable-quic".to_owned(),
+        "--no-first-run".to_owned(),
+        "--disable-background-networking".to_owned(),
+        "--disable-component-update".to_owned(),
+        "--disable-sync".to_owned(),
+        "--window-size=1280,860".to_owned(),
+        format!("--user-data-dir={}", profile.path().display()),
+    ];
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".into(),
+        json!({ "binary": chromium, "args": args }),
+    );
+    let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+    ClientBuilder::new(connector)
+        .capabilities(caps)
+        .connect(webdriver)
+        .await
+        .expect("a WebDriver session")
+}
+
+/// Runs `script` (which returns a value) until `done` accepts it, or fails after WAIT.
+async fn until(b: &Client, what: &str, script: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let value = b.execute(script, vec![]).await.expect(what);
+        if done(&value) {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "{what}: last saw {value}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The text of the first element `selector` matches, or null.
+fn text_of(selector: &str) -> String {
+    format!(
+        "const e = document.querySelector({}); return e ? e.textContent : null;",
+        json!(selector)
+    )
+}
+
+/// Clicks the first element `selector` matches, as the user's click would.
+async fn click(b: &Client, selector: &str) {
+    let script = format!(
+        "const e = document.querySelector({}); if (!e) return false; e.click(); return true;",
+        json!(selector)
+    );
+    until(b, &format!("click {selector}"), &script, |v| {
+        v == &json!(true)
+    })
+    .await;
+}
+
+async fn screenshot(b: &Client, name: &str) {
+    if let Some(dir) = std::env::var_os("RELAYQ_DASHBOARD_SCREENSHOTS") {
+        let png = b.screenshot().await.expect("a screenshot");
+        std::fs::write(
+            PathBuf::from(dir).join(format!("dashboard-{name}.png")),
+            png,
+        )
+        .unwrap();
+    }
+}
+
+async fn no_injected_markup(b: &Client) {
+    let script = "return [document.querySelectorAll('#content script, #content img').length, window.__pwned === undefined];";
+    let seen = b.execute(script, vec![]).await.unwrap();
+    assert_eq!(seen, json!([0, true]), "stored text became markup");
+}
+
+/// A worker whose jobs (payload: their stage) finish only once `gate` reaches their stage.
+fn gated_worker(backend: Arc<dyn Backend>, queue: &str, gate: watch::Receiver<i32>) -> Worker {
+    Worker::builder(backend, [queue])
+        .concurrency(4)
+        .handler(move |job: ClaimedJob| {
+            let mut gate = gate.clone();
+            async move {
+                let stage: i32 = String::from_utf8_lossy(&job.payload).parse().unwrap_or(0);
+                let _ = gate.wait_for(|open| *open >= stage).await;
+                Ok::<_, relayq_core::worker::JobError>(())
+            }
+        })
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_works_in_chromium() {
+    let require = std::env::var("RELAYQ_REQUIRE").unwrap_or_default();
+    let (Some(driver), Some(chromium)) = (
+        tool("RELAYQ_CHROMEDRIVER", "/usr/bin/chromedriver"),
+        tool("RELAYQ_CHROMIUM", "/usr/bin/chromium"),
+    ) else {
+        assert!(
+            !require.split(',').any(|r| r.trim() == "browser"),
+            "RELAYQ_REQUIRE has browser, but chromium or chromedriver is missing (apt-get install chromium chromium-driver)"
+        );
+        eprintln!(
+            "SKIPPED: the_dashboard_works_in_chromium: no /usr/bin/chromedriver or /usr/bin/chromium"
+        );
+        return;
+    };
+
+    let db = sqlite().await;
+    let (qb, qd) = (queue(), queue());
+    let app = router(
+        db.backend.clone(),
+        Options {
+            queues: vec![qb.clone(), qd.clone()],
+            ..Options::default()
+        },
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+
+    // A batch of three stages, run by a worker whose jobs wait for the test's word.
+    let batch = db
+        .backend
+        .open_batch(&qb, OnFailure::Continue)
+        .await
+        .unwrap();
+    let jobs = [1, 1, 2, 3]
+        .map(|s| NewJob::new(&qb, s.to_string().into_bytes()).in_batch(batch.id, s))
+        .to_vec();
+    db.backend.enqueue(jobs).await.unwrap();
+    db.backend.seal(&batch).await.unwrap();
+    let (gate, gate_rx) = watch::channel(0);
+    let worker = gated_worker(db.backend.clone(), &qb, gate_rx).spawn();
+
+    let (_driver, webdriver) = chromedriver(&driver);
+    let profile = tempfile::tempdir().unwrap();
+    let b = browser(&webdriver, &chromium, &profile).await;
+
+    // Stages advance on the batch page as the worker goes.
+    b.goto(&format!("{base}/queues/{qb}/batches"))
+        .await
+        .unwrap();
+    let stage = |n: i32| {
+        text_of(&format!(
+            "[data-batch=\"{}\"] [data-stage=\"{n}\"] .stage-text",
+            batch.id.0
+        ))
+    };
+    until(&b, "stage 1 running", &stage(1), |v| {
+        v.as_str().is_some_and(|t| t.contains("2 running"))
+    })
+    .await;
+    until(&b, "stage 2 waits", &stage(2), |v| {
+        v.as_str().is_some_and(|t| t.contains("1 pending"))
+    })
+    .await;
+
+    b.goto(&format!("{base}/queues/{qb}/running"))
+        .await
+        .unwrap();
+    let rows = "return document.querySelectorAll('#running tbody tr').length;";
+    until(&b, "two running jobs listed", rows, |v| v == &json!(2)).await;
+    screenshot(&b, "running").await;
+
+    b.goto(&format!("{base}/queues/{qb}/batches"))
+        .await
+        .unwrap();
+    gate.send(1).unwrap();
+    until(&b, "stage 1 done", &stage(1), |v| {
+        v.as_str().is_some_and(|t| t.starts_with("2/2 done"))
+    })
+    .await;
+    until(&b, "stage 2 running", &stage(2), |v| {
+        v.as_str().is_some_and(|t| t.contains("1 running"))
+    })
+    .await;
+    // The bar is drawn too (its widths go through the CSSOM, which the CSP allows).
+    let bar = format!(
+        "return document.querySelector('[data-batch=\"{}\"] [data-stage=\"1\"] .bar .succeeded')?.style.width ?? null;",
+        batch.id.0
+    );
+    until(&b, "stage 1's bar full", &bar, |v| v == &json!("100%")).await;
+    screenshot(&b, "batches").await;
+    gate.send(3).unwrap();
+    until(&b, "stage 3 done", &stage(3), |v| {
+        v.as_str().is_some_and(|t| t.starts_with("1/1 done"))
+    })
+    .await;
+
+    // A dead job whose payload and error are markup shows them as text; retry puts it
+    // back to ready (its queue has no worker, so it stays there).
+    let dead = dead_job(db.backend.as_ref(), &qd, PWN, PWN).await;
+    b.goto(&format!("{base}/queues/{qd}/dead")).await.unwrap();
+    let row = format!("[data-job=\"{}\"]", dead.0);
+    until(
+        &b,
+        "payload as text",
+        &text_of(&format!("{row} pre.payload")),
+        |v| v == &json!(PWN),
+    )
+    .await;
+    until(
+        &b,
+        "error as text",
+        &text_of(&format!("{row} pre.error-text")),
+        |v| v == &json!(PWN),
+    )
+    .await;
+    no_injected_markup(&b).await;
+    screenshot(&b, "dead").await;
+    click(&b, &format!("{row} button[data-action=\"retry\"]")).await;
+    let gone = format!(
+        "return document.querySelector({}) === null && document.querySelector('#content p') !== null;",
+        json!(row)
+    );
+    until(&b, "the row leaves the dead list", &gone, |v| {
+        v == &json!(true)
+    })
+    .await;
+    assert_eq!(
+        db.backend.job(&qd, dead).await.unwrap().state,
+        JobState::Ready
+    );
+    b.goto(&format!("{base}/queues/{qd}/jobs/{}", dead.0))
+        .await
+        .unwrap();
+    until(
+        &b,
+        "the job page says ready",
+        &text_of("#job .badge"),
+        |v| v == &json!("ready"),
+    )
+    .await;
+    until(
+        &b,
+        "attempt error as text",
+        &text_of("#attempts pre"),
+        |v| v == &json!(PWN),
+    )
+    .await;
+    no_injected_markup(&b).await;
+    screenshot(&b, "job").await;
+
+    // Pausing from the queue list pauses the queue.
+    b.goto(&format!("{base}/")).await.unwrap();
+    let qrow = format!("tr[data-queue=\"{qb}\"]");
+    until(&b, "queue row", &text_of(&format!("{qrow} td")), |v| {
+        v.is_string()
+    })
+    .await;
+    click(&b, &format!("{qrow} button[data-action=\"pause\"]")).await;
+    until(
+        &b,
+        "paused badge",
+        &text_of(&format!("{qrow} .badge.paused")),
+        |v| v == &json!("paused"),
+    )
+    .await;
+    assert!(db.backend.queue_stats(&qb).await.unwrap().paused);
+    screenshot(&b, "queues").await;
+
+    b.close().await.unwrap();
+    worker.shutdown().await.unwrap();
+    server.abort();
+}
