@@ -1,5 +1,5 @@
 //! SQL Server-specific behaviour, against a real server (`RELAYQ_MSSQL_URL`, or a
-//! container, or one SKIPPED line). Each test works in a schema of its own.
+//! container; else reported as ignored). Each test works in a schema of its own.
 
 use std::time::Duration;
 
@@ -8,10 +8,6 @@ use relayq_core::{Claim, ClaimRequest, Enqueue, Error, Inspect, NewJob};
 use relayq_mssql::{Config, MAX_CLAIM, MssqlBackend};
 
 const LEASE: Duration = Duration::from_secs(30);
-
-async fn url() -> Option<String> {
-    relayq_conformance::harness::server_url(Server::Mssql).await
-}
 
 fn config(tag: &str) -> Config {
     let schema = format!(
@@ -23,9 +19,7 @@ fn config(tag: &str) -> Config {
 
 /// Migrations run once however many processes start together: each waits for the
 /// schema's application lock, then finds the work done.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_migrations_apply_once() {
-    let Some(url) = url().await else { return };
+async fn concurrent_migrations_apply_once(url: String) {
     let config = config("mig");
     let mut handles = Vec::new();
     for _ in 0..4 {
@@ -57,9 +51,7 @@ async fn concurrent_migrations_apply_once() {
 
 /// SQL Server's `=` ignores trailing spaces; relayq's keys must not: `k` and `k ` are
 /// two dedupe keys, and two jobs.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn keys_differing_in_trailing_spaces_stay_distinct() {
-    let Some(url) = url().await else { return };
+async fn keys_differing_in_trailing_spaces_stay_distinct(url: String) {
     let b = MssqlBackend::connect_with(&url, config("keys"))
         .await
         .unwrap();
@@ -79,9 +71,7 @@ async fn keys_differing_in_trailing_spaces_stay_distinct() {
 
 /// A claim takes at most `MAX_CLAIM` rows whatever it asks, so no statement nears
 /// the lock-escalation threshold.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn claims_are_capped_below_lock_escalation() {
-    let Some(url) = url().await else { return };
+async fn claims_are_capped_below_lock_escalation(url: String) {
     let b = MssqlBackend::connect_with(&url, config("cap"))
         .await
         .unwrap();
@@ -99,7 +89,6 @@ async fn claims_are_capped_below_lock_escalation() {
 }
 
 /// Bad settings are typed errors naming the field, found before any connection.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_url_is_invalid_input_before_any_connection() {
     let err = MssqlBackend::connect("postgres://x@y/z").await.unwrap_err();
     assert!(
@@ -122,4 +111,16 @@ async fn a_bad_url_is_invalid_input_before_any_connection() {
         ),
         "{err}"
     );
+}
+
+relayq_conformance::server_tests! {
+    server: Server::Mssql,
+    tests: [
+        concurrent_migrations_apply_once,
+        keys_differing_in_trailing_spaces_stay_distinct,
+        claims_are_capped_below_lock_escalation,
+    ],
+    local: [
+        a_bad_url_is_invalid_input_before_any_connection,
+    ],
 }

@@ -11,7 +11,7 @@ use relayq_postgres::{Config, PostgresBackend};
 use sqlx::Connection;
 
 mod common;
-use common::{drop_schema, url};
+use common::drop_schema;
 
 /// A backend whose connections carry the application name `app`, so the test can find
 /// them in `pg_stat_activity`.
@@ -88,9 +88,7 @@ fn app(tag: &str) -> String {
 
 /// SPEC X3 (a connection failure loses nothing): with the check on every idle
 /// connection, a connection the server dropped fails no operation at all.
-#[tokio::test]
-async fn an_idle_connection_the_server_dropped_is_replaced_before_use() {
-    let Some(url) = url().await else { return };
+async fn an_idle_connection_the_server_dropped_is_replaced_before_use(url: String) {
     let app = app("pool_checked");
     let b = backend(&url, &app, Duration::ZERO).await;
     let q = queue_name("pool");
@@ -108,9 +106,7 @@ async fn an_idle_connection_the_server_dropped_is_replaced_before_use() {
 
 /// SPEC X1, X3: unchecked, a dropped connection fails the operation that takes it with
 /// `Error::Backend`, and that operation stores nothing.
-#[tokio::test]
-async fn a_recently_used_connection_is_not_checked() {
-    let Some(url) = url().await else { return };
+async fn a_recently_used_connection_is_not_checked(url: String) {
     let app = app("pool_unchecked");
     let b = backend(&url, &app, Duration::from_secs(3600)).await;
     let q = queue_name("pool");
@@ -137,4 +133,12 @@ async fn a_recently_used_connection_is_not_checked() {
         "a failed enqueue stored nothing"
     );
     drop_schema(&b).await;
+}
+
+relayq_conformance::server_tests! {
+    server: common::SERVER,
+    tests: [
+        an_idle_connection_the_server_dropped_is_replaced_before_use,
+        a_recently_used_connection_is_not_checked,
+    ],
 }

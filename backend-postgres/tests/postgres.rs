@@ -13,13 +13,11 @@ use relayq_core::{
 use relayq_postgres::{Config, PostgresBackend};
 
 mod common;
-use common::{LEASE, drop_schema, fresh, jobs, run_sql, url};
+use common::{LEASE, drop_schema, fresh, jobs, run_sql};
 
 /// SPEC C4: a claim skips the row another transaction has locked and returns the
 /// others at once, instead of waiting for that transaction.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn c4_claim_skips_a_row_locked_elsewhere() {
-    let Some(url) = url().await else { return };
+async fn c4_claim_skips_a_row_locked_elsewhere(url: String) {
     let b = fresh(&url, "c4").await;
     let q = queue_name("c4");
     let ids: Vec<i64> = b
@@ -63,9 +61,7 @@ async fn c4_claim_skips_a_row_locked_elsewhere() {
 /// PostgreSQL bug #15715: with `WHERE id IN (SELECT ... LIMIT n FOR UPDATE SKIP
 /// LOCKED)`, a plan chosen on a near-empty table can update more than `n` rows once the
 /// table is large. The claim's MATERIALIZED CTE never does.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn bug_15715_claims_never_exceed_their_limit() {
-    let Some(url) = url().await else { return };
+async fn bug_15715_claims_never_exceed_their_limit(url: String) {
     let b = fresh(&url, "bug15715").await;
     let q = queue_name("bug15715");
     b.enqueue(jobs(&q, 1)).await.unwrap();
@@ -112,9 +108,7 @@ async fn bug_15715_claims_never_exceed_their_limit() {
 /// Neither the custom nor the generic plan of the claim scans the table sequentially
 /// once it is large and analyzed (the generic plan is what a prepared statement may
 /// switch to after five runs).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn claim_plans_use_the_claim_index_after_analyze() {
-    let Some(url) = url().await else { return };
+async fn claim_plans_use_the_claim_index_after_analyze(url: String) {
     let b = fresh(&url, "plan").await;
     let q = queue_name("plan");
     let other = queue_name("plan-other");
@@ -138,9 +132,7 @@ async fn claim_plans_use_the_claim_index_after_analyze() {
 /// three rows and read the whole queue through a bitmap scan to sort it, on every
 /// claim: a drain of 50,000 jobs beside 100,000 of another queue ran at a third of its
 /// speed.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_claim_reads_only_its_queues_head_with_or_without_statistics() {
-    let Some(url) = url().await else { return };
+async fn a_claim_reads_only_its_queues_head_with_or_without_statistics(url: String) {
     let b = fresh(&url, "head").await;
     let s = b.schema().to_owned();
     // No autoanalyze behind the test's back, on servers where autovacuum runs.
@@ -225,9 +217,7 @@ async fn analyze(b: &PostgresBackend) {
 /// queue. The witness's candidates come from the claim index and are looked up by
 /// primary key too, not through the stage index, which this table's statistics (no
 /// batch jobs) make look cheaper.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn settle_plans_find_leases_by_id_after_analyze() {
-    let Some(url) = url().await else { return };
+async fn settle_plans_find_leases_by_id_after_analyze(url: String) {
     let b = fresh(&url, "settleplan").await;
     let q = queue_name("settleplan");
     for _ in 0..20 {
@@ -296,9 +286,7 @@ fn assert_witness_by_claim_index(plan: &str, generic: bool) {
 /// the kill still wakes an idle worker whose poll fallback is far too slow to find it.
 /// Jobs are enqueued through another handle, so only the server's notifications (and
 /// the resync after the reconnect) can reach the worker.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn killed_listener_reconnects_and_wakes_workers() {
-    let Some(url) = url().await else { return };
+async fn killed_listener_reconnects_and_wakes_workers(url: String) {
     let b = fresh(&url, "listen").await;
     let q = queue_name("listen");
     let backend: Arc<dyn Backend> = Arc::new(b.clone());
@@ -387,9 +375,7 @@ async fn listener_pid(b: &PostgresBackend) -> Option<i32> {
 
 /// Four tasks migrate one new schema at once, then it is migrated twice more: no
 /// error, and each migration is recorded once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn migrations_run_concurrently_and_repeatedly() {
-    let Some(url) = url().await else { return };
+async fn migrations_run_concurrently_and_repeatedly(url: String) {
     let schema = format!(
         "relayq_t_mig_{}",
         &uuid::Uuid::new_v4().simple().to_string()[..8]
@@ -424,9 +410,7 @@ async fn migrations_run_concurrently_and_repeatedly() {
 }
 
 /// `enqueue_in`: jobs exist only if the caller's transaction commits.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn enqueue_in_follows_the_callers_transaction() {
-    let Some(url) = url().await else { return };
+async fn enqueue_in_follows_the_callers_transaction(url: String) {
     let b = fresh(&url, "txn").await;
     let q = queue_name("txn");
 
@@ -460,9 +444,7 @@ async fn enqueue_in_follows_the_callers_transaction() {
 
 /// A failed `enqueue_in` undoes only its own writes: the caller's transaction stays
 /// usable, and what it did before is kept when it commits.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn failed_enqueue_in_leaves_the_callers_transaction_usable() {
-    let Some(url) = url().await else { return };
+async fn failed_enqueue_in_leaves_the_callers_transaction_usable(url: String) {
     let b = fresh(&url, "txnerr").await;
     let q = queue_name("txnerr");
     let batch = b.open_batch(&q, OnFailure::Continue).await.unwrap();
@@ -490,7 +472,6 @@ async fn failed_enqueue_in_leaves_the_callers_transaction_usable() {
 
 /// A migration lock timeout PostgreSQL cannot take (0 would mean no limit at all) is
 /// refused by name, before any connection is made.
-#[tokio::test]
 async fn out_of_range_migrate_lock_timeouts_are_refused() {
     for bad in [Duration::ZERO, Duration::from_secs(30 * 24 * 3600)] {
         let config = Config::default().with_migrate_lock_timeout(bad);
@@ -506,8 +487,7 @@ async fn out_of_range_migrate_lock_timeouts_are_refused() {
 }
 
 /// Connection failures are `Backend` errors, never panics: a server that does not
-/// answer, and a pool closed under a live backend.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// answer; bad URLs and schemas are `InvalidInput`.
 async fn connection_failures_are_backend_errors() {
     let quick = Config::default().with_acquire_timeout(Duration::from_millis(500));
     let err = PostgresBackend::connect_with("postgres://postgres@127.0.0.1:1/test", quick)
@@ -535,8 +515,10 @@ async fn connection_failures_are_backend_errors() {
         ),
         "{err}"
     );
+}
 
-    let Some(url) = url().await else { return };
+/// A pool closed under a live backend gives `Backend` errors, never panics.
+async fn a_closed_pool_gives_backend_errors(url: String) {
     let b = fresh(&url, "closed").await;
     let q = queue_name("closed");
     b.pool().close().await;
@@ -554,9 +536,7 @@ async fn connection_failures_are_backend_errors() {
 /// SPEC L1: a settle whose token no longer matches does not lock the job's row: it answers
 /// `StaleLease` at once while another transaction holds that row, instead of waiting
 /// for it (and, in a settle of many leases, holding locks it will not use meanwhile).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stale_settle_does_not_wait_for_a_locked_row() {
-    let Some(url) = url().await else { return };
+async fn stale_settle_does_not_wait_for_a_locked_row(url: String) {
     let b = fresh(&url, "stalelock").await;
     let q = queue_name("stalelock");
     b.enqueue(jobs(&q, 1)).await.unwrap();
@@ -590,11 +570,9 @@ async fn stale_settle_does_not_wait_for_a_locked_row() {
     drop_schema(&b).await;
 }
 
-/// `min_connections` are open when `connect_with` returns, so a worker's first claims
-/// and settles do not wait for connection set-up; more than `max_connections` is
-/// refused before any connection is made.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn min_connections_are_open_on_return() {
+/// More `min_connections` than `max_connections` is refused before any connection is
+/// made.
+async fn more_min_than_max_connections_is_refused() {
     let err = PostgresBackend::connect_with(
         "postgres://postgres@127.0.0.1:1/test",
         Config::default()
@@ -613,7 +591,11 @@ async fn min_connections_are_open_on_return() {
         ),
         "{err}"
     );
-    let Some(url) = url().await else { return };
+}
+
+/// `min_connections` are open when `connect_with` returns, so a worker's first claims
+/// and settles do not wait for connection set-up.
+async fn min_connections_are_open_on_return(url: String) {
     let warm = Config::default()
         .with_max_connections(8)
         .with_min_connections(6);
@@ -627,9 +609,7 @@ async fn min_connections_are_open_on_return() {
 
 /// Jobs with a group (or batch, or dedupe key) need READ COMMITTED: a REPEATABLE READ
 /// snapshot would hide the running holder of the group. Plain jobs are fine anywhere.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn enqueue_in_needs_read_committed_for_groups() {
-    let Some(url) = url().await else { return };
+async fn enqueue_in_needs_read_committed_for_groups(url: String) {
     let b = fresh(&url, "iso").await;
     let q = queue_name("iso");
     let mut tx = b
@@ -681,9 +661,7 @@ async fn show(b: &PostgresBackend, setting: &str) -> String {
 /// A claim turns `synchronous_commit` off for its own transaction only (see
 /// `Config::durable_claims`): the enqueues and settles that follow on the same pooled
 /// connection still wait for their flush, whichever claim path ran.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn claims_leave_the_sessions_commit_setting_as_it_was() {
-    let Some(url) = url().await else { return };
+async fn claims_leave_the_sessions_commit_setting_as_it_was(url: String) {
     let setup = fresh(&url, "synccommit").await;
     // One connection, so every statement below runs on the one the claims used.
     let b = one_connection(&url, &setup).await;
@@ -710,9 +688,7 @@ async fn claims_leave_the_sessions_commit_setting_as_it_was() {
 /// A settle's statements run generic plans from their first run (no five custom
 /// plannings per connection on a stage transition's path), through a `SET LOCAL` that
 /// ends with the transaction: the session's `plan_cache_mode` is left as it was.
-#[tokio::test]
-async fn settles_plan_generically_and_leave_the_sessions_plan_mode_as_it_was() {
-    let Some(url) = url().await else { return };
+async fn settles_plan_generically_and_leave_the_sessions_plan_mode_as_it_was(url: String) {
     let setup = fresh(&url, "genericplan").await;
     // One connection, so the settles and the look-ups below share one session.
     let b = one_connection(&url, &setup).await;
@@ -802,9 +778,7 @@ async fn version_1(url: &str) -> (PostgresBackend, String) {
 
 /// A schema never migrated, or migrated by an older version, fails with an error that
 /// says to run `migrate()`, not only PostgreSQL's missing relation or column.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unmigrated_schemas_say_to_migrate() {
-    let Some(url) = url().await else { return };
+async fn unmigrated_schemas_say_to_migrate(url: String) {
     let none = PostgresBackend::connect_with(
         &url,
         Config::default().with_schema(format!(
@@ -883,9 +857,7 @@ async fn unmigrated_schemas_say_to_migrate() {
 /// Schema version 2 keeps a succeeded attempt on its `finished` row, not in `attempts`.
 /// A job finished under version 1, with that attempt in `attempts`, reads the same log
 /// after the upgrade; a job finished after it has one `attempts` row less.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn succeeded_attempts_read_the_same_across_the_upgrade() {
-    let Some(url) = url().await else { return };
+async fn succeeded_attempts_read_the_same_across_the_upgrade(url: String) {
     let (b, s) = version_1(&url).await;
     let exec = |sql: String| run_sql(&b, sql);
     let q = queue_name("v1");
@@ -980,9 +952,7 @@ async fn succeeded_attempts_read_the_same_across_the_upgrade() {
 /// A migration whose table stays locked gives up after the configured wait with an
 /// error that says so, changes nothing, and succeeds once the lock is gone (instead of
 /// queueing every claim and settle behind its lock for as long as the holder runs).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn migrate_gives_up_on_a_locked_table_and_changes_nothing() {
-    let Some(url) = url().await else { return };
+async fn migrate_gives_up_on_a_locked_table_and_changes_nothing(url: String) {
     let (b, s) = version_1(&url).await;
     let impatient = PostgresBackend::connect_with(
         &url,
@@ -1028,9 +998,7 @@ async fn migrate_gives_up_on_a_locked_table_and_changes_nothing() {
 /// completion releases its group's next job, and every answer is right. (A settle
 /// that first tried an autocommit statement for leases that release nothing was
 /// measured and not kept, docs/BENCHMARKS.md; this is the case it had to get right.)
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn settles_from_another_handle_still_release_groups() {
-    let Some(url) = url().await else { return };
+async fn settles_from_another_handle_still_release_groups(url: String) {
     let claimer = fresh(&url, "handoff").await;
     let settler = PostgresBackend::connect_with(
         &url,
@@ -1152,9 +1120,7 @@ async fn listening(
 
 /// SPEC W2: a plain enqueue, which notifies right after its commit rather than inside
 /// it, still wakes another handle, and the job is claimable once the event is heard.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn plain_enqueue_wakes_other_handles() {
-    let Some(url) = url().await else { return };
+async fn plain_enqueue_wakes_other_handles(url: String) {
     let b = fresh(&url, "pnotify").await;
     let other = second_handle(&url, &b).await;
     let mut events = other.subscribe().unwrap();
@@ -1173,9 +1139,7 @@ async fn plain_enqueue_wakes_other_handles() {
 /// SPEC G2, W2: a settle that gives a group its next holder tells other handles that a
 /// job is ready, and so do the settle's other ready notifications, which are sent in
 /// the same call as the group's (migration 0005): here a released job of another queue.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn group_settles_notify_other_handles() {
-    let Some(url) = url().await else { return };
+async fn group_settles_notify_other_handles(url: String) {
     let b = fresh(&url, "gnotify").await;
     let other = second_handle(&url, &b).await;
     let mut events = other.subscribe().unwrap();
@@ -1233,9 +1197,7 @@ async fn group_settles_notify_other_handles() {
 /// SPEC B5, W2: settles of batch jobs notify other handles that jobs finished, and,
 /// when a stage is released, that jobs are ready. The finished notification goes out
 /// with the settle statement, the ready one after promotion; this checks none is lost.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn batch_settles_notify_other_handles() {
-    let Some(url) = url().await else { return };
+async fn batch_settles_notify_other_handles(url: String) {
     let b = fresh(&url, "notify").await;
     let other = second_handle(&url, &b).await;
     let mut events = other.subscribe().unwrap();
@@ -1271,9 +1233,7 @@ async fn batch_settles_notify_other_handles() {
 /// of the group is running and which of its jobs are ready, in both plans, after
 /// `ANALYZE`: through the group index, each question read every unfinished job of the
 /// group, on every settle of a grouped job.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn group_holder_plans_use_the_holder_index_after_analyze() {
-    let Some(url) = url().await else { return };
+async fn group_holder_plans_use_the_holder_index_after_analyze(url: String) {
     let b = fresh(&url, "holderplan").await;
     let q = queue_name("holderplan");
     for g in 0..20 {
@@ -1307,9 +1267,7 @@ async fn group_holder_plans_use_the_holder_index_after_analyze() {
 /// `CONCURRENTLY` beforehand, under the migration's name and definition; `migrate` then
 /// takes it as it is and reaches the current version. A build of that kind that failed
 /// leaves an invalid index (here marked so in the catalog), which `migrate` builds again.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn migrate_keeps_a_holder_index_made_beforehand() {
-    let Some(url) = url().await else { return };
+async fn migrate_keeps_a_holder_index_made_beforehand(url: String) {
     for failed_build in [false, true] {
         let (b, s) = version_1(&url).await;
         let index = include_str!("../migrations/0003_group_holder.sql");
@@ -1346,4 +1304,39 @@ async fn migrate_keeps_a_holder_index_made_beforehand() {
         assert_eq!(valid, [true], "failed_build={failed_build}");
         drop_schema(&b).await;
     }
+}
+
+relayq_conformance::server_tests! {
+    server: common::SERVER,
+    tests: [
+        c4_claim_skips_a_row_locked_elsewhere,
+        bug_15715_claims_never_exceed_their_limit,
+        claim_plans_use_the_claim_index_after_analyze,
+        a_claim_reads_only_its_queues_head_with_or_without_statistics,
+        settle_plans_find_leases_by_id_after_analyze,
+        killed_listener_reconnects_and_wakes_workers,
+        migrations_run_concurrently_and_repeatedly,
+        enqueue_in_follows_the_callers_transaction,
+        failed_enqueue_in_leaves_the_callers_transaction_usable,
+        stale_settle_does_not_wait_for_a_locked_row,
+        a_closed_pool_gives_backend_errors,
+        min_connections_are_open_on_return,
+        enqueue_in_needs_read_committed_for_groups,
+        claims_leave_the_sessions_commit_setting_as_it_was,
+        settles_plan_generically_and_leave_the_sessions_plan_mode_as_it_was,
+        unmigrated_schemas_say_to_migrate,
+        succeeded_attempts_read_the_same_across_the_upgrade,
+        migrate_gives_up_on_a_locked_table_and_changes_nothing,
+        settles_from_another_handle_still_release_groups,
+        plain_enqueue_wakes_other_handles,
+        group_settles_notify_other_handles,
+        batch_settles_notify_other_handles,
+        group_holder_plans_use_the_holder_index_after_analyze,
+        migrate_keeps_a_holder_index_made_beforehand,
+    ],
+    local: [
+        more_min_than_max_connections_is_refused,
+        out_of_range_migrate_lock_timeouts_are_refused,
+        connection_failures_are_backend_errors,
+    ],
 }

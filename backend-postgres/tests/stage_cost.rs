@@ -15,7 +15,7 @@ use relayq_core::{
 use relayq_postgres::PostgresBackend;
 
 mod common;
-use common::{LEASE, drop_schema, fresh, url};
+use common::{LEASE, drop_schema, fresh};
 
 /// Jobs already in the released stage: the old statement read each of them.
 const STAGE: u32 = 800;
@@ -66,9 +66,7 @@ async fn enqueue_counted(b: &PostgresBackend, jobs: Vec<NewJob>) -> Counts {
 
 /// SPEC B2, B3: jobs joining the released stage are claimable at once, and jobs joining
 /// a later stage wait for it; neither enqueue reads the stage's other jobs.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn enqueues_into_a_released_stage_do_not_read_it() {
-    let Some(url) = url().await else { return };
+async fn enqueues_into_a_released_stage_do_not_read_it(url: String) {
     let b = fresh(&url, "stagecost").await;
     let q = queue_name("stagecost");
     let batch = b.open_batch(&q, OnFailure::Continue).await.unwrap();
@@ -129,4 +127,11 @@ async fn enqueues_into_a_released_stage_do_not_read_it() {
     let info = b.job(&q, next[0].lease.job).await.unwrap();
     assert_eq!(info.state, JobState::Running);
     drop_schema(&b).await;
+}
+
+relayq_conformance::server_tests! {
+    server: common::SERVER,
+    tests: [
+        enqueues_into_a_released_stage_do_not_read_it,
+    ],
 }

@@ -25,7 +25,7 @@ use relayq_core::{
 use relayq_postgres::{Config, PostgresBackend};
 
 mod common;
-use common::{drop_schema, fresh, run_sql, url};
+use common::{drop_schema, fresh, run_sql};
 
 /// The rows the planner should not walk: the queue (or, emptied, the finished table).
 const BIG: usize = 50_000;
@@ -47,24 +47,20 @@ enum Stats {
     GiantGroups,
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hot_statements_read_little_never_analyzed() {
-    check(Stats::Never).await;
+async fn hot_statements_read_little_never_analyzed(url: String) {
+    check(url, Stats::Never).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hot_statements_read_little_analyzed_empty_then_filled() {
-    check(Stats::EmptyThenFilled).await;
+async fn hot_statements_read_little_analyzed_empty_then_filled(url: String) {
+    check(url, Stats::EmptyThenFilled).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hot_statements_read_little_analyzed_full_then_emptied() {
-    check(Stats::FullThenEmptied).await;
+async fn hot_statements_read_little_analyzed_full_then_emptied(url: String) {
+    check(url, Stats::FullThenEmptied).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hot_statements_read_little_analyzed_with_giant_groups() {
-    check(Stats::GiantGroups).await;
+async fn hot_statements_read_little_analyzed_with_giant_groups(url: String) {
+    check(url, Stats::GiantGroups).await;
 }
 
 /// The tables in one state, and the queue the operations work on.
@@ -85,8 +81,7 @@ struct Lab {
 /// whatever their plans (that cost is issue 40's, measured in the bench).
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-async fn check(stats: Stats) {
-    let Some(url) = url().await else { return };
+async fn check(url: String, stats: Stats) {
     let _turn = ONE_AT_A_TIME.lock().await;
     let reader = fresh(&url, "stats").await;
     let s = reader.schema().to_owned();
@@ -473,4 +468,14 @@ async fn reads(b: &PostgresBackend) -> i64 {
         eprintln!("reads: {per_table:?}");
     }
     per_table.iter().map(|(_, seq, idx)| seq + idx).sum()
+}
+
+relayq_conformance::server_tests! {
+    server: common::SERVER,
+    tests: [
+        hot_statements_read_little_never_analyzed,
+        hot_statements_read_little_analyzed_empty_then_filled,
+        hot_statements_read_little_analyzed_full_then_emptied,
+        hot_statements_read_little_analyzed_with_giant_groups,
+    ],
 }

@@ -17,7 +17,7 @@ use relayq_core::{
 use relayq_postgres::PostgresBackend;
 
 mod common;
-use common::{LEASE, drop_schema, fresh, jobs, url};
+use common::{LEASE, drop_schema, fresh, jobs};
 
 /// Locks `table`'s row `id` in `mode` in a transaction of its own, held until dropped.
 async fn hold(
@@ -42,9 +42,7 @@ async fn hold(
 
 /// A claim takes a job another transaction holds `FOR KEY SHARE` (as a settle's
 /// witness does), at once, instead of skipping it (SPEC C3: claims keep the order).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn claims_take_a_job_held_as_a_witness() {
-    let Some(url) = url().await else { return };
+async fn claims_take_a_job_held_as_a_witness(url: String) {
     let b = fresh(&url, "wclaim").await;
     let q = queue_name("wclaim");
     let ids = ids(b.enqueue(jobs(&q, 3)).await.unwrap());
@@ -63,9 +61,7 @@ async fn claims_take_a_job_held_as_a_witness() {
 /// SPEC B2: a settle that finishes one job of a stage while another waits to run settles
 /// without the batch's lock: it completes while another transaction holds the batch
 /// row. The settle of the stage's last job then releases the next stage.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_settle_with_a_witness_skips_the_batch_lock() {
-    let Some(url) = url().await else { return };
+async fn a_settle_with_a_witness_skips_the_batch_lock(url: String) {
     let b = fresh(&url, "wlock").await;
     let q = queue_name("wlock");
     let batch = b.open_batch(&q, OnFailure::Halt).await.unwrap();
@@ -104,9 +100,7 @@ async fn a_settle_with_a_witness_skips_the_batch_lock() {
 /// releases stage 2. Were the witness not locked, settle 2 would promote first, find X
 /// unfinished and release nothing, and settle 1 would skip the promotion: stage 2
 /// would never run.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_witness_settles_after_the_settle_holding_it() {
-    let Some(url) = url().await else { return };
+async fn the_witness_settles_after_the_settle_holding_it(url: String) {
     let b = Arc::new(fresh(&url, "wheld").await);
     let q = queue_name("wheld");
     let batch = b.open_batch(&q, OnFailure::Halt).await.unwrap();
@@ -190,9 +184,7 @@ async fn the_witness_settles_after_the_settle_holding_it() {
 /// later-stage job to the batch cancels that job too, although another job of its
 /// stage waits to run. The settle must lock the batch before its halt statement, so
 /// that the halt sees the new job once the other transaction commits.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dead_job_halts_jobs_added_meanwhile() {
-    let Some(url) = url().await else { return };
+async fn a_dead_job_halts_jobs_added_meanwhile(url: String) {
     let b = Arc::new(fresh(&url, "whalt").await);
     let q = queue_name("whalt");
     let batch = b.open_batch(&q, OnFailure::Halt).await.unwrap();
@@ -242,9 +234,7 @@ async fn a_dead_job_halts_jobs_added_meanwhile() {
 /// overlap, with witnesses and without. Every stage must be released (the batch
 /// finishes), and no job may be claimed before every job of a lower stage has
 /// finished.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn concurrent_settles_release_every_stage_in_order() {
-    let Some(url) = url().await else { return };
+async fn concurrent_settles_release_every_stage_in_order(url: String) {
     let first = fresh(&url, "wload").await;
     let mut handles = vec![Arc::new(first)];
     for _ in 0..2 {
@@ -317,4 +307,15 @@ async fn concurrent_settles_release_every_stage_in_order() {
 
 fn ids(enqueued: Vec<relayq_core::Enqueued>) -> Vec<JobId> {
     enqueued.into_iter().map(|e| e.id).collect()
+}
+
+relayq_conformance::server_tests! {
+    server: common::SERVER,
+    tests: [
+        claims_take_a_job_held_as_a_witness,
+        a_settle_with_a_witness_skips_the_batch_lock,
+        the_witness_settles_after_the_settle_holding_it,
+        a_dead_job_halts_jobs_added_meanwhile,
+        concurrent_settles_release_every_stage_in_order,
+    ],
 }
