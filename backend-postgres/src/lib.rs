@@ -262,6 +262,7 @@ impl PostgresBackend {
                 ),
             ));
         }
+        probe(&options).await?;
         let check_after = config.check_after_idle;
         let pool = PgPoolOptions::new()
             // The hook below replaces sqlx's check of every connection it hands out.
@@ -375,6 +376,28 @@ fn check_lock_timeout(timeout: Duration) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// How long [`PostgresBackend::connect_with`]'s first connection may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Opens and closes one connection, so that a server that cannot be reached is reported
+/// within [`CONNECT_TIMEOUT`] with the driver's own cause (refused, unknown host,
+/// authentication, TLS). The pool alone retries a refused connection until its acquire
+/// timeout, 30 s by default, and then reports only that it timed out.
+async fn probe(options: &PgConnectOptions) -> Result<()> {
+    use sqlx::Connection as _;
+    let host = format!("{}:{}", options.get_host(), options.get_port());
+    let conn = tokio::time::timeout(CONNECT_TIMEOUT, sqlx::PgConnection::connect_with(options))
+        .await
+        .map_err(|_| {
+            Error::transient(format!(
+                "no answer from the PostgreSQL server at {host} within {} s",
+                CONNECT_TIMEOUT.as_secs()
+            ))
+        })?
+        .map_err(db)?;
+    conn.close().await.map_err(db)
 }
 
 fn db(e: sqlx::Error) -> Error {

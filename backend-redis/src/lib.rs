@@ -161,6 +161,7 @@ impl RedisBackend {
         check_prefix(prefix)?;
         let (url, allow_eviction) = eviction::split_url(url)?;
         let client = client(&url, "url")?;
+        probe(&client).await?;
         let config = ConnectionManagerConfig::new().set_response_timeout(Some(RESPONSE_TIMEOUT));
         let mut conn = ConnectionManager::new_with_config(client.clone(), config)
             .await
@@ -398,8 +399,47 @@ fn check_prefix(prefix: &str) -> Result<()> {
     }
 }
 
+/// How long the first connection of [`RedisBackend::connect_with_prefix`] may take.
+pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Opens one connection, so that a server that cannot be reached is reported within
+/// [`CONNECT_TIMEOUT`] with the driver's cause: the connection manager retries a
+/// refused connection with backoff for about ten seconds first.
+async fn probe(client: &redis::Client) -> Result<()> {
+    let node = client.get_connection_info().addr().to_string();
+    tokio::time::timeout(CONNECT_TIMEOUT, client.get_multiplexed_async_connection())
+        .await
+        .map_err(|_| {
+            Error::transient(format!(
+                "no answer from the Redis server at {node} within {} s",
+                CONNECT_TIMEOUT.as_secs()
+            ))
+        })?
+        .map_err(db)?;
+    Ok(())
+}
+
 fn db(e: redis::RedisError) -> Error {
-    Error::backend(e)
+    if transient(&e) {
+        Error::transient(e)
+    } else {
+        Error::backend(e)
+    }
+}
+
+/// Whether the same call may succeed if made again, as the driver judges it: a lost,
+/// refused or timed-out connection, a server that is loading, busy or without a
+/// master, a cluster moving slots (anything but the driver's "no retry"), except a
+/// failed authentication, which the driver would reconnect for.
+fn transient(e: &redis::RedisError) -> bool {
+    if e.kind() == redis::ErrorKind::AuthenticationFailed {
+        return false;
+    }
+    e.is_io_error()
+        || e.is_connection_refusal()
+        || e.is_connection_dropped()
+        || e.is_timeout()
+        || !matches!(e.retry_method(), redis::RetryMethod::NoRetry)
 }
 
 /// Maps a script's error reply: `RELAYQ_INVALID <field> <reason>` and

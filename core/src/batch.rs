@@ -25,6 +25,12 @@ pub struct Batch {
     pub id: BatchId,
 }
 
+impl From<&Batch> for BatchId {
+    fn from(batch: &Batch) -> Self {
+        batch.id
+    }
+}
+
 impl fmt::Display for Batch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "batch {} of queue {:?}", self.id, self.queue)

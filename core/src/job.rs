@@ -146,10 +146,10 @@ impl NewJob {
         self
     }
 
-    /// Adds the job to `batch` at `stage`.
+    /// Adds the job to `batch` (a [`Batch`](crate::Batch) or its id) at `stage`.
     #[must_use]
-    pub fn in_batch(mut self, batch: BatchId, stage: i32) -> Self {
-        self.batch = Some(batch);
+    pub fn in_batch(mut self, batch: impl Into<BatchId>, stage: i32) -> Self {
+        self.batch = Some(batch.into());
         self.stage = Some(stage);
         self
     }

@@ -81,8 +81,3 @@ pub use lease::{ClaimRequest, ClaimedJob, Lease, LeaseToken};
 pub use settle::{DEFAULT_SETTLE_BATCH, Outcome, Retry, Settle, Settled};
 pub use traits::{Admin, Backend, Claim, Complete, Enqueue, Events, Inspect, OrderBarrier};
 pub use validate::Limits;
-
-/// The README's example, compiled and run as a doc test.
-#[cfg(doctest)]
-#[doc = include_str!("../../README.md")]
-struct ReadmeDoctests;
