@@ -54,7 +54,7 @@ pub async fn run(db: &str, args: DashboardArgs) -> anyhow::Result<u8> {
         queues,
         read_only: args.read_only,
         token: args.token,
-        metrics: None,
+        ..Options::default()
     };
     options.validate().map_err(|e| match e.invalid_field() {
         Some("token") => usage("--token: must not be empty"),

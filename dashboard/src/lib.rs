@@ -55,6 +55,12 @@ pub struct Options {
     /// When set, every request must carry it: `Authorization: Bearer <token>`, or a
     /// visit to any page with `?token=<token>`, which sets an HttpOnly session cookie.
     pub token: Option<String>,
+    /// Without a token, the dashboard answers only requests addressed (by their `Host`
+    /// header) to a loopback name (`localhost`, `127.0.0.1`, `[::1]`) or to one of these
+    /// (`dash.internal` or `dash.internal:8080`): a page of another site that rebinds
+    /// its own name to 127.0.0.1 would otherwise be same-origin with the dashboard.
+    /// With a token, any host is answered.
+    pub allowed_hosts: Vec<String>,
     /// Serves `/metrics` from this Prometheus recorder's handle, after refreshing the
     /// queue gauges; without it `/metrics` answers 404. Install the recorder yourself
     /// (`PrometheusBuilder::install_recorder`), so the worker's metrics land there too.
@@ -84,6 +90,7 @@ impl std::fmt::Debug for Options {
         f.debug_struct("Options")
             .field("queues", &self.queues)
             .field("read_only", &self.read_only)
+            .field("allowed_hosts", &self.allowed_hosts)
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
             .field("metrics", &self.metrics.is_some())
             .finish()

@@ -1,5 +1,5 @@
 //! The route table: pages, the read API and `/metrics` always; the actions unless the
-//! dashboard is read-only. The token guard wraps everything.
+//! dashboard is read-only. The host and token guards wrap everything.
 
 use axum::{
     Router,
@@ -57,7 +57,12 @@ pub(crate) fn build(state: AppState) -> Router {
             ));
         read.merge(actions)
     };
+    // Layers run outside in: the host check, then the token, then the route.
     app.layer(from_fn_with_state(state.clone(), security::require_token))
+        .layer(from_fn_with_state(
+            state.clone(),
+            security::require_known_host,
+        ))
         .layer(map_response(hardening_headers))
         .with_state(state)
 }

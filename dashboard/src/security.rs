@@ -83,6 +83,53 @@ fn unauthorized() -> Response {
     response
 }
 
+/// Without a token, answers only requests addressed to loopback or to
+/// [`Options::allowed_hosts`](crate::Options::allowed_hosts). This stops DNS
+/// rebinding: a site whose name now resolves to 127.0.0.1 is same-origin with the
+/// dashboard in the browser's eyes, so it could read a page (and its CSRF token) and
+/// post actions; its requests still carry its own name in `Host`. A request without
+/// `Host` (HTTP/1.0) comes from no browser and passes.
+pub(crate) async fn require_known_host(
+    State(state): State<AppState>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if state.options.token.is_some() {
+        return next.run(request).await;
+    }
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .map(|h| h.to_str().unwrap_or("\u{fffd}").to_owned())
+        .or_else(|| request.uri().authority().map(|a| a.as_str().to_owned()));
+    match host {
+        Some(host) if !host_allowed(&host, &state.options.allowed_hosts) => forbidden(
+            "this dashboard has no token, so it answers only on loopback names (localhost, 127.0.0.1, [::1]) and Options::allowed_hosts",
+        ),
+        _ => next.run(request).await,
+    }
+}
+
+/// Whether `host` (a `Host` header: name or address, maybe with a port) is loopback or
+/// listed in `allowed`.
+fn host_allowed(host: &str, allowed: &[String]) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => match host.rsplit_once(':') {
+            Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+            _ => host,
+        },
+    };
+    let loopback = name.eq_ignore_ascii_case("localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    loopback
+        || allowed
+            .iter()
+            .any(|a| a.eq_ignore_ascii_case(host) || a.eq_ignore_ascii_case(name))
+}
+
 /// Guards every action: a POST from this dashboard's own pages only. A browser's
 /// cross-site request is refused by `Sec-Fetch-Site` or `Origin`, and anything else
 /// needs the CSRF token, which only a page of this dashboard holds. A request that
@@ -262,6 +309,33 @@ mod tests {
         );
         assert_eq!(take_token_param(Some("a=1")), None);
         assert_eq!(percent_decode("%zz%4"), "%zz%4");
+    }
+
+    #[test]
+    fn hosts_are_loopback_or_allowed() {
+        for host in [
+            "localhost",
+            "LOCALHOST:8080",
+            "127.0.0.1:80",
+            "127.9.9.9",
+            "[::1]:8080",
+            "[::1]",
+        ] {
+            assert!(host_allowed(host, &[]), "{host}");
+        }
+        for host in [
+            "evil.example:8080",
+            "10.0.0.1:8080",
+            "localhost.evil.example",
+            "[::2]:80",
+            "",
+        ] {
+            assert!(!host_allowed(host, &[]), "{host}");
+        }
+        let allowed = ["dash.internal".to_owned(), "ops:9000".to_owned()];
+        assert!(host_allowed("dash.internal:8080", &allowed));
+        assert!(host_allowed("ops:9000", &allowed));
+        assert!(!host_allowed("ops:9001", &allowed));
     }
 
     #[test]

@@ -38,10 +38,13 @@ async fn actions_without_the_csrf_token_or_from_another_origin_are_403() {
     let pause = format!("/api/queues/{q}/pause");
 
     let cases: [(&str, Vec<(&str, &str)>); 5] = [
-        ("no token", vec![("host", "h:1"), ("origin", "http://h:1")]),
+        (
+            "no token",
+            vec![("host", "127.0.0.1:1"), ("origin", "http://127.0.0.1:1")],
+        ),
         (
             "wrong token",
-            vec![("x-relayq-csrf", "0000"), ("host", "h:1")],
+            vec![("x-relayq-csrf", "0000"), ("host", "127.0.0.1:1")],
         ),
         (
             "cross-site fetch",
@@ -55,7 +58,7 @@ async fn actions_without_the_csrf_token_or_from_another_origin_are_403() {
             "other Origin",
             vec![
                 ("x-relayq-csrf", &csrf),
-                ("host", "h:1"),
+                ("host", "127.0.0.1:1"),
                 ("origin", "http://evil.example"),
             ],
         ),
@@ -242,4 +245,61 @@ async fn options_are_checked_by_field() {
         }
     );
     assert!(!debug.contains("s3cret"), "{debug}");
+}
+
+#[tokio::test]
+async fn without_a_token_only_loopback_and_allowed_hosts_are_answered() {
+    let db = sqlite().await;
+    let q = queue();
+    let get_as = |app: &axum::Router, host: &str| {
+        let request = Request::get("/")
+            .header("host", host)
+            .body(Body::empty())
+            .unwrap();
+        let app = app.clone();
+        async move { send(&app, request).await }
+    };
+    // A rebound name: the browser thinks it is same-origin, the Host header says not.
+    let app = router(db.backend.clone(), Options::default());
+    let rebound = get_as(&app, "evil.example:8080").await;
+    assert_eq!(rebound.status, 403);
+    assert!(
+        !rebound.body.contains("relayq-csrf"),
+        "no page, so no CSRF token"
+    );
+    let post = send(
+        &app,
+        raw_post(
+            &format!("/api/queues/{q}/pause"),
+            &[
+                ("host", "evil.example:8080"),
+                ("origin", "http://evil.example:8080"),
+            ],
+        ),
+    )
+    .await;
+    assert_eq!(post.status, 403);
+    assert!(!db.backend.queue_stats(&q).await.unwrap().paused);
+    for host in ["127.0.0.1:8080", "localhost:8080", "[::1]:8080"] {
+        assert_eq!(get_as(&app, host).await.status, 200, "{host}");
+    }
+    // A name the embedding service lists.
+    let listed = router(
+        db.backend.clone(),
+        Options {
+            allowed_hosts: vec!["dash.internal".into()],
+            ..Options::default()
+        },
+    );
+    assert_eq!(get_as(&listed, "dash.internal:8080").await.status, 200);
+    assert_eq!(get_as(&listed, "evil.example").await.status, 403);
+    // With a token, the token decides.
+    let guarded = router(
+        db.backend.clone(),
+        Options {
+            token: Some("t0k".into()),
+            ..Options::default()
+        },
+    );
+    assert_eq!(get_as(&guarded, "dash.example.com").await.status, 401);
 }
