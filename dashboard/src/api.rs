@@ -57,10 +57,24 @@ pub(crate) fn id(field: &'static str, text: &str) -> ApiResult<i64> {
         .map_err(|_| ApiError::invalid(field, format!("expected a number, got {text:?}")))
 }
 
+/// How many queues `?queues=` may add: each costs one `queue_stats` call per poll.
+pub(crate) const MAX_EXTRA_QUEUES: usize = 50;
+
 /// The queues to list: the configured ones, then those the query adds, each once.
 pub(crate) fn queue_names(state: &AppState, extra: Option<&str>) -> ApiResult<Vec<String>> {
     let mut names = state.options.queues.clone();
-    for name in extra.unwrap_or("").split(',').filter(|n| !n.is_empty()) {
+    let extra: Vec<&str> = extra
+        .unwrap_or("")
+        .split(',')
+        .filter(|n| !n.is_empty())
+        .collect();
+    if extra.len() > MAX_EXTRA_QUEUES {
+        return Err(ApiError::invalid(
+            "queues",
+            format!("at most {MAX_EXTRA_QUEUES} names, got {}", extra.len()),
+        ));
+    }
+    for name in extra {
         queue_name(name)?;
         if !names.iter().any(|n| n == name) {
             names.push(name.to_owned());

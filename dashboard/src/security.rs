@@ -53,6 +53,8 @@ fn login(state: &AppState, request: &Request, rest: Option<&str>) -> Response {
         .extensions()
         .get::<axum::extract::OriginalUri>()
         .map_or_else(|| request.uri().path().to_owned(), |o| o.path().to_owned());
+    // One leading slash: `//host` would send the browser to another site.
+    let path = format!("/{}", path.trim_start_matches('/'));
     let target = match rest {
         Some(q) if !q.is_empty() => format!("{path}?{q}"),
         _ => path,

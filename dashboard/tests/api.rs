@@ -55,6 +55,12 @@ async fn queues_show_counts_of_every_state_and_settings() {
     assert_eq!(list[0]["paused"], false);
     assert_eq!(list[1]["queue"], b.as_str());
     assert_eq!(list[1]["counts"]["dead"], 1);
+    let many = vec!["q"; 51].join(",");
+    let answer = get(&app, &format!("/api/queues?queues={many}")).await;
+    assert_eq!(
+        (answer.status.as_u16(), answer.json()["field"].as_str()),
+        (400, Some("queues"))
+    );
 }
 
 #[tokio::test]

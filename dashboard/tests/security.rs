@@ -161,6 +161,10 @@ async fn with_a_token_every_request_needs_it() {
     let pause = format!("/api/queues/{q}/pause");
     assert_eq!(send(&app, raw_post(&pause, &[])).await.status, 401);
 
+    // A login never redirects to another site.
+    let login = get(&app, &format!("//evil.example/x?token={token}")).await;
+    assert_eq!(login.status, 303);
+    assert_eq!(login.headers["location"], "/evil.example/x");
     // A wrong ?token= is refused; the right one sets an HttpOnly cookie and drops the
     // token from the address.
     assert_eq!(get(&app, "/?token=wrong").await.status, 401);
