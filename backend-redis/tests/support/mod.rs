@@ -78,3 +78,28 @@ pub fn skip(line: &str) {
     use std::io::Write;
     let _ = writeln!(std::io::stderr(), "SKIPPED: {line}");
 }
+
+/// The key prefix of the Redis-specific tests.
+pub const PREFIX: &str = "relayq-test";
+
+/// A handle on the server the tests use, and a raw connection to it; `None` without a
+/// server.
+pub async fn setup() -> Option<(RedisBackend, redis::aio::MultiplexedConnection)> {
+    let url =
+        relayq_conformance::harness::server_url(relayq_conformance::harness::Server::Redis).await?;
+    let b = RedisBackend::connect_with_prefix(&url, PREFIX)
+        .await
+        .unwrap();
+    let raw = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    Some((b, raw))
+}
+
+pub fn jobs(queue: &str, n: usize) -> Vec<relayq_core::NewJob> {
+    (0..n)
+        .map(|i| relayq_core::NewJob::new(queue, i.to_string().into_bytes()))
+        .collect()
+}
