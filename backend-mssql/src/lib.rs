@@ -156,6 +156,9 @@ impl Config {
     }
 }
 
+/// How long [`MssqlBackend::connect_with`]'s first connection may take.
+pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// A relayq backend on a SQL Server database. Cheap to clone; clones share the pool.
 #[derive(Clone)]
 pub struct MssqlBackend {
@@ -209,17 +212,29 @@ impl MssqlBackend {
     pub async fn connect_with(url: &str, config: Config) -> Result<Self> {
         let schema = Schema::new(&config.schema)?;
         let tds = conn::parse(url, config.command_timeout)?;
+        let manager = Manager {
+            config: tds,
+            check_after_idle: config.check_after_idle,
+        };
+        // Fail now, not at first use, when the server is not there: one connection,
+        // within CONNECT_TIMEOUT, with the driver's own cause. The pool would retry a
+        // refused connection until its acquire timeout (30 s) and report only that.
+        let first = tokio::time::timeout(CONNECT_TIMEOUT, bb8::ManageConnection::connect(&manager))
+            .await
+            .map_err(|_| {
+                Error::transient(format!(
+                    "no answer from SQL Server within {} s",
+                    CONNECT_TIMEOUT.as_secs()
+                ))
+            })?
+            .map_err(db)?;
+        drop(first);
         let pool = bb8::Pool::builder()
             .max_size(config.max_connections.max(1))
             .connection_timeout(config.acquire_timeout)
-            .build(Manager {
-                config: tds,
-                check_after_idle: config.check_after_idle,
-            })
+            .build(manager)
             .await
             .map_err(db)?;
-        // Fail now, not at first use, when the server is not there.
-        drop(pool.get().await.map_err(error::pool)?);
         let events = shared_events(&format!("{url}\u{1f}{}", config.schema));
         Ok(Self {
             inner: Arc::new(Inner {

@@ -13,14 +13,7 @@ pub const DEFAULT_DB: &str = "sqlite://relayq.db";
 
 /// The backends this binary has, for error messages.
 fn built_in() -> String {
-    let mut schemes = vec!["sqlite:// (e.g. sqlite://relayq.db)"];
-    if cfg!(feature = "postgres") {
-        schemes.push("postgres://");
-    }
-    if cfg!(feature = "redis") {
-        schemes.push("redis://");
-    }
-    format!("this binary has {} and memory://", schemes.join(", "))
+    format!("this binary has {}", relayq::schemes().join(", "))
 }
 
 /// What the command needs of the database.
@@ -44,7 +37,8 @@ pub enum Use {
 pub async fn open(url: &str, need: Use) -> anyhow::Result<Arc<dyn Backend>> {
     let Some((scheme, rest)) = url.split_once(':') else {
         return Err(usage(format!(
-            "--db {url:?}: not a database URL; write e.g. {DEFAULT_DB} (a SQLite file) or memory://"
+            "--db {url:?}: not a database URL; write e.g. {DEFAULT_DB} (a SQLite file); {}",
+            built_in()
         )));
     };
     match scheme {
@@ -67,36 +61,17 @@ pub async fn open(url: &str, need: Use) -> anyhow::Result<Arc<dyn Backend>> {
         "memory" => Err(usage(format!(
             "--db {url:?}: the in-memory backend keeps nothing after this process ends, so it works with `relayq run` only"
         ))),
-        #[cfg(feature = "postgres")]
-        "postgres" | "postgresql" => {
-            // The schema is created (or brought up to date) on first use, by any command:
-            // migrating is idempotent and safe to run from many processes at once.
-            let backend = relayq_postgres::PostgresBackend::connect(url)
-                .await
-                .with_context(|| format!("cannot connect to PostgreSQL at {:?}", redacted(url)))?;
-            backend
-                .migrate()
-                .await
-                .with_context(|| format!("cannot set up relayq's schema at {:?}", redacted(url)))?;
-            Ok(Arc::new(backend))
-        }
-        #[cfg(feature = "redis")]
-        "redis" | "rediss" => {
-            let backend = relayq_redis::RedisBackend::connect(url)
-                .await
-                .with_context(|| format!("cannot connect to Redis at {:?}", redacted(url)))?;
-            Ok(Arc::new(backend))
-        }
-        #[cfg(not(feature = "postgres"))]
-        "postgres" | "postgresql" => Err(not_built_in(url, "PostgreSQL")),
-        #[cfg(not(feature = "redis"))]
-        "redis" | "rediss" => Err(not_built_in(url, "Redis")),
-        "mssql" | "sqlserver" => Err(not_built_in(url, "SQL Server")),
-        other => Err(usage(format!(
-            "--db {:?}: unknown database URL scheme {other:?}; {}",
-            redacted(url),
-            built_in()
-        ))),
+        // Every other scheme goes to the `relayq` facade, which opens each backend this
+        // binary was built with. SQL servers get their schema created or brought up to
+        // date on first use, by any command: migrating is idempotent and safe from many
+        // processes at once.
+        _ => relayq::connect(url).await.map_err(|e| {
+            if e.invalid_field() == Some("url") {
+                usage(format!("--db {:?}: {e}", redacted(url)))
+            } else {
+                anyhow::Error::new(e).context(format!("cannot open {:?}", redacted(url)))
+            }
+        }),
     }
 }
 
@@ -115,14 +90,6 @@ pub fn redacted(url: &str) -> String {
         Some((user, _password)) => format!("{scheme}://{user}:***@{host}{tail}"),
         None => url.to_owned(),
     }
-}
-
-fn not_built_in(url: &str, name: &str) -> anyhow::Error {
-    usage(format!(
-        "--db {:?}: the {name} backend is not built into this binary; {}",
-        redacted(url),
-        built_in()
-    ))
 }
 
 /// The file a `sqlite:` URL names (after the scheme's colon), or `None` for an
@@ -147,15 +114,16 @@ mod tests {
         }
     }
 
+    /// `mssql://` reaches the SQL Server backend: with nothing listening, the error is
+    /// the connection's, without the password.
     #[tokio::test]
-    async fn other_backends_are_not_built_in_yet() {
-        for (url, name) in [("mssql://localhost", "SQL Server")] {
-            let e = open_err(url, Use::Create).await;
-            assert!(
-                e.contains(&format!("the {name} backend is not built into this binary")),
-                "{e}"
-            );
-        }
+    async fn mssql_urls_reach_the_sql_server_backend() {
+        let e = open_err("mssql://sa:s3cretpw@127.0.0.1:1/master", Use::Create).await;
+        assert!(
+            e.contains("cannot open \"mssql://sa:***@127.0.0.1:1/master\""),
+            "{e}"
+        );
+        assert!(!e.contains("s3cretpw"), "{e}");
     }
 
     #[cfg(feature = "redis")]
@@ -183,7 +151,7 @@ mod tests {
     #[tokio::test]
     async fn unknown_schemes_and_plain_paths_are_clear_errors() {
         let e = open_err("mysql://x", Use::Create).await;
-        assert!(e.contains("unknown database URL scheme \"mysql\""), "{e}");
+        assert!(e.contains("unknown scheme mysql://"), "{e}");
         let e = open_err("relayq.db", Use::Create).await;
         assert!(e.contains("not a database URL"), "{e}");
     }

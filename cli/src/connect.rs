@@ -15,15 +15,15 @@ use crate::{
 /// Longest wait between two connection attempts.
 pub const MAX_DELAY: Duration = Duration::from_secs(5);
 
-/// Whether `e` is worth retrying: the server could not be reached or failed, as
-/// opposed to bad input (a bad URL, an unknown scheme, a missing SQLite file).
+/// Whether `e` is worth retrying: a backend error its backend calls transient (the
+/// server refused or lost the connection, was busy or starting), as opposed to bad
+/// input (a bad URL, an unknown scheme, a missing SQLite file) or a failure that would
+/// come back (a wrong password, a missing permission).
 pub fn transient(e: &anyhow::Error) -> bool {
     exit::code_for(e) == exit::FAILED
         && e.chain().any(|c| {
-            matches!(
-                c.downcast_ref::<CoreError>(),
-                Some(CoreError::Backend { .. })
-            )
+            c.downcast_ref::<CoreError>()
+                .is_some_and(CoreError::is_transient)
         })
 }
 
@@ -79,9 +79,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_backend_failures_are_transient() {
-        let down = anyhow::Error::new(CoreError::backend("connection refused")).context("x");
+    fn only_transient_backend_failures_are_retried() {
+        let down = anyhow::Error::new(CoreError::transient("connection refused")).context("x");
         assert!(transient(&down));
+        let denied = anyhow::Error::new(CoreError::backend("password authentication failed"));
+        assert!(!transient(&denied.context("x")));
         assert!(!transient(&exit::usage("--db: bad")));
         assert!(!transient(
             &anyhow::Error::new(CoreError::invalid("url", "bad")).context("x")
