@@ -123,7 +123,18 @@ fn a_worker_frozen_past_its_lease_leaves_no_command_beside_the_next_attempt() {
         );
         env.run(&["enqueue", "--queue", &q, "--max-attempts", "2", "--", &cmd])
             .expect_code(0);
-        let mut workers = Workers(vec![env.spawn(&["work", "--queue", &q, "--lease", "2s"])]);
+        // One slot, so that once attempt 1 runs the worker claims nothing: a worker
+        // frozen inside a SQLite write transaction (a claim) would hold the database's
+        // one write lock, and no other process could claim until it resumed.
+        let mut workers = Workers(vec![env.spawn(&[
+            "work",
+            "--queue",
+            &q,
+            "--lease",
+            "2s",
+            "--concurrency",
+            "1",
+        ])]);
         eventually(
             &format!("{name}: attempt 1 started"),
             Duration::from_secs(20),
