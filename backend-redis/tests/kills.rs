@@ -20,11 +20,8 @@ use support::{PREFIX, jobs, setup};
 
 /// Connections killed with `CLIENT KILL` while a worker drains a queue: it reconnects,
 /// every job ends succeeded, and no job is ever run by two handlers at once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn killed_connections_lose_no_job_and_hold_none_twice() {
-    let Some((b, mut raw)) = setup().await else {
-        return;
-    };
+async fn killed_connections_lose_no_job_and_hold_none_twice(url: String) {
+    let (b, mut raw) = setup(&url).await;
     let q = queue_name("kill");
     let n = 300;
     b.enqueue(jobs(&q, n)).await.unwrap();
@@ -80,14 +77,8 @@ async fn killed_connections_lose_no_job_and_hold_none_twice() {
 /// An idle worker whose poll fallback is a minute wakes on a job enqueued through
 /// another handle (pub/sub), and still does after its subscriber connection is killed:
 /// the subscriber comes back and tells waiters to check (`Resync`).
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn published_wakeups_survive_a_killed_subscriber() {
-    let Some((b, mut raw)) = setup().await else {
-        return;
-    };
-    let url = relayq_conformance::harness::server_url(relayq_conformance::harness::Server::Redis)
-        .await
-        .unwrap();
+async fn published_wakeups_survive_a_killed_subscriber(url: String) {
+    let (b, mut raw) = setup(&url).await;
     let other = RedisBackend::connect_with_prefix(&url, PREFIX)
         .await
         .unwrap();
@@ -135,4 +126,12 @@ async fn published_wakeups_survive_a_killed_subscriber() {
     let got = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await;
     assert_eq!(got.unwrap(), Some(second.id));
     worker.shutdown().await.unwrap();
+}
+
+relayq_conformance::server_tests! {
+    server: relayq_conformance::harness::Server::Redis,
+    tests: [
+        killed_connections_lose_no_job_and_hold_none_twice,
+        published_wakeups_survive_a_killed_subscriber,
+    ],
 }

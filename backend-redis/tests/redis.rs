@@ -1,5 +1,5 @@
 //! Redis-specific behaviour, against the real server (`RELAYQ_REDIS_URL`, or a
-//! container, or one SKIPPED line).
+//! container); without one each test is reported as ignored, with the reason.
 
 use std::time::Duration;
 
@@ -18,11 +18,8 @@ const LEASE: Duration = Duration::from_secs(30);
 
 /// Order keys stay exact at the priority extremes and with ids beyond 2^32: the claim
 /// returns priority first, then id, and every id survives the round trip.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn order_is_exact_at_extremes() {
-    let Some((b, mut raw)) = setup().await else {
-        return;
-    };
+async fn order_is_exact_at_extremes(url: String) {
+    let (b, mut raw) = setup(&url).await;
     let q = queue_name("extremes");
     let start: i64 = (1 << 32) + 5;
     let _: () = raw
@@ -60,21 +57,18 @@ async fn order_is_exact_at_extremes() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pruned_queue_returns_to_its_baseline() {
-    returns_to_its_baseline(Kind::Plain).await;
+async fn pruned_queue_returns_to_its_baseline(url: String) {
+    returns_to_its_baseline(&url, Kind::Plain).await;
 }
 
 /// The same with every job in a sealed batch of two stages: the batches go too.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pruned_batches_return_to_the_baseline() {
-    returns_to_its_baseline(Kind::Batched).await;
+async fn pruned_batches_return_to_the_baseline(url: String) {
+    returns_to_its_baseline(&url, Kind::Batched).await;
 }
 
 /// The same with the jobs in 50 groups, the groups and their holders gone with them.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pruned_groups_return_to_the_baseline() {
-    returns_to_its_baseline(Kind::Grouped).await;
+async fn pruned_groups_return_to_the_baseline(url: String) {
+    returns_to_its_baseline(&url, Kind::Grouped).await;
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -84,10 +78,8 @@ enum Kind {
     Grouped,
 }
 
-async fn returns_to_its_baseline(kind: Kind) {
-    let Some((b, mut raw)) = setup().await else {
-        return;
-    };
+async fn returns_to_its_baseline(url: &str, kind: Kind) {
+    let (b, mut raw) = setup(url).await;
     let q = queue_name("prune");
     let drain = |n: usize| {
         let b = b.clone();
@@ -188,8 +180,7 @@ async fn footprint(raw: &mut redis::aio::MultiplexedConnection, base: &str) -> (
 }
 
 /// Bad prefixes and unreachable servers are clear errors, never panics.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bad_prefix_and_unreachable_server_are_errors() {
+async fn bad_prefix_and_unreachable_server_are_errors(url: String) {
     let err = RedisBackend::connect_with_prefix("redis://127.0.0.1:1", "a{b}")
         .await
         .unwrap_err();
@@ -212,18 +203,15 @@ async fn bad_prefix_and_unreachable_server_are_errors() {
         .await
         .unwrap_err();
     assert!(matches!(err, Error::Backend { .. }), "{err}");
-    let Some((b, _)) = setup().await else { return };
+    let (b, _) = setup(&url).await;
     b.pause(&queue_name("x")).await.unwrap();
 }
 
 /// A job stored before jobs kept their fixed fields in one hash value (`f`) is
 /// claimed with the same fields as one stored now: the claim rebuilds the value from
 /// the separate fields.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn jobs_stored_without_the_fixed_fields_value_claim_the_same() {
-    let Some((b, mut raw)) = setup().await else {
-        return;
-    };
+async fn jobs_stored_without_the_fixed_fields_value_claim_the_same(url: String) {
+    let (b, mut raw) = setup(&url).await;
     let q = queue_name("packed");
     let batch = b
         .open_batch(&q, relayq_core::OnFailure::Continue)
@@ -295,11 +283,8 @@ async fn jobs_stored_without_the_fixed_fields_value_claim_the_same() {
 
 /// A job stored without its fixed fields value and with a dedupe key is not taken
 /// for a plain job: its completion frees its key (SPEC E3), as one stored now does.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_job_stored_without_the_fixed_fields_value_frees_its_dedupe_key() {
-    let Some((b, mut raw)) = setup().await else {
-        return;
-    };
+async fn a_job_stored_without_the_fixed_fields_value_frees_its_dedupe_key(url: String) {
+    let (b, mut raw) = setup(&url).await;
     let q = queue_name("packeddk");
     let keyed = NewJob::new(&q, b"k".to_vec()).dedupe_key("key");
     let first = b.enqueue_one(keyed).await.unwrap().id;
@@ -372,11 +357,8 @@ async fn store_as_old_lease(
 /// L1, L3): its heartbeat extends it, the running list shows the new expiry, a wrong
 /// token is stale and the right one completes the job, once. The job has a dedupe key,
 /// so the completion takes the path that frees it (SPEC E3).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lease_stored_as_separate_fields_still_holds() {
-    let Some((b, mut raw)) = setup().await else {
-        return;
-    };
+async fn a_lease_stored_as_separate_fields_still_holds(url: String) {
+    let (b, mut raw) = setup(&url).await;
     let q = queue_name("oldlease");
     let keyed = NewJob::new(&q, b"x".to_vec()).dedupe_key("key");
     let id = b.enqueue_one(keyed).await.unwrap().id;
@@ -411,11 +393,8 @@ async fn a_lease_stored_as_separate_fields_still_holds() {
 /// An expired lease written before `ls` existed is taken back by the next claim (SPEC
 /// C5): the job is claimed again under a new lease, and the old token is stale for
 /// settle and heartbeat.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_expired_lease_stored_as_separate_fields_is_claimed_again() {
-    let Some((b, mut raw)) = setup().await else {
-        return;
-    };
+async fn an_expired_lease_stored_as_separate_fields_is_claimed_again(url: String) {
+    let (b, mut raw) = setup(&url).await;
     let q = queue_name("oldexpired");
     let id = b
         .enqueue_one(NewJob::new(&q, b"x".to_vec()))
@@ -445,11 +424,8 @@ async fn an_expired_lease_stored_as_separate_fields_is_claimed_again() {
 
 /// A heartbeat keeps what the lease says about its job: a job with a dedupe key,
 /// heartbeated and then completed, frees its key (SPEC L3, E3).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_heartbeated_job_with_a_dedupe_key_frees_it_on_completion() {
-    let Some((b, _raw)) = setup().await else {
-        return;
-    };
+async fn a_heartbeated_job_with_a_dedupe_key_frees_it_on_completion(url: String) {
+    let (b, _raw) = setup(&url).await;
     let q = queue_name("hbkey");
     let keyed = NewJob::new(&q, b"k".to_vec()).dedupe_key("key");
     let first = b.enqueue_one(keyed).await.unwrap().id;
@@ -465,11 +441,8 @@ async fn a_heartbeated_job_with_a_dedupe_key_frees_it_on_completion() {
 /// SPEC M3 on plain completions, which are indexed for pruning by a list in finishing
 /// order: maintenance prunes those older than the retention from the list's head and
 /// keeps the first younger one and all after it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn plain_completions_are_pruned_oldest_first() {
-    let Some((b, mut raw)) = setup().await else {
-        return;
-    };
+async fn plain_completions_are_pruned_oldest_first(url: String) {
+    let (b, mut raw) = setup(&url).await;
     let q = queue_name("donelist");
     let ids: Vec<_> = b
         .enqueue(jobs(&q, 3))
@@ -510,4 +483,21 @@ async fn plain_completions_are_pruned_oldest_first() {
         0
     );
     assert_eq!(b.maintain(&q, Duration::ZERO).await.unwrap().pruned, 1);
+}
+
+relayq_conformance::server_tests! {
+    server: relayq_conformance::harness::Server::Redis,
+    tests: [
+        order_is_exact_at_extremes,
+        pruned_queue_returns_to_its_baseline,
+        pruned_batches_return_to_the_baseline,
+        pruned_groups_return_to_the_baseline,
+        bad_prefix_and_unreachable_server_are_errors,
+        jobs_stored_without_the_fixed_fields_value_claim_the_same,
+        a_job_stored_without_the_fixed_fields_value_frees_its_dedupe_key,
+        a_lease_stored_as_separate_fields_still_holds,
+        an_expired_lease_stored_as_separate_fields_is_claimed_again,
+        a_heartbeated_job_with_a_dedupe_key_frees_it_on_completion,
+        plain_completions_are_pruned_oldest_first,
+    ],
 }

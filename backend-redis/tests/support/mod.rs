@@ -82,20 +82,18 @@ pub fn skip(line: &str) {
 /// The key prefix of the Redis-specific tests.
 pub const PREFIX: &str = "relayq-test";
 
-/// A handle on the server the tests use, and a raw connection to it; `None` without a
-/// server.
-pub async fn setup() -> Option<(RedisBackend, redis::aio::MultiplexedConnection)> {
-    let url =
-        relayq_conformance::harness::server_url(relayq_conformance::harness::Server::Redis).await?;
-    let b = RedisBackend::connect_with_prefix(&url, PREFIX)
+/// A handle on the server at `url` (given by `server_tests!`, which reports a test
+/// whose server is absent as ignored), and a raw connection to it.
+pub async fn setup(url: &str) -> (RedisBackend, redis::aio::MultiplexedConnection) {
+    let b = RedisBackend::connect_with_prefix(url, PREFIX)
         .await
         .unwrap();
-    let raw = redis::Client::open(url.as_str())
+    let raw = redis::Client::open(url)
         .unwrap()
         .get_multiplexed_async_connection()
         .await
         .unwrap();
-    Some((b, raw))
+    (b, raw)
 }
 
 pub fn jobs(queue: &str, n: usize) -> Vec<relayq_core::NewJob> {
