@@ -56,6 +56,7 @@
 
 mod barrier;
 mod batch;
+mod drained;
 mod error;
 mod events;
 mod inspect;
@@ -71,6 +72,7 @@ pub mod worker;
 
 pub use barrier::{POLL_INTERVAL, wait_polling};
 pub use batch::{Batch, BatchId, BatchProgress, OnFailure, StageProgress, WaitFor};
+pub use drained::wait_drained;
 pub use error::{Error, ErrorKind, Result};
 pub use events::{Event, EventBus, EventKind};
 pub use inspect::{

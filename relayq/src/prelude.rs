@@ -7,7 +7,7 @@ pub use chrono::{DateTime, Utc};
 pub use relayq_core::{
     Admin, Backend, Batch, BatchId, BatchProgress, Claim, ClaimRequest, ClaimedJob, Complete,
     Enqueue, Enqueued, Error, ErrorKind, Events, Inspect, JobId, JobState, Lease, NewJob,
-    OnFailure, OrderBarrier, QueueStats, Result, Retry, Settle, Settled, WaitFor,
+    OnFailure, OrderBarrier, QueueStats, Result, Retry, Settle, Settled, WaitFor, wait_drained,
     worker::{JobError, Worker},
 };
 pub use std::sync::Arc;
