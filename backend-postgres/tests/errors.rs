@@ -1,4 +1,4 @@
-//! Backend errors say whether they are transient (issue 41): a connection killed under
+//! Backend errors say whether they are transient (SPEC X4): a connection killed under
 //! a call gives a transient error, which callers (the worker's settler) may retry.
 
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! Backend errors say whether they are transient (issue 41): a database locked by
+//! Backend errors say whether they are transient (SPEC X4): a database locked by
 //! another connection past the busy timeout gives a transient error, which callers
 //! (the worker's settler) may retry.
 

@@ -159,7 +159,7 @@ async fn w1_a_refused_settle_call_loses_only_the_bad_outcome() {
     assert_eq!(state(&b, &q, bad).await, JobState::Running);
 }
 
-/// SPEC X1: the worker calls `settle_many` again after a transient backend error (a
+/// SPEC X4: the worker calls `settle_many` again after a transient backend error (a
 /// lost connection, a deadlock victim), and not after any other: that one would fail
 /// again, and the outcome is given up (its lease expires and the job runs again).
 #[tokio::test]
