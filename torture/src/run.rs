@@ -1,0 +1,646 @@
+//! One run on one backend: servers up, jobs in, workers and faults, drain, check.
+
+use std::{
+    collections::BTreeMap,
+    fmt,
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, bail};
+use futures::StreamExt;
+use nix::sys::signal::Signal;
+use relayq::{Backend, Batch, JobId, JobState, NewJob, OnFailure, RunAt};
+
+use crate::{
+    check::{self, Check, Observed, Report},
+    ledger::Ledger,
+    plan::{JOB_SCRIPT, Plan},
+    servers::{Cluster, Fsync, Postgres, RedisNode},
+    workers::{WorkerConfig, Workers},
+};
+
+/// The queue every job goes to.
+pub const QUEUE: &str = "torture";
+
+/// Which backend a run tortures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A SQLite file.
+    Sqlite,
+    /// Its own PostgreSQL.
+    Postgres,
+    /// Its own Redis, with this `appendfsync`.
+    Redis(Fsync),
+    /// Its own 3-node Redis Cluster (`appendfsync always` on each node).
+    Cluster,
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Sqlite => f.write_str("sqlite"),
+            Self::Postgres => f.write_str("postgres"),
+            Self::Redis(fsync) => write!(f, "redis (appendfsync {})", fsync.word()),
+            Self::Cluster => f.write_str("redis-cluster"),
+        }
+    }
+}
+
+/// How many faults of each kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FaultCounts {
+    /// SIGKILLs of a worker process (restarted after a pause).
+    pub kills: u32,
+    /// SIGSTOPs of a worker process past its lease, then SIGCONT.
+    pub stops: u32,
+    /// Clean server restarts (`pg_ctl -m fast`, Redis `SHUTDOWN`; a cluster node).
+    pub clean_restarts: u32,
+    /// Crash restarts (`pg_ctl -m immediate`, SIGKILL of redis-server, SIGKILL of the
+    /// cluster node holding the queue; on SQLite, SIGKILL of every worker at once).
+    pub crash_restarts: u32,
+    /// Connection kills (`pg_terminate_backend`, `CLIENT KILL TYPE normal`).
+    pub conn_kills: u32,
+}
+
+/// Settings of a run.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The backend.
+    pub kind: Kind,
+    /// The seed of the job mix and of the fault schedule.
+    pub seed: u64,
+    /// How many jobs.
+    pub jobs: usize,
+    /// Worker processes.
+    pub processes: usize,
+    /// Slots per process.
+    pub concurrency: u32,
+    /// Each job's lease.
+    pub lease: Duration,
+    /// The faults.
+    pub faults: FaultCounts,
+    /// The longest delay of a delayed job.
+    pub max_delay: Duration,
+    /// When to give up waiting for the jobs to finish (they are then reported stuck).
+    pub deadline: Duration,
+    /// The `relayq` binary.
+    pub relayq: PathBuf,
+    /// Keep the temporary folder (it is kept anyway when a check fails).
+    pub keep: bool,
+}
+
+/// One fault, as scheduled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Fault {
+    /// SIGKILL a worker; restart it after `pause_ms`.
+    Kill {
+        /// Slot.
+        worker: usize,
+        /// Before the restart.
+        pause_ms: u64,
+    },
+    /// SIGSTOP a worker past its lease, then SIGCONT.
+    Stop {
+        /// Slot.
+        worker: usize,
+    },
+    /// A clean server restart.
+    CleanRestart,
+    /// A crash restart, the server down `down_ms` before it starts again.
+    CrashRestart {
+        /// Down time.
+        down_ms: u64,
+    },
+    /// Kill the server's client connections.
+    ConnKill,
+    /// Cancel the planned cancel targets.
+    Cancel,
+}
+
+impl Fault {
+    fn label(self) -> &'static str {
+        match self {
+            Self::Kill { .. } => "SIGKILL worker",
+            Self::Stop { .. } => "SIGSTOP worker past lease",
+            Self::CleanRestart => "clean restart",
+            Self::CrashRestart { .. } => "crash restart",
+            Self::ConnKill => "connection kill",
+            Self::Cancel => "cancels",
+        }
+    }
+}
+
+/// The seeded schedule: each fault fires when this share of the jobs has finished.
+#[must_use]
+pub fn schedule(settings: &Settings) -> Vec<(u32, Fault)> {
+    let mut rng = fastrand::Rng::with_seed(settings.seed ^ 0x5eed_fa17);
+    let f = settings.faults;
+    let n = settings.processes.max(1);
+    let mut out = Vec::new();
+    // Per mille of jobs finished, in 20..=800.
+    let at = |rng: &mut fastrand::Rng| rng.u32(20..=800);
+    for _ in 0..f.kills {
+        let fault = Fault::Kill {
+            worker: rng.usize(0..n),
+            pause_ms: rng.u64(100..=1000),
+        };
+        out.push((at(&mut rng), fault));
+    }
+    for _ in 0..f.stops {
+        let fault = Fault::Stop {
+            worker: rng.usize(0..n),
+        };
+        out.push((at(&mut rng), fault));
+    }
+    let server = !matches!(settings.kind, Kind::Sqlite);
+    if server {
+        for _ in 0..f.clean_restarts {
+            out.push((at(&mut rng), Fault::CleanRestart));
+        }
+        for _ in 0..f.conn_kills {
+            out.push((at(&mut rng), Fault::ConnKill));
+        }
+    }
+    for _ in 0..f.crash_restarts {
+        let fault = Fault::CrashRestart {
+            down_ms: rng.u64(0..=1500),
+        };
+        out.push((at(&mut rng), fault));
+    }
+    out.push((rng.u32(100..=500), Fault::Cancel));
+    out.sort();
+    out
+}
+
+/// The servers of a run.
+enum Target {
+    Sqlite(PathBuf),
+    Postgres(Postgres),
+    Redis(RedisNode),
+    Cluster(Cluster),
+}
+
+impl Target {
+    fn start(kind: Kind, dir: &Path) -> anyhow::Result<Self> {
+        Ok(match kind {
+            Kind::Sqlite => Self::Sqlite(dir.join("torture.db")),
+            Kind::Postgres => Self::Postgres(Postgres::start(dir)?),
+            Kind::Redis(fsync) => Self::Redis(RedisNode::start(dir.join("redis"), fsync, false)?),
+            Kind::Cluster => Self::Cluster(Cluster::start(dir)?),
+        })
+    }
+
+    fn url(&self) -> String {
+        match self {
+            Self::Sqlite(path) => format!("sqlite://{}", path.display()),
+            Self::Postgres(pg) => pg.url(),
+            Self::Redis(r) => format!("redis://127.0.0.1:{}", r.port),
+            Self::Cluster(c) => c.url(),
+        }
+    }
+
+    fn stop(&mut self) -> anyhow::Result<()> {
+        match self {
+            Self::Sqlite(_) => Ok(()),
+            Self::Postgres(pg) => pg.stop(),
+            Self::Redis(r) => r.halt(false),
+            Self::Cluster(c) => c.nodes.iter_mut().try_for_each(|n| n.halt(false)),
+        }
+    }
+}
+
+/// What a fault did, for the log.
+type Done = anyhow::Result<String>;
+
+fn inject(
+    fault: Fault,
+    target: &mut Target,
+    workers: &mut Workers,
+    lease: Duration,
+    rng: &mut fastrand::Rng,
+    conts: &mut Vec<(Instant, usize)>,
+) -> Done {
+    match (fault, target) {
+        (Fault::Kill { worker, pause_ms }, _) => {
+            workers.sigkill(worker)?;
+            std::thread::sleep(Duration::from_millis(pause_ms));
+            workers.spawn(worker)?;
+            Ok(format!(
+                "worker {worker} killed, restarted after {pause_ms} ms"
+            ))
+        }
+        (Fault::Stop { worker }, _) => {
+            let for_ = lease + Duration::from_secs(1);
+            workers.signal(worker, Signal::SIGSTOP)?;
+            conts.push((Instant::now() + for_, worker));
+            Ok(format!(
+                "worker {worker} stopped for {for_:?} (SIGCONT then)"
+            ))
+        }
+        (Fault::CrashRestart { .. }, Target::Sqlite(_)) => {
+            for w in 0..workers.len() {
+                workers.sigkill(w)?;
+            }
+            for w in 0..workers.len() {
+                workers.spawn(w)?;
+            }
+            Ok("every worker killed at once, restarted".into())
+        }
+        (Fault::CleanRestart, Target::Postgres(pg)) => {
+            pg.restart(false).map(|()| "pg_ctl -m fast".into())
+        }
+        (Fault::CrashRestart { down_ms }, Target::Postgres(pg)) => pg
+            .restart(true)
+            .map(|()| format!("pg_ctl -m immediate (restarted at once; {down_ms} ms asked)")),
+        (Fault::ConnKill, Target::Postgres(pg)) => pg
+            .kill_connections()
+            .map(|n| format!("{n} connections terminated")),
+        (Fault::CleanRestart, Target::Redis(r)) => {
+            r.restart(false).map(|()| "SHUTDOWN, restarted".into())
+        }
+        (Fault::CrashRestart { down_ms }, Target::Redis(r)) => {
+            r.halt(true)?;
+            std::thread::sleep(Duration::from_millis(down_ms));
+            r.restart(false)?;
+            Ok(format!(
+                "SIGKILL, down {down_ms} ms, restarted from the AOF"
+            ))
+        }
+        (Fault::ConnKill, Target::Redis(r)) => r
+            .kill_connections()
+            .map(|n| format!("{n} connections killed")),
+        (Fault::CleanRestart, Target::Cluster(c)) => {
+            let i = rng.usize(0..c.nodes.len());
+            c.nodes[i].restart(false)?;
+            c.wait_ok()?;
+            Ok(format!("node {i} SHUTDOWN, restarted"))
+        }
+        (Fault::CrashRestart { down_ms }, Target::Cluster(c)) => {
+            let i = c.busiest();
+            c.nodes[i].halt(true)?;
+            std::thread::sleep(Duration::from_millis(down_ms));
+            c.nodes[i].restart(false)?;
+            c.wait_ok()?;
+            Ok(format!(
+                "node {i} (the queue's) SIGKILL, down {down_ms} ms, restarted from its AOF"
+            ))
+        }
+        (Fault::ConnKill, Target::Cluster(c)) => {
+            let mut n = 0;
+            for node in &c.nodes {
+                n += node.kill_connections()?;
+            }
+            Ok(format!("{n} connections killed on 3 nodes"))
+        }
+        (Fault::Cancel, _) => unreachable!("cancels are made by the run"),
+        (Fault::CleanRestart | Fault::ConnKill, Target::Sqlite(_)) => Ok("n/a".into()),
+    }
+}
+
+/// Retries `f` on transient errors for up to 60 s (the server may be restarting).
+async fn retry<T, F, Fut>(what: &str, mut f: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = relayq::Result<T>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match f().await {
+            Ok(v) => return Ok(v),
+            Err(e) if e.is_transient() && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => return Err(e).with_context(|| what.to_owned()),
+        }
+    }
+}
+
+/// Enqueues the plan: batches (opened, filled, sealed), then groups and plain jobs in
+/// calls of 200, then the dedupe keys a second time. Returns ids and dedupe answers.
+async fn enqueue(
+    backend: &Arc<dyn Backend>,
+    plan: &Plan,
+    dir: &str,
+) -> anyhow::Result<(Vec<Option<JobId>>, BTreeMap<usize, (JobId, bool)>)> {
+    let mut batches: Vec<Batch> = Vec::new();
+    for b in &plan.batches {
+        let on = if b.halt {
+            OnFailure::Halt
+        } else {
+            OnFailure::Continue
+        };
+        batches.push(backend.open_batch(QUEUE, on).await?);
+    }
+    let new_job = |i: usize| {
+        let job = &plan.jobs[i];
+        let payload = serde_json::json!({
+            "command": plan.command(dir, i),
+            "name": job.key,
+            "env": {"LC_ALL": "C"},
+        });
+        let mut nj = NewJob::new(QUEUE, payload.to_string().into_bytes())
+            .max_attempts(job.max_attempts)
+            .enqueued_by("relayq-torture");
+        if let Some(g) = &job.group {
+            nj = nj.group(g.clone());
+        }
+        if let Some((b, s)) = job.batch {
+            nj = nj.in_batch(&batches[b], s);
+        }
+        if job.delay_ms > 0 {
+            nj.run_at = RunAt::After(Duration::from_millis(job.delay_ms));
+        }
+        if job.dedupe {
+            nj = nj.dedupe_key(job.key.clone());
+        }
+        nj
+    };
+    let mut ids = vec![None; plan.jobs.len()];
+    let all: Vec<usize> = (0..plan.jobs.len()).collect();
+    for chunk in all.chunks(200) {
+        let got = backend
+            .enqueue(chunk.iter().map(|&i| new_job(i)).collect())
+            .await
+            .context("enqueue")?;
+        for (&i, e) in chunk.iter().zip(got) {
+            ids[i] = Some(e.id);
+        }
+    }
+    for b in &batches {
+        backend.seal(b).await?;
+    }
+    let mut dedupe = BTreeMap::new();
+    let dups: Vec<usize> = all
+        .iter()
+        .copied()
+        .filter(|&i| plan.jobs[i].dedupe)
+        .collect();
+    if !dups.is_empty() {
+        let got = backend
+            .enqueue(dups.iter().map(|&i| new_job(i)).collect())
+            .await
+            .context("second enqueue of the dedupe keys")?;
+        for (&i, e) in dups.iter().zip(got) {
+            dedupe.insert(i, (e.id, e.deduplicated));
+        }
+    }
+    Ok((ids, dedupe))
+}
+
+/// The outcome of one run.
+pub struct Outcome {
+    /// What ran.
+    pub kind: Kind,
+    /// The checks.
+    pub report: Report,
+    /// The faults injected, per kind.
+    pub faults: BTreeMap<&'static str, u32>,
+    /// Wall time of the workload (workers start to last job finished).
+    pub elapsed: Duration,
+    /// The temporary folder, when kept.
+    pub kept: Option<PathBuf>,
+}
+
+fn say(kind: Kind, t0: Instant, what: &str) {
+    eprintln!("[{kind} {:7.2}s] {what}", t0.elapsed().as_secs_f64());
+}
+
+/// Runs one backend.
+///
+/// # Errors
+/// A server or worker that cannot start, an enqueue that fails: the run could not
+/// take place (violations are in the [`Outcome`], not errors).
+#[allow(clippy::too_many_lines, reason = "the run's steps in order")]
+pub async fn run(s: &Settings) -> anyhow::Result<Outcome> {
+    let t0 = Instant::now();
+    if !s.relayq.exists() {
+        bail!(
+            "no relayq binary at {}: build it first (cargo build -p relayq-cli) or pass --relayq",
+            s.relayq.display()
+        );
+    }
+    let tmp = tempfile::Builder::new()
+        .prefix("relayq-torture.")
+        .tempdir()
+        .context("temporary folder")?;
+    let dir = tmp.path().to_path_buf();
+    for sub in ["locks", "marks", "logs"] {
+        std::fs::create_dir_all(dir.join(sub))?;
+    }
+    std::fs::write(dir.join("job.sh"), JOB_SCRIPT)?;
+    std::fs::write(dir.join("ledger"), "")?;
+    let dir_s = dir
+        .to_str()
+        .context("temporary folder path is not UTF-8")?
+        .to_owned();
+    say(s.kind, t0, &format!("folder {dir_s}"));
+
+    let mut target = Target::start(s.kind, &dir)?;
+    let url = target.url();
+    say(s.kind, t0, &format!("server up: {url}"));
+    let backend = relayq::connect(&url).await.context("connect")?;
+    let plan = Plan::generate(s.seed, s.jobs, u64::try_from(s.max_delay.as_millis())?);
+    let (ids, dedupe) = enqueue(&backend, &plan, &dir_s).await?;
+    say(s.kind, t0, &format!("{} jobs enqueued", plan.jobs.len()));
+
+    let mut workers = Workers::start(
+        WorkerConfig {
+            exe: s.relayq.clone(),
+            db: url.clone(),
+            queue: QUEUE.into(),
+            concurrency: s.concurrency,
+            lease: s.lease,
+            dir: dir.join("logs"),
+        },
+        s.processes,
+    )?;
+    let started = Instant::now();
+    let sched = schedule(s);
+    let mut next = 0;
+    let mut rng = fastrand::Rng::with_seed(s.seed ^ 0xc105);
+    let mut faults: BTreeMap<&'static str, u32> = BTreeMap::new();
+    let mut cancels = BTreeMap::new();
+    let total = plan.jobs.len() as u64;
+    let mut last_tenth = 0;
+    // Stopped workers and when they get their SIGCONT.
+    let mut conts: Vec<(Instant, usize)> = Vec::new();
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let now = Instant::now();
+        for &(_, w) in conts.iter().filter(|(at, _)| *at <= now) {
+            workers.signal(w, Signal::SIGCONT)?;
+        }
+        conts.retain(|(at, _)| *at > now);
+        for (i, status) in workers.exited() {
+            say(
+                s.kind,
+                t0,
+                &format!("worker {i} ended by itself ({status}); restarted"),
+            );
+            workers.spawn(i)?;
+        }
+        let Ok(stats) = backend.queue_stats(QUEUE).await else {
+            continue;
+        };
+        let finished: u64 = [JobState::Succeeded, JobState::Dead, JobState::Cancelled]
+            .iter()
+            .map(|&st| stats.count(st))
+            .sum();
+        let per_mille = u32::try_from(finished * 1000 / total.max(1)).unwrap_or(1000);
+        let line = format!("{finished}/{total} finished");
+        if per_mille / 100 != last_tenth {
+            last_tenth = per_mille / 100;
+            say(s.kind, t0, &line);
+        }
+        while next < sched.len() && sched[next].0 <= per_mille {
+            let fault = sched[next].1;
+            next += 1;
+            *faults.entry(fault.label()).or_default() += 1;
+            if fault == Fault::Cancel {
+                let targets = (0..plan.jobs.len()).filter(|&i| plan.jobs[i].cancel);
+                for i in targets {
+                    let Some(id) = ids[i] else { continue };
+                    let r = retry("cancel", || backend.cancel_job(QUEUE, id)).await;
+                    cancels.insert(i, r.ok());
+                }
+                say(
+                    s.kind,
+                    t0,
+                    &format!("{} jobs cancelled (asked)", cancels.len()),
+                );
+                continue;
+            }
+            let what = tokio::task::block_in_place(|| {
+                inject(
+                    fault,
+                    &mut target,
+                    &mut workers,
+                    s.lease,
+                    &mut rng,
+                    &mut conts,
+                )
+            })
+            .with_context(|| format!("fault {fault:?}"))?;
+            say(s.kind, t0, &format!("fault {}: {what}", fault.label()));
+        }
+        if next == sched.len() && finished == total && conts.is_empty() {
+            break;
+        }
+        if started.elapsed() > s.deadline {
+            say(
+                s.kind,
+                t0,
+                &format!("deadline of {:?} passed: {line}", s.deadline),
+            );
+            break;
+        }
+    }
+    let elapsed = started.elapsed();
+    say(
+        s.kind,
+        t0,
+        &format!("workload done in {elapsed:.1?}; stopping workers"),
+    );
+    let killed = tokio::task::block_in_place(|| workers.stop_all(Duration::from_secs(20)))?;
+    if !killed.is_empty() {
+        say(
+            s.kind,
+            t0,
+            &format!("workers {killed:?} did not stop on SIGTERM; killed"),
+        );
+    }
+
+    let stats = retry("queue_stats", || backend.queue_stats(QUEUE)).await?;
+    let jobs: Vec<Option<relayq::JobInfo>> = futures::stream::iter(ids.iter().copied())
+        .map(|id| {
+            let backend = backend.clone();
+            async move {
+                match id {
+                    None => Ok(None),
+                    Some(id) => match retry("job", || backend.job(QUEUE, id)).await {
+                        Ok(j) => Ok(Some(j)),
+                        Err(e)
+                            if e.downcast_ref::<relayq::Error>()
+                                .is_some_and(|e| matches!(e, relayq::Error::NotFound { .. })) =>
+                        {
+                            Ok(None)
+                        }
+                        Err(e) => Err(e),
+                    },
+                }
+            }
+        })
+        .buffered(16)
+        .collect::<Vec<anyhow::Result<_>>>()
+        .await
+        .into_iter()
+        .collect::<anyhow::Result<_>>()?;
+    let ledger = Ledger::parse(&std::fs::read_to_string(dir.join("ledger"))?);
+    let obs = Observed {
+        ids,
+        dedupe,
+        cancels,
+        jobs,
+        stats,
+    };
+    // PostgreSQL commits claims asynchronously: a crash may forget one (its doc); its
+    // times are transaction starts.
+    let allow = check::Allowances {
+        lost_claims: matches!(s.kind, Kind::Postgres) && s.faults.crash_restarts > 0,
+        tx_start_times: matches!(s.kind, Kind::Postgres),
+    };
+    let mut report = check::check(&plan, &obs, &ledger, allow);
+    drop(backend);
+    if let Target::Sqlite(path) = &target {
+        match integrity(path) {
+            Ok(c) => report.checks.push(c),
+            Err(e) => report
+                .figures
+                .push(("sqlite integrity_check".into(), format!("not run: {e}"))),
+        }
+    }
+    tokio::task::block_in_place(|| target.stop())?;
+    report.figures.push((
+        "worker processes started".into(),
+        workers.started.to_string(),
+    ));
+    let kept = if report.violations() > 0 || s.keep {
+        Some(tmp.keep())
+    } else {
+        None
+    };
+    Ok(Outcome {
+        kind: s.kind,
+        report,
+        faults,
+        elapsed,
+        kept,
+    })
+}
+
+/// `PRAGMA integrity_check` through the `sqlite3` shell; an error when it cannot run.
+fn integrity(path: &Path) -> Result<Check, String> {
+    let out = std::process::Command::new("sqlite3")
+        .args(["-cmd", ".timeout 10000"])
+        .arg(path)
+        .arg("PRAGMA integrity_check")
+        .output()
+        .map_err(|e| format!("sqlite3: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut c = Check {
+        name: "sqlite integrity_check",
+        checked: 1,
+        violations: Vec::new(),
+        excused: Vec::new(),
+    };
+    if text.trim() != "ok" {
+        c.violations.push(format!(
+            "integrity_check: {}{}",
+            text.trim(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(c)
+}
