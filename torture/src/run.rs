@@ -551,6 +551,20 @@ pub async fn run(s: &Settings) -> anyhow::Result<Outcome> {
             &format!("workers {killed:?} did not stop on SIGTERM; killed"),
         );
     }
+    // SPEC W4 and `relayq work --shutdown-timeout 5s`: a worker stops within seconds.
+    let stopped = Check {
+        name: "workers stop on SIGTERM",
+        checked: workers.len(),
+        violations: killed
+            .iter()
+            .map(|w| {
+                format!(
+                    "worker {w} still ran 20 s after SIGTERM (--shutdown-timeout 5s); SIGKILLed"
+                )
+            })
+            .collect(),
+        excused: Vec::new(),
+    };
 
     let stats = retry("queue_stats", || backend.queue_stats(QUEUE)).await?;
     let jobs: Vec<Option<relayq::JobInfo>> = futures::stream::iter(ids.iter().copied())
@@ -592,6 +606,7 @@ pub async fn run(s: &Settings) -> anyhow::Result<Outcome> {
         tx_start_times: matches!(s.kind, Kind::Postgres),
     };
     let mut report = check::check(&plan, &obs, &ledger, allow);
+    report.checks.push(stopped);
     drop(backend);
     if let Target::Sqlite(path) = &target {
         match integrity(path) {
