@@ -152,11 +152,13 @@ const SETTLE: &str = concat!(
          CASE WHEN g.next = 'succeeded' THEN g.output END"
     ),
     "),
+    -- A release leaves the job as before its claim (SPEC L4): `retrying`, holding its
+    -- group, when an earlier attempt counted (SPEC G2), else `ready`.
     kept AS (
         UPDATE {s}.jobs j
         SET state = CASE WHEN ($4::text[])[",
     at!(),
-    "] = 'release' THEN 'ready' ELSE 'retrying' END,
+    "] = 'release' AND j.attempts <= 1 THEN 'ready' ELSE 'retrying' END,
             run_at = CASE WHEN ($4::text[])[",
     at!(),
     "] = 'release' THEN j.run_at

@@ -39,8 +39,11 @@ pub(crate) const FAIL: &str = "UPDATE relayq_jobs
     WHERE id = ?1 AND lease_token = ?2 AND state = 'running' AND lease_expires_at > ?3
       AND queue = ?4
     RETURNING state, run_at, attempts, group_key, batch_id, stage, worker, started_at";
+/// As before the claim (SPEC L4): `retrying` when an earlier attempt counted (it failed
+/// or expired), so the job keeps holding its group (SPEC G2); `ready` otherwise.
 pub(crate) const RELEASE: &str = "UPDATE relayq_jobs
-    SET state = 'ready', attempts = attempts - 1, lease_token = NULL, lease_expires_at = NULL
+    SET state = CASE WHEN attempts > 1 THEN 'retrying' ELSE 'ready' END,
+        attempts = attempts - 1, lease_token = NULL, lease_expires_at = NULL
     WHERE id = ?1 AND lease_token = ?2 AND state = 'running' AND lease_expires_at > ?3
       AND queue = ?4
     RETURNING state, run_at, attempts, group_key, batch_id, stage, worker, started_at";
@@ -292,9 +295,12 @@ async fn settle_one(
         Settled::Dead => Some(JobState::Dead),
         Settled::Retrying { .. } | Settled::Released => None,
     };
-    if let (Settled::Released, Some(group)) = (settled, row.group_key.as_deref()) {
+    if let (Settled::Released, Some(group)) = (settled, row.group_key.as_deref())
+        && row.state == "ready"
+    {
         // A released job no longer holds its group: an earlier job of the group whose
-        // stage was released meanwhile goes first (SPEC G2).
+        // stage was released meanwhile goes first (SPEC G2). A released retry holds it
+        // still.
         touched.group(&s.lease.queue, group);
     }
     if let Some(state) = finished {

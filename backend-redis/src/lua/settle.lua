@@ -20,7 +20,11 @@ local function settle_one(o, kind, id, g, output)
     log(id, at, 'released', nil, output, ran)
     clear_lease(id)
     redis.call('HSET', jk(id), 'at', s(at - 1))
-    if g then
+    if at > 1 then
+      -- An earlier attempt counted: back to retrying, as before the claim, holding
+      -- its group (its backoff moved it behind later jobs of the group, SPEC G2).
+      set_state(id, 'retrying')
+    elseif g then
       set_state(id, 'blocked')
       redis.call('DEL', ghk(g))
       settle_group(g)

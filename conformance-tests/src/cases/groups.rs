@@ -112,6 +112,49 @@ pub async fn g2_released_job_keeps_its_place(env: &Env) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// SPEC G2, L4: a retried job that is released (a worker's prefetch buffer gives it
+/// back unrun) keeps its place: its backoff moved its `run_at` past later jobs of its
+/// group, yet none of them starts before it. It goes back to `retrying`, as before the
+/// claim. (Found by the torture run, issue 46.)
+pub async fn g2_released_retry_keeps_its_place(env: &Env) -> anyhow::Result<()> {
+    let b = env.backend();
+    let q = queue_name("g2rretry");
+    let all = enqueue_all(
+        b,
+        vec![
+            NewJob::new(&q, b"1".to_vec()).group("g"),
+            NewJob::new(&q, b"2".to_vec()).group("g"),
+        ],
+    )
+    .await?;
+    let (first, second) = (all[0], all[1]);
+    let got = claim_exactly(b, &q, &[first]).await?;
+    b.fail(
+        &got[0].lease,
+        "again",
+        Retry::After(Duration::from_millis(200)),
+    )
+    .await?;
+    let again = poll_claim(b, &q, "w", 10, LEASE, "the retrying job").await?;
+    ensure!(
+        ids(&again) == [first],
+        "the retry should come first, got {:?}",
+        ids(&again)
+    );
+    b.release(&again[0].lease).await?;
+    expect_state(b, &q, first, JobState::Retrying).await?;
+    expect_state(b, &q, second, JobState::Blocked).await?;
+    let third = claim(b, &q, 10).await?;
+    ensure!(
+        ids(&third) == [first] && third[0].attempt() == 2,
+        "after the release the claim should return only {first} (attempt 2 again), got {:?}",
+        ids(&third)
+    );
+    b.complete(&third[0].lease).await?;
+    claim_exactly(b, &q, &[second]).await?;
+    Ok(())
+}
+
 /// SPEC G2: order within a group is by order key, not enqueue order: a later job of
 /// lower priority value runs first, and jobs of a group start one after another.
 pub async fn g2_group_runs_in_order_key_order(env: &Env) -> anyhow::Result<()> {
