@@ -51,6 +51,14 @@ impl Inspect for MssqlBackend {
         Ok(stats)
     }
 
+    async fn queues(&self) -> Result<Vec<String>> {
+        let sets = self.run(sql::QUEUES, &[]).await?;
+        rows::set(&sets, 0)?
+            .iter()
+            .map(|r| req::<&str>(r, 0).map(str::to_owned))
+            .collect()
+    }
+
     async fn job(&self, queue: &str, id: JobId) -> Result<JobInfo> {
         validate::queue_name(queue)?;
         let sets = self.run(sql::JOB, &[&id.0, &queue]).await?;

@@ -469,8 +469,11 @@ SELECT DISTINCT j.queue, j.group_key FROM {s}.jobs AS j INNER JOIN @i AS i ON i.
 WHERE j.group_key IS NOT NULL AND j.queue = i.queue;",
     lock!(),
     "
+-- A release leaves the job as before its claim (SPEC L4): retrying, holding its group,
+-- when an earlier attempt counted (SPEC G2); else ready.
 UPDATE j SET
     state = CASE WHEN i.kind = 'complete' THEN 'succeeded'
+                 WHEN i.kind = 'release' AND j.attempts > 1 THEN 'retrying'
                  WHEN i.kind = 'release' THEN 'ready'
                  WHEN j.attempts < j.max_attempts
                       AND (i.days IS NOT NULL OR i.retry_at IS NOT NULL) THEN 'retrying'
@@ -502,7 +505,7 @@ SELECT id, attempts, ISNULL(worker, N''), ISNULL(started_at, @now), @now,
                  ELSE 'failed' END,
        error, output
 FROM @m;
-INSERT INTO @rq (queue) SELECT queue FROM @m WHERE next = 'ready';
+INSERT INTO @rq (queue) SELECT queue FROM @m WHERE next = 'ready' OR kind = 'release';
 INSERT INTO @fq (queue) SELECT queue FROM @m
 WHERE batch_id IS NOT NULL AND next IN ('succeeded', 'dead');
 INSERT INTO @th (batch, stage) SELECT batch_id, MIN(stage) FROM @m
@@ -510,7 +513,7 @@ WHERE next = 'dead' AND batch_id IS NOT NULL AND stage IS NOT NULL GROUP BY batc
     promote!(),
     "
 COMMIT TRANSACTION;
-SELECT ord, next, run_at FROM @m;",
+SELECT ord, CASE WHEN kind = 'release' THEN 'ready' ELSE next END, run_at FROM @m;",
     events!()
 );
 
@@ -882,6 +885,13 @@ FROM (SELECT CASE WHEN state = 'ready' AND run_at > @now THEN 'scheduled' ELSE s
 GROUP BY s.state;
 SELECT paused, max_running FROM {s}.queues WHERE queue = @P1;";
 
+/// The queues in use (SPEC M4): holding a job, a batch or a setting.
+pub(crate) const QUEUES: &str = "
+SELECT queue FROM {s}.jobs
+UNION SELECT queue FROM {s}.batches
+UNION SELECT queue FROM {s}.queues WHERE paused = 1 OR max_running IS NOT NULL
+ORDER BY queue;";
+
 /// Job `@P1` of queue `@P2`, then its log. The row is read under a held shared lock,
 /// so no settle changes it before the log is read: both describe the same moment.
 pub(crate) const JOB: &str = "
@@ -936,6 +946,7 @@ pub(crate) const ALL: &[(&str, &str)] = &[
     ("REACHED", REACHED),
     ("BATCH_PROGRESS", BATCH_PROGRESS),
     ("QUEUE_STATS", QUEUE_STATS),
+    ("QUEUES", QUEUES),
     ("JOB", JOB),
     ("RUNNING", RUNNING),
     ("BATCH_IDS", BATCH_IDS),

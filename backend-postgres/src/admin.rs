@@ -295,4 +295,34 @@ impl Admin for PostgresBackend {
             pruned,
         })
     }
+
+    /// Holds a transaction-level advisory lock on a connection of its own while the
+    /// pass runs on others: a pass that is dropped or whose process dies releases it
+    /// with that transaction. The transaction takes no snapshot between statements and
+    /// writes nothing, so it holds back no vacuum.
+    async fn try_maintain(&self, queue: &str, retention: Duration) -> Result<Option<Maintenance>> {
+        validate::queue_name(queue)?;
+        let mut lock = self.pool().begin().await.map_err(db)?;
+        let got: bool =
+            sqlx::query_scalar("SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0))")
+                .bind(self.maintenance_lock_key(queue))
+                .fetch_one(&mut *lock)
+                .await
+                .map_err(db)?;
+        if !got {
+            return Ok(None);
+        }
+        let pass = self.maintain(queue, retention).await;
+        lock.rollback().await.ok();
+        pass.map(Some)
+    }
+}
+
+impl PostgresBackend {
+    /// The name of the advisory lock a maintenance pass over `queue` holds:
+    /// `pg_advisory_xact_lock(hashtextextended(<this>, 0))`.
+    #[must_use]
+    pub fn maintenance_lock_key(&self, queue: &str) -> String {
+        format!("relayq maintain {} {queue}", self.schema())
+    }
 }

@@ -95,6 +95,31 @@ impl Inspect for PostgresBackend {
         Ok(stats)
     }
 
+    async fn queues(&self) -> Result<Vec<String>> {
+        // The jobs' queues by loose index scans (jobs_holder, finished_queue): one
+        // index probe per queue, not a read of every job.
+        sqlx::query_scalar(self.sql(
+            "WITH RECURSIVE j(name) AS (
+                 SELECT (SELECT min(queue) FROM {s}.jobs)
+                 UNION ALL
+                 SELECT (SELECT min(queue) FROM {s}.jobs WHERE queue > j.name)
+                 FROM j WHERE j.name IS NOT NULL),
+             f(name) AS (
+                 SELECT (SELECT min(queue) FROM {s}.finished)
+                 UNION ALL
+                 SELECT (SELECT min(queue) FROM {s}.finished WHERE queue > f.name)
+                 FROM f WHERE f.name IS NOT NULL)
+             SELECT name FROM j WHERE name IS NOT NULL
+             UNION SELECT name FROM f WHERE name IS NOT NULL
+             UNION SELECT queue FROM {s}.batches
+             UNION SELECT queue FROM {s}.queues WHERE paused OR max_running IS NOT NULL
+             ORDER BY 1",
+        ))
+        .fetch_all(self.pool())
+        .await
+        .map_err(db)
+    }
+
     async fn job(&self, queue: &str, id: JobId) -> Result<JobInfo> {
         validate::queue_name(queue)?;
         // One snapshot for the row (in whichever table) and its log.

@@ -327,6 +327,17 @@ impl PostgresBackend {
         self.inner.schema.migrate(&self.inner.pool, timeout).await
     }
 
+    /// Checks, without changing anything, that the schema exists at the version this
+    /// crate reads ([`SCHEMA_VERSION`]): for tools that only read and so do not
+    /// [`migrate`](Self::migrate).
+    ///
+    /// # Errors
+    /// [`Error::Backend`] saying the schema is missing, older (run `migrate`) or newer
+    /// (use the newer relayq), or that the server failed.
+    pub async fn check_schema(&self) -> Result<()> {
+        self.inner.schema.check(&self.inner.pool).await
+    }
+
     /// The connection pool, for callers that want to look at the tables.
     #[must_use]
     pub fn pool(&self) -> &PgPool {

@@ -159,6 +159,42 @@ impl Schema {
         tx.commit().await.map_err(db)
     }
 
+    /// Checks, without changing anything, that the schema exists at this crate's
+    /// version: for tools that only read.
+    pub(crate) async fn check(&self, pool: &PgPool) -> Result<()> {
+        let exists: bool = sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
+            .bind(format!("{}.migrations", self.quoted))
+            .fetch_one(pool)
+            .await
+            .map_err(db)?;
+        if !exists {
+            return Err(Error::backend(format!(
+                "schema {} holds no relayq tables: nothing was ever queued here, or the \
+                 database is not the one meant (a command that writes, or migrate(), creates them)",
+                self.name
+            )));
+        }
+        let applied: i32 =
+            sqlx::query_scalar(self.sql("SELECT COALESCE(max(version), 0) FROM {s}.migrations"))
+                .fetch_one(pool)
+                .await
+                .map_err(db)?;
+        let applied = usize::try_from(applied).unwrap_or(0);
+        if applied != MIGRATIONS.len() {
+            return Err(Error::backend(format!(
+                "schema {} is at version {applied}, this relayq reads version {}: {}",
+                self.name,
+                MIGRATIONS.len(),
+                if applied < MIGRATIONS.len() {
+                    "run a command that writes, or migrate(), to bring it up to date"
+                } else {
+                    "use the newer relayq that wrote it"
+                }
+            )));
+        }
+        Ok(())
+    }
+
     /// Says what to do when a migration's table lock was not granted in time.
     fn lock_not_granted(&self, e: sqlx::Error, timeout: Duration) -> Error {
         if let sqlx::Error::Database(d) = &e

@@ -1306,9 +1306,90 @@ async fn migrate_keeps_a_holder_index_made_beforehand(url: String) {
     }
 }
 
+/// SPEC M3: while another pass over the queue holds the maintenance lock,
+/// `try_maintain` returns `None` at once and deletes nothing; once it is free, the pass
+/// runs. The lock is the documented advisory lock, taken here by hand.
+async fn try_maintain_skips_while_another_pass_holds_the_lock(url: String) {
+    let b = fresh(&url, "m3lock").await;
+    let q = queue_name("m3lock");
+    let ids = b.enqueue(jobs(&q, 2)).await.unwrap();
+    for e in &ids {
+        assert!(b.cancel_job(&q, e.id).await.unwrap());
+    }
+    let mut holder = b.pool().begin().await.unwrap();
+    let locked: bool =
+        sqlx::query_scalar("SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0))")
+            .bind(b.maintenance_lock_key(&q))
+            .fetch_one(&mut *holder)
+            .await
+            .unwrap();
+    assert!(locked, "the test could not take the lock");
+    let skipped = tokio::time::timeout(Duration::from_secs(5), b.try_maintain(&q, Duration::ZERO))
+        .await
+        .expect("try_maintain waited for the lock")
+        .unwrap();
+    assert_eq!(skipped, None, "a pass ran while another held the lock");
+    assert_eq!(
+        b.queue_stats(&q).await.unwrap().total(),
+        2,
+        "jobs were pruned"
+    );
+    // Another queue's pass is not held up by this queue's lock.
+    let other = queue_name("m3other");
+    assert!(
+        b.try_maintain(&other, Duration::ZERO)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    holder.rollback().await.unwrap();
+    let ran = b.try_maintain(&q, Duration::ZERO).await.unwrap();
+    assert_eq!(
+        ran.map(|m| m.pruned),
+        Some(2),
+        "the pass after the lock was freed"
+    );
+    drop_schema(&b).await;
+}
+
+/// `check_schema` (what read-only tools run instead of `migrate`) says whether the
+/// schema is missing or old, and passes on a migrated one, changing nothing.
+async fn check_schema_says_missing_old_or_fine(url: String) {
+    let none = PostgresBackend::connect_with(
+        &url,
+        Config::default().with_schema(format!(
+            "relayq_t_chk_{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        )),
+    )
+    .await
+    .unwrap();
+    let err = none.check_schema().await.unwrap_err().to_string();
+    assert!(err.contains("holds no relayq tables"), "{err}");
+    let exists: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)")
+            .bind(none.schema())
+            .fetch_one(none.pool())
+            .await
+            .unwrap();
+    assert!(!exists, "check_schema created the schema");
+    let (old, _) = version_1(&url).await;
+    let err = old.check_schema().await.unwrap_err().to_string();
+    assert!(
+        err.contains("at version 1") && err.contains("migrate()"),
+        "{err}"
+    );
+    drop_schema(&old).await;
+    let b = fresh(&url, "chk").await;
+    b.check_schema().await.unwrap();
+    drop_schema(&b).await;
+}
+
 relayq_conformance::server_tests! {
     server: common::SERVER,
     tests: [
+        try_maintain_skips_while_another_pass_holds_the_lock,
+        check_schema_says_missing_old_or_fine,
         c4_claim_skips_a_row_locked_elsewhere,
         bug_15715_claims_never_exceed_their_limit,
         claim_plans_use_the_claim_index_after_analyze,

@@ -20,6 +20,7 @@ use crate::{
 #[async_trait]
 impl OrderBarrier for RedisBackend {
     async fn open_batch(&self, queue: &str, on_failure: OnFailure) -> Result<Batch> {
+        self.register(queue).await?;
         let args = [b"open".to_vec(), on_failure.as_str().as_bytes().to_vec()];
         let id: i64 = self.run(&scripts::BATCH, queue, &args).await?;
         Ok(Batch {
@@ -293,6 +294,10 @@ impl Inspect for RedisBackend {
             .collect::<Result<Vec<_>>>()?;
         relayq_core::listing::jobs(self, queue, ids).await
     }
+
+    async fn queues(&self) -> Result<Vec<String>> {
+        self.registered().await
+    }
 }
 
 impl RedisBackend {
@@ -304,6 +309,7 @@ impl RedisBackend {
 #[async_trait]
 impl Admin for RedisBackend {
     async fn pause(&self, queue: &str) -> Result<()> {
+        self.register(queue).await?;
         self.admin(queue, &[b"pause".to_vec()]).await.map(drop)
     }
 
@@ -315,6 +321,7 @@ impl Admin for RedisBackend {
 
     async fn set_max_running(&self, queue: &str, max_running: Option<u32>) -> Result<()> {
         validate::max_running(max_running)?;
+        self.register(queue).await?;
         let max = max_running.map(arg).unwrap_or_default();
         self.admin(queue, &[b"max".to_vec(), max]).await?;
         self.notify_local(queue, EventKind::Ready);
@@ -389,5 +396,9 @@ impl Admin for RedisBackend {
             self.notify_local(queue, EventKind::Ready);
         }
         Ok(m)
+    }
+
+    async fn try_maintain(&self, queue: &str, retention: Duration) -> Result<Option<Maintenance>> {
+        self.maintain_locked(queue, retention).await
     }
 }

@@ -26,6 +26,7 @@ impl Enqueue for RedisBackend {
         let Some(queue) = jobs.first().map(|j| j.queue.clone()) else {
             return Ok(Vec::new());
         };
+        self.register(&queue).await?;
         let mut args = Vec::with_capacity(1 + jobs.len() * 10);
         args.push(arg(jobs.len()));
         for job in &jobs {

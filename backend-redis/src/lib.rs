@@ -46,6 +46,7 @@ mod eviction;
 mod functions;
 mod jobs;
 mod listen;
+mod queues;
 mod scripts;
 
 use std::sync::{
@@ -110,6 +111,8 @@ struct Inner {
     /// Loads of the library by this handle, and the lock a load holds.
     loaded: AtomicU64,
     loading: tokio::sync::Mutex<()>,
+    /// Queues this handle has added to the set of queues in use (`queues.rs`).
+    known: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 /// A connection that reconnects by itself.
@@ -227,6 +230,7 @@ impl RedisBackend {
                 functions: AtomicBool::new(true),
                 loaded: AtomicU64::new(0),
                 loading: tokio::sync::Mutex::new(()),
+                known: std::sync::Mutex::default(),
             }),
         }
     }

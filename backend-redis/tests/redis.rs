@@ -485,9 +485,46 @@ async fn plain_completions_are_pruned_oldest_first(url: String) {
     assert_eq!(b.maintain(&q, Duration::ZERO).await.unwrap().pruned, 1);
 }
 
+/// SPEC M3: while another pass over the queue holds the maintenance lock (the
+/// documented key), `try_maintain` returns `None` and deletes nothing; once it is gone,
+/// the pass runs and leaves no lock behind.
+async fn try_maintain_skips_while_another_pass_holds_the_lock(url: String) {
+    let (b, mut raw) = setup(&url).await;
+    let q = queue_name("m3lock");
+    let ids = b.enqueue(jobs(&q, 2)).await.unwrap();
+    for e in &ids {
+        assert!(b.cancel_job(&q, e.id).await.unwrap());
+    }
+    let key = b.maintenance_lock_key(&q);
+    let _: () = raw.set(&key, "someone-else").await.unwrap();
+    let skipped = b.try_maintain(&q, Duration::ZERO).await.unwrap();
+    assert_eq!(skipped, None, "a pass ran while another held the lock");
+    assert_eq!(
+        b.queue_stats(&q).await.unwrap().total(),
+        2,
+        "jobs were pruned"
+    );
+    let held: Option<String> = raw.get(&key).await.unwrap();
+    assert_eq!(
+        held.as_deref(),
+        Some("someone-else"),
+        "the other holder's lock was touched"
+    );
+    let _: () = raw.del(&key).await.unwrap();
+    let ran = b.try_maintain(&q, Duration::ZERO).await.unwrap();
+    assert_eq!(
+        ran.map(|m| m.pruned),
+        Some(2),
+        "the pass after the lock was freed"
+    );
+    let left: bool = raw.exists(&key).await.unwrap();
+    assert!(!left, "the pass left its lock behind");
+}
+
 relayq_conformance::server_tests! {
     server: relayq_conformance::harness::Server::Redis,
     tests: [
+        try_maintain_skips_while_another_pass_holds_the_lock,
         order_is_exact_at_extremes,
         pruned_queue_returns_to_its_baseline,
         pruned_batches_return_to_the_baseline,

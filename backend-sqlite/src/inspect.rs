@@ -97,6 +97,25 @@ impl Inspect for SqliteBackend {
         Ok(stats)
     }
 
+    async fn queues(&self) -> Result<Vec<String>> {
+        // The jobs' queues by a loose index scan: one index probe per queue, not a read
+        // of every job.
+        sqlx::query_scalar(
+            "WITH RECURSIVE q(name) AS (
+                 SELECT (SELECT min(queue) FROM relayq_jobs)
+                 UNION ALL
+                 SELECT (SELECT min(queue) FROM relayq_jobs WHERE queue > q.name)
+                 FROM q WHERE q.name IS NOT NULL)
+             SELECT name FROM q WHERE name IS NOT NULL
+             UNION SELECT queue FROM relayq_batches
+             UNION SELECT queue FROM relayq_queues WHERE paused OR max_running IS NOT NULL
+             ORDER BY 1",
+        )
+        .fetch_all(self.pool())
+        .await
+        .map_err(db)
+    }
+
     async fn job(&self, queue: &str, id: JobId) -> Result<JobInfo> {
         validate::queue_name(queue)?;
         // One read transaction: in WAL mode a single snapshot of row and log.

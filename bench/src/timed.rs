@@ -106,6 +106,10 @@ impl Inspect for Timed {
     async fn dead_jobs(&self, queue: &str, limit: u32) -> Result<Vec<JobInfo>> {
         self.inner.dead_jobs(queue, limit).await
     }
+
+    async fn queues(&self) -> Result<Vec<String>> {
+        self.inner.queues().await
+    }
 }
 
 #[async_trait]
@@ -130,5 +134,9 @@ impl Admin for Timed {
     }
     async fn maintain(&self, queue: &str, retention: Duration) -> Result<Maintenance> {
         self.inner.maintain(queue, retention).await
+    }
+
+    async fn try_maintain(&self, queue: &str, retention: Duration) -> Result<Option<Maintenance>> {
+        self.inner.try_maintain(queue, retention).await
     }
 }

@@ -125,6 +125,10 @@ impl Inspect for Immediate {
     async fn dead_jobs(&self, queue: &str, limit: u32) -> Result<Vec<JobInfo>> {
         self.unused.dead_jobs(queue, limit).await
     }
+
+    async fn queues(&self) -> Result<Vec<String>> {
+        self.unused.queues().await
+    }
 }
 
 #[async_trait]
@@ -149,6 +153,10 @@ impl Admin for Immediate {
     }
     async fn maintain(&self, queue: &str, retention: Duration) -> Result<Maintenance> {
         self.unused.maintain(queue, retention).await
+    }
+
+    async fn try_maintain(&self, queue: &str, retention: Duration) -> Result<Option<Maintenance>> {
+        self.unused.try_maintain(queue, retention).await
     }
 }
 

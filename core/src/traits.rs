@@ -273,6 +273,16 @@ pub trait Inspect: Send + Sync {
 
     /// Up to `limit` dead jobs of `queue`, in enqueue (id) order (SPEC M2).
     async fn dead_jobs(&self, queue: &str, limit: u32) -> Result<Vec<JobInfo>>;
+
+    /// The names of the queues in use, sorted (SPEC M4): for tools that show every
+    /// queue, or look for a job by id alone.
+    ///
+    /// # Behavior
+    /// - Every queue holding a job, a batch or a setting (pause, `max_running`) is
+    ///   listed once (SPEC M4).
+    /// - A queue that was only looked at (`queue_stats`, `claim`) is not listed; one
+    ///   whose jobs were all pruned may still be.
+    async fn queues(&self) -> Result<Vec<String>>;
 }
 
 /// Operating queues (SPEC C6, B7, M2, M3).
@@ -327,6 +337,20 @@ pub trait Admin: Send + Sync {
     /// - Finished jobs that finished more than `retention` ago are deleted, with their
     ///   attempt log; unfinished jobs are never touched (SPEC M3).
     async fn maintain(&self, queue: &str, retention: Duration) -> Result<Maintenance>;
+
+    /// [`maintain`](Self::maintain), unless another pass over `queue` runs now: then
+    /// `None`, at once (SPEC M3). Workers call this on a timer, so that of many workers
+    /// serving a queue one prunes at a time.
+    ///
+    /// # Behavior
+    /// - While another caller's `try_maintain` of the queue runs, the backend's lock
+    ///   makes this return `None` without touching a job (SPEC M3). Backends whose pass
+    ///   is one atomic step, or whose statements are safe to interleave, may run it
+    ///   anyway: the default does.
+    /// - Otherwise it does what [`maintain`](Self::maintain) does.
+    async fn try_maintain(&self, queue: &str, retention: Duration) -> Result<Option<Maintenance>> {
+        self.maintain(queue, retention).await.map(Some)
+    }
 }
 
 /// A whole backend: every trait above, usable as `Arc<dyn Backend>`.

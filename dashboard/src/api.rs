@@ -60,9 +60,19 @@ pub(crate) fn id(field: &'static str, text: &str) -> ApiResult<i64> {
 /// How many queues `?queues=` may add: each costs one `queue_stats` call per poll.
 pub(crate) const MAX_EXTRA_QUEUES: usize = 50;
 
-/// The queues to list: the configured ones, then those the query adds, each once.
-pub(crate) fn queue_names(state: &AppState, extra: Option<&str>) -> ApiResult<Vec<String>> {
+/// How many of the queues in use the list shows: each costs one `queue_stats` call per
+/// poll.
+pub(crate) const MAX_LISTED: usize = 200;
+
+/// The queues to list: the configured ones, those in use, then those the query adds,
+/// each once.
+pub(crate) async fn queue_names(state: &AppState, extra: Option<&str>) -> ApiResult<Vec<String>> {
     let mut names = state.options.queues.clone();
+    for name in state.backend.queues().await?.into_iter().take(MAX_LISTED) {
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
     let extra: Vec<&str> = extra
         .unwrap_or("")
         .split(',')
@@ -89,7 +99,7 @@ pub(crate) async fn queues(
     Query(q): Query<QueuesQuery>,
 ) -> ApiResult<Json<Vec<QueueView>>> {
     let mut out = Vec::new();
-    for name in queue_names(&state, q.queues.as_deref())? {
+    for name in queue_names(&state, q.queues.as_deref()).await? {
         out.push(state.backend.queue_stats(&name).await?.into());
     }
     Ok(Json(out))

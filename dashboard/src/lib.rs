@@ -46,9 +46,9 @@ pub use metrics_exporter_prometheus::PrometheusHandle;
 /// How the dashboard behaves.
 #[derive(Clone, Default)]
 pub struct Options {
-    /// The queues the queue list shows. The backends keep no list of queues, so the
-    /// dashboard shows these plus any named in the URL (`/?queue=a&queue=b`, or a
-    /// queue's own pages).
+    /// Queues the queue list shows first, even before they hold a job. After them it
+    /// shows every queue in use (the backend's `queues()`, at most 200), then any named
+    /// in the URL (`/?queues=a,b`, or a queue's own pages).
     pub queues: Vec<String>,
     /// No action routes at all (they answer 404) and no buttons.
     pub read_only: bool,

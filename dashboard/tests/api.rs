@@ -55,6 +55,19 @@ async fn queues_show_counts_of_every_state_and_settings() {
     assert_eq!(list[0]["paused"], false);
     assert_eq!(list[1]["queue"], b.as_str());
     assert_eq!(list[1]["counts"]["dead"], 1);
+    // A queue in use is listed without being configured or asked for (SPEC M4).
+    let plain = get(&app, "/api/queues").await.json();
+    let names: Vec<&str> = plain
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|q| q["queue"].as_str())
+        .collect();
+    assert_eq!(
+        names,
+        [a.as_str(), b.as_str()],
+        "configured first, then those in use"
+    );
     let many = vec!["q"; 51].join(",");
     let answer = get(&app, &format!("/api/queues?queues={many}")).await;
     assert_eq!(

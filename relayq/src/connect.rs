@@ -67,6 +67,8 @@ pub async fn connect_with(url: &str, migrate: Migrate) -> Result<Arc<dyn Backend
             let b = relayq_postgres::PostgresBackend::connect(url).await?;
             if migrate {
                 b.migrate().await?;
+            } else {
+                b.check_schema().await?;
             }
             Ok(Arc::new(b))
         }

@@ -6,7 +6,10 @@ use std::{
 };
 
 use anyhow::ensure;
-use relayq_core::{DEFAULT_RETENTION, JobId, JobState, NewJob, OnFailure, Retry};
+use relayq_core::{
+    ClaimedJob, DEFAULT_RETENTION, JobId, JobState, NewJob, OnFailure, Retry,
+    worker::{JobError, Worker},
+};
 
 use super::support::{
     PATIENCE, claim, claim_exactly, enqueue, enqueue_n, expect_invalid, expect_not_found,
@@ -273,6 +276,105 @@ pub async fn m3_maintain_prunes_only_finished(env: &Env) -> anyhow::Result<()> {
     ensure!(
         claim(b, &q, 10).await?.len() == 1,
         "the ready job should still be claimable"
+    );
+    Ok(())
+}
+
+/// SPEC M3: `try_maintain` does what `maintain` does when no other pass runs.
+pub async fn m3_try_maintain_prunes_when_free(env: &Env) -> anyhow::Result<()> {
+    let b = env.backend();
+    let q = queue_name("m3try");
+    let by_state = one_job_per_state(b, &q).await?;
+    let pruned = AtomicU64::new(0);
+    poll_until(
+        "try_maintain to prune the 3 finished jobs",
+        PATIENCE,
+        || async {
+            let Some(m) = b.try_maintain(&q, Duration::ZERO).await? else {
+                anyhow::bail!("try_maintain skipped a queue no other pass holds");
+            };
+            Ok((pruned.fetch_add(m.pruned, Ordering::SeqCst) + m.pruned >= 3).then_some(()))
+        },
+    )
+    .await?;
+    for (state, id) in &by_state {
+        if !state.is_finished() {
+            expect_state(b, &q, *id, *state).await?;
+        }
+    }
+    ensure!(
+        total(b, &q).await? == 5,
+        "expected the 5 unfinished jobs to remain"
+    );
+    Ok(())
+}
+
+/// SPEC M3, W1: a worker runs the maintenance pass on a timer: finished jobs past the
+/// retention disappear while it runs, and an unfinished (delayed) job stays.
+pub async fn m3_workers_prune_on_a_timer(env: &Env) -> anyhow::Result<()> {
+    let b = env.backend();
+    let q = queue_name("m3timer");
+    let waiting = enqueue(
+        b,
+        NewJob::new(&q, b"later".to_vec()).delay(Duration::from_secs(3600)),
+    )
+    .await?;
+    enqueue_n(b, &q, 20).await?;
+    let worker = Worker::builder(env.connect().await?, [q.clone()])
+        .handler(|_job: ClaimedJob| async { Ok::<_, JobError>(()) })
+        .maintenance(Duration::from_millis(100), Duration::ZERO)
+        .build()?
+        .spawn();
+    let pruned = poll_until(
+        "the worker to prune its 20 finished jobs",
+        PATIENCE,
+        || async {
+            let stats = b.queue_stats(&q).await?;
+            Ok((stats.total() == 1).then_some(stats))
+        },
+    )
+    .await;
+    let report = worker.shutdown().await?;
+    let stats = pruned?;
+    ensure!(
+        stats.count(JobState::Scheduled) == 1,
+        "the delayed job should be all that is left: {stats:?}"
+    );
+    expect_state(b, &q, waiting, JobState::Scheduled).await?;
+    ensure!(
+        report.succeeded == 20,
+        "the worker should have run the 20 jobs: {report:?}"
+    );
+    Ok(())
+}
+
+/// SPEC M4: `queues` lists every queue holding a job, a batch or a setting, sorted and
+/// once each, and not a queue that was only looked at.
+pub async fn m4_queues_lists_queues_in_use(env: &Env) -> anyhow::Result<()> {
+    let b = env.backend();
+    let with_job = queue_name("m4job");
+    let with_batch = queue_name("m4batch");
+    let paused = queue_name("m4paused");
+    let limited = queue_name("m4limited");
+    let looked_at = queue_name("m4looked");
+    enqueue_n(b, &with_job, 2).await?;
+    b.open_batch(&with_batch, OnFailure::Continue).await?;
+    b.pause(&paused).await?;
+    b.set_max_running(&limited, Some(2)).await?;
+    b.queue_stats(&looked_at).await?;
+    claim(b, &looked_at, 1).await?;
+    let names = b.queues().await?;
+    for q in [&with_job, &with_batch, &paused, &limited] {
+        let n = names.iter().filter(|n| *n == q).count();
+        ensure!(n == 1, "queue {q:?} is listed {n} times in {names:?}");
+    }
+    ensure!(
+        !names.contains(&looked_at),
+        "queue {looked_at:?} was only looked at, yet is listed"
+    );
+    ensure!(
+        names.windows(2).all(|w| w[0] < w[1]),
+        "queues are not sorted and distinct: {names:?}"
     );
     Ok(())
 }

@@ -220,6 +220,17 @@ impl Inspect for MemoryBackend {
         validate::list_limit(limit)?;
         self.with_queue(queue, |q, now| q.dead_jobs(queue, limit as usize, now))
     }
+
+    async fn queues(&self) -> Result<Vec<String>> {
+        let mut names: Vec<String> = self
+            .lock()
+            .iter()
+            .filter(|(_, q)| q.in_use())
+            .map(|(name, _)| name.clone())
+            .collect();
+        names.sort();
+        Ok(names)
+    }
 }
 
 #[async_trait]

@@ -103,6 +103,12 @@ fn after(now: DateTime<Utc>, d: std::time::Duration) -> DateTime<Utc> {
 }
 
 impl QueueState {
+    /// Whether the queue ever held a job or a batch, or has a setting (SPEC M4): the
+    /// store makes a state for every queue named, even one only looked at.
+    pub(crate) fn in_use(&self) -> bool {
+        self.next_id > 0 || self.next_batch > 0 || self.paused || self.max_running.is_some()
+    }
+
     pub(crate) fn open_jobs(&self) -> impl Iterator<Item = &Job> {
         self.open.iter().map(|id| &self.jobs[id])
     }
@@ -386,7 +392,14 @@ impl QueueState {
             Outcome::Release => {
                 job.close_attempt(now, AttemptOutcome::Released, None, s.output.as_deref());
                 job.attempts -= 1;
-                job.phase = Phase::Waiting;
+                // As before the claim: a job whose earlier attempt failed is retrying,
+                // holding its group; its backoff moved its run_at behind later jobs of
+                // the group, which must not overtake it (SPEC L4, G2).
+                job.phase = if job.attempts > 0 {
+                    Phase::Retrying
+                } else {
+                    Phase::Waiting
+                };
                 Ok(Settled::Released)
             }
         }

@@ -20,6 +20,8 @@
 //!   events, and polls with bounded backoff (at most 1 s by default) as a fallback (W2);
 //! - optionally ([`WorkerBuilder::prefetch`]) claims ahead of its free slots into a
 //!   local buffer, so short jobs do not wait a round trip for each claim;
+//! - runs the maintenance pass over its queues on a timer, one worker per queue at a
+//!   time ([`WorkerBuilder::maintenance`], SPEC M3);
 //! - on shutdown stops claiming, lets running handlers finish until a deadline, then
 //!   releases what is left (W4).
 
@@ -28,6 +30,7 @@ mod context;
 mod handler;
 mod job;
 mod keeper;
+mod maintainer;
 mod outage;
 mod pace;
 mod run;
@@ -46,6 +49,9 @@ pub use stats::WorkerReport;
 
 use crate::{Backend, Error, Result, validate};
 
+/// How often a worker runs the maintenance pass by default.
+pub const DEFAULT_MAINTENANCE_EVERY: Duration = Duration::from_secs(60);
+
 /// Settings of a worker; see the [`WorkerBuilder`] setters for defaults.
 #[derive(Debug, Clone)]
 struct Config {
@@ -61,6 +67,8 @@ struct Config {
     settle_delay: Duration,
     poll_min: Duration,
     poll_max: Duration,
+    /// `None`: no maintenance timer.
+    maintenance: Option<maintainer::Schedule>,
 }
 
 /// A worker: build it with [`Worker::builder`], then [`run`](Worker::run) or
@@ -107,6 +115,10 @@ impl Worker {
                 settle_delay: Duration::from_millis(2),
                 poll_min: Duration::from_millis(10),
                 poll_max: Duration::from_secs(1),
+                maintenance: Some(maintainer::Schedule {
+                    every: DEFAULT_MAINTENANCE_EVERY,
+                    retention: crate::DEFAULT_RETENTION,
+                }),
             },
         }
     }
@@ -320,13 +332,39 @@ impl WorkerBuilder {
         self
     }
 
+    /// Runs the maintenance pass (SPEC M3) over each served queue every `every`
+    /// (±10%), deleting finished jobs that finished more than `retention` ago and
+    /// recovering expired leases. Default: on, every 60 s, retention 7 days
+    /// ([`DEFAULT_RETENTION`](crate::DEFAULT_RETENTION)).
+    ///
+    /// # Behavior
+    /// - Of the workers serving a queue, one runs a pass at a time: each calls
+    ///   [`try_maintain`](crate::Admin::try_maintain), which skips while another's pass
+    ///   holds the backend's lock.
+    /// - The first pass comes after a random part of `every`; a failed pass is tried at
+    ///   the next tick (a warning is logged unless the server is down).
+    /// - Unfinished jobs are never pruned.
+    #[must_use]
+    pub fn maintenance(mut self, every: Duration, retention: Duration) -> Self {
+        self.config.maintenance = Some(maintainer::Schedule { every, retention });
+        self
+    }
+
+    /// Turns the maintenance timer off: for programs that run
+    /// [`maintain`](crate::Admin::maintain) themselves (a cron job, `relayq prune`).
+    #[must_use]
+    pub fn no_maintenance(mut self) -> Self {
+        self.config.maintenance = None;
+        self
+    }
+
     /// Checks the settings and builds the worker.
     ///
     /// # Errors
     /// [`Error::InvalidInput`] naming the bad setting: no queue or a bad queue name
     /// (`queues`/`queue`), `concurrency` outside 1..=1000, a bad `lease`, `heartbeat` not
-    /// shorter than the lease, `settle_batch` or `prefetch` out of range, a bad `name`, or no
-    /// `handler`.
+    /// shorter than the lease, `settle_batch` or `prefetch` out of range, a `maintenance`
+    /// interval of zero, a bad `name`, or no `handler`.
     pub fn build(self) -> Result<Worker> {
         let c = &self.config;
         if self.queues.is_empty() {
@@ -370,6 +408,12 @@ impl WorkerBuilder {
             return Err(Error::invalid(
                 "poll_min",
                 "must be above zero and at most poll_max",
+            ));
+        }
+        if c.maintenance.is_some_and(|m| m.every.is_zero()) {
+            return Err(Error::invalid(
+                "maintenance",
+                "the interval must be above zero",
             ));
         }
         if c.timeout.is_some_and(|t| t.is_zero()) {

@@ -23,6 +23,7 @@ use super::{
     buffer::Buffer,
     job::{Assigned, Control, Ended, JobRun, Settling},
     keeper::{self, Keeper},
+    maintainer::Maintainer,
     pace::Pace,
     settler::{self, Settler},
     slots::Pool,
@@ -117,6 +118,16 @@ impl Runner {
             dry: self.dry.subscribe(),
         };
         let settler = tokio::spawn(settler.run(self.settle_rx.take().expect("taken once")));
+        let maintenance_stop = CancellationToken::new();
+        let maintainer = self.config.maintenance.map(|schedule| {
+            let m = Maintainer {
+                backend: self.backend.clone(),
+                queues: self.queues.clone(),
+                schedule,
+                worker: self.config.name.clone(),
+            };
+            tokio::spawn(m.run(maintenance_stop.clone()))
+        });
         self.pool = Some(Pool::start(
             self.config.concurrency as usize,
             &self.template,
@@ -182,6 +193,10 @@ impl Runner {
                 () = sleep_until(expiry.unwrap_or_else(Instant::now)), if expiry.is_some() => {}
                 () = shutdown.cancelled() => {}
             }
+        }
+        maintenance_stop.cancel();
+        if let Some(m) = maintainer {
+            m.await.ok();
         }
         // A claim in flight is finished, not dropped: its jobs are leased on the server
         // and must be released, not left to expire (SPEC W4).

@@ -145,6 +145,10 @@ impl Inspect for Faulty {
     async fn dead_jobs(&self, queue: &str, limit: u32) -> Result<Vec<JobInfo>> {
         self.inner.dead_jobs(queue, limit).await
     }
+
+    async fn queues(&self) -> Result<Vec<String>> {
+        self.inner.queues().await
+    }
 }
 
 #[async_trait]
@@ -169,5 +173,9 @@ impl Admin for Faulty {
     }
     async fn maintain(&self, queue: &str, retention: Duration) -> Result<Maintenance> {
         self.inner.maintain(queue, retention).await
+    }
+
+    async fn try_maintain(&self, queue: &str, retention: Duration) -> Result<Option<Maintenance>> {
+        self.inner.try_maintain(queue, retention).await
     }
 }
