@@ -45,6 +45,7 @@ mod claim;
 mod enqueue;
 mod hot;
 mod inspect;
+mod open_error;
 mod promote;
 mod settle;
 
@@ -116,9 +117,9 @@ impl SqliteBackend {
             // can lose, on every statement.
             .test_before_acquire(false)
             .max_connections(4)
-            .connect_with(options)
+            .connect_with(options.clone())
             .await
-            .map_err(db)?;
+            .map_err(|e| opening(&e, options.get_filename()).unwrap_or_else(|| db(e)))?;
         migrate(&pool).await?;
         Ok(Self {
             inner: Arc::new(Inner {
@@ -237,9 +238,22 @@ async fn enable_wal(options: &SqliteConnectOptions) -> Result<()> {
                 .with_max_delay(Duration::from_millis(200))
                 .with_max_times(20),
         )
-        .when(|e| matches!(e, sqlx::Error::Database(_)))
+        // Only a busy or locked file is worth another try; any other failure (a
+        // folder that does not exist, no permission) is reported at once.
+        .when(transient_db)
         .await
-        .map_err(db)
+        .map_err(|e| opening(&e, options.get_filename()).unwrap_or_else(|| db(e)))
+}
+
+/// A busy or locked database (SQLite's codes 5 and 6).
+fn transient_db(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(_)) && transient(e)
+}
+
+/// The error for a file SQLite cannot open, naming it and the operating system's
+/// reason; `None` for any other error.
+fn opening(e: &sqlx::Error, path: &std::path::Path) -> Option<Error> {
+    open_error::cannot_open(e).then(|| open_error::explain(path))
 }
 
 /// The schema, one entry per version; `PRAGMA user_version` records how many ran.
