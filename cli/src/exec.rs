@@ -16,7 +16,7 @@ use nix::{
 };
 use relayq_core::worker::LeaseDeadline;
 use tokio::{
-    io::{AsyncBufReadExt, AsyncReadExt, BufReader},
+    io::{AsyncBufReadExt, AsyncReadExt, BufReader, Lines},
     net::unix::pipe,
     process::Command,
     sync::watch,
@@ -225,7 +225,10 @@ async fn run(
             .map(std::fs::File::from),
         finished: false,
     };
-    let mut reports = child.stderr.take().map(BufReader::new);
+    // Lines, not `read_line`: the read sits in a `select!` beside the shell's exit, and
+    // `Lines::next_line` keeps a partly read line when it loses the race, where
+    // `read_line` would drop it (and with it the guard's last report).
+    let mut reports = child.stderr.take().map(|e| BufReader::new(e).lines());
     // Until the guard says which group the command has, there is none to kill.
     let mut group = GroupGuard(None);
     let mut report = None;
@@ -239,12 +242,11 @@ async fn run(
             }
         };
         tokio::pin!(sleep);
-        let mut line = String::new();
         let mut ours = None;
         let status = loop {
             tokio::select! {
                 status = child.wait() => break status,
-                read = read_line(reports.as_mut(), &mut line) => {
+                read = next_report(reports.as_mut()) => {
                     match read {
                         Some(l) => match l.strip_prefix("pgid ").and_then(|p| p.parse().ok()) {
                             Some(pgid) => group = GroupGuard(Some(Pid::from_raw(pgid))),
@@ -270,7 +272,7 @@ async fn run(
         orders.finished = true;
         // The guard's last report, written before it exited.
         if let Some(r) = reports.as_mut() {
-            while let Some(l) = read_line(Some(&mut *r), &mut line).await {
+            while let Some(l) = next_report(Some(&mut *r)).await {
                 report = Some(l);
             }
         }
@@ -306,18 +308,16 @@ async fn run(
     ending
 }
 
-/// The next line of the guard's reports; never returns once they ended.
-async fn read_line(
-    reports: Option<&mut BufReader<tokio::process::ChildStderr>>,
-    line: &mut String,
+/// The next line of the guard's reports; never returns once they ended. Cancel-safe.
+async fn next_report(
+    reports: Option<&mut Lines<BufReader<tokio::process::ChildStderr>>>,
 ) -> Option<String> {
     let Some(r) = reports else {
         return std::future::pending().await;
     };
-    line.clear();
-    match r.read_line(line).await {
-        Ok(0) | Err(_) => None,
-        Ok(_) => Some(line.trim_end().to_owned()),
+    match r.next_line().await {
+        Ok(Some(line)) => Some(line.trim_end().to_owned()),
+        Ok(None) | Err(_) => None,
     }
 }
 

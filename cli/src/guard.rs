@@ -141,7 +141,7 @@ pub fn main(args: &[String]) -> u8 {
         }
     };
     let pgid = Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
-    let _ = writeln!(report, "pgid {pgid}");
+    let _ = report.write_all(format!("pgid {pgid}\n").as_bytes());
     let (tx, rx) = mpsc::channel();
     let orders = tx.clone();
     std::thread::spawn(move || {
@@ -167,7 +167,8 @@ pub fn main(args: &[String]) -> u8 {
         },
         Err(e) => format!("error waiting for the command: {e}"),
     };
-    let _ = writeln!(report, "{line}");
+    // One write: a reader must never see half a report.
+    let _ = report.write_all(format!("{line}\n").as_bytes());
     0
 }
 

@@ -86,7 +86,11 @@ impl Progress {
         match &ev.kind {
             EventKind::Started { .. } => match &mut self.view {
                 View::Bars { multi, running, .. } => {
-                    let bar = ProgressBar::new_spinner().with_style(
+                    // Into the MultiProgress before anything is set: a bar not yet added
+                    // draws itself on stderr, which on a terminal is the same screen,
+                    // under the MultiProgress's feet (stale copies of every bar).
+                    let bar = multi.add(ProgressBar::hidden());
+                    bar.set_style(
                         ProgressStyle::with_template(
                             "            {spinner:.cyan} {prefix:.bold} {msg} {elapsed:.dim}",
                         )
@@ -97,7 +101,6 @@ impl Progress {
                         Some(s) => format!("(stage {s}, {tries})"),
                         None => format!("({tries})"),
                     });
-                    let bar = multi.add(bar);
                     bar.enable_steady_tick(Duration::from_millis(100));
                     running.insert((ev.job, ev.attempt), bar);
                 }
