@@ -16,6 +16,24 @@ fn built_in() -> String {
     format!("this binary has {}", relayq::schemes().join(", "))
 }
 
+/// `--db`'s help: an example of every scheme this binary has.
+pub fn db_help() -> String {
+    let examples: Vec<&str> = relayq::schemes()
+        .into_iter()
+        .map(|scheme| match scheme {
+            "sqlite://" => "sqlite://PATH (default sqlite://relayq.db)",
+            "postgres://" => "postgres://USER:PASSWORD@HOST:PORT/DB",
+            "redis://" => "redis://HOST:PORT",
+            "rediss://" => "rediss://HOST:PORT (TLS)",
+            "redis-cluster://" => "redis-cluster://HOST:PORT,HOST:PORT",
+            "mssql://" => "mssql://USER:PASSWORD@HOST:PORT/DB",
+            "memory://" => "memory:// (`run` only)",
+            other => other,
+        })
+        .collect();
+    format!("The database: {}", examples.join(", "))
+}
+
 /// What the command needs of the database.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Use {
@@ -24,6 +42,10 @@ pub enum Use {
     /// The command only looks at or changes existing jobs: a SQLite file that does not
     /// exist is an error rather than a new empty database.
     Existing,
+    /// As `Existing`, for a command that only reads: a SQL server's schema is not
+    /// migrated (a missing or older one is an error saying so), which spares every
+    /// `status` the migration's round trips and lock.
+    Read,
     /// `run`: also the in-memory backend is fine (nothing needs to outlive the process).
     RunInProcess,
 }
@@ -43,7 +65,7 @@ pub async fn open(url: &str, need: Use) -> anyhow::Result<Arc<dyn Backend>> {
     };
     match scheme {
         "sqlite" => {
-            if need == Use::Existing
+            if matches!(need, Use::Existing | Use::Read)
                 && let Some(path) = sqlite_file(rest)
                 && !path.exists()
             {
@@ -63,9 +85,18 @@ pub async fn open(url: &str, need: Use) -> anyhow::Result<Arc<dyn Backend>> {
         ))),
         // Every other scheme goes to the `relayq` facade, which opens each backend this
         // binary was built with. SQL servers get their schema created or brought up to
-        // date on first use, by any command: migrating is idempotent and safe from many
-        // processes at once.
-        _ => relayq::connect(url).await.map_err(|e| {
+        // date on first use by any command that writes: migrating is idempotent and
+        // safe from many processes at once.
+        _ => relayq::connect_with(
+            url,
+            if need == Use::Read {
+                relayq::Migrate::No
+            } else {
+                relayq::Migrate::Yes
+            },
+        )
+        .await
+        .map_err(|e| {
             if e.invalid_field() == Some("url") {
                 usage(format!("--db {:?}: {e}", redacted(url)))
             } else {

@@ -62,7 +62,8 @@ pub async fn open_waiting(url: &str, need: Use) -> anyhow::Result<Arc<dyn Backen
             Err(e) if transient(&e) => {
                 if failures == 0 {
                     eprintln!(
-                        "relayq: {e:#}; waiting for the server (retrying every {} at most; Ctrl-C stops)",
+                        "relayq: {}; waiting for the server (retrying every {} at most; Ctrl-C stops)",
+                        crate::exit::describe(&e),
                         humantime::format_duration(MAX_DELAY)
                     );
                 }

@@ -54,6 +54,25 @@ pub fn code_for(e: &anyhow::Error) -> u8 {
     FAILED
 }
 
+/// `e` with its causes, each said once: errors that print their source in their own
+/// message (the core's `backend error: ...` does) would otherwise repeat it.
+pub fn describe(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    let mut last = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if last.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+        last = text;
+    }
+    out
+}
+
 /// `code` as a process exit code.
 pub fn exit(code: u8) -> ExitCode {
     ExitCode::from(code)
@@ -62,6 +81,16 @@ pub fn exit(code: u8) -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cause_already_in_its_message_is_said_once() {
+        let inner = CoreError::backend("connection refused");
+        let e = anyhow::Error::new(inner).context("cannot open \"postgres://x\"");
+        assert_eq!(
+            describe(&e),
+            "cannot open \"postgres://x\": backend error: connection refused"
+        );
+    }
 
     #[test]
     fn errors_map_to_codes_through_context() {

@@ -3,7 +3,8 @@
 //! `relayq` runs shell commands as relayq jobs: a whole staged **plan** on local
 //! workers with live progress (`relayq run`), or single commands queued for long-running
 //! workers (`relayq enqueue`, `relayq work`), with the tools to watch and operate them
-//! (`status`, `wait`, `job`, `dead`, `cancel`, `batch`). The database defaults to
+//! (`status`, `wait`, `job`, `dead`, `cancel`, `pause`, `resume`, `limit`, `prune`,
+//! `batch`). The database defaults to
 //! `sqlite://relayq.db` in the current folder: no server needed.
 //!
 //! ```sh
@@ -55,14 +56,16 @@
 //!
 //! | command | what |
 //! |---|---|
-//! | `run PLAN.toml [--workers N] [--queue Q] [--timeout D] [--report-json F]` | run a plan (above) |
+//! | `run PLAN.toml [--workers N] [--queue Q] [--timeout D] [--report-json F] [--full]` | run a plan (above); above 50 jobs the end shows totals per stage and failures first (`--full`: every job) |
 //! | `enqueue [--queue Q] [--batch B --stage S] [--group G] [--priority P] [--max-attempts N] [--delay D] [--timeout D] -- COMMAND...` | queue one command; prints its id |
-//! | `work [--queue Q]... [--concurrency N] [--shutdown-timeout D]` | execute queued commands until Ctrl-C / SIGTERM, then shut down gracefully |
-//! | `status [QUEUE] [--batch ID] [--json]` | counts per state, running jobs (worker, start), a batch's stages |
-//! | `wait BATCH_ID [--queue Q] [--stage S] [--timeout D]` | wait for a stage or a batch: exit 0 reached, 1 reached with failures, 124 timeout |
-//! | `job ID [--queue Q] [--json]` | one job: attempts, workers, times, last error with output |
-//! | `dead list` / `dead retry [ID...]` | dead jobs; put them back to ready |
+//! | `work [--queue Q]... [--concurrency N] [--shutdown-timeout D] [--retention D]` | execute queued commands until Ctrl-C / SIGTERM, then shut down gracefully; prunes finished jobs older than `--retention` (7 days) every minute |
+//! | `status [-q Q] [--batch ID] [--all] [--json]` | counts per state, running jobs (worker, start), a batch's stages; `--all`: every queue in use |
+//! | `wait BATCH_ID [-q Q] [--stage S] [--timeout D] [--json]` | wait for a stage or a batch: exit 0 reached, 1 reached with failures, 124 timeout |
+//! | `job ID [-q Q] [--json]` | one job: attempts, workers, times, last error with output; found in any queue without `-q` |
+//! | `dead list [--json]` / `dead retry [ID...]` | dead jobs; put them back to ready |
 //! | `cancel (--job ID \| --batch ID)` | cancel a job or a whole batch |
+//! | `pause` / `resume` / `limit N\|none` `[-q Q]` | stop and restart claims of a queue; cap its running jobs across workers |
+//! | `prune [-q Q] [--older-than D] [--json]` | delete finished jobs older than D (default 7 days) now |
 //! | `batch open [--on-failure halt]` / `batch seal ID` | batches for `enqueue --batch` |
 //!
 //! `--db URL` (or `RELAYQ_DB`) selects the database: `sqlite://PATH` (default
@@ -91,6 +94,7 @@ mod args;
 mod backend;
 mod commands;
 mod connect;
+mod counts;
 mod dashboard;
 mod exec;
 mod exit;
@@ -105,11 +109,19 @@ mod spec;
 
 use std::{io::IsTerminal, process::ExitCode};
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::commands::{
-    batch::BatchCommand, cancel::CancelArgs, dead::DeadCommand, enqueue::EnqueueArgs, job::JobArgs,
-    status::StatusArgs, wait::WaitArgs, work::WorkArgs,
+    batch::BatchCommand,
+    cancel::CancelArgs,
+    dead::DeadCommand,
+    enqueue::EnqueueArgs,
+    job::JobArgs,
+    prune::PruneArgs,
+    queue::{LimitArgs, QueueOnly},
+    status::StatusArgs,
+    wait::WaitArgs,
+    work::WorkArgs,
 };
 
 /// Log filter unless `RELAYQ_LOG` says otherwise: warnings, except the worker's "settle
@@ -125,7 +137,7 @@ access to the database only to those you would give a shell on every worker mach
 #[derive(Debug, Parser)]
 #[command(name = "relayq", version, after_help = SECURITY)]
 struct Cli {
-    /// The database: sqlite://PATH, or memory:// (run only).
+    /// The database (the help lists every scheme this binary has: see `backend::db_help`).
     #[arg(long, global = true, env = "RELAYQ_DB", default_value = backend::DEFAULT_DB)]
     db: String,
     #[command(subcommand)]
@@ -181,6 +193,17 @@ enum Command {
     Dead(DeadCommand),
     /// Cancel a job or a whole batch.
     Cancel(CancelArgs),
+    /// Pause a queue: workers claim nothing from it until `relayq resume`.
+    Pause(QueueOnly),
+    /// Resume a paused queue.
+    Resume(QueueOnly),
+    /// Limit how many jobs of a queue run at once across all workers (`none` lifts it).
+    Limit(LimitArgs),
+    /// Delete finished jobs older than --older-than (the maintenance pass, by hand).
+    ///
+    /// `relayq work` runs the same pass every minute with a retention of 7 days
+    /// (--retention); this is for other set-ups, or to prune now.
+    Prune(PruneArgs),
     /// Open or seal a batch, for jobs added with `relayq enqueue --batch`.
     #[command(subcommand)]
     Batch(BatchCommand),
@@ -209,8 +232,16 @@ fn main() -> ExitCode {
     }
 }
 
+/// The command line, with `--db`'s help naming every scheme this binary was built with.
+fn parse() -> Cli {
+    let matches = Cli::command()
+        .mut_arg("db", |a| a.help(backend::db_help()))
+        .get_matches();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+}
+
 async fn cli() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = parse();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("RELAYQ_LOG")
@@ -229,13 +260,17 @@ async fn cli() -> ExitCode {
         Command::Job(args) => commands::job::run(db, args).await,
         Command::Dead(cmd) => commands::dead::run(db, cmd).await,
         Command::Cancel(args) => commands::cancel::run(db, args).await,
+        Command::Pause(args) => commands::queue::pause(db, args).await,
+        Command::Resume(args) => commands::queue::resume(db, args).await,
+        Command::Limit(args) => commands::queue::limit(db, args).await,
+        Command::Prune(args) => commands::prune::run(db, args).await,
         Command::Batch(cmd) => commands::batch::run(db, cmd).await,
         Command::Dashboard(args) => dashboard::run(db, args).await,
     };
     match result {
         Ok(code) => exit::exit(code),
         Err(e) => {
-            eprintln!("relayq: error: {e:#}");
+            eprintln!("relayq: error: {}", exit::describe(&e));
             exit::exit(exit::code_for(&e))
         }
     }

@@ -111,11 +111,71 @@ impl RunReport {
 
     /// The summary table: one row per job.
     pub fn table(&self) -> String {
+        self.table_of(self.jobs.iter())
+    }
+
+    /// The summary table of the jobs that did not succeed, at most `max` rows, and a
+    /// line saying how many more there are.
+    pub fn unsuccessful_table(&self, max: usize) -> String {
+        let failed: Vec<&JobReport> = self
+            .jobs
+            .iter()
+            .filter(|j| j.state != JobState::Succeeded)
+            .collect();
+        if failed.is_empty() {
+            return String::new();
+        }
+        let mut out = format!("jobs that did not succeed ({}):\n", failed.len());
+        out.push_str(&self.table_of(failed.iter().take(max).copied()));
+        if failed.len() > max {
+            let _ = write!(out, "\n… and {} more", failed.len() - max);
+        }
+        out
+    }
+
+    /// Per stage: how many jobs ended how, and when the stage started and ended.
+    pub fn stage_table(&self) -> String {
+        let t0 = self.t0().unwrap_or_default();
+        let mut stages: Vec<Option<i32>> = self.jobs.iter().map(|j| j.stage).collect();
+        stages.sort_unstable();
+        stages.dedup();
+        let mut table = crate::commands::table([
+            "stage",
+            "jobs",
+            "succeeded",
+            "dead",
+            "cancelled",
+            "start",
+            "end",
+        ]);
+        for stage in stages {
+            let jobs: Vec<&JobReport> = self.jobs.iter().filter(|j| j.stage == stage).collect();
+            let count = |s| jobs.iter().filter(|j| j.state == s).count().to_string();
+            table.add_row([
+                opt(stage),
+                jobs.len().to_string(),
+                count(JobState::Succeeded),
+                count(JobState::Dead),
+                count(JobState::Cancelled),
+                jobs.iter()
+                    .filter_map(|j| j.start())
+                    .min()
+                    .map_or_else(|| "-".into(), |t| offset(t0, t)),
+                jobs.iter()
+                    .filter_map(|j| j.end())
+                    .max()
+                    .map_or_else(|| "-".into(), |t| offset(t0, t)),
+            ]);
+        }
+        table.to_string()
+    }
+
+    fn table_of<'a>(&self, jobs: impl Iterator<Item = &'a JobReport>) -> String {
         let t0 = self.t0().unwrap_or_default();
         let mut table = crate::commands::table([
             "job", "name", "stage", "group", "worker", "attempts", "start", "end", "outcome",
         ]);
-        for j in &self.jobs {
+        for j in jobs {
             let outcome = match (j.state, j.error_line()) {
                 (JobState::Succeeded, _) => "succeeded (exit 0)".to_owned(),
                 (state, Some(err)) => format!("{state}: {}", shorten(err, 48)),
@@ -197,8 +257,29 @@ impl RunReport {
 
     /// The last error, with the command's output, of each job that did not succeed.
     pub fn failures(&self) -> String {
+        self.failures_of(usize::MAX)
+    }
+
+    /// [`failures`](Self::failures) of the first `max` dead jobs, and how many more.
+    pub fn failures_of(&self, max: usize) -> String {
         let mut out = String::new();
-        for j in self.jobs.iter().filter(|j| j.state == JobState::Dead) {
+        let dead = self
+            .jobs
+            .iter()
+            .filter(|j| j.state == JobState::Dead)
+            .count();
+        if dead > max {
+            let _ = writeln!(
+                out,
+                "the last error of the first {max} of {dead} dead jobs (all in --report-json):"
+            );
+        }
+        for j in self
+            .jobs
+            .iter()
+            .filter(|j| j.state == JobState::Dead)
+            .take(max)
+        {
             let _ = writeln!(
                 out,
                 "── job {} {:?} (stage {}) is dead after {} attempt(s); last error:",

@@ -51,6 +51,50 @@ pub struct RunArgs {
     /// Plain progress lines even on a terminal.
     #[arg(long)]
     pub plain: bool,
+    /// Print the table and timeline of every job even for a plan of more than 50
+    /// (otherwise: totals per stage, then the jobs that did not succeed).
+    #[arg(long)]
+    pub full: bool,
+}
+
+/// Plans up to this many jobs get a row and a timeline line per job at the end.
+const FULL_UP_TO: usize = 50;
+
+/// Every job: the table, the timeline, the failures, the totals.
+fn print_full(report: &RunReport) {
+    outln!();
+    outln!("{}", report.table());
+    outln!();
+    out!("{}", report.timeline(50));
+    let failures = report.failures();
+    if !failures.is_empty() {
+        outln!();
+        out!("{failures}");
+    }
+    outln!();
+    outln!("{}", report.totals());
+}
+
+/// A big run: per stage totals, then failures first, then the totals.
+fn print_summary(report: &RunReport) {
+    outln!();
+    outln!("{}", report.stage_table());
+    let failed = report.unsuccessful_table(FULL_UP_TO);
+    if !failed.is_empty() {
+        outln!();
+        outln!("{failed}");
+    }
+    let failures = report.failures_of(10);
+    if !failures.is_empty() {
+        outln!();
+        out!("{failures}");
+    }
+    outln!();
+    outln!("{}", report.totals());
+    outln!(
+        "({} jobs: every job's row and timeline with --full; every job with its attempts in --report-json)",
+        report.jobs.len()
+    );
 }
 
 /// How the wait for the batch ended.
@@ -136,17 +180,11 @@ pub async fn run(db: &str, args: RunArgs) -> anyhow::Result<u8> {
     progress.finish();
 
     let report = report(&backend, &batch, &plan, &enqueued).await?;
-    outln!();
-    outln!("{}", report.table());
-    outln!();
-    out!("{}", report.timeline(50));
-    let failures = report.failures();
-    if !failures.is_empty() {
-        outln!();
-        out!("{failures}");
+    if args.full || report.jobs.len() <= FULL_UP_TO {
+        print_full(&report);
+    } else {
+        print_summary(&report);
     }
-    outln!();
-    outln!("{}", report.totals());
     if let Some(path) = &args.report_json {
         report.write_json(path)?;
     }

@@ -552,3 +552,57 @@ fn the_example_plan_runs_on_redis() {
         Err(_) => eprintln!("SKIPPED: RELAYQ_REDIS_URL is unset; the plan was not run"),
     }
 }
+
+/// A plan of more than 50 jobs ends with totals per stage and the failures first, not a
+/// row per job; `--full` prints every row; the JSON report always holds every job.
+#[test]
+fn a_big_run_prints_failures_first_and_totals() {
+    let env = Env::new();
+    let mut plan = String::new();
+    for i in 0..60 {
+        let command = if i == 42 {
+            "echo broke-42 >&2; exit 3"
+        } else {
+            "true"
+        };
+        plan.push_str(&format!(
+            "[[job]]\nname = \"j{i}\"\nstage = {}\ncommand = \"{command}\"\n\n",
+            i / 30
+        ));
+    }
+    let path = env.path("big.toml");
+    std::fs::write(&path, &plan).unwrap();
+    let (run, report) = env.run_plan(&path, &["--workers", "8"]);
+    let run = run.expect_code(1);
+    // What follows the progress lines (each starts with its time, `[  0.003s]`).
+    let summary = |text: &str| -> String {
+        text.lines()
+            .skip_while(|l| !l.starts_with('['))
+            .skip_while(|l| l.starts_with('['))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let out = &summary(&run.stdout);
+    assert_eq!(
+        report["jobs"].as_array().map(Vec::len),
+        Some(60),
+        "the JSON report"
+    );
+    assert!(out.contains("jobs that did not succeed (1)"), "{out}");
+    assert!(out.contains("broke-42"), "the failed job's output: {out}");
+    assert!(out.contains("60 jobs"), "{out}");
+    assert!(out.contains("--full"), "{out}");
+    // No row per succeeded job, and no timeline.
+    assert!(
+        !out.contains("j17"),
+        "a succeeded job's row is shown:\n{out}"
+    );
+    assert!(!out.contains("timeline:"), "{out}");
+    let failed = out.find("jobs that did not succeed").unwrap();
+    let totals = out.find("60 jobs").unwrap();
+    assert!(failed < totals, "failures come before the totals:\n{out}");
+
+    let full = env.run(&["run", path.to_str().unwrap(), "--full", "-q", "big-full"]);
+    let full = summary(&full.expect_code(1).stdout);
+    assert!(full.contains("j17") && full.contains("timeline:"), "{full}");
+}

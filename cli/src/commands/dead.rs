@@ -7,6 +7,7 @@ use crate::{
     args::QueueArg,
     backend::{self, Use},
     exit,
+    report::JobReport,
     spec::{payload_name, shorten},
 };
 
@@ -17,9 +18,12 @@ pub enum DeadCommand {
     List {
         #[command(flatten)]
         queue: QueueArg,
-        /// At most this many.
-        #[arg(long, default_value_t = 100)]
+        /// At most this many (1..=1000).
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=1000))]
         limit: u32,
+        /// Print JSON: an array of jobs as `relayq job --json` shows them.
+        #[arg(long)]
+        json: bool,
     },
     /// Put dead jobs back to ready with their attempts reset: the given ids, or every
     /// dead job of the queue. Dead jobs of a batch stay dead (reviving one could break
@@ -37,10 +41,19 @@ pub enum DeadCommand {
 /// # Errors
 /// No database, a backend failure.
 pub async fn run(db: &str, cmd: DeadCommand) -> anyhow::Result<u8> {
-    let backend = backend::open(db, Use::Existing).await?;
+    let need = match cmd {
+        DeadCommand::List { .. } => Use::Read,
+        DeadCommand::Retry { .. } => Use::Existing,
+    };
+    let backend = backend::open(db, need).await?;
     match cmd {
-        DeadCommand::List { queue, limit } => {
+        DeadCommand::List { queue, limit, json } => {
             let dead = backend.dead_jobs(&queue.queue, limit).await?;
+            if json {
+                let jobs: Vec<JobReport> = dead.into_iter().map(JobReport::new).collect();
+                outln!("{}", serde_json::to_string_pretty(&jobs)?);
+                return Ok(exit::OK);
+            }
             if dead.is_empty() {
                 outln!("no dead jobs in queue {:?}", queue.queue);
                 return Ok(exit::OK);

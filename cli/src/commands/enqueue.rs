@@ -119,8 +119,8 @@ pub async fn run(db: &str, args: EnqueueArgs) -> anyhow::Result<u8> {
             Err(e) if connect::transient(&e.error) => match delays.next() {
                 Some(delay) => {
                     eprintln!(
-                        "relayq: {:#}; retrying in {delay:?} (the job has a dedupe key)",
-                        e.error
+                        "relayq: {}; retrying in {delay:?} (the job has a dedupe key)",
+                        exit::describe(&e.error)
                     );
                     tokio::time::sleep(delay).await;
                 }

@@ -1,13 +1,13 @@
 //! `relayq job ID`: one job with its attempt log, the output a successful command
 //! left, and the last error (with the failed command's output).
 
-use relayq_core::JobId;
+use anyhow::bail;
+use relayq_core::{Backend, Error as CoreError, JobId, JobInfo};
 
 use super::{table, time};
 use crate::{
-    args::QueueArg,
     backend::{self, Use},
-    exit,
+    exit::{self, usage},
     report::JobReport,
 };
 
@@ -16,8 +16,11 @@ use crate::{
 pub struct JobArgs {
     /// The job.
     pub id: i64,
-    #[command(flatten)]
-    pub queue: QueueArg,
+    /// Its queue. Without it the job is looked for in every queue in use: ids are
+    /// unique across queues on SQL backends, but count per queue on Redis and in
+    /// memory, where an id found in two queues asks for this.
+    #[arg(long, short = 'q', env = "RELAYQ_QUEUE")]
+    pub queue: Option<String>,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -28,18 +31,15 @@ pub struct JobArgs {
 /// # Errors
 /// No database, an unknown job, a backend failure.
 pub async fn run(db: &str, args: JobArgs) -> anyhow::Result<u8> {
-    let backend = backend::open(db, Use::Existing).await?;
-    let job = JobReport::new(backend.job(&args.queue.queue, JobId(args.id)).await?);
+    let backend = backend::open(db, Use::Read).await?;
+    let info = find(&*backend, args.queue.as_deref(), JobId(args.id)).await?;
+    let queue = info.queue.clone();
+    let job = JobReport::new(info);
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&job)?);
         return Ok(exit::OK);
     }
-    outln!(
-        "job {} of queue {:?}: {}",
-        job.id,
-        args.queue.queue,
-        job.state
-    );
+    outln!("job {} of queue {:?}: {}", job.id, queue, job.state);
     outln!("  name:     {}", job.name);
     outln!("  command:  {}", job.command);
     if let Some(stage) = job.stage {
@@ -82,4 +82,34 @@ pub async fn run(db: &str, args: JobArgs) -> anyhow::Result<u8> {
         }
     }
     Ok(exit::OK)
+}
+
+/// Job `id` of `queue`, or of whichever queue holds it.
+async fn find(backend: &dyn Backend, queue: Option<&str>, id: JobId) -> anyhow::Result<JobInfo> {
+    if let Some(q) = queue {
+        return Ok(backend.job(q, id).await?);
+    }
+    let queues = backend.queues().await?;
+    let mut found = Vec::new();
+    for q in &queues {
+        match backend.job(q, id).await {
+            Ok(info) => found.push(info),
+            Err(CoreError::NotFound { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    match found.len() {
+        0 => bail!(CoreError::not_found(format!(
+            "job {id} in any of the {} queue(s) in use",
+            queues.len()
+        ))),
+        1 => Ok(found.remove(0)),
+        _ => {
+            let names: Vec<String> = found.iter().map(|j| format!("{:?}", j.queue)).collect();
+            Err(usage(format!(
+                "job {id} exists in queues {}: ids count per queue on this backend; name one with -q",
+                names.join(", ")
+            )))
+        }
+    }
 }

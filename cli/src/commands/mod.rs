@@ -5,6 +5,8 @@ pub mod cancel;
 pub mod dead;
 pub mod enqueue;
 pub mod job;
+pub mod prune;
+pub mod queue;
 pub mod status;
 pub mod wait;
 pub mod work;

@@ -1,12 +1,15 @@
-//! `relayq status [QUEUE] [--batch ID | --batches N]`: counts per state, what runs
-//! now, and the newest batches' (or one batch's) progress per stage.
+//! `relayq status [-q QUEUE] [--batch ID | --batches N] [--all]`: counts per state,
+//! what runs now, and the newest batches' (or one batch's) progress per stage; or with
+//! `--all`, the counts of every queue in use.
 
 use relayq_core::{Backend, Batch, BatchId, BatchProgress, JobState, QueueStats, RunningJob};
 use serde::Serialize;
 
 use super::{table, time};
 use crate::{
+    args::QueueArg,
     backend::{self, Use},
+    counts::Counts,
     exit,
     spec::payload_name,
 };
@@ -14,9 +17,14 @@ use crate::{
 /// Arguments of `relayq status`.
 #[derive(Debug, clap::Args)]
 pub struct StatusArgs {
-    /// The queue.
-    #[arg(env = "RELAYQ_QUEUE", default_value = "default")]
-    pub queue: String,
+    #[command(flatten)]
+    pub queue: QueueArg,
+    /// The queue, as a word: the older form of --queue, kept for scripts.
+    #[arg(hide = true, conflicts_with = "queue")]
+    pub queue_word: Option<String>,
+    /// One line of counts for every queue in use, instead of one queue's details.
+    #[arg(long, conflicts_with_all = ["batch", "queue", "queue_word"])]
+    pub all: bool,
     /// Show this batch's progress per stage (instead of the newest batches').
     #[arg(long)]
     pub batch: Option<i64>,
@@ -30,7 +38,7 @@ pub struct StatusArgs {
 
 #[derive(Serialize)]
 struct Status {
-    stats: QueueStats,
+    stats: Stats,
     running: Vec<Running>,
     batches: Vec<BatchProgress>,
 }
@@ -47,9 +55,12 @@ struct Running {
 /// # Errors
 /// No database, an unknown batch, a backend failure.
 pub async fn run(db: &str, args: StatusArgs) -> anyhow::Result<u8> {
-    let backend = backend::open(db, Use::Existing).await?;
-    let queue = args.queue.as_str();
-    let stats = backend.queue_stats(queue).await?;
+    let backend = backend::open(db, Use::Read).await?;
+    if args.all {
+        return all(&*backend, args.json).await;
+    }
+    let queue = args.queue_word.as_deref().unwrap_or(&args.queue.queue);
+    let stats = Stats::from(backend.queue_stats(queue).await?);
     let mut running = Vec::new();
     for job in backend.running(queue).await? {
         running.push(Running {
@@ -89,19 +100,72 @@ async fn name_of(backend: &dyn Backend, queue: &str, job: &RunningJob) -> String
         .map_or_else(|_| "-".to_owned(), |info| payload_name(&info.payload))
 }
 
+/// A queue's settings and counts, every state present (zero included) in JSON.
+#[derive(Serialize)]
+struct Stats {
+    queue: String,
+    paused: bool,
+    max_running: Option<u32>,
+    total: u64,
+    counts: Counts,
+}
+
+impl From<QueueStats> for Stats {
+    fn from(s: QueueStats) -> Self {
+        Self {
+            total: s.total(),
+            counts: Counts::of(&s),
+            queue: s.queue,
+            paused: s.paused,
+            max_running: s.max_running,
+        }
+    }
+}
+
+/// `status --all`: a row per queue in use.
+async fn all(backend: &dyn Backend, json: bool) -> anyhow::Result<u8> {
+    let mut rows = Vec::new();
+    for queue in backend.queues().await? {
+        rows.push(Stats::from(backend.queue_stats(&queue).await?));
+    }
+    if json {
+        outln!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(exit::OK);
+    }
+    if rows.is_empty() {
+        outln!("no queue holds a job yet");
+        return Ok(exit::OK);
+    }
+    let mut header = vec!["queue".to_owned(), "paused".to_owned(), "limit".to_owned()];
+    header.extend(JobState::ALL.iter().map(ToString::to_string));
+    let mut t = table(header);
+    for s in &rows {
+        let mut row = vec![
+            s.queue.clone(),
+            if s.paused { "yes" } else { "no" }.to_owned(),
+            s.max_running
+                .map_or_else(|| "-".to_owned(), |m| m.to_string()),
+        ];
+        row.extend(JobState::ALL.iter().map(|&st| s.counts.get(st).to_string()));
+        t.add_row(row);
+    }
+    outln!("{t}");
+    Ok(exit::OK)
+}
+
 fn print_text(s: &Status) {
     let st = &s.stats;
     outln!(
         "queue {:?}: {} jobs; paused: {}; max running: {}",
         st.queue,
-        st.total(),
+        st.total,
         if st.paused { "yes" } else { "no" },
         st.max_running
             .map_or_else(|| "none".into(), |m| m.to_string())
     );
     let mut counts = table(["state", "jobs"]);
     for state in JobState::ALL {
-        counts.add_row([state.to_string(), st.count(state).to_string()]);
+        counts.add_row([state.to_string(), st.counts.get(state).to_string()]);
     }
     outln!("{counts}");
     if s.running.is_empty() {

@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use relayq_core::{Batch, BatchId, Error as CoreError, WaitFor};
+use relayq_core::{Batch, BatchId, BatchProgress, Error as CoreError, WaitFor};
+use serde::Serialize;
 
 use super::status::print_batch;
 use crate::{
@@ -25,6 +26,17 @@ pub struct WaitArgs {
     /// Give up after this long and exit with 124. Default: wait as long as it takes.
     #[arg(long, value_parser = positive_duration)]
     pub timeout: Option<Duration>,
+    /// Print the outcome as JSON on stdout: `reached` (false on timeout), `succeeded`
+    /// (every job of what was waited for), and the batch's progress per stage.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Serialize)]
+struct Outcome<'a> {
+    reached: bool,
+    succeeded: bool,
+    progress: &'a BatchProgress,
 }
 
 /// Waits; returns 0 when reached with every job succeeded, 1 when reached with dead or
@@ -33,7 +45,7 @@ pub struct WaitArgs {
 /// # Errors
 /// No database, an unknown batch, a backend failure.
 pub async fn run(db: &str, args: WaitArgs) -> anyhow::Result<u8> {
-    let backend = backend::open(db, Use::Existing).await?;
+    let backend = backend::open(db, Use::Read).await?;
     let batch = Batch {
         queue: args.queue.queue.clone(),
         id: BatchId(args.batch),
@@ -59,22 +71,41 @@ pub async fn run(db: &str, args: WaitArgs) -> anyhow::Result<u8> {
     };
     match result {
         Ok(progress) => {
-            print_batch(&progress);
             let stages = progress
                 .stages
                 .iter()
                 .filter(|s| args.stage.is_none_or(|max| s.stage <= max));
             let (dead, cancelled) = stages.fold((0, 0), |(d, c), s| (d + s.dead, c + s.cancelled));
+            if args.json {
+                let out = Outcome {
+                    reached: true,
+                    succeeded: dead + cancelled == 0,
+                    progress: &progress,
+                };
+                outln!("{}", serde_json::to_string_pretty(&out)?);
+            } else {
+                print_batch(&progress);
+            }
             if dead + cancelled > 0 {
                 eprintln!("{what} is finished, with {dead} dead and {cancelled} cancelled jobs");
                 Ok(exit::FAILED)
             } else {
-                outln!("{what} is finished: every job succeeded");
+                if !args.json {
+                    outln!("{what} is finished: every job succeeded");
+                }
                 Ok(exit::OK)
             }
         }
         Err(CoreError::Timeout { .. }) => {
             let now = backend.batch_progress(&batch).await?;
+            if args.json {
+                let out = Outcome {
+                    reached: false,
+                    succeeded: false,
+                    progress: &now,
+                };
+                outln!("{}", serde_json::to_string_pretty(&out)?);
+            }
             let (pending, running) = now
                 .stages
                 .iter()

@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::time;
 use crate::{
-    args::positive_duration,
+    args::{duration, positive_duration},
     backend::Use,
     connect, exit,
     handler::{CommandHandler, EventKind, JobEvent, worker_name},
@@ -43,6 +43,18 @@ pub struct WorkArgs {
     /// a job whose worker died is claimed again once its lease ends.
     #[arg(long, default_value = "30s", value_parser = positive_duration)]
     pub lease: Duration,
+    /// Finished jobs (succeeded, dead, cancelled) older than this are deleted by the
+    /// maintenance pass, which this worker runs on its queues every --maintain-every
+    /// (one worker per queue at a time). `relayq prune` does it by hand.
+    #[arg(long, default_value = "7d", value_parser = duration)]
+    pub retention: Duration,
+    /// How often the maintenance pass runs.
+    #[arg(long, default_value = "60s", value_parser = positive_duration)]
+    pub maintain_every: Duration,
+    /// Run no maintenance pass (for a set-up that prunes otherwise, e.g. a cron job
+    /// running `relayq prune`).
+    #[arg(long, conflicts_with_all = ["retention", "maintain_every"])]
+    pub no_maintenance: bool,
 }
 
 /// Serves the queues until a signal; returns the exit code.
@@ -66,6 +78,13 @@ pub async fn run(db: &str, args: WorkArgs) -> anyhow::Result<u8> {
         .concurrency(args.concurrency)
         .shutdown_timeout(args.shutdown_timeout)
         .lease(args.lease)
+        .maintenance(args.maintain_every, args.retention);
+    let worker = if args.no_maintenance {
+        worker.no_maintenance()
+    } else {
+        worker
+    };
+    let worker = worker
         .handler(CommandHandler::new(Some(tx), CancellationToken::new()).into_worker_handler())
         .build()
         .map_err(|e| crate::exit::usage(e.to_string()))?;

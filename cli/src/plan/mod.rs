@@ -76,7 +76,29 @@ pub fn load(path: &Path) -> Result<Plan, PlanError> {
         .map_err(|e| PlanError(format!("{file}: cannot read the plan: {e}")))?;
     let base = std::env::current_dir()
         .map_err(|e| PlanError(format!("cannot read the current directory: {e}")))?;
-    parse(&file, &text, &base)
+    let plan = parse(&file, &text, &base)?;
+    check_folders(&plan, &text)?;
+    Ok(plan)
+}
+
+/// Checks that every job's `cwd` is a folder, before anything is stored: a missing one
+/// would otherwise be found only when the job runs, perhaps hours into the plan.
+fn check_folders(plan: &Plan, text: &str) -> Result<(), PlanError> {
+    let ctx = Ctx {
+        file: &plan.file,
+        text,
+    };
+    for job in &plan.jobs {
+        let Some(dir) = &job.spec.cwd else { continue };
+        match std::fs::metadata(dir) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => return Err(job.error(&ctx, "cwd", &format!("{dir} is not a folder"))),
+            Err(e) => {
+                return Err(job.error(&ctx, "cwd", &format!("cannot use folder {dir}: {e}")));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Parses and validates plan `text` (from `file`); relative `cwd`s are joined to `base`.

@@ -90,9 +90,9 @@ impl Env {
             .expect("spawn relayq")
     }
 
-    /// `relayq status QUEUE --json`, parsed.
+    /// `relayq status -q QUEUE --json`, parsed.
     pub fn status(&self, queue: &str) -> Value {
-        let out = self.run(&["status", queue, "--json"]).expect_code(0);
+        let out = self.run(&["status", "-q", queue, "--json"]).expect_code(0);
         serde_json::from_str(&out.stdout).expect("status JSON")
     }
 

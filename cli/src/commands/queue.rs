@@ -1,0 +1,86 @@
+//! `relayq pause`, `relayq resume`, `relayq limit N|none`: a queue's settings
+//! (SPEC C6).
+
+use crate::{
+    args::QueueArg,
+    backend::{self, Use},
+    exit,
+};
+
+/// Arguments of `relayq pause` and `relayq resume`.
+#[derive(Debug, clap::Args)]
+pub struct QueueOnly {
+    #[command(flatten)]
+    pub queue: QueueArg,
+}
+
+/// Arguments of `relayq limit`.
+#[derive(Debug, clap::Args)]
+pub struct LimitArgs {
+    /// The most jobs of the queue that may run at once across all workers (1 or
+    /// more), or `none` to lift the limit.
+    #[arg(value_parser = max_running)]
+    pub max: Limit,
+    #[command(flatten)]
+    pub queue: QueueArg,
+}
+
+/// A limit, or none.
+#[derive(Debug, Clone, Copy)]
+pub struct Limit(pub Option<u32>);
+
+fn max_running(text: &str) -> Result<Limit, String> {
+    if text.eq_ignore_ascii_case("none") {
+        return Ok(Limit(None));
+    }
+    match text.parse::<u32>() {
+        Ok(0) => Err("0 would stop every claim: use `relayq pause` instead".to_owned()),
+        Ok(n) => Ok(Limit(Some(n))),
+        Err(_) => Err(format!("{text:?} is not a number of jobs or `none`")),
+    }
+}
+
+/// Pauses the queue: workers claim nothing more from it until `resume`; running jobs
+/// go on.
+///
+/// # Errors
+/// No database, a backend failure.
+pub async fn pause(db: &str, args: QueueOnly) -> anyhow::Result<u8> {
+    let backend = backend::open(db, Use::Existing).await?;
+    backend.pause(&args.queue.queue).await?;
+    outln!(
+        "queue {:?} is paused: workers claim nothing from it until `relayq resume`; running jobs go on",
+        args.queue.queue
+    );
+    Ok(exit::OK)
+}
+
+/// Lets workers claim from the queue again.
+///
+/// # Errors
+/// No database, a backend failure.
+pub async fn resume(db: &str, args: QueueOnly) -> anyhow::Result<u8> {
+    let backend = backend::open(db, Use::Existing).await?;
+    backend.resume(&args.queue.queue).await?;
+    outln!("queue {:?} is running", args.queue.queue);
+    Ok(exit::OK)
+}
+
+/// Sets or lifts the queue's limit of running jobs.
+///
+/// # Errors
+/// No database, a bad limit, a backend failure.
+pub async fn limit(db: &str, args: LimitArgs) -> anyhow::Result<u8> {
+    let backend = backend::open(db, Use::Existing).await?;
+    backend
+        .set_max_running(&args.queue.queue, args.max.0)
+        .await?;
+    match args.max.0 {
+        Some(n) => outln!(
+            "queue {:?}: at most {n} job(s) run at once, across all workers",
+            args.queue.queue
+        ),
+        None => outln!("queue {:?}: no limit of running jobs", args.queue.queue),
+    }
+    Ok(exit::OK)
+}

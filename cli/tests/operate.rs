@@ -1,0 +1,260 @@
+//! The operator's verbs on every backend (issue 44): `pause`, `resume`, `limit`,
+//! `prune`, maintenance run by `relayq work`, `job ID` without a queue, `status --all`
+//! and `--json` with every count. SQLite always; PostgreSQL and Redis where
+//! `RELAYQ_POSTGRES_URL` / `RELAYQ_REDIS_URL` point. A backend whose server is not
+//! configured is reported as ignored, or failed when `RELAYQ_REQUIRE` names it.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Env, eventually};
+use libtest_mimic::{Arguments, Failed, Trial};
+use serde_json::Value;
+
+type Case = fn(&Env) -> Result<(), Failed>;
+
+const CASES: &[(&str, Case)] = &[
+    (
+        "pause_resume_and_limit_show_in_status",
+        pause_resume_and_limit,
+    ),
+    (
+        "prune_deletes_only_finished_jobs",
+        prune_deletes_only_finished,
+    ),
+    ("work_prunes_on_a_timer", work_prunes_on_a_timer),
+    ("job_is_found_by_id_alone", job_by_id_alone),
+    (
+        "status_json_has_every_count_and_all_lists_queues",
+        status_counts_and_all,
+    ),
+];
+
+fn main() {
+    let args = Arguments::from_args();
+    let mut trials = Vec::new();
+    for (backend, var) in [
+        ("sqlite", None),
+        ("postgres", Some("RELAYQ_POSTGRES_URL")),
+        ("redis", Some("RELAYQ_REDIS_URL")),
+    ] {
+        let url = var.and_then(|v| std::env::var(v).ok().filter(|u| !u.trim().is_empty()));
+        let required = std::env::var("RELAYQ_REQUIRE")
+            .unwrap_or_default()
+            .split(',')
+            .any(|s| s.trim() == backend);
+        for &(name, case) in CASES {
+            let name = format!("{backend}::{name}");
+            let trial = match (var, url.clone()) {
+                (None, _) => Trial::test(name, move || case(&Env::new())),
+                (Some(_), Some(url)) => Trial::test(name, move || case(&Env::with_db(&url))),
+                (Some(var), None) if required => Trial::test(name, move || {
+                    Err(format!("{var} is unset, but RELAYQ_REQUIRE names {backend}").into())
+                }),
+                (Some(_), None) => Trial::test(name, || Ok(())).with_ignored_flag(true),
+            };
+            trials.push(trial.with_kind(backend));
+        }
+    }
+    libtest_mimic::run(&args, trials).exit();
+}
+
+/// A queue name no other test or run uses.
+fn queue(tag: &str) -> String {
+    format!("op-{tag}-{:08x}", fastrand::u32(..))
+}
+
+fn check(ok: bool, what: impl FnOnce() -> String) -> Result<(), Failed> {
+    if ok { Ok(()) } else { Err(what().into()) }
+}
+
+fn json(env: &Env, args: &[&str]) -> Result<Value, Failed> {
+    let out = env.run(args);
+    check(out.code == 0, || {
+        format!("{args:?} exited {}: {}", out.code, out.stderr)
+    })?;
+    serde_json::from_str(&out.stdout)
+        .map_err(|e| format!("{args:?}: not JSON ({e}): {}", out.stdout).into())
+}
+
+fn enqueue(env: &Env, q: &str, extra: &[&str]) -> Result<i64, Failed> {
+    let mut args = vec!["enqueue", "-q", q];
+    args.extend_from_slice(extra);
+    let out = env.run(&args);
+    check(out.code == 0, || {
+        format!("enqueue exited {}: {}", out.code, out.stderr)
+    })?;
+    out.stdout
+        .trim()
+        .parse()
+        .map_err(|_| format!("enqueue printed {:?}, not an id", out.stdout).into())
+}
+
+fn pause_resume_and_limit(env: &Env) -> Result<(), Failed> {
+    let q = queue("verbs");
+    enqueue(env, &q, &["--", "true"])?;
+    env.run(&["pause", "-q", &q]).expect_code(0);
+    env.run(&["limit", "3", "-q", &q]).expect_code(0);
+    let s = json(env, &["status", "-q", &q, "--json"])?;
+    check(
+        s["stats"]["paused"] == true && s["stats"]["max_running"] == 3,
+        || format!("after pause and limit 3: {s}"),
+    )?;
+    let zero = env.run(&["limit", "0", "-q", &q]);
+    check(zero.code == 2 && zero.stderr.contains("pause"), || {
+        format!(
+            "limit 0 should be refused, pointing at pause: {} {}",
+            zero.code, zero.stderr
+        )
+    })?;
+    env.run(&["resume", "-q", &q]).expect_code(0);
+    env.run(&["limit", "none", "-q", &q]).expect_code(0);
+    let s = json(env, &["status", "-q", &q, "--json"])?;
+    check(
+        s["stats"]["paused"] == false && s["stats"]["max_running"].is_null(),
+        || format!("after resume and limit none: {s}"),
+    )
+}
+
+fn prune_deletes_only_finished(env: &Env) -> Result<(), Failed> {
+    let q = queue("prune");
+    let mut done = Vec::new();
+    for _ in 0..3 {
+        done.push(enqueue(env, &q, &["--", "true"])?);
+    }
+    let later = enqueue(env, &q, &["--delay", "1h", "--", "true"])?;
+    for id in &done {
+        env.run(&["cancel", "-q", &q, "--job", &id.to_string()])
+            .expect_code(0);
+    }
+    let kept = json(env, &["prune", "-q", &q, "--json"])?;
+    check(kept["pruned"] == 0, || {
+        format!("the default 7-day retention pruned: {kept}")
+    })?;
+    let out = json(env, &["prune", "-q", &q, "--older-than", "0s", "--json"])?;
+    check(out["pruned"] == 3, || {
+        format!("prune --older-than 0s: {out}")
+    })?;
+    let s = json(env, &["status", "-q", &q, "--json"])?;
+    check(
+        s["stats"]["total"] == 1 && s["stats"]["counts"]["scheduled"] == 1,
+        || format!("only the delayed job should be left: {s}"),
+    )?;
+    let job = json(env, &["job", &later.to_string(), "-q", &q, "--json"])?;
+    check(job["state"] == "scheduled", || {
+        format!("the delayed job: {job}")
+    })
+}
+
+fn work_prunes_on_a_timer(env: &Env) -> Result<(), Failed> {
+    let q = queue("timer");
+    for _ in 0..5 {
+        enqueue(env, &q, &["--", "true"])?;
+    }
+    enqueue(env, &q, &["--delay", "1h", "--", "true"])?;
+    let mut worker = env.spawn(&[
+        "work",
+        "-q",
+        &q,
+        "--retention",
+        "0s",
+        "--maintain-every",
+        "200ms",
+        "--shutdown-timeout",
+        "1s",
+    ]);
+    let left = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        eventually(
+            "the worker to run and prune the 5 jobs",
+            Duration::from_secs(60),
+            || {
+                let s = env.status(&q);
+                (s["stats"]["total"] == 1).then_some(s)
+            },
+        )
+    }));
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(worker.id()).unwrap_or(0)),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let _ = worker.wait();
+    let s = left.map_err(|_| "the worker did not prune its finished jobs in 60 s")?;
+    check(s["stats"]["counts"]["scheduled"] == 1, || {
+        format!("the delayed job should be all that is left: {s}")
+    })
+}
+
+fn job_by_id_alone(env: &Env) -> Result<(), Failed> {
+    let q = queue("byid");
+    let id = enqueue(env, &q, &["--name", "find-me", "--", "true"])?.to_string();
+    let out = env.run(&["job", &id, "--json"]);
+    if env.db.starts_with("redis") {
+        // Ids count per queue on Redis: this id is likely in other queues too.
+        if out.code == 2 {
+            return check(out.stderr.contains(&q) && out.stderr.contains("-q"), || {
+                format!(
+                    "an id in several queues should name them and ask for -q: {}",
+                    out.stderr
+                )
+            });
+        }
+    }
+    check(out.code == 0, || {
+        format!("job {id} without -q exited {}: {}", out.code, out.stderr)
+    })?;
+    let job: Value = serde_json::from_str(&out.stdout)?;
+    check(job["name"] == "find-me", || format!("job {id}: {job}"))?;
+    let text = env.run(&["job", &id]).expect_code(0).stdout;
+    check(text.contains(&format!("of queue {q:?}")), || {
+        format!("job {id}: {text}")
+    })?;
+    let missing = env.run(&["job", "999999999"]);
+    check(
+        missing.code == 2 && missing.stderr.contains("not found"),
+        || format!("an unknown id: {} {}", missing.code, missing.stderr),
+    )
+}
+
+fn status_counts_and_all(env: &Env) -> Result<(), Failed> {
+    let q = queue("all");
+    enqueue(env, &q, &["--", "true"])?;
+    let s = json(env, &["status", "-q", &q, "--json"])?;
+    let counts = s["stats"]["counts"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    for state in [
+        "scheduled",
+        "ready",
+        "blocked",
+        "running",
+        "retrying",
+        "succeeded",
+        "dead",
+        "cancelled",
+    ] {
+        check(counts.get(state).is_some_and(Value::is_u64), || {
+            format!("status --json lacks the count of {state}: {s}")
+        })?;
+    }
+    check(counts["ready"] == 1 && counts["dead"] == 0, || {
+        format!("{s}")
+    })?;
+    let all = json(env, &["status", "--all", "--json"])?;
+    let row = all
+        .as_array()
+        .and_then(|rows| rows.iter().find(|r| r["queue"] == q.as_str()))
+        .cloned();
+    check(row.is_some_and(|r| r["counts"]["ready"] == 1), || {
+        format!("status --all --json lacks queue {q}: {all}")
+    })?;
+    let text = env.run(&["status", "--all"]).expect_code(0).stdout;
+    check(text.contains(&q), || {
+        format!("status --all lacks {q}: {text}")
+    })?;
+    let dead = json(env, &["dead", "list", "-q", &q, "--json"])?;
+    check(dead.as_array().is_some_and(Vec::is_empty), || {
+        format!("dead list --json: {dead}")
+    })
+}
