@@ -45,8 +45,19 @@ impl Buffer {
         }
     }
 
-    /// The oldest job, for a free slot.
-    pub(super) fn pop(&mut self) -> Option<(Instant, ClaimedJob)> {
+    /// The oldest job, for a free slot, unless it was held for `hold` or longer at
+    /// `now`: that one goes back with [`take_expired`](Self::take_expired), never to a
+    /// slot. A worker frozen (SIGSTOP, a paused VM) with jobs here finds them so when it
+    /// thaws, their leases perhaps long run out and their jobs run elsewhere; starting
+    /// one would run it beside (or after) its next attempt.
+    pub(super) fn pop(&mut self, now: Instant) -> Option<(Instant, ClaimedJob)> {
+        if self
+            .jobs
+            .front()
+            .is_some_and(|(at, _)| *at + self.hold <= now)
+        {
+            return None;
+        }
         let job = self.jobs.pop_front();
         self.consumed |= job.is_some();
         job
@@ -83,5 +94,59 @@ impl Buffer {
     /// Removes every job (shutdown).
     pub(super) fn take_all(&mut self) -> Vec<ClaimedJob> {
         self.jobs.drain(..).map(|(_, j)| j).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use chrono::Utc;
+
+    use super::*;
+    use crate::{JobId, Lease, LeaseToken};
+
+    fn job(id: i64) -> ClaimedJob {
+        ClaimedJob {
+            lease: Lease {
+                queue: "q".into(),
+                job: JobId(id),
+                token: LeaseToken::random(),
+                attempt: 1,
+                expires_at: Utc::now(),
+                worker: "w".into(),
+            },
+            payload: Vec::new(),
+            priority: 0,
+            run_at: Utc::now(),
+            max_attempts: 1,
+            group: None,
+            batch: None,
+            stage: None,
+            enqueued_by: None,
+        }
+    }
+
+    /// A job held past the hold (the worker was frozen) is never handed to a slot: it
+    /// is only released.
+    #[test]
+    fn a_job_held_too_long_goes_back_not_to_a_slot() {
+        let hold = Duration::from_secs(10);
+        let mut b = Buffer::new(hold);
+        let t0 = Instant::now();
+        b.push(t0, vec![job(1), job(2)]);
+        assert_eq!(
+            b.pop(t0 + Duration::from_secs(1)).map(|(_, j)| j.lease.job),
+            Some(JobId(1))
+        );
+        assert!(
+            b.pop(t0 + hold).is_none(),
+            "a job past its hold went to a slot"
+        );
+        let back = b.take_expired(t0 + hold);
+        assert_eq!(
+            back.iter().map(|j| j.lease.job).collect::<Vec<_>>(),
+            [JobId(2)]
+        );
     }
 }

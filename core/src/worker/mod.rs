@@ -286,6 +286,12 @@ impl WorkerBuilder {
     /// How long shutdown lets running handlers finish before releasing them. Default
     /// 30 s. Like [`timeout`](Self::timeout), the release happens at an `.await`: a
     /// handler that blocks its thread holds shutdown up until it yields or returns.
+    ///
+    /// The server work around it is bounded too: handing back claimed jobs before, and
+    /// storing the outcomes after, get at most this long each. A server that stops
+    /// answering thus delays the end of [`run`](Worker::run) by about three times this
+    /// at most; outcomes not stored by then count as `lost` in the report, and their
+    /// jobs run again once their leases end.
     #[must_use]
     pub fn shutdown_timeout(mut self, d: Duration) -> Self {
         self.config.shutdown_timeout = d;

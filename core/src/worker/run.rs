@@ -198,19 +198,41 @@ impl Runner {
         if let Some(m) = maintainer {
             m.await.ok();
         }
+        // Each step that waits on the server gets at most the shutdown timeout: a server
+        // that stops answering (a SQLite file whose write lock a frozen process holds, a
+        // network gone) must not hold the process past SIGTERM for ever. What is not
+        // stored by then is left to its lease: the job runs again (SPEC W4).
+        let patience = self.config.shutdown_timeout;
         // A claim in flight is finished, not dropped: its jobs are leased on the server
         // and must be released, not left to expire (SPEC W4).
-        while let Some(got) = claiming.next().await {
-            self.buffer.push(got.at, got.jobs);
+        let handed_back = tokio::time::timeout(patience, async {
+            while let Some(got) = claiming.next().await {
+                self.buffer.push(got.at, got.jobs);
+            }
+            let buffered = self.buffer.take_all();
+            self.release(buffered).await;
+        })
+        .await;
+        if handed_back.is_err() {
+            tracing::warn!(worker = %self.config.name, "shutdown: claims and releases did not finish in time; those jobs wait for their leases");
         }
-        let buffered = self.buffer.take_all();
-        self.release(buffered).await;
         self.shut_down().await;
-        settler.await.ok();
+        let settler_abort = settler.abort_handle();
+        if tokio::time::timeout(patience, settler).await.is_err() {
+            settler_abort.abort();
+            tracing::warn!(worker = %self.config.name, "shutdown: outcomes not stored in time; their jobs run again once their leases end");
+        }
         // The settler is done and every job has ended: no lease is left to beat.
         drop(self.keeper);
         drop(self.template);
-        keeper.await.ok();
+        let keeper_abort = keeper.abort_handle();
+        if tokio::time::timeout(patience, keeper).await.is_err() {
+            keeper_abort.abort();
+        }
+        // Whatever was given up on above ended without an outcome.
+        let report = self.stats.report();
+        self.stats
+            .add_lost(usize::try_from(report.claimed.saturating_sub(report.ended())).unwrap_or(0));
         let report = self.stats.report();
         tracing::info!(worker = %self.config.name, ?report, "worker stopped");
         Ok(report)
@@ -267,7 +289,7 @@ impl Runner {
             let Some(slot) = self.pool().take() else {
                 break;
             };
-            let Some((claimed_at, job)) = self.buffer.pop() else {
+            let Some((claimed_at, job)) = self.buffer.pop(Instant::now()) else {
                 break;
             };
             self.pace.started();
