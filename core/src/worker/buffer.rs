@@ -45,6 +45,13 @@ impl Buffer {
         }
     }
 
+    /// Whether the oldest job may go to a slot at `now` (see [`pop`](Self::pop)).
+    pub(super) fn startable(&self, now: Instant) -> bool {
+        self.jobs
+            .front()
+            .is_some_and(|(at, _)| *at + self.hold > now)
+    }
+
     /// The oldest job, for a free slot, unless it was held for `hold` or longer at
     /// `now`: that one goes back with [`take_expired`](Self::take_expired), never to a
     /// slot. A worker frozen (SIGSTOP, a paused VM) with jobs here finds them so when it

@@ -23,12 +23,11 @@
 
 use std::{
     collections::{HashMap, HashSet},
-    panic::AssertUnwindSafe,
     sync::Arc,
     time::Duration,
 };
 
-use futures::{FutureExt, StreamExt, stream::FuturesUnordered};
+use futures::{StreamExt, stream::FuturesUnordered};
 use tokio::{sync::mpsc, time::Instant};
 use tokio_util::time::{DelayQueue, delay_queue};
 
@@ -150,10 +149,14 @@ impl Keeper {
                     if let Some(h) = held.get_mut(&key) {
                         h.timer = None;
                         let (backend, lease, length, every) = (self.backend.clone(), h.lease.clone(), self.length, self.every);
+                        // The beat runs on a task of its own, and a beat that takes too long
+                        // is given up on, not cancelled: dropping a backend call midway can
+                        // leave its connection inside a transaction (a SQLite write lock
+                        // held by an idle pooled connection stalled every worker of a file).
                         // A backend that panics fails this beat, not the keeper.
                         beating.push(async move {
                             let sent = Instant::now();
-                            let beat = AssertUnwindSafe(backend.heartbeat(&lease, length)).catch_unwind();
+                            let beat = tokio::spawn(async move { backend.heartbeat(&lease, length).await });
                             let result = match tokio::time::timeout(every, beat).await {
                                 Ok(Ok(result)) => result,
                                 Ok(Err(_)) => Err(Error::backend("heartbeat panicked")),

@@ -23,6 +23,7 @@ pub(super) struct Schedule {
     pub(super) retention: Duration,
 }
 
+#[derive(Clone)]
 pub(super) struct Maintainer {
     pub(super) backend: Arc<dyn Backend>,
     pub(super) queues: Arc<[String]>,
@@ -41,8 +42,13 @@ impl Maintainer {
                 () = sleep(wait) => {}
                 () = stop.cancelled() => return,
             }
+            // A pass runs on a task of its own and is not cancelled when the worker
+            // stops: dropping a backend call midway can leave its connection inside a
+            // transaction (see the keeper). Stopping only stops waiting for it.
+            let me = self.clone();
+            let pass = tokio::spawn(async move { me.pass().await });
             tokio::select! {
-                () = self.pass() => {}
+                _ = pass => {}
                 () = stop.cancelled() => return,
             }
             // ±10% so that workers drift apart rather than meet at every tick.

@@ -14,6 +14,7 @@ use std::{panic::AssertUnwindSafe, pin::Pin, sync::Arc, time::Duration};
 use futures::{FutureExt, StreamExt, stream::FuturesUnordered};
 use tokio::{
     sync::{broadcast, mpsc, watch},
+    task::JoinSet,
     time::{Instant, sleep, sleep_until},
 };
 use tokio_util::sync::CancellationToken;
@@ -139,6 +140,7 @@ impl Runner {
         // event, a poll tick, a full claim), cleared when a claim came back short.
         let mut eager = true;
         let mut claiming: FuturesUnordered<Claiming> = FuturesUnordered::new();
+        let mut releasing = JoinSet::new();
         let max_claims = if self.config.prefetch == Some(0) {
             1
         } else {
@@ -154,8 +156,14 @@ impl Runner {
             self.tell_dry();
             // Free slots first: a job is released only if no slot could take it in time.
             self.start_buffered();
+            // Given back on tasks of their own: the loop must keep serving (and hear a
+            // shutdown) while a server that does not answer holds a release up.
             let expired = self.buffer.take_expired(Instant::now());
-            self.release(expired).await;
+            if !expired.is_empty() {
+                let (backend, stats) = (self.backend.clone(), self.stats.clone());
+                releasing.spawn(async move { release(&*backend, &stats, expired).await });
+            }
+            while releasing.try_join_next().is_some() {}
             self.tell_dry();
             let want = self.want();
             if claiming.len() < max_claims && eager && want > 0 {
@@ -210,24 +218,28 @@ impl Runner {
                 self.buffer.push(got.at, got.jobs);
             }
             let buffered = self.buffer.take_all();
-            self.release(buffered).await;
+            release(&*self.backend, &self.stats, buffered).await;
+            while releasing.join_next().await.is_some() {}
         })
         .await;
         if handed_back.is_err() {
             tracing::warn!(worker = %self.config.name, "shutdown: claims and releases did not finish in time; those jobs wait for their leases");
         }
         self.shut_down().await;
-        let settler_abort = settler.abort_handle();
-        if tokio::time::timeout(patience, settler).await.is_err() {
+        let (settler_abort, keeper_abort) = (settler.abort_handle(), keeper.abort_handle());
+        let (keeper_tx, template) = (self.keeper, self.template);
+        let stored = tokio::time::timeout(patience, async move {
+            settler.await.ok();
+            // The settler is done and every job has ended: no lease is left to beat.
+            drop(keeper_tx);
+            drop(template);
+            keeper.await.ok();
+        })
+        .await;
+        if stored.is_err() {
             settler_abort.abort();
-            tracing::warn!(worker = %self.config.name, "shutdown: outcomes not stored in time; their jobs run again once their leases end");
-        }
-        // The settler is done and every job has ended: no lease is left to beat.
-        drop(self.keeper);
-        drop(self.template);
-        let keeper_abort = keeper.abort_handle();
-        if tokio::time::timeout(patience, keeper).await.is_err() {
             keeper_abort.abort();
+            tracing::warn!(worker = %self.config.name, "shutdown: outcomes not stored in time; their jobs run again once their leases end");
         }
         // Whatever was given up on above ended without an outcome.
         let report = self.stats.report();
@@ -285,10 +297,12 @@ impl Runner {
 
     /// Moves buffered jobs into free slots, oldest first.
     fn start_buffered(&mut self) {
-        while self.buffer.len() > 0 {
+        // Only while the oldest job may still start: the others go back (`take_expired`).
+        while self.buffer.startable(Instant::now()) {
             let Some(slot) = self.pool().take() else {
                 break;
             };
+            // (Dropping an unused slot gives it back.)
             let Some((claimed_at, job)) = self.buffer.pop(Instant::now()) else {
                 break;
             };
@@ -316,33 +330,6 @@ impl Runner {
                 slot,
                 ended,
             });
-        }
-    }
-
-    /// Gives buffered jobs back: `ready` again, the attempt not counted (SPEC L4).
-    /// Done before the next claim, so that claim cannot take them straight back; in
-    /// calls of at most 1000, each retried like the settler's. If a call still fails
-    /// the leases expire and the jobs are claimed again (SPEC C5).
-    async fn release(&self, jobs: Vec<ClaimedJob>) {
-        for chunk in jobs.chunks(validate::MAX_SETTLE) {
-            let n = chunk.len();
-            let settles: Vec<Settle> = chunk
-                .iter()
-                .map(|j| Settle::release(j.lease.clone()))
-                .collect();
-            let results = settler::settle_retrying(&*self.backend, &settles).await;
-            match results {
-                Ok(results) => {
-                    let released = results.iter().filter(|r| r.is_ok()).count();
-                    self.stats.add_released(released);
-                    self.stats.add_lost(n - released);
-                    tracing::debug!(jobs = n, released, "released buffered jobs");
-                }
-                Err(e) => {
-                    self.stats.add_lost(n);
-                    tracing::warn!(jobs = n, error = %e, "could not release buffered jobs; their leases will expire");
-                }
-            }
         }
     }
 
@@ -456,6 +443,32 @@ async fn next_event(events: &mut Option<broadcast::Receiver<Event>>, queues: &[S
             Err(broadcast::error::RecvError::Closed) => {
                 *events = None;
                 return std::future::pending().await;
+            }
+        }
+    }
+}
+
+/// Gives buffered jobs back, the attempt not counted (SPEC L4): in calls of at most
+/// 1000, each retried like the settler's. If a call still fails the leases expire and
+/// the jobs are claimed again (SPEC C5).
+async fn release(backend: &dyn Backend, stats: &Stats, jobs: Vec<ClaimedJob>) {
+    for chunk in jobs.chunks(validate::MAX_SETTLE) {
+        let n = chunk.len();
+        let settles: Vec<Settle> = chunk
+            .iter()
+            .map(|j| Settle::release(j.lease.clone()))
+            .collect();
+        let results = settler::settle_retrying(backend, &settles).await;
+        match results {
+            Ok(results) => {
+                let released = results.iter().filter(|r| r.is_ok()).count();
+                stats.add_released(released);
+                stats.add_lost(n - released);
+                tracing::debug!(jobs = n, released, "released buffered jobs");
+            }
+            Err(e) => {
+                stats.add_lost(n);
+                tracing::warn!(jobs = n, error = %e, "could not release buffered jobs; their leases will expire");
             }
         }
     }
