@@ -235,6 +235,15 @@ fn inject(
             let for_ = lease + Duration::from_secs(1);
             workers.signal(worker, Signal::SIGSTOP)?;
             conts.push((Instant::now() + for_, worker));
+            // The SIGCONT comes from a thread of its own, on time: the main loop may be
+            // waiting on the database (a cancel, a count), and a worker stopped while it
+            // held SQLite's write lock makes it wait until that worker runs again.
+            if let Some(pid) = workers.pid(worker) {
+                std::thread::spawn(move || {
+                    std::thread::sleep(for_);
+                    let _ = nix::sys::signal::kill(pid, Signal::SIGCONT);
+                });
+            }
             Ok(format!(
                 "worker {worker} stopped for {for_:?} (SIGCONT then)"
             ))

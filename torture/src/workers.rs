@@ -98,7 +98,7 @@ impl Workers {
         Ok(())
     }
 
-    fn pid(&self, i: usize) -> Option<Pid> {
+    pub(crate) fn pid(&self, i: usize) -> Option<Pid> {
         self.procs[i]
             .as_ref()
             .map(|c| Pid::from_raw(i32::try_from(c.id()).expect("pids fit in i32")))
