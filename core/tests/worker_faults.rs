@@ -232,6 +232,35 @@ async fn w4_a_handler_done_at_the_shutdown_deadline_completes() {
     }
 }
 
+/// SPEC W4: shutdown ends while the server answers no settle: the outcomes it cannot
+/// store are counted as lost (their jobs run again once their leases end), and every
+/// claimed job is still counted once.
+#[tokio::test]
+async fn w4_shutdown_ends_while_the_server_does_not_answer() {
+    let b = Arc::new(MemoryBackend::new());
+    let q = queue();
+    enqueue_n(&b, &q, 3, 3).await;
+    let faulty = Faulty::new(&b, Beats::Pass);
+    faulty.hang_settles.store(true, Ordering::SeqCst);
+    let w = Worker::builder(faulty.clone(), [q.clone()])
+        .shutdown_timeout(Duration::from_millis(200))
+        .handler(|_job: ClaimedJob| async { Ok::<_, JobError>(()) })
+        .build()
+        .unwrap()
+        .spawn();
+    until("the worker to try to settle", async || {
+        !faulty.settle_calls().is_empty()
+    })
+    .await;
+    let report = tokio::time::timeout(Duration::from_secs(10), w.shutdown())
+        .await
+        .expect("shutdown waited on a server that does not answer")
+        .unwrap();
+    assert_eq!(report.ended(), report.claimed, "{report:?}");
+    assert!(report.claimed >= 1 && report.lost >= 1, "{report:?}");
+    assert_eq!(report.succeeded, 0, "{report:?}");
+}
+
 /// SPEC W4: a backend whose claim panics fails that claim, not the worker: its running
 /// jobs are still released at shutdown, their attempts not counted.
 #[tokio::test]

@@ -37,6 +37,8 @@ pub struct Faulty {
     /// Errors the next settle calls fail with, first to last, before the call reaches
     /// the memory backend.
     pub settle_errors: Mutex<Vec<Error>>,
+    /// Settle calls never answer (a server that stopped answering).
+    pub hang_settles: std::sync::atomic::AtomicBool,
 }
 
 impl Faulty {
@@ -49,6 +51,7 @@ impl Faulty {
             preferred: DEFAULT_SETTLE_BATCH,
             settle_calls: Mutex::new(Vec::new()),
             settle_errors: Mutex::new(Vec::new()),
+            hang_settles: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -86,6 +89,9 @@ impl Claim for Faulty {
 impl Complete for Faulty {
     async fn settle_many(&self, settles: Vec<Settle>) -> Result<Vec<Result<Settled>>> {
         self.settle_calls.lock().unwrap().push(settles.len());
+        if self.hang_settles.load(std::sync::atomic::Ordering::SeqCst) {
+            return std::future::pending().await;
+        }
         let error = {
             let mut errors = self.settle_errors.lock().unwrap();
             (!errors.is_empty()).then(|| errors.remove(0))
