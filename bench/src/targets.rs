@@ -230,11 +230,45 @@ async fn unlink_prefix(url: &str, prefix: &str) -> anyhow::Result<()> {
             break;
         }
     }
-    for chunk in keys.chunks(500) {
-        redis::cmd("UNLINK")
-            .arg(chunk)
-            .query_async::<()>(&mut c)
-            .await?;
+    // On a cluster node one UNLINK may only name keys of one slot: group them by hash
+    // tag (a queue's keys share `{queue}`; `<prefix>:queues` has none and goes alone).
+    let mut by_tag: std::collections::BTreeMap<&str, Vec<&String>> = Default::default();
+    for key in &keys {
+        by_tag.entry(hash_tag(key)).or_default().push(key);
+    }
+    for group in by_tag.values() {
+        for chunk in group.chunks(500) {
+            redis::cmd("UNLINK")
+                .arg(chunk)
+                .query_async::<()>(&mut c)
+                .await?;
+        }
     }
     Ok(())
+}
+
+/// The part of `key` Redis Cluster hashes: the first `{...}` with something inside, or
+/// the whole key.
+fn hash_tag(key: &str) -> &str {
+    key.find('{')
+        .and_then(|open| {
+            let rest = &key[open + 1..];
+            rest.find('}')
+                .filter(|&close| close > 0)
+                .map(|close| &rest[..close])
+        })
+        .unwrap_or(key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::hash_tag;
+
+    #[test]
+    fn keys_group_by_their_hash_tag() {
+        assert_eq!(hash_tag("relayq:{q1}:job:7"), "q1");
+        assert_eq!(hash_tag("relayq:queues"), "relayq:queues");
+        // An empty tag hashes the whole key, as Redis does.
+        assert_eq!(hash_tag("a:{}:b"), "a:{}:b");
+    }
 }
