@@ -80,4 +80,21 @@ fn worker_counters_reach_the_installed_recorder() {
         Some(0.0),
         "{text}"
     );
+    // How long each handler ran, by outcome.
+    assert_eq!(
+        sample(
+            &text,
+            r#"relayq_worker_handler_seconds_count{outcome="succeeded"}"#
+        ),
+        Some(3.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(
+            &text,
+            r#"relayq_worker_handler_seconds_count{outcome="failed"}"#
+        ),
+        Some(1.0),
+        "{text}"
+    );
 }

@@ -36,7 +36,7 @@ use super::{
     keeper,
     slots::Slot,
 };
-use crate::{ClaimedJob, JobId, Lease, LeaseToken, Retry, Settle, validate};
+use crate::{ClaimedJob, JobId, Lease, LeaseToken, Outcome, Retry, Settle, validate};
 
 /// An outcome for the settler, with the guard that tells the keeper the job ended once
 /// the settler is done with it (stored, given up on, or dropped in a panic).
@@ -153,6 +153,7 @@ impl JobRun {
             format!("handler timed out after {after:?}")
         };
 
+        let started = Instant::now();
         let settle = tokio::select! {
             biased;
             // The lease is lost: the handler is dropped without being polled again, so
@@ -184,6 +185,13 @@ impl JobRun {
             }
         };
         control.handed.store(true, Ordering::SeqCst);
+        let outcome = match &settle.outcome {
+            Outcome::Complete => "succeeded",
+            Outcome::Fail { .. } => "failed",
+            Outcome::Release => "released",
+        };
+        metrics::histogram!("relayq_worker_handler_seconds", "outcome" => outcome)
+            .record(started.elapsed().as_secs_f64());
         span.in_scope(|| tracing::debug!(outcome = ?settle.outcome, "job done"));
         // The guard goes along: the settler drops it once done with the outcome. If the
         // send fails (the settler panicked), it drops here.

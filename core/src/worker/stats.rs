@@ -46,6 +46,9 @@ impl WorkerReport {
 /// `relayq_worker_claimed_total`, `relayq_worker_settled_total{outcome}` (succeeded,
 /// failed, released), `relayq_worker_lease_lost_total` and
 /// `relayq_worker_unsettled_total` (the report's `lost`: refused or untaken settles).
+/// Beside them: `relayq_worker_busy_slots` (gauge), `relayq_worker_handler_seconds{outcome}`
+/// (histogram: how long each handler ran, to its outcome), and the maintenance pass's
+/// `relayq_maintenance_pruned_total` and `relayq_maintenance_requeued_total`.
 #[derive(Debug, Default)]
 pub(super) struct Stats {
     claimed: AtomicU64,
