@@ -91,7 +91,7 @@ pub async fn run(db: &str, args: DashboardArgs) -> anyhow::Result<u8> {
 }
 
 /// `HOST:PORT`, with `localhost` for the IPv4 loopback.
-fn parse_listen(text: &str) -> anyhow::Result<SocketAddr> {
+pub(crate) fn parse_listen(text: &str) -> anyhow::Result<SocketAddr> {
     if let Some(port) = text.strip_prefix("localhost:")
         && let Ok(port) = port.parse()
     {

@@ -386,3 +386,49 @@ fn a_failing_command_ends_dead_and_dead_retry_makes_it_ready() {
     assert_eq!(env.count("d", "dead"), 0);
     assert_eq!(env.count("d", "ready"), 1);
 }
+
+/// `GET /metrics` on `port`, the body.
+fn scrape(port: u16) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    Some(text)
+}
+
+/// `relayq work --metrics ADDR` serves the worker's counters as Prometheus text on
+/// loopback, and refuses any other address (the endpoint has no token).
+#[test]
+fn work_serves_its_counters_at_metrics_on_loopback() {
+    let env = Env::new();
+    let refused = env
+        .run(&["work", "--metrics", "0.0.0.0:9", "-q", "m"])
+        .expect_code(2);
+    assert!(refused.stderr.contains("loopback"), "{}", refused.stderr);
+    env.run(&["enqueue", "-q", "m", "--", "true"])
+        .expect_code(0);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let worker = Reap(Some(env.spawn(&["work", "-q", "m", "--metrics", &addr])));
+    let text = eventually(
+        "the completion in /metrics",
+        Duration::from_secs(30),
+        || {
+            scrape(port)
+                .filter(|t| t.contains(r#"relayq_worker_settled_total{outcome="succeeded"} 1"#))
+        },
+    );
+    assert!(text.contains("relayq_worker_claimed_total 1"), "{text}");
+    assert!(
+        text.contains(r#"relayq_worker_handler_seconds_count{outcome="succeeded"} 1"#),
+        "{text}"
+    );
+    let mut worker = worker;
+    let (code, _) = terminate(worker.0.take().expect("running"), Duration::from_secs(20));
+    assert_eq!(code, 0);
+}

@@ -5,6 +5,7 @@ pub mod cancel;
 pub mod dead;
 pub mod enqueue;
 pub mod job;
+pub mod metrics;
 pub mod prune;
 pub mod queue;
 pub mod status;

@@ -55,6 +55,10 @@ pub struct WorkArgs {
     /// running `relayq prune`).
     #[arg(long, conflicts_with_all = ["retention", "maintain_every"])]
     pub no_maintenance: bool,
+    /// Serve the worker's counters (claims, settles by outcome, busy slots, handler
+    /// durations, pruning) as Prometheus text at http://ADDR/metrics; loopback only.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
 }
 
 /// Serves the queues until a signal; returns the exit code.
@@ -63,6 +67,11 @@ pub struct WorkArgs {
 /// Bad settings, or a database URL that cannot work (a server that does not answer
 /// is waited for).
 pub async fn run(db: &str, args: WorkArgs) -> anyhow::Result<u8> {
+    // Before anything else: a bad address is bad input, reported at once.
+    if let Some(addr) = &args.metrics {
+        let bound = super::metrics::serve(addr).await?;
+        eprintln!("relayq: metrics at http://{bound}/metrics");
+    }
     // Listeners made first: a signal while the server is waited for stops the wait.
     let mut term = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
     let mut interrupt = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
