@@ -677,6 +677,15 @@ fn build_rejects_bad_settings() {
         ),
         Some("lease")
     );
+    assert_eq!(
+        field(
+            Worker::builder(b.clone(), ["q"])
+                .maintenance(Duration::ZERO, Duration::from_secs(60))
+                .handler(ok)
+                .build()
+        ),
+        Some("maintenance")
+    );
     for n in [0, 1001] {
         assert_eq!(
             field(

@@ -131,6 +131,11 @@ pub async fn x2_hostile_queue_names_rejected(env: &Env) -> anyhow::Result<()> {
         )?;
         expect_invalid(b.retry_dead(name, None).await, "queue", &what("retry_dead"))?;
         expect_invalid(b.maintain(name, hour).await, "queue", &what("maintain"))?;
+        expect_invalid(
+            b.try_maintain(name, hour).await,
+            "queue",
+            &what("try_maintain"),
+        )?;
         let batch = Batch {
             queue: name.to_owned(),
             id: BatchId(1),

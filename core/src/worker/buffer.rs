@@ -108,31 +108,8 @@ impl Buffer {
 mod tests {
     use std::time::Duration;
 
-    use chrono::Utc;
-
     use super::*;
-    use crate::{JobId, Lease, LeaseToken};
-
-    fn job(id: i64) -> ClaimedJob {
-        ClaimedJob {
-            lease: Lease {
-                queue: "q".into(),
-                job: JobId(id),
-                token: LeaseToken::random(),
-                attempt: 1,
-                expires_at: Utc::now(),
-                worker: "w".into(),
-            },
-            payload: Vec::new(),
-            priority: 0,
-            run_at: Utc::now(),
-            max_attempts: 1,
-            group: None,
-            batch: None,
-            stage: None,
-            enqueued_by: None,
-        }
-    }
+    use crate::{JobId, worker::slots::tests::job};
 
     /// A job held past the hold (the worker was frozen) is never handed to a slot: it
     /// is only released.

@@ -184,7 +184,7 @@ async fn serve(run: JobRun, mut rx: mpsc::Receiver<Assigned>) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::sync::atomic::AtomicU32;
 
     use chrono::Utc;
@@ -245,7 +245,8 @@ mod tests {
         (control, heard)
     }
 
-    fn job(id: i64) -> ClaimedJob {
+    /// A claimed job of queue `q` with id `id`, for the worker's unit tests.
+    pub(in crate::worker) fn job(id: i64) -> ClaimedJob {
         ClaimedJob {
             lease: Lease {
                 queue: "q".into(),
