@@ -45,7 +45,8 @@ pub struct WorkArgs {
     pub lease: Duration,
     /// Finished jobs (succeeded, dead, cancelled) older than this are deleted by the
     /// maintenance pass, which this worker runs on its queues every --maintain-every
-    /// (one worker per queue at a time). `relayq prune` does it by hand.
+    /// (on PostgreSQL and Redis one worker per queue at a time). `relayq prune` does it by
+    /// hand.
     #[arg(long, default_value = "7d", value_parser = duration)]
     pub retention: Duration,
     /// How often the maintenance pass runs.

@@ -20,8 +20,8 @@
 //!   events, and polls with bounded backoff (at most 1 s by default) as a fallback (W2);
 //! - optionally ([`WorkerBuilder::prefetch`]) claims ahead of its free slots into a
 //!   local buffer, so short jobs do not wait a round trip for each claim;
-//! - runs the maintenance pass over its queues on a timer, one worker per queue at a
-//!   time ([`WorkerBuilder::maintenance`], SPEC M3);
+//! - runs the maintenance pass over its queues on a timer, skipping a queue whose pass
+//!   another worker holds ([`WorkerBuilder::maintenance`], SPEC M3);
 //! - on shutdown stops claiming, lets running handlers finish until a deadline, then
 //!   releases what is left (W4).
 
