@@ -530,10 +530,14 @@ mod tests {
     /// Claims between two looks for expired leases read nothing of the running index:
     /// their plan has no scan of it.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[cfg_attr(
+        relayq_no_postgres,
+        ignore = "no postgres server: RELAYQ_POSTGRES_URL unset"
+    )]
     async fn claims_between_expiry_looks_leave_the_running_index_alone() {
-        let Some(url) = server_url(Server::Postgres).await else {
-            return;
-        };
+        let url = server_url(Server::Postgres)
+            .await
+            .expect("RELAYQ_POSTGRES_URL");
         let schema = crate::test_schema::fresh("ready");
         let b = PostgresBackend::connect_with(&url, Config::default().with_schema(schema.clone()))
             .await
@@ -556,10 +560,14 @@ mod tests {
     /// in, unless claims are durable (see `Config::durable_claims`). Run inside an open
     /// transaction here, so the setting can be read before the commit.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[cfg_attr(
+        relayq_no_postgres,
+        ignore = "no postgres server: RELAYQ_POSTGRES_URL unset"
+    )]
     async fn claims_commit_asynchronously_unless_durable() {
-        let Some(url) = server_url(Server::Postgres).await else {
-            return;
-        };
+        let url = server_url(Server::Postgres)
+            .await
+            .expect("RELAYQ_POSTGRES_URL");
         let schema = crate::test_schema::fresh("async");
         for (durable, want) in [(false, "off"), (true, "on")] {
             let config = Config::default()

@@ -452,10 +452,14 @@ mod tests {
     /// marker sent after the insert committed, the marker must come first. (With
     /// [`INSERT`] in `insert_plain`, the queue's notification comes first.)
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[cfg_attr(
+        relayq_no_postgres,
+        ignore = "no postgres server: RELAYQ_POSTGRES_URL unset"
+    )]
     async fn plain_insert_notifies_no_one_itself() {
-        let Some(url) = server_url(Server::Postgres).await else {
-            return;
-        };
+        let url = server_url(Server::Postgres)
+            .await
+            .expect("RELAYQ_POSTGRES_URL");
         let schema = crate::test_schema::fresh("quiet");
         let b = PostgresBackend::connect_with(&url, Config::default().with_schema(schema.clone()))
             .await

@@ -443,10 +443,14 @@ mod tests {
     /// each a statement of its own: so the plans `explain_group_holders` shows (and
     /// `tests/postgres.rs` checks) are the plans of the statements that run.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[cfg_attr(
+        relayq_no_postgres,
+        ignore = "no postgres server: RELAYQ_POSTGRES_URL unset"
+    )]
     async fn settle_groups_runs_the_explained_statements() {
-        let Some(url) = server_url(Server::Postgres).await else {
-            return;
-        };
+        let url = server_url(Server::Postgres)
+            .await
+            .expect("RELAYQ_POSTGRES_URL");
         let schema = crate::test_schema::fresh("groupfn");
         let b = PostgresBackend::connect_with(&url, Config::default().with_schema(schema.clone()))
             .await

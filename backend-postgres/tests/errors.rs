@@ -8,13 +8,16 @@ use relayq_core::{Admin, ErrorKind};
 use relayq_postgres::{Config, PostgresBackend};
 
 mod common;
-use common::{drop_schema, fresh, url};
+use common::{SERVER, drop_schema, fresh};
+
+relayq_conformance::server_tests! {
+    server: SERVER,
+    tests: [a_killed_connection_gives_a_transient_error],
+}
 
 /// A call whose connection is terminated by the server (`pg_terminate_backend`, what a
 /// failover or an operator does) fails with a transient error.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_killed_connection_gives_a_transient_error() {
-    let Some(url) = url().await else { return };
+async fn a_killed_connection_gives_a_transient_error(url: String) {
     let admin = fresh(&url, "errors").await;
     let s = admin.schema().to_owned();
     let b = PostgresBackend::connect_with(

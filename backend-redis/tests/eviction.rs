@@ -32,8 +32,18 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// Starts redis-server with `args`, or `None` (one skip line) when it is not installed.
-fn start(args: &[&str]) -> Option<Server> {
+relayq_conformance::server_tests! {
+    server: relayq_conformance::harness::Server::Redis,
+    tests: [],
+    local: [
+        a_server_that_may_evict_keys_is_refused_unless_the_url_allows_it,
+        a_server_without_config_is_not_refused,
+    ],
+}
+
+/// Starts redis-server with `args`; the test is ignored when it is not installed (or
+/// fails, when `RELAYQ_REQUIRE` names redis).
+fn start(args: &[&str]) -> Server {
     let port = free_port();
     let dir = std::env::temp_dir().join(format!("relayq-eviction-{}-{port}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
@@ -47,9 +57,11 @@ fn start(args: &[&str]) -> Option<Server> {
         .stderr(Stdio::null())
         .spawn();
     let Ok(child) = child else {
-        eprintln!("SKIPPED: redis-server is not installed");
         let _ = std::fs::remove_dir_all(&dir);
-        return None;
+        relayq_conformance::runner::missing(
+            relayq_conformance::harness::Server::Redis,
+            "redis-server is not installed",
+        );
     };
     let server = Server { child, port, dir };
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -57,14 +69,11 @@ fn start(args: &[&str]) -> Option<Server> {
         assert!(Instant::now() < deadline, "redis-server did not start");
         std::thread::sleep(Duration::from_millis(20));
     }
-    Some(server)
+    server
 }
 
-#[tokio::test]
 async fn a_server_that_may_evict_keys_is_refused_unless_the_url_allows_it() {
-    let Some(server) = start(&["--maxmemory-policy", "allkeys-lru"]) else {
-        return;
-    };
+    let server = start(&["--maxmemory-policy", "allkeys-lru"]);
     let url = format!("redis://127.0.0.1:{}/0", server.port);
     let e = RedisBackend::connect(&url).await.unwrap_err();
     assert_eq!(e.invalid_field(), Some("maxmemory-policy"), "{e}");
@@ -99,17 +108,14 @@ async fn a_server_that_may_evict_keys_is_refused_unless_the_url_allows_it() {
 
 /// Where CONFIG is disabled (as on managed services) the policy cannot be read, and
 /// the connection is not refused for it.
-#[tokio::test]
 async fn a_server_without_config_is_not_refused() {
-    let Some(server) = start(&[
+    let server = start(&[
         "--maxmemory-policy",
         "allkeys-lru",
         "--rename-command",
         "CONFIG",
         "",
-    ]) else {
-        return;
-    };
+    ]);
     let url = format!("redis://127.0.0.1:{}/0", server.port);
     assert!(RedisBackend::connect(&url).await.is_ok());
 }

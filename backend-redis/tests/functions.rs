@@ -15,16 +15,34 @@ use relayq_redis::RedisBackend;
 const PREFIX: &str = "relayq-test-functions";
 const LEASE: Duration = Duration::from_secs(30);
 
-/// The URL of `server` (a cluster's node URLs, comma-separated) when it runs Redis 7 or
-/// later, else `None` after one SKIPPED line.
-async fn redis7(server: Server) -> Option<String> {
-    let urls = relayq_conformance::harness::server_url(server).await?;
-    let first = urls.split(',').next().unwrap_or_default().trim().to_owned();
-    if support::major_version(&first).await < 7 {
-        support::skip("Redis before 7.0 has no functions");
-        return None;
+fn main() {
+    use relayq_conformance::runner::{run, server_test};
+    run(vec![
+        server_test(
+            Server::Redis,
+            "a_lost_library_is_loaded_again",
+            a_lost_library_is_loaded_again,
+        ),
+        server_test(
+            Server::Redis,
+            "without_functions_operations_run_as_scripts",
+            without_functions_operations_run_as_scripts,
+        ),
+        server_test(
+            Server::RedisCluster,
+            "a_master_that_lacks_the_library_gets_it",
+            a_master_that_lacks_the_library_gets_it,
+        ),
+    ])
+}
+
+/// Ends the test as ignored unless the server at `urls` (a cluster's node URLs,
+/// comma-separated) runs Redis 7 or later.
+async fn need_redis7(urls: &str) {
+    let first = urls.split(',').next().unwrap_or_default().trim();
+    if support::major_version(first).await < 7 {
+        relayq_conformance::runner::skip("Redis before 7.0 has no functions");
     }
-    Some(urls)
 }
 
 async fn connection(url: &str) -> redis::aio::MultiplexedConnection {
@@ -86,11 +104,8 @@ async fn same_after_each_call<F: std::future::Future<Output = ()>>(
 /// Deleting the library before each call (a restart without persistence, `FUNCTION
 /// FLUSH`) changes nothing visible: each call loads it again. Many calls that find it
 /// missing at once load it once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lost_library_is_loaded_again() {
-    let Some(url) = redis7(Server::Redis).await else {
-        return;
-    };
+async fn a_lost_library_is_loaded_again(url: String) {
+    need_redis7(&url).await;
     let b = RedisBackend::connect_with_prefix(&url, PREFIX)
         .await
         .unwrap();
@@ -134,11 +149,8 @@ async fn loads(c: &mut redis::aio::MultiplexedConnection) -> u64 {
 /// A server that refuses functions (Redis 6, or here an ACL without `FCALL` and
 /// `FUNCTION`) runs every operation as a script, and `SCRIPT FLUSH` between calls
 /// changes nothing visible: each script is loaded again on `NOSCRIPT`.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_functions_operations_run_as_scripts() {
-    let Some(url) = redis7(Server::Redis).await else {
-        return;
-    };
+async fn without_functions_operations_run_as_scripts(url: String) {
+    need_redis7(&url).await;
     let limited = support::user_without_functions(&url, "relayq-test-no-functions", PREFIX).await;
     let b = RedisBackend::connect_with_prefix(&limited, PREFIX)
         .await
@@ -161,11 +173,8 @@ async fn without_functions_operations_run_as_scripts() {
 /// A cluster master that lacks the library (a new master, one restarted without
 /// persistence) gets it from its first call: each master in turn loses it, then a
 /// queue it serves runs every operation.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_master_that_lacks_the_library_gets_it() {
-    let Some(urls) = redis7(Server::RedisCluster).await else {
-        return;
-    };
+async fn a_master_that_lacks_the_library_gets_it(urls: String) {
+    need_redis7(&urls).await;
     let seeds: Vec<&str> = urls.split(',').map(str::trim).collect();
     let b = RedisBackend::cluster(&seeds, PREFIX).await.unwrap();
     let mut masters = Vec::new();

@@ -11,25 +11,29 @@ use std::{
 };
 
 use common::{Env, eventually};
+use libtest_mimic::{Arguments, Failed};
 use nix::{
     sys::signal::{Signal, kill},
     unistd::Pid,
 };
 
+const CASES: &[(&str, Case)] = &[
+    (
+        "sigkill_of_the_worker_leaves_no_command_running_a_second_later",
+        sigkill_of_the_worker,
+    ),
+    (
+        "a_worker_frozen_past_its_lease_leaves_no_command_beside_the_next_attempt",
+        a_worker_frozen_past_its_lease,
+    ),
+];
+
+type Case = fn(&Env) -> Result<(), Failed>;
+
 /// SQLite always; PostgreSQL and Redis when `RELAYQ_POSTGRES_URL` / `RELAYQ_REDIS_URL`
-/// name a server (one line says which are skipped).
-fn envs() -> Vec<(&'static str, Env)> {
-    let mut envs = vec![("sqlite", Env::new())];
-    for (name, var) in [
-        ("postgres", "RELAYQ_POSTGRES_URL"),
-        ("redis", "RELAYQ_REDIS_URL"),
-    ] {
-        match std::env::var(var) {
-            Ok(url) if !url.trim().is_empty() => envs.push((name, Env::with_db(&url))),
-            _ => eprintln!("SKIPPED: {name}: {var} is unset"),
-        }
-    }
-    envs
+/// name a server (else reported as ignored).
+fn main() {
+    libtest_mimic::run(&Arguments::from_args(), common::per_backend(CASES)).exit();
 }
 
 fn queue() -> String {
@@ -76,9 +80,8 @@ fn pids(env: &Env, file: &str) -> Option<Vec<String>> {
     (words.last().map(String::as_str) == Some("end")).then(|| words[..words.len() - 1].to_vec())
 }
 
-#[test]
-fn sigkill_of_the_worker_leaves_no_command_running_a_second_later() {
-    for (name, env) in envs() {
+fn sigkill_of_the_worker(env: &Env) -> Result<(), Failed> {
+    {
         let q = queue();
         let marker = format!("pids-{q}");
         // The shell and a background grandchild record their pids, then wait.
@@ -86,13 +89,11 @@ fn sigkill_of_the_worker_leaves_no_command_running_a_second_later() {
         env.run(&["enqueue", "--queue", &q, "--", &cmd])
             .expect_code(0);
         let mut workers = Workers(vec![env.spawn(&["work", "--queue", &q, "--lease", "3s"])]);
-        let pids = eventually(
-            &format!("{name}: the command started"),
-            Duration::from_secs(20),
-            || pids(&env, &marker),
-        );
-        assert_eq!(pids.len(), 2, "{name}: {pids:?}");
-        assert!(pids.iter().all(|p| !ended(p)), "{name}: not running yet");
+        let pids = eventually("the command started", Duration::from_secs(20), || {
+            pids(&env, &marker)
+        });
+        assert_eq!(pids.len(), 2, "{pids:?}");
+        assert!(pids.iter().all(|p| !ended(p)), "not running yet");
         workers.0[0].kill().expect("SIGKILL the worker");
         let killed = Instant::now();
         workers.0[0].wait().expect("reap the worker");
@@ -101,16 +102,16 @@ fn sigkill_of_the_worker_leaves_no_command_running_a_second_later() {
         while !pids.iter().all(|p| ended(p)) {
             assert!(
                 Instant::now() < deadline,
-                "{name}: the command {pids:?} outlived its worker by a second"
+                "the command {pids:?} outlived its worker by a second"
             );
             std::thread::sleep(Duration::from_millis(10));
         }
     }
+    Ok(())
 }
 
-#[test]
-fn a_worker_frozen_past_its_lease_leaves_no_command_beside_the_next_attempt() {
-    for (name, env) in envs() {
+fn a_worker_frozen_past_its_lease(env: &Env) -> Result<(), Failed> {
+    {
         let q = queue();
         let (first, second) = (format!("first-{q}"), format!("second-{q}"));
         // Attempt 1 records its shell's and grandchild's pids and runs on; attempt 2
@@ -135,33 +136,28 @@ fn a_worker_frozen_past_its_lease_leaves_no_command_beside_the_next_attempt() {
             "--concurrency",
             "1",
         ])]);
-        eventually(
-            &format!("{name}: attempt 1 started"),
-            Duration::from_secs(20),
-            || {
-                std::fs::read_to_string(env.path(&first))
-                    .ok()
-                    .filter(|t| t.split_whitespace().count() == 2)
-            },
-        );
+        eventually("attempt 1 started", Duration::from_secs(20), || {
+            std::fs::read_to_string(env.path(&first))
+                .ok()
+                .filter(|t| t.split_whitespace().count() == 2)
+        });
         // Frozen, as Ctrl-Z would: no heartbeat, no renewal to the guard.
         kill(pid_of(&workers.0[0]), Signal::SIGSTOP).expect("SIGSTOP the worker");
         workers
             .0
             .push(env.spawn(&["work", "--queue", &q, "--lease", "2s"]));
-        let seen = eventually(
-            &format!("{name}: attempt 2 ran"),
-            Duration::from_secs(30),
-            || std::fs::read_to_string(env.path(&second)).ok(),
-        );
+        let seen = eventually("attempt 2 ran", Duration::from_secs(30), || {
+            std::fs::read_to_string(env.path(&second)).ok()
+        });
         let states: Vec<&str> = seen.lines().collect();
-        assert_eq!(states.len(), 2, "{name}: {seen:?}");
+        assert_eq!(states.len(), 2, "{seen:?}");
         for line in states {
             let state = line.split(':').nth(1).unwrap_or("");
             assert!(
                 state.is_empty() || state == "Z",
-                "{name}: attempt 1's process ran beside attempt 2: {line}"
+                "attempt 1's process ran beside attempt 2: {line}"
             );
         }
     }
+    Ok(())
 }

@@ -9,7 +9,7 @@ mod common;
 use std::time::Duration;
 
 use common::{Env, eventually};
-use libtest_mimic::{Arguments, Failed, Trial};
+use libtest_mimic::{Arguments, Failed};
 use serde_json::Value;
 
 type Case = fn(&Env) -> Result<(), Failed>;
@@ -29,35 +29,11 @@ const CASES: &[(&str, Case)] = &[
         "status_json_has_every_count_and_all_lists_queues",
         status_counts_and_all,
     ),
+    ("the_example_plan_runs", the_example_plan_runs),
 ];
 
 fn main() {
-    let args = Arguments::from_args();
-    let mut trials = Vec::new();
-    for (backend, var) in [
-        ("sqlite", None),
-        ("postgres", Some("RELAYQ_POSTGRES_URL")),
-        ("redis", Some("RELAYQ_REDIS_URL")),
-    ] {
-        let url = var.and_then(|v| std::env::var(v).ok().filter(|u| !u.trim().is_empty()));
-        let required = std::env::var("RELAYQ_REQUIRE")
-            .unwrap_or_default()
-            .split(',')
-            .any(|s| s.trim() == backend);
-        for &(name, case) in CASES {
-            let name = format!("{backend}::{name}");
-            let trial = match (var, url.clone()) {
-                (None, _) => Trial::test(name, move || case(&Env::new())),
-                (Some(_), Some(url)) => Trial::test(name, move || case(&Env::with_db(&url))),
-                (Some(var), None) if required => Trial::test(name, move || {
-                    Err(format!("{var} is unset, but RELAYQ_REQUIRE names {backend}").into())
-                }),
-                (Some(_), None) => Trial::test(name, || Ok(())).with_ignored_flag(true),
-            };
-            trials.push(trial.with_kind(backend));
-        }
-    }
-    libtest_mimic::run(&args, trials).exit();
+    libtest_mimic::run(&Arguments::from_args(), common::per_backend(CASES)).exit();
 }
 
 /// A queue name no other test or run uses.
@@ -257,4 +233,18 @@ fn status_counts_and_all(env: &Env) -> Result<(), Failed> {
     check(dead.as_array().is_some_and(Vec::is_empty), || {
         format!("dead list --json: {dead}")
     })
+}
+
+/// The example plan, in a queue of its own (unique on a server that keeps earlier
+/// runs' queues): every job succeeds.
+fn the_example_plan_runs(env: &Env) -> Result<(), Failed> {
+    let q = queue("plan");
+    let plan = common::example("plan.toml");
+    let out = env.run(&["run", plan.to_str().unwrap(), "--queue", &q]);
+    check(
+        out.code == 0 && out.stdout.contains(": 13 succeeded, 0 dead, 0 cancelled"),
+        || format!("exited {}: {}{}", out.code, out.stdout, out.stderr),
+    )?;
+    let done = env.count(&q, "succeeded");
+    check(done == 13, || format!("{done} succeeded"))
 }

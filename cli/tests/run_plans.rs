@@ -510,49 +510,6 @@ fn ctrl_c_cancels_the_batch_kills_the_commands_and_exits_130() {
     });
 }
 
-/// Runs the example plan on the server at `url`, in a queue of its own (unique on a
-/// server that keeps earlier runs' queues): every job succeeds.
-#[cfg(any(feature = "postgres", feature = "redis"))]
-fn example_plan_runs_on(url: String) {
-    let mut env = Env::new();
-    env.db = url;
-    let queue = format!(
-        "cli-{}-{}",
-        std::process::id(),
-        chrono::Utc::now().timestamp_micros()
-    );
-    let plan = example("plan.toml");
-    let out = env
-        .run(&["run", plan.to_str().unwrap(), "--queue", &queue])
-        .expect_code(0);
-    assert!(
-        out.stdout.contains(": 13 succeeded, 0 dead, 0 cancelled"),
-        "{}",
-        out.stdout
-    );
-    assert_eq!(env.count(&queue, "succeeded"), 13);
-}
-
-/// The example plan on PostgreSQL, where `RELAYQ_POSTGRES_URL` points (CI sets it).
-#[cfg(feature = "postgres")]
-#[test]
-fn the_example_plan_runs_on_postgres() {
-    match std::env::var("RELAYQ_POSTGRES_URL") {
-        Ok(url) => example_plan_runs_on(url),
-        Err(_) => eprintln!("SKIPPED: RELAYQ_POSTGRES_URL is unset; the plan was not run"),
-    }
-}
-
-/// The example plan on Redis, where `RELAYQ_REDIS_URL` points (CI sets it).
-#[cfg(feature = "redis")]
-#[test]
-fn the_example_plan_runs_on_redis() {
-    match std::env::var("RELAYQ_REDIS_URL") {
-        Ok(url) => example_plan_runs_on(url),
-        Err(_) => eprintln!("SKIPPED: RELAYQ_REDIS_URL is unset; the plan was not run"),
-    }
-}
-
 /// A plan of more than 50 jobs ends with totals per stage and the failures first, not a
 /// row per job; `--full` prints every row; the JSON report always holds every job.
 #[test]

@@ -8,15 +8,86 @@ mod common;
 use std::{
     io::Read,
     net::{TcpListener, TcpStream},
-    path::{Path, PathBuf},
+    path::PathBuf,
     process::{Child, Command, Stdio},
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
 use common::{Env, eventually};
+use libtest_mimic::{Arguments, Completion, Failed, Trial};
 
-const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
+/// Each test starts its own server, so it needs the server's programs, not a URL:
+/// without them it is reported as ignored, or failed when `RELAYQ_REQUIRE` names the
+/// server.
+fn main() {
+    let trials = vec![
+        trial(
+            "relayq_work_started_before_postgres_serves_jobs_once_it_is_up",
+            "postgres",
+            pg_bin().map(|_| ()),
+            || {
+                let port = free_port();
+                let url = format!("postgres://postgres@127.0.0.1:{port}/postgres");
+                says_so_once(&worker_waits(&url, port, start_postgres));
+            },
+        ),
+        trial(
+            "relayq_work_started_before_redis_serves_jobs_once_it_is_up",
+            "redis",
+            redis_installed(),
+            || {
+                let port = free_port();
+                let url = format!("redis://127.0.0.1:{port}/0");
+                says_so_once(&worker_waits(&url, port, start_redis));
+            },
+        ),
+    ];
+    libtest_mimic::run(&Arguments::from_args(), trials).exit();
+}
+
+fn trial(name: &str, server: &'static str, ready: Result<(), String>, test: fn()) -> Trial {
+    let required = std::env::var("RELAYQ_REQUIRE")
+        .unwrap_or_default()
+        .split(',')
+        .any(|s| s.trim() == server);
+    Trial::ignorable_test(name, move || match ready {
+        Ok(()) => {
+            test();
+            Ok(Completion::Completed)
+        }
+        Err(why) if required => Err(Failed::from(format!(
+            "RELAYQ_REQUIRE names {server}, but {why}"
+        ))),
+        Err(why) => Ok(Completion::ignored_with(why)),
+    })
+    .with_kind(server)
+}
+
+/// The folder of PostgreSQL's server programs (`initdb`, `pg_ctl`), newest version
+/// first.
+fn pg_bin() -> Result<PathBuf, String> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path().join("bin"))
+        .filter(|bin| bin.join("initdb").exists())
+        .collect();
+    found.sort();
+    found
+        .pop()
+        .ok_or_else(|| "no PostgreSQL server programs in /usr/lib/postgresql/*/bin".into())
+}
+
+fn redis_installed() -> Result<(), String> {
+    Command::new("redis-server")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .status()
+        .map(|_| ())
+        .map_err(|e| format!("redis-server cannot be run: {e}"))
+}
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -52,12 +123,9 @@ fn server_dir(kind: &str, port: u16) -> PathBuf {
     dir
 }
 
-/// initdb + pg_ctl start as the postgres user; `None` (one skip line) without them.
-fn start_postgres(port: u16) -> Option<Server> {
-    if !Path::new(PG_BIN).join("initdb").exists() {
-        eprintln!("SKIPPED: no PostgreSQL 15 binaries at {PG_BIN}");
-        return None;
-    }
+/// initdb + pg_ctl start as the postgres user.
+fn start_postgres(port: u16) -> Server {
+    let bin = pg_bin().expect("checked before the test ran");
     let dir = server_dir("pg", port);
     let data = dir.join("data");
     let ok = Command::new("chown")
@@ -69,17 +137,18 @@ fn start_postgres(port: u16) -> Option<Server> {
     let as_postgres = |tool: &str| {
         let mut c = Command::new("runuser");
         c.args(["-u", "postgres", "--"])
-            .arg(Path::new(PG_BIN).join(tool))
+            .arg(bin.join(tool))
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         c
     };
     let stop_data = data.clone();
+    let pg_ctl = bin.join("pg_ctl");
     let server = Server {
         stop: Box::new(move || {
             let _ = Command::new("runuser")
                 .args(["-u", "postgres", "--"])
-                .arg(Path::new(PG_BIN).join("pg_ctl"))
+                .arg(&pg_ctl)
                 .arg("-D")
                 .arg(&stop_data)
                 .args(["-m", "immediate", "-w", "stop"])
@@ -107,10 +176,10 @@ fn start_postgres(port: u16) -> Option<Server> {
         .status()
         .is_ok_and(|s| s.success());
     assert!(ok, "pg_ctl start");
-    Some(server)
+    server
 }
 
-fn start_redis(port: u16) -> Option<Server> {
+fn start_redis(port: u16) -> Server {
     let dir = server_dir("redis", port);
     let child = Command::new("redis-server")
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
@@ -120,18 +189,14 @@ fn start_redis(port: u16) -> Option<Server> {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn();
-    let Ok(mut child) = child else {
-        eprintln!("SKIPPED: redis-server is not installed");
-        let _ = std::fs::remove_dir_all(&dir);
-        return None;
-    };
-    Some(Server {
+    let mut child = child.expect("redis-server starts");
+    Server {
         stop: Box::new(move || {
             let _ = child.kill();
             let _ = child.wait();
         }),
         dir,
-    })
+    }
 }
 
 /// The worker, killed however the test ends.
@@ -147,7 +212,7 @@ impl Drop for Worker {
 /// Starts `relayq work` against `url` while nothing listens at `port`, waits for it to
 /// say it waits, starts the server, then enqueues a command and waits for it to have
 /// run; returns the worker's stderr.
-fn worker_waits(url: &str, port: u16, start: fn(u16) -> Option<Server>) -> Option<String> {
+fn worker_waits(url: &str, port: u16, start: fn(u16) -> Server) -> String {
     let env = Env::with_db(url);
     let q = format!("wait-{port}");
     let mut worker = Worker(env.spawn(&["work", "--queue", &q]));
@@ -181,7 +246,7 @@ fn worker_waits(url: &str, port: u16, start: fn(u16) -> Option<Server>) -> Optio
         worker.0.try_wait().expect("worker state").is_none(),
         "relayq work exited while its server was down"
     );
-    let _server = start(port)?;
+    let _server = start(port);
     wait_for_port(port, "the server");
     env.run(&["enqueue", "--queue", &q, "--", "touch done"])
         .expect_code(0);
@@ -190,8 +255,7 @@ fn worker_waits(url: &str, port: u16, start: fn(u16) -> Option<Server>) -> Optio
         Duration::from_secs(30),
         || env.path("done").exists().then_some(()),
     );
-    let text = stderr.lock().unwrap().clone();
-    Some(text)
+    stderr.lock().unwrap().clone()
 }
 
 fn says_so_once(stderr: &str) {
@@ -200,22 +264,4 @@ fn says_so_once(stderr: &str) {
         1,
         "one line per outage:\n{stderr}"
     );
-}
-
-#[test]
-fn relayq_work_started_before_postgres_serves_jobs_once_it_is_up() {
-    let port = free_port();
-    let url = format!("postgres://postgres@127.0.0.1:{port}/postgres");
-    if let Some(stderr) = worker_waits(&url, port, start_postgres) {
-        says_so_once(&stderr);
-    }
-}
-
-#[test]
-fn relayq_work_started_before_redis_serves_jobs_once_it_is_up() {
-    let port = free_port();
-    let url = format!("redis://127.0.0.1:{port}/0");
-    if let Some(stderr) = worker_waits(&url, port, start_redis) {
-        says_so_once(&stderr);
-    }
 }

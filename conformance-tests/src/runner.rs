@@ -8,6 +8,7 @@
 
 use std::{
     future::Future,
+    panic::{AssertUnwindSafe, catch_unwind, resume_unwind},
     sync::{Arc, OnceLock},
 };
 
@@ -189,7 +190,7 @@ where
     Trial::ignorable_test(name, move || {
         let rt = runtime(4)?;
         match rt.block_on(harness::locate(server)) {
-            Ok(url) => rt.block_on(test(url)),
+            Ok(url) => return unless_skipped(|| rt.block_on(test(url))),
             Err(why) => {
                 return match absent::<()>(server, &why) {
                     Status::Fail(why) => Err(why.into()),
@@ -200,7 +201,6 @@ where
                 };
             }
         }
-        Ok(Completion::Completed)
     })
     .with_kind(server.name())
 }
@@ -212,8 +212,41 @@ where
     F: FnOnce() -> Fut + Send + 'static,
     Fut: Future<Output = ()>,
 {
-    Trial::test(name, move || {
-        runtime(4)?.block_on(test());
-        Ok(())
+    Trial::ignorable_test(name, move || {
+        let rt = runtime(4)?;
+        unless_skipped(|| rt.block_on(test()))
     })
+}
+
+/// Ends the running test of [`server_test`] or [`local_test`] as ignored, with
+/// `reason`: for what only shows once the test runs (a server too old for the feature
+/// under test, a program that is not installed). It unwinds without the panic hook, so
+/// nothing is printed as a panic. Call it on the test's own task, not a spawned one.
+pub fn skip(reason: impl Into<String>) -> ! {
+    resume_unwind(Box::new(Skipped(reason.into())))
+}
+
+/// Like [`skip`] for something `server`'s tests need (its program installed, a
+/// version), but a failure when `RELAYQ_REQUIRE` names `server`.
+pub fn missing(server: Server, reason: &str) -> ! {
+    assert!(
+        !harness::required(server),
+        "RELAYQ_REQUIRE names {}, but {reason}",
+        server.name()
+    );
+    skip(reason)
+}
+
+/// The payload [`skip`] unwinds with.
+struct Skipped(String);
+
+/// Runs `test`; a [`skip`] inside it becomes an ignored outcome, other panics go on.
+fn unless_skipped(test: impl FnOnce()) -> Result<Completion, Failed> {
+    match catch_unwind(AssertUnwindSafe(test)) {
+        Ok(()) => Ok(Completion::Completed),
+        Err(payload) => match payload.downcast::<Skipped>() {
+            Ok(skipped) => Ok(Completion::ignored_with(skipped.0)),
+            Err(other) => resume_unwind(other),
+        },
+    }
 }

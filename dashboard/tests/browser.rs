@@ -1,10 +1,12 @@
 //! The dashboard in a real browser: headless Chromium through chromedriver (WebDriver),
-//! against a dashboard and a worker on a SQLite database.
+//! against a dashboard and a worker on SQLite, and on PostgreSQL and Redis where
+//! `RELAYQ_POSTGRES_URL` / `RELAYQ_REDIS_URL` point.
 //!
 //! Needs Debian's `chromium` and `chromium-driver` (`/usr/bin/chromium`,
 //! `/usr/bin/chromedriver`; `RELAYQ_CHROMIUM` and `RELAYQ_CHROMEDRIVER` override).
-//! Without them the test prints SKIPPED and passes, unless `RELAYQ_REQUIRE` contains
-//! `browser`. With `RELAYQ_DASHBOARD_SCREENSHOTS=DIR` it saves `dashboard-*.png` there.
+//! Without them the test is reported as ignored, or failed when `RELAYQ_REQUIRE`
+//! contains `browser`; so is a server whose URL is unset. With
+//! `RELAYQ_DASHBOARD_SCREENSHOTS=DIR` the SQLite run saves `dashboard-*.png` there.
 
 mod common;
 
@@ -22,6 +24,33 @@ use relayq_core::{Backend, ClaimedJob, JobState, NewJob, OnFailure, worker::Work
 use relayq_dashboard::{Options, router};
 use serde_json::{Value, json};
 use tokio::{sync::watch, time::Instant};
+
+fn main() {
+    use relayq_conformance::{
+        harness::Server,
+        runner::{local_test, run, server_test},
+    };
+    const NAME: &str = "the_dashboard_works_in_chromium";
+    run(vec![
+        local_test(&format!("sqlite::{NAME}"), || async {
+            the_dashboard_works_in_chromium(sqlite().await, true).await;
+        }),
+        server_test(
+            Server::Postgres,
+            &format!("postgres::{NAME}"),
+            |url| async move {
+                the_dashboard_works_in_chromium(server(&url).await, false).await;
+            },
+        ),
+        server_test(Server::Redis, &format!("redis::{NAME}"), |url| async move {
+            the_dashboard_works_in_chromium(server(&url).await, false).await;
+        }),
+    ])
+}
+
+/// What `RELAYQ_REQUIRE` names for this test's programs.
+const BROWSER: relayq_conformance::harness::Server =
+    relayq_conformance::harness::Server::new("browser", "RELAYQ_CHROMEDRIVER");
 
 const PWN: &str = r#"<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">"#;
 const WAIT: Duration = Duration::from_secs(20);
@@ -120,8 +149,8 @@ async fn click(b: &Client, selector: &str) {
     .await;
 }
 
-async fn screenshot(b: &Client, name: &str) {
-    if let Some(dir) = std::env::var_os("RELAYQ_DASHBOARD_SCREENSHOTS") {
+async fn screenshot(b: &Client, name: &str, wanted: bool) {
+    if let Some(dir) = std::env::var_os("RELAYQ_DASHBOARD_SCREENSHOTS").filter(|_| wanted) {
         let png = b.screenshot().await.expect("a screenshot");
         std::fs::write(
             PathBuf::from(dir).join(format!("dashboard-{name}.png")),
@@ -153,24 +182,16 @@ fn gated_worker(backend: Arc<dyn Backend>, queue: &str, gate: watch::Receiver<i3
         .unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_dashboard_works_in_chromium() {
-    let require = std::env::var("RELAYQ_REQUIRE").unwrap_or_default();
+async fn the_dashboard_works_in_chromium(db: Db, screenshots: bool) {
     let (Some(driver), Some(chromium)) = (
         tool("RELAYQ_CHROMEDRIVER", "/usr/bin/chromedriver"),
         tool("RELAYQ_CHROMIUM", "/usr/bin/chromium"),
     ) else {
-        assert!(
-            !require.split(',').any(|r| r.trim() == "browser"),
-            "RELAYQ_REQUIRE has browser, but chromium or chromedriver is missing (apt-get install chromium chromium-driver)"
+        relayq_conformance::runner::missing(
+            BROWSER,
+            "no /usr/bin/chromedriver or /usr/bin/chromium (apt-get install chromium chromium-driver)",
         );
-        eprintln!(
-            "SKIPPED: the_dashboard_works_in_chromium: no /usr/bin/chromedriver or /usr/bin/chromium"
-        );
-        return;
     };
-
-    let db = sqlite().await;
     let (qb, qd) = (queue(), queue());
     let app = router(
         db.backend.clone(),
@@ -225,7 +246,7 @@ async fn the_dashboard_works_in_chromium() {
         .unwrap();
     let rows = "return document.querySelectorAll('#running tbody tr').length;";
     until(&b, "two running jobs listed", rows, |v| v == &json!(2)).await;
-    screenshot(&b, "running").await;
+    screenshot(&b, "running", screenshots).await;
 
     b.goto(&format!("{base}/queues/{qb}/batches"))
         .await
@@ -245,7 +266,7 @@ async fn the_dashboard_works_in_chromium() {
         batch.id.0
     );
     until(&b, "stage 1's bar full", &bar, |v| v == &json!("100%")).await;
-    screenshot(&b, "batches").await;
+    screenshot(&b, "batches", screenshots).await;
     gate.send(3).unwrap();
     until(&b, "stage 3 done", &stage(3), |v| {
         v.as_str().is_some_and(|t| t.starts_with("1/1 done"))
@@ -272,7 +293,7 @@ async fn the_dashboard_works_in_chromium() {
     )
     .await;
     no_injected_markup(&b).await;
-    screenshot(&b, "dead").await;
+    screenshot(&b, "dead", screenshots).await;
     click(&b, &format!("{row} button[data-action=\"retry\"]")).await;
     let gone = format!(
         "return document.querySelector({}) === null && document.querySelector('#content p') !== null;",
@@ -304,7 +325,7 @@ async fn the_dashboard_works_in_chromium() {
     )
     .await;
     no_injected_markup(&b).await;
-    screenshot(&b, "job").await;
+    screenshot(&b, "job", screenshots).await;
 
     // Pausing from the queue list pauses the queue.
     b.goto(&format!("{base}/")).await.unwrap();
@@ -322,7 +343,7 @@ async fn the_dashboard_works_in_chromium() {
     )
     .await;
     assert!(db.backend.queue_stats(&qb).await.unwrap().paused);
-    screenshot(&b, "queues").await;
+    screenshot(&b, "queues", screenshots).await;
 
     b.close().await.unwrap();
     worker.shutdown().await.unwrap();

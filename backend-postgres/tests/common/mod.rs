@@ -12,12 +12,6 @@ pub const LEASE: Duration = Duration::from_secs(30);
 /// The server of these tests: `RELAYQ_POSTGRES_URL`, or a container.
 pub const SERVER: Server = Server::Postgres;
 
-/// The server's URL, for a test that still returns early without one (a pass): prefer
-/// `relayq_conformance::server_tests!` with [`SERVER`], which reports it as ignored.
-pub async fn url() -> Option<String> {
-    relayq_conformance::harness::server_url(Server::Postgres).await
-}
-
 /// A backend on a new schema, migrated; `drop_schema` removes it.
 pub async fn fresh(url: &str, tag: &str) -> PostgresBackend {
     let schema = format!(

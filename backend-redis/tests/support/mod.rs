@@ -73,12 +73,6 @@ pub async fn user_without_functions(url: &str, user: &str, prefix: &str) -> Stri
     url.replacen("redis://", &format!("redis://{user}:unused@"), 1)
 }
 
-/// One skip line, straight to stderr, past the test harness's output capture.
-pub fn skip(line: &str) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "SKIPPED: {line}");
-}
-
 /// The key prefix of the Redis-specific tests.
 pub const PREFIX: &str = "relayq-test";
 

@@ -157,3 +157,51 @@ pub fn job<'a>(report: &'a Value, name: &str) -> &'a Value {
         .find(|j| j["name"] == name)
         .unwrap_or_else(|| panic!("no job {name:?} in the report"))
 }
+
+/// The backends the CLI tests run on: SQLite always, a server where its variable
+/// points.
+pub const BACKENDS: [(&str, Option<&str>); 3] = [
+    ("sqlite", None),
+    ("postgres", Some("RELAYQ_POSTGRES_URL")),
+    ("redis", Some("RELAYQ_REDIS_URL")),
+];
+
+/// One trial per backend and case, named `backend::case`: a server whose variable is
+/// unset is reported as ignored with the reason, or as failed when `RELAYQ_REQUIRE`
+/// names it. A case fails by returning an error or by panicking.
+pub fn per_backend<F>(cases: &[(&'static str, F)]) -> Vec<libtest_mimic::Trial>
+where
+    F: Fn(&Env) -> Result<(), libtest_mimic::Failed> + Copy + Send + 'static,
+{
+    use libtest_mimic::{Completion, Trial};
+    let mut trials = Vec::new();
+    for (backend, var) in BACKENDS {
+        let url = var.and_then(|v| std::env::var(v).ok().filter(|u| !u.trim().is_empty()));
+        let required = std::env::var("RELAYQ_REQUIRE")
+            .unwrap_or_default()
+            .split(',')
+            .any(|s| s.trim() == backend);
+        for &(name, case) in cases {
+            let url = url.clone();
+            let trial = Trial::ignorable_test(format!("{backend}::{name}"), move || {
+                let env = match (var, url) {
+                    (None, _) => Env::new(),
+                    (Some(_), Some(url)) => Env::with_db(&url),
+                    (Some(var), None) if required => {
+                        return Err(
+                            format!("{var} is unset, but RELAYQ_REQUIRE names {backend}").into(),
+                        );
+                    }
+                    (Some(var), None) => {
+                        return Ok(Completion::ignored_with(format!(
+                            "no {backend} server: {var} unset"
+                        )));
+                    }
+                };
+                case(&env).map(|()| Completion::Completed)
+            });
+            trials.push(trial.with_kind(backend));
+        }
+    }
+    trials
+}

@@ -17,7 +17,7 @@ pub const HOSTILE: &str = "<script>alert(1)</script><img src=x onerror=alert(2)>
 
 pub struct Db {
     pub backend: Arc<dyn Backend>,
-    _dir: tempfile::TempDir,
+    _dir: Option<tempfile::TempDir>,
 }
 
 pub async fn sqlite() -> Db {
@@ -26,7 +26,15 @@ pub async fn sqlite() -> Db {
     let backend = SqliteBackend::open(&url).await.unwrap();
     Db {
         backend: Arc::new(backend),
-        _dir: dir,
+        _dir: Some(dir),
+    }
+}
+
+/// The server at `url`, through the facade (migrated); tests use random queue names.
+pub async fn server(url: &str) -> Db {
+    Db {
+        backend: relayq::connect(url).await.unwrap(),
+        _dir: None,
     }
 }
 
