@@ -1,6 +1,7 @@
 //! SQL Server-specific behaviour, against a real server (`RELAYQ_MSSQL_URL`, or a
 //! container; else reported as ignored). Each test works in a schema of its own.
 
+use relayq_core::EnqueueExt;
 use std::time::Duration;
 
 use relayq_conformance::{harness::Server, queue_name};

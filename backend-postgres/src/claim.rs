@@ -512,7 +512,8 @@ impl Claim for PostgresBackend {
 #[cfg(test)]
 mod tests {
     use relayq_conformance::harness::{Server, server_url};
-    use relayq_core::{Enqueue, NewJob};
+    use relayq_core::EnqueueExt;
+    use relayq_core::NewJob;
 
     use super::*;
     use crate::Config;

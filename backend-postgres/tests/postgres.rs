@@ -2,6 +2,8 @@
 //! container, or one SKIPPED line). Tests that need a table of their own make a schema
 //! of their own and drop it at the end.
 
+use relayq_core::CompleteExt;
+use relayq_core::EnqueueExt;
 use std::{sync::Arc, time::Duration};
 
 use futures::future::join_all;

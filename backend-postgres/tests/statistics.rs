@@ -15,6 +15,7 @@
 //! and `idx_tup_fetch`: live rows), which a connection reports when it ends:
 //! each operation runs on a connection of its own, closed after it. Not a timed test.
 
+use relayq_core::OrderBarrierExt;
 use std::time::Duration;
 
 use relayq_conformance::{poll_until, queue_name};

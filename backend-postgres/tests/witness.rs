@@ -3,6 +3,7 @@
 //! claims are not held up by a witness, and that under concurrent settles every stage
 //! is still released, and only once the one before it has finished.
 
+use relayq_core::CompleteExt;
 use std::{
     sync::Arc,
     time::{Duration, Instant},

@@ -3,10 +3,11 @@
 //! ignored). Each case's random queue
 //! names land in different slots, so the cases spread over the masters.
 
+use relayq_core::EnqueueExt;
 use std::{sync::Arc, time::Duration};
 
 use relayq_conformance::{Capability, Env, Subject, harness::Server, runner::server_test};
-use relayq_core::{Backend, Enqueue, EventKind, Events, NewJob};
+use relayq_core::{Backend, EventKind, Events, NewJob};
 use relayq_redis::RedisBackend;
 use tokio::time::Instant;
 

@@ -2,6 +2,7 @@
 //! own: `CLIENT KILL TYPE normal` drops every client of the server, and the tests run
 //! beside it in one binary lost their connections mid-call ("broken pipe").
 
+use relayq_core::EnqueueExt;
 use std::{
     collections::HashSet,
     sync::{Arc, Mutex},

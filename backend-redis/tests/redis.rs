@@ -1,6 +1,7 @@
 //! Redis-specific behaviour, against the real server (`RELAYQ_REDIS_URL`, or a
 //! container); without one each test is reported as ignored, with the reason.
 
+use relayq_core::EnqueueExt;
 use std::time::Duration;
 
 use redis::AsyncCommands;

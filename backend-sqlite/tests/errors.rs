@@ -2,9 +2,10 @@
 //! another connection past the busy timeout gives a transient error, which callers
 //! (the worker's settler) may retry.
 
+use relayq_core::EnqueueExt;
 use std::str::FromStr;
 
-use relayq_core::{Enqueue, ErrorKind, NewJob};
+use relayq_core::{ErrorKind, NewJob};
 use relayq_sqlite::SqliteBackend;
 use sqlx::{Connection, sqlite::SqliteConnectOptions};
 

@@ -1,6 +1,8 @@
 //! Opening one new file from many handles at once: WAL switch and migrations must not
 //! race (each ran into "database is locked" / "table already exists" before).
 
+use relayq_core::CompleteExt;
+use relayq_core::EnqueueExt;
 use relayq_core::Inspect;
 use relayq_sqlite::SqliteBackend;
 
@@ -28,7 +30,7 @@ async fn many_handles_open_a_new_file_at_once() {
 /// A database made by schema version 1 is upgraded in place on open, keeping its jobs.
 #[tokio::test]
 async fn a_version_1_database_is_upgraded_on_open() {
-    use relayq_core::{Claim, ClaimRequest, Complete, Enqueue, JobId, NewJob, Settle};
+    use relayq_core::{Claim, ClaimRequest, JobId, NewJob, Settle};
     use sqlx::Connection as _;
 
     let dir = tempfile::tempdir().unwrap();

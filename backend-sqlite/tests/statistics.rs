@@ -19,6 +19,7 @@
 //!
 //! Not a timed test.
 
+use relayq_core::OrderBarrierExt;
 use std::sync::{
     Arc,
     atomic::{AtomicU64, Ordering::Relaxed},

@@ -4,6 +4,7 @@
 //! steady 500 jobs/s; each payload carries its enqueue time, and the handler records
 //! start minus enqueue in an HDR histogram.
 
+use relayq_core::EnqueueExt;
 use std::{
     sync::{Arc, Mutex},
     time::Duration,

@@ -1,5 +1,6 @@
 //! Scenarios 1 (enqueue) and 2 (drain), run on every target in turn, `runs` times.
 
+use relayq_core::EnqueueExt;
 use std::{
     sync::{
         Arc,

@@ -3,6 +3,7 @@
 //! Then one batch whose single stage holds many jobs, drained like the headline drain:
 //! what a batch's bookkeeping costs every settle.
 
+use relayq_core::OrderBarrierExt;
 use std::{
     collections::BTreeMap,
     sync::{Arc, Mutex},

@@ -1,6 +1,7 @@
 //! `relayq run PLAN.toml`: validate the plan, enqueue it as one sealed batch, run it on
 //! local workers with live progress, then print the summary from the execution log.
 
+use relayq_core::OrderBarrierExt;
 use std::{
     io::IsTerminal,
     path::PathBuf,

@@ -90,7 +90,7 @@ fn sigkill_of_the_worker(env: &Env) -> Result<(), Failed> {
             .expect_code(0);
         let mut workers = Workers(vec![env.spawn(&["work", "--queue", &q, "--lease", "3s"])]);
         let pids = eventually("the command started", Duration::from_secs(20), || {
-            pids(&env, &marker)
+            pids(env, &marker)
         });
         assert_eq!(pids.len(), 2, "{pids:?}");
         assert!(pids.iter().all(|p| !ended(p)), "not running yet");

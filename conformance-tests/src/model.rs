@@ -7,6 +7,7 @@
 //! shrinking then hands back the shortest sequence on which the backend and the model
 //! disagree.
 
+use relayq_core::CompleteExt;
 use std::{fmt::Debug, sync::Arc, time::Duration};
 
 use anyhow::{bail, ensure};

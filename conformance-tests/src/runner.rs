@@ -190,16 +190,14 @@ where
     Trial::ignorable_test(name, move || {
         let rt = runtime(4)?;
         match rt.block_on(harness::locate(server)) {
-            Ok(url) => return unless_skipped(|| rt.block_on(test(url))),
-            Err(why) => {
-                return match absent::<()>(server, &why) {
-                    Status::Fail(why) => Err(why.into()),
-                    _ => Ok(Completion::ignored_with(format!(
-                        "no {} server: {why}",
-                        server.name()
-                    ))),
-                };
-            }
+            Ok(url) => unless_skipped(|| rt.block_on(test(url))),
+            Err(why) => match absent::<()>(server, &why) {
+                Status::Fail(why) => Err(why.into()),
+                _ => Ok(Completion::ignored_with(format!(
+                    "no {} server: {why}",
+                    server.name()
+                ))),
+            },
         }
     })
     .with_kind(server.name())

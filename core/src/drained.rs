@@ -52,7 +52,9 @@ pub async fn wait_drained<B: Inspect + ?Sized>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Claim, ClaimRequest, Complete, Enqueue, NewJob, memory::MemoryBackend};
+    use crate::ext::CompleteExt;
+    use crate::ext::EnqueueExt;
+    use crate::{Claim, ClaimRequest, NewJob, memory::MemoryBackend};
 
     #[tokio::test(start_paused = true)]
     async fn a_queue_is_drained_once_its_last_job_finished() {

@@ -59,6 +59,7 @@ mod batch;
 mod drained;
 mod error;
 mod events;
+pub mod ext;
 mod inspect;
 mod job;
 mod lease;
@@ -75,6 +76,7 @@ pub use batch::{Batch, BatchId, BatchProgress, OnFailure, StageProgress, WaitFor
 pub use drained::wait_drained;
 pub use error::{Error, ErrorKind, Result};
 pub use events::{Event, EventBus, EventKind};
+pub use ext::{CompleteExt, EnqueueExt, OrderBarrierExt};
 pub use inspect::{
     AttemptOutcome, AttemptRecord, DEFAULT_RETENTION, JobInfo, Maintenance, QueueStats, RunningJob,
 };

@@ -1,4 +1,5 @@
 //! The backend traits: one per concern, object-safe, summed up by [`Backend`].
+//! Conveniences built on them, which no backend overrides, are in [`crate::ext`].
 
 use std::time::Duration;
 
@@ -7,9 +8,9 @@ use chrono::{DateTime, Utc};
 use tokio::sync::broadcast;
 
 use crate::{
-    Batch, BatchProgress, ClaimRequest, ClaimedJob, Enqueued, Error, Event, JobId, JobInfo, Lease,
-    Maintenance, NewJob, OnFailure, QueueStats, Result, Retry, RunningJob, Settle, Settled,
-    WaitFor, settle::DEFAULT_SETTLE_BATCH,
+    Batch, BatchProgress, ClaimRequest, ClaimedJob, Enqueued, Event, JobId, JobInfo, Lease,
+    Maintenance, NewJob, OnFailure, QueueStats, Result, RunningJob, Settle, Settled, WaitFor,
+    settle::DEFAULT_SETTLE_BATCH,
 };
 
 /// Wake-up hints from the backend (SPEC W2, B5).
@@ -53,13 +54,6 @@ pub trait Enqueue: Send + Sync {
     /// - Names, keys and payloads are bound as parameters, never spliced into SQL or
     ///   scripts: hostile text is stored verbatim (SPEC X2).
     async fn enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>>;
-
-    /// Stores one job; see [`Enqueue::enqueue`].
-    async fn enqueue_one(&self, job: NewJob) -> Result<Enqueued> {
-        let mut out = self.enqueue(vec![job]).await?;
-        out.pop()
-            .ok_or_else(|| Error::backend("enqueue returned no id for one job"))
-    }
 }
 
 /// Taking jobs to run (SPEC C).
@@ -130,52 +124,6 @@ pub trait Complete: Send + Sync {
     /// - Otherwise [`Error::StaleLease`] and nothing changes (SPEC L3).
     /// - `extend` of zero or over 7 days is [`Error::InvalidInput`] on `extend`.
     async fn heartbeat(&self, lease: &Lease, extend: Duration) -> Result<DateTime<Utc>>;
-
-    /// Marks the job `succeeded`.
-    ///
-    /// # Behavior
-    /// - Succeeds only while the job is `running` under this exact token; otherwise
-    ///   [`Error::StaleLease`] and nothing changes. A second complete of the same lease
-    ///   is `StaleLease` (SPEC L1).
-    /// - A lease past its expiry no longer holds, even before another claimer takes the
-    ///   job over: validity is judged by server time alone, the same on every backend
-    ///   (SPEC C2, C5). Workers keep leases alive with [`heartbeat`](Self::heartbeat).
-    async fn complete(&self, lease: &Lease) -> Result<()> {
-        self.settle_one(Settle::complete(lease.clone()))
-            .await
-            .map(|_| ())
-    }
-
-    /// Records a failed attempt.
-    ///
-    /// # Behavior
-    /// - With attempts left and `retry` not [`Retry::Never`], the job becomes `retrying`
-    ///   until server now + the retry delay, then claimable again; otherwise it becomes
-    ///   `dead`. The error text is kept (SPEC L2).
-    /// - A stale token is [`Error::StaleLease`] and nothing changes (SPEC L1).
-    async fn fail(&self, lease: &Lease, error: &str, retry: Retry) -> Result<Settled> {
-        self.settle_one(Settle::fail(lease.clone(), error, retry))
-            .await
-    }
-
-    /// Gives the job back: `ready` again, the attempt not counted (SPEC L4).
-    ///
-    /// # Behavior
-    /// - The next claim of the job gets the same attempt number again (SPEC L4).
-    /// - A stale token is [`Error::StaleLease`] and nothing changes (SPEC L1).
-    async fn release(&self, lease: &Lease) -> Result<()> {
-        self.settle_one(Settle::release(lease.clone()))
-            .await
-            .map(|_| ())
-    }
-
-    /// Settles one lease through [`settle_many`](Self::settle_many).
-    async fn settle_one(&self, settle: Settle) -> Result<Settled> {
-        self.settle_many(vec![settle])
-            .await?
-            .pop()
-            .unwrap_or_else(|| Err(Error::backend("settle_many returned no result")))
-    }
 }
 
 /// Batches and ordered stages: the order barrier (SPEC B).
@@ -221,25 +169,6 @@ pub trait OrderBarrier: Events {
     /// - An unknown batch, or one of another queue, is [`Error::NotFound`].
     async fn reached(&self, batch: &Batch, target: WaitFor) -> Result<bool> {
         Ok(self.batch_progress(batch).await?.reached(target))
-    }
-
-    /// Waits until `target` is reached or `timeout` passes (SPEC B5).
-    ///
-    /// # Behavior
-    /// - Returns the progress once the stage (and every stage below it) is finished, or
-    ///   once the sealed batch is finished (SPEC B5).
-    /// - After `timeout`, [`Error::Timeout`] (SPEC B5).
-    /// - Polls the server no faster than every 100 ms, and wakes on the backend's
-    ///   `Finished` events where it has them (SPEC B5).
-    /// - Checks with [`reached`](Self::reached), and reads the counts only once it says
-    ///   yes: waiting on a large batch does not count it again and again.
-    async fn wait(
-        &self,
-        batch: &Batch,
-        target: WaitFor,
-        timeout: Duration,
-    ) -> Result<BatchProgress> {
-        crate::wait_polling(self, batch, target, timeout).await
     }
 }
 

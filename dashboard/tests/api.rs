@@ -1,6 +1,7 @@
 //! The JSON API over a SQLite backend: counts, lists with limits, every action, and
 //! the router nested under a path of the embedding service.
 
+use relayq_core::EnqueueExt;
 mod common;
 
 use std::time::Duration;

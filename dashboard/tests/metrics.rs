@@ -1,6 +1,7 @@
 //! `/metrics`: the queue gauges as Prometheus text, through the recorder the program
 //! installed.
 
+use relayq_core::EnqueueExt;
 mod common;
 
 use common::*;

@@ -1,4 +1,4 @@
-//! `use relayq::prelude::*;`: the backend traits (so methods on `Arc<dyn Backend>`
+//! `use relayq::prelude::*;`: the backend traits and their extensions (so methods on `Arc<dyn Backend>`
 //! resolve), the job and batch types, errors, the worker, and `chrono`'s time types
 //! that [`NewJob::run_at`](relayq_core::NewJob::run_at) and
 //! [`Retry::At`](relayq_core::Retry::At) take.
@@ -6,8 +6,9 @@
 pub use chrono::{DateTime, Utc};
 pub use relayq_core::{
     Admin, Backend, Batch, BatchId, BatchProgress, Claim, ClaimRequest, ClaimedJob, Complete,
-    Enqueue, Enqueued, Error, ErrorKind, Events, Inspect, JobId, JobState, Lease, NewJob,
-    OnFailure, OrderBarrier, QueueStats, Result, Retry, Settle, Settled, WaitFor, wait_drained,
+    CompleteExt, Enqueue, EnqueueExt, Enqueued, Error, ErrorKind, Events, Inspect, JobId, JobState,
+    Lease, NewJob, OnFailure, OrderBarrier, OrderBarrierExt, QueueStats, Result, Retry, Settle,
+    Settled, WaitFor, wait_drained,
     worker::{JobError, Worker},
 };
 pub use std::sync::Arc;

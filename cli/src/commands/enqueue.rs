@@ -1,5 +1,6 @@
 //! `relayq enqueue -- COMMAND...`: store one command as a job.
 
+use relayq_core::EnqueueExt;
 use std::time::Duration;
 
 use relayq_core::{BatchId, Error as CoreError, NewJob};

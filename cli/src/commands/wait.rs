@@ -1,5 +1,6 @@
 //! `relayq wait BATCH_ID`: wait for a stage or a whole batch.
 
+use relayq_core::OrderBarrierExt;
 use std::time::Duration;
 
 use anyhow::Context;

@@ -1,5 +1,6 @@
 //! SPEC C — claim.
 
+use relayq_core::CompleteExt;
 use std::{
     collections::HashSet,
     sync::atomic::{AtomicU64, Ordering},

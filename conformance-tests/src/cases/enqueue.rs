@@ -1,5 +1,6 @@
 //! SPEC E — enqueue.
 
+use relayq_core::EnqueueExt;
 use std::time::Duration;
 
 use anyhow::ensure;

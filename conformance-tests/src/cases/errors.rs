@@ -1,5 +1,8 @@
 //! SPEC X — errors and bad input.
 
+use relayq_core::CompleteExt;
+use relayq_core::EnqueueExt;
+use relayq_core::OrderBarrierExt;
 use std::time::Duration;
 
 use anyhow::ensure;

@@ -3,6 +3,8 @@
 //!
 //! [`Capability::Notifications`]: crate::Capability::Notifications
 
+use relayq_core::CompleteExt;
+use relayq_core::EnqueueExt;
 use std::time::Duration;
 
 use anyhow::{Context, bail};

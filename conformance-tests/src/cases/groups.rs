@@ -1,5 +1,6 @@
 //! SPEC G — groups: mutual exclusion, in order.
 
+use relayq_core::CompleteExt;
 use std::time::Duration;
 
 use anyhow::ensure;

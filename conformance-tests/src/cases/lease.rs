@@ -1,5 +1,6 @@
 //! SPEC L — lease: complete, fail, heartbeat, release, the attempt log, settle_many.
 
+use relayq_core::CompleteExt;
 use std::time::Duration;
 
 use anyhow::{bail, ensure};

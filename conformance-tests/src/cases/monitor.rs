@@ -1,5 +1,7 @@
 //! SPEC M — monitoring and maintenance.
 
+use relayq_core::CompleteExt;
+use relayq_core::EnqueueExt;
 use std::{
     sync::atomic::{AtomicU64, Ordering},
     time::Duration,

@@ -1,6 +1,7 @@
 //! The big concurrent scenarios: many claimers, each on its own handle, running claim
 //! loops (see [`drain`]) against one queue.
 
+use relayq_core::OrderBarrierExt;
 use std::{
     collections::{BTreeMap, HashMap},
     sync::{

@@ -1,6 +1,7 @@
 //! Helpers shared by the cases: short claims, error checks, the one-job-per-state
 //! fixture and the concurrent claim-loop workers of the load scenarios.
 
+use relayq_core::CompleteExt;
 use std::{
     collections::HashMap,
     fmt::Debug,

@@ -2,6 +2,8 @@
 //! dead jobs with hostile text, and one-shot requests against the router.
 #![allow(dead_code, missing_docs)]
 
+use relayq_core::CompleteExt;
+use relayq_core::EnqueueExt;
 use std::{sync::Arc, time::Duration};
 
 use axum::{
