@@ -36,12 +36,7 @@ struct Immediate {
 
 impl Events for Immediate {}
 
-#[async_trait]
-impl Enqueue for Immediate {
-    async fn enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
-        self.unused.enqueue(jobs).await
-    }
-}
+relayq_core::delegate!(Immediate, unused => Enqueue, OrderBarrier, Inspect, Admin);
 
 #[async_trait]
 impl Claim for Immediate {
@@ -92,71 +87,6 @@ impl Complete for Immediate {
 
     async fn heartbeat(&self, _lease: &Lease, extend: Duration) -> Result<DateTime<Utc>> {
         Ok(Utc::now() + extend)
-    }
-}
-
-#[async_trait]
-impl OrderBarrier for Immediate {
-    async fn open_batch(&self, queue: &str, on_failure: OnFailure) -> Result<Batch> {
-        self.unused.open_batch(queue, on_failure).await
-    }
-    async fn seal(&self, batch: &Batch) -> Result<()> {
-        self.unused.seal(batch).await
-    }
-    async fn batch_progress(&self, batch: &Batch) -> Result<BatchProgress> {
-        self.unused.batch_progress(batch).await
-    }
-}
-
-#[async_trait]
-impl Inspect for Immediate {
-    async fn queue_stats(&self, queue: &str) -> Result<QueueStats> {
-        self.unused.queue_stats(queue).await
-    }
-    async fn job(&self, queue: &str, id: JobId) -> Result<JobInfo> {
-        self.unused.job(queue, id).await
-    }
-    async fn running(&self, queue: &str) -> Result<Vec<RunningJob>> {
-        self.unused.running(queue).await
-    }
-    async fn batches(&self, queue: &str, limit: u32) -> Result<Vec<BatchProgress>> {
-        self.unused.batches(queue, limit).await
-    }
-    async fn dead_jobs(&self, queue: &str, limit: u32) -> Result<Vec<JobInfo>> {
-        self.unused.dead_jobs(queue, limit).await
-    }
-
-    async fn queues(&self) -> Result<Vec<String>> {
-        self.unused.queues().await
-    }
-}
-
-#[async_trait]
-impl Admin for Immediate {
-    async fn pause(&self, queue: &str) -> Result<()> {
-        self.unused.pause(queue).await
-    }
-    async fn resume(&self, queue: &str) -> Result<()> {
-        self.unused.resume(queue).await
-    }
-    async fn set_max_running(&self, queue: &str, max_running: Option<u32>) -> Result<()> {
-        self.unused.set_max_running(queue, max_running).await
-    }
-    async fn cancel_job(&self, queue: &str, id: JobId) -> Result<bool> {
-        self.unused.cancel_job(queue, id).await
-    }
-    async fn cancel_batch(&self, batch: &Batch) -> Result<u64> {
-        self.unused.cancel_batch(batch).await
-    }
-    async fn retry_dead(&self, queue: &str, ids: Option<&[JobId]>) -> Result<u64> {
-        self.unused.retry_dead(queue, ids).await
-    }
-    async fn maintain(&self, queue: &str, retention: Duration) -> Result<Maintenance> {
-        self.unused.maintain(queue, retention).await
-    }
-
-    async fn try_maintain(&self, queue: &str, retention: Duration) -> Result<Option<Maintenance>> {
-        self.unused.try_maintain(queue, retention).await
     }
 }
 

@@ -56,6 +56,7 @@
 
 mod barrier;
 mod batch;
+mod delegate;
 mod drained;
 mod error;
 mod events;
@@ -71,6 +72,8 @@ mod traits;
 pub mod validate;
 pub mod worker;
 
+/// The attribute the backend traits are written with, for implementing them.
+pub use async_trait::async_trait;
 pub use barrier::{POLL_INTERVAL, wait_polling};
 pub use batch::{Batch, BatchId, BatchProgress, OnFailure, StageProgress, WaitFor};
 pub use drained::wait_drained;
@@ -85,3 +88,10 @@ pub use lease::{ClaimRequest, ClaimedJob, Lease, LeaseToken};
 pub use settle::{DEFAULT_SETTLE_BATCH, Outcome, Retry, Settle, Settled};
 pub use traits::{Admin, Backend, Claim, Complete, Enqueue, Events, Inspect, OrderBarrier};
 pub use validate::Limits;
+
+/// What [`delegate!`] expands to needs; not part of the API.
+#[doc(hidden)]
+pub mod __private {
+    pub use chrono::{DateTime, Utc};
+    pub use tokio::sync::broadcast::Receiver;
+}

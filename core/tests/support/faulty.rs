@@ -12,7 +12,6 @@ use std::{
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use relayq_core::{memory::MemoryBackend, *};
-use tokio::sync::broadcast;
 
 /// How [`Faulty`] answers heartbeats.
 #[derive(Clone, Copy)]
@@ -60,18 +59,7 @@ impl Faulty {
     }
 }
 
-impl Events for Faulty {
-    fn subscribe(&self) -> Option<broadcast::Receiver<Event>> {
-        self.inner.subscribe()
-    }
-}
-
-#[async_trait]
-impl Enqueue for Faulty {
-    async fn enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
-        self.inner.enqueue(jobs).await
-    }
-}
+relayq_core::delegate!(Faulty, inner => Events, Enqueue, OrderBarrier, Inspect, Admin);
 
 #[async_trait]
 impl Claim for Faulty {
@@ -118,70 +106,5 @@ impl Complete for Faulty {
             Beats::Fail => Err(Error::backend("unreachable, for the test")),
             Beats::Hang => std::future::pending().await,
         }
-    }
-}
-
-#[async_trait]
-impl OrderBarrier for Faulty {
-    async fn open_batch(&self, queue: &str, on_failure: OnFailure) -> Result<Batch> {
-        self.inner.open_batch(queue, on_failure).await
-    }
-    async fn seal(&self, batch: &Batch) -> Result<()> {
-        self.inner.seal(batch).await
-    }
-    async fn batch_progress(&self, batch: &Batch) -> Result<BatchProgress> {
-        self.inner.batch_progress(batch).await
-    }
-}
-
-#[async_trait]
-impl Inspect for Faulty {
-    async fn queue_stats(&self, queue: &str) -> Result<QueueStats> {
-        self.inner.queue_stats(queue).await
-    }
-    async fn job(&self, queue: &str, id: JobId) -> Result<JobInfo> {
-        self.inner.job(queue, id).await
-    }
-    async fn running(&self, queue: &str) -> Result<Vec<RunningJob>> {
-        self.inner.running(queue).await
-    }
-    async fn batches(&self, queue: &str, limit: u32) -> Result<Vec<BatchProgress>> {
-        self.inner.batches(queue, limit).await
-    }
-    async fn dead_jobs(&self, queue: &str, limit: u32) -> Result<Vec<JobInfo>> {
-        self.inner.dead_jobs(queue, limit).await
-    }
-
-    async fn queues(&self) -> Result<Vec<String>> {
-        self.inner.queues().await
-    }
-}
-
-#[async_trait]
-impl Admin for Faulty {
-    async fn pause(&self, queue: &str) -> Result<()> {
-        self.inner.pause(queue).await
-    }
-    async fn resume(&self, queue: &str) -> Result<()> {
-        self.inner.resume(queue).await
-    }
-    async fn set_max_running(&self, queue: &str, max_running: Option<u32>) -> Result<()> {
-        self.inner.set_max_running(queue, max_running).await
-    }
-    async fn cancel_job(&self, queue: &str, id: JobId) -> Result<bool> {
-        self.inner.cancel_job(queue, id).await
-    }
-    async fn cancel_batch(&self, batch: &Batch) -> Result<u64> {
-        self.inner.cancel_batch(batch).await
-    }
-    async fn retry_dead(&self, queue: &str, ids: Option<&[JobId]>) -> Result<u64> {
-        self.inner.retry_dead(queue, ids).await
-    }
-    async fn maintain(&self, queue: &str, retention: Duration) -> Result<Maintenance> {
-        self.inner.maintain(queue, retention).await
-    }
-
-    async fn try_maintain(&self, queue: &str, retention: Duration) -> Result<Option<Maintenance>> {
-        self.inner.try_maintain(queue, retention).await
     }
 }
