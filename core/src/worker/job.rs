@@ -15,16 +15,13 @@
 use std::{
     any::Any,
     panic::AssertUnwindSafe,
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
+    sync::{Arc, atomic::Ordering},
     time::Duration,
 };
 
 use futures::FutureExt;
 use tokio::{
-    sync::{Notify, mpsc, watch},
+    sync::mpsc,
     time::{Instant, sleep_until},
 };
 use tokio_util::sync::CancellationToken;
@@ -32,15 +29,10 @@ use tracing::Instrument;
 
 use super::{
     Handler,
-    context::{JobContext, LeaseDeadline},
-    keeper,
-    slots::Slot,
+    control::{Control, Ended, Settling},
+    slot::Slot,
 };
-use crate::{ClaimedJob, JobId, Lease, LeaseToken, Outcome, Retry, Settle, validate};
-
-/// An outcome for the settler, with the guard that tells the keeper the job ended once
-/// the settler is done with it (stored, given up on, or dropped in a panic).
-pub(super) type Settling = (Settle, Ended);
+use crate::{ClaimedJob, Lease, Outcome, Retry, Settle, validate};
 
 /// What a slot's jobs share: the handler and where their outcomes go.
 #[derive(Clone)]
@@ -58,68 +50,6 @@ pub(super) struct Assigned {
     pub(super) control: Arc<Control>,
     pub(super) slot: Slot,
     pub(super) ended: Ended,
-}
-
-/// One job's state as its slot and the keeper share it.
-#[derive(Default)]
-pub(super) struct Control {
-    /// Set once the handler's outcome is decided and on its way to the settler: the
-    /// keeper no longer stops the job then.
-    handed: AtomicBool,
-    /// Set when the job's run ended, whatever its end.
-    finished: AtomicBool,
-    /// Set by the keeper when the lease is lost: the handler must stop.
-    stopped: AtomicBool,
-    stop: Notify,
-    /// Fired whenever the handler is stopped without being waited for, for what it
-    /// started outside its future ([`JobContext::stopping`]).
-    token: CancellationToken,
-    /// The lease's deadline as the keeper reckons it, renewed by each beat through.
-    deadline: watch::Sender<Option<LeaseDeadline>>,
-}
-
-impl Control {
-    pub(super) fn handed(&self) -> bool {
-        self.handed.load(Ordering::SeqCst)
-    }
-
-    pub(super) fn finished(&self) -> bool {
-        self.finished.load(Ordering::SeqCst)
-    }
-
-    /// Stops the job without an outcome: someone else owns it now. Its handler is
-    /// dropped before it is polled again (or never starts): a handler that blocks its
-    /// thread stops once it yields.
-    pub(super) fn stop(&self) {
-        self.stopped.store(true, Ordering::SeqCst);
-        // A permit is kept if the job is not waiting yet.
-        self.stop.notify_one();
-        self.token.cancel();
-    }
-
-    /// Whether the keeper stopped the job (its lease lost or run out).
-    pub(super) fn stopped(&self) -> bool {
-        self.stopped.load(Ordering::SeqCst)
-    }
-
-    /// Sets the lease's deadline, as the keeper reckons it after a claim or a beat.
-    pub(super) fn set_deadline(&self, deadline: LeaseDeadline) {
-        self.deadline.send_replace(Some(deadline));
-    }
-
-    fn context(&self) -> JobContext {
-        JobContext::new(self.token.clone(), self.deadline.subscribe())
-    }
-}
-
-impl Ended {
-    pub(super) fn new(keeper: mpsc::UnboundedSender<keeper::Msg>, lease: &Lease) -> Self {
-        Self {
-            keeper,
-            job: lease.job,
-            token: lease.token,
-        }
-    }
 }
 
 impl JobRun {
@@ -209,23 +139,6 @@ struct Finished<'a>(&'a Control);
 impl Drop for Finished<'_> {
     fn drop(&mut self) {
         self.0.finished.store(true, Ordering::SeqCst);
-    }
-}
-
-/// Tells the keeper, when dropped, that a job ended, so that it stops heartbeating the
-/// lease. It lives with the job on its slot until the outcome goes to the settler,
-/// then with the outcome until it is stored or given up on; a job stopped or dropped
-/// (lease lost, worker dropped) or a settler that panics drops it on the way. So each
-/// started job ends exactly once.
-pub(super) struct Ended {
-    keeper: mpsc::UnboundedSender<keeper::Msg>,
-    job: JobId,
-    token: LeaseToken,
-}
-
-impl Drop for Ended {
-    fn drop(&mut self) {
-        let _ = self.keeper.send(keeper::Msg::Ended(self.job, self.token));
     }
 }
 

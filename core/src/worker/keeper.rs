@@ -31,23 +31,12 @@ use futures::{StreamExt, stream::FuturesUnordered};
 use tokio::{sync::mpsc, time::Instant};
 use tokio_util::time::{DelayQueue, delay_queue};
 
-use super::{context::LeaseDeadline, job::Control, stats::Stats};
+use super::{
+    context::LeaseDeadline,
+    control::{Control, Msg},
+    stats::Stats,
+};
 use crate::{Backend, Error, JobId, Lease, LeaseToken};
-
-/// What the keeper is told. Every job that gets a `Started` gets one `Ended`.
-pub(super) enum Msg {
-    /// A job started, claimed at `claimed_at`: beat its lease from then on every
-    /// `every`; stop the job if the lease is lost, unless its outcome went to the
-    /// settler already.
-    Started {
-        lease: Lease,
-        claimed_at: Instant,
-        control: Arc<Control>,
-    },
-    /// A job ended: its outcome was stored or given up on, or its run ended without
-    /// one. Its lease needs no more beats.
-    Ended(JobId, LeaseToken),
-}
 
 type Key = (JobId, LeaseToken);
 

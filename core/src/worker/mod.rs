@@ -27,6 +27,7 @@
 
 mod buffer;
 mod context;
+mod control;
 mod handler;
 mod job;
 mod keeper;
@@ -35,6 +36,7 @@ mod outage;
 mod pace;
 mod run;
 mod settler;
+mod slot;
 mod slots;
 mod stats;
 

@@ -22,8 +22,9 @@ use tokio_util::sync::CancellationToken;
 use super::{
     Config, Worker, WorkerReport,
     buffer::Buffer,
-    job::{Assigned, Control, Ended, JobRun, Settling},
-    keeper::{self, Keeper},
+    control::{Control, Ended, Msg, Settling},
+    job::{Assigned, JobRun},
+    keeper::Keeper,
     maintainer::Maintainer,
     pace::Pace,
     settler::{self, Settler},
@@ -53,8 +54,8 @@ pub(super) struct Runner {
     pool: Option<Pool>,
     settle_rx: Option<mpsc::Receiver<Settling>>,
     /// Tells the keeper which jobs started, so it heartbeats their leases.
-    keeper: mpsc::UnboundedSender<keeper::Msg>,
-    keeper_rx: Option<mpsc::UnboundedReceiver<keeper::Msg>>,
+    keeper: mpsc::UnboundedSender<Msg>,
+    keeper_rx: Option<mpsc::UnboundedReceiver<Msg>>,
     heartbeat_every: Duration,
     buffer: Buffer,
     /// The pace the automatic prefetch follows.
@@ -313,7 +314,7 @@ impl Runner {
             // buffer is renewed on the same schedule as any other.
             if self
                 .keeper
-                .send(keeper::Msg::Started {
+                .send(Msg::Started {
                     lease: job.lease.clone(),
                     claimed_at,
                     control: control.clone(),

@@ -25,7 +25,7 @@ use tokio::{
     time::{Instant, sleep_until},
 };
 
-use super::{job::Settling, stats::Stats};
+use super::{control::Settling, stats::Stats};
 use crate::{Backend, Error, Outcome, Settle, Settled};
 
 /// Settle calls a worker has in flight at most.

@@ -8,56 +8,15 @@
 //! from a mailbox of its own, and the claim loop hands a job only to a slot that is
 //! idle, so a job never waits behind another while a slot is free.
 
-use std::{
-    panic::AssertUnwindSafe,
-    sync::{
-        Arc, Mutex, PoisonError,
-        atomic::{AtomicU32, Ordering},
-    },
-};
+use std::{panic::AssertUnwindSafe, sync::Arc};
 
 use futures::FutureExt;
-use tokio::{
-    sync::{Notify, mpsc},
-    task::JoinSet,
+use tokio::{sync::mpsc, task::JoinSet};
+
+use super::{
+    job::{Assigned, JobRun},
+    slot::{Shared, Slot},
 };
-
-use super::job::{Assigned, JobRun};
-
-/// What the slots share with the claim loop: how many are busy, which are idle, and a
-/// wake-up for the loop when one frees.
-#[derive(Default)]
-pub(super) struct Shared {
-    busy: AtomicU32,
-    idle: Mutex<Vec<usize>>,
-    pub(super) freed: Notify,
-}
-
-impl Shared {
-    pub(super) fn busy(&self) -> u32 {
-        self.busy.load(Ordering::SeqCst)
-    }
-}
-
-/// Holds one slot for one job; frees it when dropped, however the job ends.
-pub(super) struct Slot {
-    shared: Arc<Shared>,
-    index: usize,
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        // Idle before it counts as free: the loop takes an idle slot for every free one.
-        self.shared
-            .idle
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(self.index);
-        self.shared.busy.fetch_sub(1, Ordering::SeqCst);
-        metrics::gauge!("relayq_worker_busy_slots").decrement(1.0);
-        self.shared.freed.notify_one();
-    }
-}
 
 /// The slot tasks and their mailboxes.
 pub(super) struct Pool {
@@ -71,7 +30,7 @@ pub(super) struct Pool {
 impl Pool {
     /// Starts `n` slot tasks, each running its jobs with `run`.
     pub(super) fn start(n: usize, run: &JobRun) -> Self {
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(Shared::new(n));
         let mut pool = Self {
             shared,
             mailboxes: Vec::with_capacity(n),
@@ -82,12 +41,6 @@ impl Pool {
             let mailbox = pool.serve();
             pool.mailboxes.push(mailbox);
         }
-        // Popped from the end: the first slots are used first.
-        *pool
-            .shared
-            .idle
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = (0..n).rev().collect();
         pool
     }
 
@@ -101,23 +54,12 @@ impl Pool {
 
     /// Takes an idle slot, counted busy at once; `None` when every slot is busy.
     pub(super) fn take(&self) -> Option<Slot> {
-        let index = self
-            .shared
-            .idle
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .pop()?;
-        self.shared.busy.fetch_add(1, Ordering::SeqCst);
-        metrics::gauge!("relayq_worker_busy_slots").increment(1.0);
-        Some(Slot {
-            shared: self.shared.clone(),
-            index,
-        })
+        self.shared.take()
     }
 
     /// Hands a job to the idle slot it holds.
     pub(super) fn hand(&mut self, job: Assigned) {
-        let index = job.slot.index;
+        let index = job.slot.index();
         let Some(mailbox) = self.mailboxes.get(index) else {
             tracing::error!(
                 slot = index,
@@ -136,7 +78,7 @@ impl Pool {
                 // Not idle after all: the job drops with its guards, its slot frees,
                 // and its lease expires.
                 tracing::error!(
-                    slot = job.slot.index,
+                    slot = job.slot.index(),
                     "a busy slot was handed a job; its lease will expire"
                 );
                 return;
@@ -185,7 +127,10 @@ async fn serve(run: JobRun, mut rx: mpsc::Receiver<Assigned>) {
 
 #[cfg(test)]
 pub(super) mod tests {
-    use std::sync::atomic::AtomicU32;
+    use std::sync::{
+        Mutex,
+        atomic::{AtomicU32, Ordering},
+    };
 
     use chrono::Utc;
     use tokio::sync::mpsc;
@@ -196,8 +141,7 @@ pub(super) mod tests {
         ClaimedJob, JobId, Lease, LeaseToken, Outcome,
         worker::{
             Handler, JobError,
-            job::{Control, Ended, Settling},
-            keeper,
+            control::{Control, Ended, Msg, Settling},
         },
     };
 
@@ -228,10 +172,7 @@ pub(super) mod tests {
 
     /// Hands `job` to an idle slot with a fresh control; returns the control and what
     /// the keeper hears.
-    fn hand(
-        pool: &mut Pool,
-        job: ClaimedJob,
-    ) -> (Arc<Control>, mpsc::UnboundedReceiver<keeper::Msg>) {
+    fn hand(pool: &mut Pool, job: ClaimedJob) -> (Arc<Control>, mpsc::UnboundedReceiver<Msg>) {
         let (keeper, heard) = mpsc::unbounded_channel();
         let ended = Ended::new(keeper, &job.lease);
         let control = Arc::new(Control::default());
@@ -274,13 +215,13 @@ pub(super) mod tests {
         let (pool, _, _) = pool(2);
         let first = pool.take().expect("two idle");
         let second = pool.take().expect("one idle");
-        assert_ne!(first.index, second.index);
+        assert_ne!(first.index(), second.index());
         assert!(pool.take().is_none(), "every slot is busy");
         assert_eq!(pool.shared.busy(), 2);
-        let index = first.index;
+        let index = first.index();
         drop(first);
         assert_eq!(pool.shared.busy(), 1);
-        assert_eq!(pool.take().map(|s| s.index), Some(index));
+        assert_eq!(pool.take().map(|s| s.index()), Some(index));
     }
 
     /// SPEC W1: a job handed to a slot runs its handler, and its outcome goes on to be
@@ -311,10 +252,7 @@ pub(super) mod tests {
         pool.join().await;
         assert_eq!(runs.load(Ordering::SeqCst), 0, "the handler never ran");
         assert!(outcomes.try_recv().is_err(), "no outcome");
-        assert!(matches!(
-            heard.try_recv(),
-            Ok(keeper::Msg::Ended(JobId(8), _))
-        ));
+        assert!(matches!(heard.try_recv(), Ok(Msg::Ended(JobId(8), _))));
         assert!(control.finished() && !control.handed());
         assert_eq!(pool.shared.busy(), 0, "the slot freed");
     }
