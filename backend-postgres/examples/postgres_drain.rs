@@ -2,8 +2,8 @@
 //! bare claim/settle loop. A rough gauge, not the benchmark (that is `bench/`).
 //!
 //! ```sh
-//! RELAYQ_REDIS_URL=redis://127.0.0.1:6379 \
-//!     cargo run --release -p relayq-redis --example drain -- 50000 16 256
+//! RELAYQ_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/test \
+//!     cargo run --release -p relayq-postgres --example postgres_drain -- 50000 16 256
 //! ```
 //!
 //! Arguments: jobs (50,000), worker concurrency (16), worker prefetch (0).
@@ -18,7 +18,7 @@ use relayq_core::{
     Settle,
     worker::{JobError, Worker},
 };
-use relayq_redis::RedisBackend;
+use relayq_postgres::{Config, PostgresBackend};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -26,8 +26,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let n: usize = args.next().map_or(Ok(50_000), |a| a.parse())?;
     let concurrency: u32 = args.next().map_or(Ok(16), |a| a.parse())?;
     let prefetch: u32 = args.next().map_or(Ok(0), |a| a.parse())?;
-    let url = std::env::var("RELAYQ_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-    let b = RedisBackend::connect_with_prefix(&url, "relayq-drain").await?;
+    let url = std::env::var("RELAYQ_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+    let b =
+        PostgresBackend::connect_with(&url, Config::default().with_schema("relayq_drain")).await?;
+    b.migrate().await?;
     let q = format!("drain-{}", std::process::id());
 
     fill(&b, &q, n).await?;
@@ -71,7 +74,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-async fn fill(b: &RedisBackend, q: &str, n: usize) -> relayq_core::Result<()> {
+async fn fill(b: &PostgresBackend, q: &str, n: usize) -> relayq_core::Result<()> {
     for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
         b.enqueue(chunk.iter().map(|_| NewJob::new(q, vec![7; 100])).collect())
             .await?;
