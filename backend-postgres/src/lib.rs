@@ -89,7 +89,7 @@ pub struct Config {
     /// Connections the pool opens before [`PostgresBackend::connect_with`] returns and
     /// keeps open (default 0: each is opened when first needed). Opening one mid-load
     /// stalls the call that needed it for the whole set-up: over TLS with sqlx that
-    /// took about 90 ms on loopback here, against 2–5 ms without (docs/BENCHMARKS.md,
+    /// took about 90 ms on loopback here, against 2–5 ms without (docs/BENCHMARKS-findings.md,
     /// Findings 4). A worker uses up to 2 claim and 4 settle connections at once, plus
     /// one per heartbeat in progress.
     pub min_connections: u32,
@@ -113,7 +113,7 @@ pub struct Config {
     /// acknowledged enqueue or completion is never lost, and a completion's flush
     /// includes the claim before it. Set `true` to make claims wait as well: claims
     /// then also survive a crash, at the cost of one flush wait each (about 20% of
-    /// drain throughput without prefetch here, docs/BENCHMARKS.md).
+    /// drain throughput without prefetch here, docs/BENCHMARKS-findings.md).
     pub durable_claims: bool,
     /// How long [`PostgresBackend::migrate`] waits for a table lock before giving up
     /// (default 5 s). A migration that alters a table waits for every transaction

@@ -127,7 +127,7 @@ pub(crate) async fn send(
 /// Why: PostgreSQL serializes the commits of transactions that sent a notification.
 /// `PreCommit_Notify` takes a cluster-wide lock and holds it until the commit's WAL
 /// flush is done, so single-job enqueues from concurrent producers, each notifying
-/// inside its own commit, committed one flush at a time (`docs/BENCHMARKS.md`,
+/// inside its own commit, committed one flush at a time (`docs/BENCHMARKS-findings.md`,
 /// Findings 30). Sent here, the enqueue's commit flushes alongside the others', and
 /// this transaction, which wrote nothing before its commit record, commits without
 /// waiting for a flush (`RecordTransactionCommit`), so it holds the lock only briefly.

@@ -999,7 +999,7 @@ async fn migrate_gives_up_on_a_locked_table_and_changes_nothing(url: String) {
 /// their groups): in one call with a plain lease and a stale one, the grouped job's
 /// completion releases its group's next job, and every answer is right. (A settle
 /// that first tried an autocommit statement for leases that release nothing was
-/// measured and not kept, docs/BENCHMARKS.md; this is the case it had to get right.)
+/// measured and not kept, docs/BENCHMARKS-findings.md; this is the case it had to get right.)
 async fn settles_from_another_handle_still_release_groups(url: String) {
     let claimer = fresh(&url, "handoff").await;
     let settler = PostgresBackend::connect_with(
