@@ -4,6 +4,9 @@ use std::sync::Arc;
 
 use relayq_core::{Backend, Error, Result, memory::MemoryBackend};
 
+#[cfg(any(feature = "postgres", feature = "redis", feature = "mssql"))]
+use crate::options;
+
 /// Whether [`connect_with`] creates or updates the schema of a SQL server backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Migrate {
@@ -64,7 +67,15 @@ pub async fn connect_with(url: &str, migrate: Migrate) -> Result<Arc<dyn Backend
         "sqlite" => Ok(Arc::new(relayq_sqlite::SqliteBackend::open(url).await?)),
         #[cfg(feature = "postgres")]
         "postgres" | "postgresql" => {
-            let b = relayq_postgres::PostgresBackend::connect(url).await?;
+            let (url, o) = options::take(url, &["schema", "max_connections"])?;
+            let mut config = relayq_postgres::Config::default();
+            if let Some(schema) = o.schema {
+                config = config.with_schema(schema);
+            }
+            if let Some(n) = o.max_connections {
+                config = config.with_max_connections(n);
+            }
+            let b = relayq_postgres::PostgresBackend::connect_with(&url, config).await?;
             if migrate {
                 b.migrate().await?;
             } else {
@@ -73,19 +84,34 @@ pub async fn connect_with(url: &str, migrate: Migrate) -> Result<Arc<dyn Backend
             Ok(Arc::new(b))
         }
         #[cfg(feature = "redis")]
-        "redis" | "rediss" => Ok(Arc::new(relayq_redis::RedisBackend::connect(url).await?)),
+        "redis" | "rediss" => {
+            let (url, o) = options::take(url, &["prefix"])?;
+            let prefix = o.prefix.as_deref().unwrap_or(relayq_redis::DEFAULT_PREFIX);
+            Ok(Arc::new(
+                relayq_redis::RedisBackend::connect_with_prefix(&url, prefix).await?,
+            ))
+        }
         #[cfg(feature = "redis")]
         "redis-cluster" => {
-            let nodes = cluster_nodes(url)?;
+            let (url, o) = options::take(url, &["prefix"])?;
+            let nodes = cluster_nodes(&url)?;
             let nodes: Vec<&str> = nodes.iter().map(String::as_str).collect();
-            let prefix = relayq_redis::DEFAULT_PREFIX;
+            let prefix = o.prefix.as_deref().unwrap_or(relayq_redis::DEFAULT_PREFIX);
             Ok(Arc::new(
                 relayq_redis::RedisBackend::cluster(&nodes, prefix).await?,
             ))
         }
         #[cfg(feature = "mssql")]
         "mssql" | "sqlserver" => {
-            let b = relayq_mssql::MssqlBackend::connect(url).await?;
+            let (url, o) = options::take(url, &["schema", "max_connections"])?;
+            let mut config = relayq_mssql::Config::default();
+            if let Some(schema) = o.schema {
+                config = config.with_schema(schema);
+            }
+            if let Some(n) = o.max_connections {
+                config = config.with_max_connections(n);
+            }
+            let b = relayq_mssql::MssqlBackend::connect_with(&url, config).await?;
             if migrate {
                 b.migrate().await?;
             }

@@ -13,6 +13,12 @@
 //! | `mssql://user:pass@host:1433/db` | SQL Server | `mssql` |
 //! | `memory://` | in-memory reference model | always |
 //!
+//! relayq's own options go in the query and are taken out before the driver sees the
+//! URL: `?schema=NAME` and `?max_connections=N` for PostgreSQL and SQL Server (the
+//! tables' schema, default `relayq`; the pool's size), `?prefix=P` for Redis (every
+//! key's prefix, default `relayq`). Other options go to the driver as written
+//! (`sslmode`, Redis's `allow_eviction`).
+//!
 //! ```
 //! use relayq::prelude::*;
 //!
@@ -30,6 +36,8 @@
 //! repository.
 
 mod connect;
+#[cfg(any(feature = "postgres", feature = "redis", feature = "mssql"))]
+mod options;
 pub mod prelude;
 
 pub use chrono;
