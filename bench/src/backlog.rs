@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use relayq_core::{ClaimRequest, NewJob, Settle, validate};
+use relayq::{ClaimRequest, NewJob, Settle, validate};
 
 use crate::{Row, median, scenarios::job, targets::Target};
 

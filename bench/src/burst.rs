@@ -12,7 +12,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use relayq_core::{Backend, ClaimRequest, NewJob, Settle, validate};
+use relayq::{Backend, ClaimRequest, NewJob, Settle, validate};
 
 use crate::{Row, median, scenarios::job, targets::Target};
 

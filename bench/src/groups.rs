@@ -7,7 +7,7 @@ use std::{
     time::Instant,
 };
 
-use relayq_core::{
+use relayq::{
     Backend, ClaimedJob, NewJob,
     worker::{JobError, Worker},
 };

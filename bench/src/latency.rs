@@ -4,14 +4,14 @@
 //! steady 500 jobs/s; each payload carries its enqueue time, and the handler records
 //! start minus enqueue in an HDR histogram.
 
-use relayq_core::EnqueueExt;
+use relayq::EnqueueExt;
 use std::{
     sync::{Arc, Mutex},
     time::Duration,
 };
 
 use hdrhistogram::Histogram;
-use relayq_core::{
+use relayq::{
     ClaimedJob, NewJob,
     worker::{JobError, Worker},
 };

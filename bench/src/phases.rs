@@ -18,7 +18,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use relayq_core::{
+use relayq::{
     ClaimedJob, NewJob,
     worker::{JobError, Worker},
 };
@@ -145,7 +145,7 @@ async fn once(t: &Target, rate: u64, phase: Duration) -> anyhow::Result<Vec<Row>
 }
 
 /// Enqueues what `rate` owes every [`TICK`], in one call.
-async fn produce(b: Arc<dyn relayq_core::Backend>, q: String, rate: u64, counts: Arc<Counts>) {
+async fn produce(b: Arc<dyn relayq::Backend>, q: String, rate: u64, counts: Arc<Counts>) {
     let start = Instant::now();
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);

@@ -1,6 +1,6 @@
 //! Scenarios 1 (enqueue) and 2 (drain), run on every target in turn, `runs` times.
 
-use relayq_core::EnqueueExt;
+use relayq::EnqueueExt;
 use std::{
     sync::{
         Arc,
@@ -9,7 +9,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use relayq_core::{
+use relayq::{
     Backend, ClaimedJob, NewJob,
     worker::{JobError, Worker},
 };

@@ -3,14 +3,14 @@
 //! Then one batch whose single stage holds many jobs, drained like the headline drain:
 //! what a batch's bookkeeping costs every settle.
 
-use relayq_core::OrderBarrierExt;
+use relayq::OrderBarrierExt;
 use std::{
     collections::BTreeMap,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
-use relayq_core::{
+use relayq::{
     ClaimedJob, NewJob, OnFailure, WaitFor,
     worker::{JobError, Worker},
 };

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use relayq_core::{Backend, memory::MemoryBackend};
+use relayq::Backend;
 
 pub enum Target {
     Memory,
@@ -65,69 +65,63 @@ impl Target {
             Target::Memory | Target::Mssql(_) => (self.open().await?, Cleanup::None),
             Target::RedisCluster(urls) => {
                 let prefix = format!("relayq-bench-{ns}");
-                let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
-                let b = relayq_redis::RedisBackend::cluster(&nodes, &prefix).await?;
-                (Arc::new(b), Cleanup::Keys(urls.clone(), prefix))
+                let b = relayq::connect(&cluster_url(urls, &prefix)).await?;
+                (b, Cleanup::Keys(urls.clone(), prefix))
             }
             Target::Sqlite(dir) => {
                 let path = dir.path().join(format!("{ns}.db"));
-                let url = format!("sqlite://{}", path.display());
-                let b = Arc::new(relayq_sqlite::SqliteBackend::open(&url).await?);
+                let b = relayq::connect(&format!("sqlite://{}", path.display())).await?;
                 (b, Cleanup::File(path))
             }
             Target::Postgres(url) => {
                 vacuum(url).await?;
                 let schema = format!("relayq_bench_{ns}");
-                let config = relayq_postgres::Config::default()
-                    .with_schema(&schema)
-                    .with_max_connections(16);
-                let b = relayq_postgres::PostgresBackend::connect_with(url, config).await?;
-                b.migrate().await?;
-                let pool = b.pool().clone();
-                (Arc::new(b), Cleanup::Schema(pool, schema))
+                let b = relayq::connect(&with(url, &format!("schema={schema}&max_connections=16")))
+                    .await?;
+                let pool = sqlx::postgres::PgPoolOptions::new()
+                    .max_connections(1)
+                    .connect(url)
+                    .await?;
+                (b, Cleanup::Schema(pool, schema))
             }
             Target::Redis(url) => {
                 let prefix = format!("relayq-bench-{ns}");
-                let b = relayq_redis::RedisBackend::connect_with_prefix(url, &prefix).await?;
-                (Arc::new(b), Cleanup::Keys(vec![url.clone()], prefix))
+                let b = relayq::connect(&with(url, &format!("prefix={prefix}"))).await?;
+                (b, Cleanup::Keys(vec![url.clone()], prefix))
             }
         })
     }
 
-    /// A fresh handle on the target.
+    /// A fresh handle on the target, through `relayq::connect` as an application's.
     pub async fn open(&self) -> anyhow::Result<Arc<dyn Backend>> {
-        Ok(match self {
-            Target::Memory => Arc::new(MemoryBackend::new()),
-            Target::Sqlite(dir) => {
-                let url = format!("sqlite://{}", dir.path().join("bench.db").display());
-                Arc::new(relayq_sqlite::SqliteBackend::open(&url).await?)
-            }
+        let url = match self {
+            Target::Memory => "memory://".to_owned(),
+            Target::Sqlite(dir) => format!("sqlite://{}", dir.path().join("bench.db").display()),
             Target::Postgres(url) => {
                 vacuum(url).await?;
-                let config = relayq_postgres::Config::default()
-                    .with_schema("relayq_bench")
-                    .with_max_connections(16);
-                let b = relayq_postgres::PostgresBackend::connect_with(url, config).await?;
-                b.migrate().await?;
-                Arc::new(b)
+                with(url, "schema=relayq_bench&max_connections=16")
             }
-            Target::Redis(url) => Arc::new(
-                relayq_redis::RedisBackend::connect_with_prefix(url, "relayq-bench").await?,
-            ),
-            Target::RedisCluster(urls) => {
-                let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
-                Arc::new(relayq_redis::RedisBackend::cluster(&urls, "relayq-bench").await?)
-            }
-            Target::Mssql(url) => {
-                let config = relayq_mssql::Config::default()
-                    .with_schema("relayq_bench")
-                    .with_max_connections(16);
-                let b = relayq_mssql::MssqlBackend::connect_with(url, config).await?;
-                b.migrate().await?;
-                Arc::new(b)
-            }
-        })
+            Target::Redis(url) => with(url, "prefix=relayq-bench"),
+            Target::RedisCluster(urls) => cluster_url(urls, "relayq-bench"),
+            Target::Mssql(url) => with(url, "schema=relayq_bench&max_connections=16"),
+        };
+        Ok(relayq::connect(&url).await?)
     }
+}
+
+/// `url` with relayq's `option` (`key=value&...`) added to its query.
+fn with(url: &str, option: &str) -> String {
+    let glue = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{glue}{option}")
+}
+
+/// The facade's URL of a cluster whose nodes are `urls` (`redis://host:port` each).
+fn cluster_url(urls: &[String], prefix: &str) -> String {
+    let hosts: Vec<&str> = urls
+        .iter()
+        .map(|u| u.trim_start_matches("redis://").trim_end_matches('/'))
+        .collect();
+    format!("redis-cluster://{}/?prefix={prefix}", hosts.join(","))
 }
 
 /// Vacuums the whole PostgreSQL database, run before every PostgreSQL measurement
@@ -163,9 +157,9 @@ impl Cleanup {
         match self {
             Cleanup::File(path) => {
                 let url = format!("sqlite://{}", path.display());
-                let b = relayq_sqlite::SqliteBackend::open(&url).await?;
-                sqlx::raw_sql("ANALYZE").execute(b.pool()).await?;
-                b.pool().close().await;
+                let pool = sqlx::SqlitePool::connect(&url).await?;
+                sqlx::raw_sql("ANALYZE").execute(&pool).await?;
+                pool.close().await;
             }
             Cleanup::Schema(pool, schema) => {
                 for t in ["jobs", "finished", "attempts", "batches", "queues"] {

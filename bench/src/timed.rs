@@ -6,7 +6,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use relayq_core::{Backend, Claim, ClaimRequest, ClaimedJob, Result, async_trait};
+use relayq::{Backend, Claim, ClaimRequest, ClaimedJob, Result, async_trait};
 
 pub struct Timed {
     inner: Arc<dyn Backend>,
@@ -27,7 +27,7 @@ impl Timed {
     }
 }
 
-relayq_core::delegate!(Timed, inner => Events, Enqueue, Complete, OrderBarrier, Inspect, Admin);
+relayq::delegate!(Timed, inner => Events, Enqueue, Complete, OrderBarrier, Inspect, Admin);
 
 #[async_trait]
 impl Claim for Timed {
