@@ -4,12 +4,12 @@
 //! the public API hides: the tables' settings, which connection the pool hands out.
 //! Each test works in a schema of its own.
 
-use relayq_core::CompleteExt;
-use relayq_core::EnqueueExt;
 use std::time::Duration;
 
 use relayq_conformance::harness::{Server, server_url};
-use relayq_core::{Claim, ClaimRequest, Complete, NewJob, OnFailure, OrderBarrier};
+use relayq_core::{
+    Claim, ClaimRequest, Complete, CompleteExt, EnqueueExt, NewJob, OnFailure, OrderBarrier,
+};
 
 use crate::{Config, MssqlBackend, rows, sql};
 

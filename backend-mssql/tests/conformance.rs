@@ -32,7 +32,8 @@ impl Subject for Mssql {
     const NAME: &'static str = "mssql";
     const SERVER: Option<Server> = Some(Server::Mssql);
     // Handles on one server and schema in one process share an event bus.
-    const CAPABILITIES: &'static [Capability] = &[Capability::Notifications];
+    const CAPABILITIES: &'static [Capability] =
+        &[Capability::Notifications, Capability::Unreachable];
 
     async fn open(url: Option<String>) -> anyhow::Result<Self> {
         Ok(Self {
@@ -50,6 +51,14 @@ impl Subject for Mssql {
                 let handle: Arc<dyn Backend> = Arc::new(open(&url).await?);
                 Ok(handle)
             }
+        })
+        .with_unreachable(|| async {
+            let url = format!(
+                "mssql://sa:{}@127.0.0.1:1/master",
+                relayq_conformance::UNREACHABLE_PASSWORD
+            );
+            let handle: Arc<dyn Backend> = Arc::new(open(&url).await?);
+            Ok(handle)
         }))
     }
 }

@@ -1,11 +1,10 @@
 //! SQL Server-specific behaviour, against a real server (`RELAYQ_MSSQL_URL`, or a
 //! container; else reported as ignored). Each test works in a schema of its own.
 
-use relayq_core::EnqueueExt;
 use std::time::Duration;
 
 use relayq_conformance::{harness::Server, queue_name};
-use relayq_core::{Claim, ClaimRequest, Enqueue, Error, Inspect, NewJob};
+use relayq_core::{Claim, ClaimRequest, Enqueue, EnqueueExt, Error, Inspect, NewJob};
 use relayq_mssql::{Config, MAX_CLAIM, MssqlBackend};
 
 const LEASE: Duration = Duration::from_secs(30);

@@ -512,8 +512,7 @@ impl Claim for PostgresBackend {
 #[cfg(test)]
 mod tests {
     use relayq_conformance::harness::{Server, server_url};
-    use relayq_core::EnqueueExt;
-    use relayq_core::NewJob;
+    use relayq_core::{EnqueueExt, NewJob};
 
     use super::*;
     use crate::Config;

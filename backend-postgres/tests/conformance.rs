@@ -30,7 +30,8 @@ struct Postgres {
 impl Subject for Postgres {
     const NAME: &'static str = "postgres";
     const SERVER: Option<Server> = Some(Server::Postgres);
-    const CAPABILITIES: &'static [Capability] = &[Capability::Notifications];
+    const CAPABILITIES: &'static [Capability] =
+        &[Capability::Notifications, Capability::Unreachable];
 
     async fn open(url: Option<String>) -> anyhow::Result<Self> {
         Ok(Self {
@@ -48,6 +49,14 @@ impl Subject for Postgres {
                 let handle: Arc<dyn Backend> = Arc::new(open(&url).await?);
                 Ok(handle)
             }
+        })
+        .with_unreachable(|| async {
+            let url = format!(
+                "postgres://relayq:{}@127.0.0.1:1/relayq",
+                relayq_conformance::UNREACHABLE_PASSWORD
+            );
+            let handle: Arc<dyn Backend> = Arc::new(open(&url).await?);
+            Ok(handle)
         }))
     }
 }

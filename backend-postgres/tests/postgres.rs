@@ -2,15 +2,14 @@
 //! container, or one SKIPPED line). Tests that need a table of their own make a schema
 //! of their own and drop it at the end.
 
-use relayq_core::CompleteExt;
-use relayq_core::EnqueueExt;
 use std::{sync::Arc, time::Duration};
 
 use futures::future::join_all;
 use relayq_conformance::{poll_until, queue_name};
 use relayq_core::{
-    Admin, Backend, Claim, ClaimRequest, Complete, Enqueue, Error, EventKind, Events, Inspect,
-    JobState, Lease, LeaseToken, NewJob, OnFailure, OrderBarrier, Settle, worker::Worker,
+    Admin, Backend, Claim, ClaimRequest, Complete, CompleteExt, Enqueue, EnqueueExt, Error,
+    EventKind, Events, Inspect, JobState, Lease, LeaseToken, NewJob, OnFailure, OrderBarrier,
+    Settle, worker::Worker,
 };
 use relayq_postgres::{Config, PostgresBackend};
 

@@ -15,13 +15,12 @@
 //! and `idx_tup_fetch`: live rows), which a connection reports when it ends:
 //! each operation runs on a connection of its own, closed after it. Not a timed test.
 
-use relayq_core::OrderBarrierExt;
 use std::time::Duration;
 
 use relayq_conformance::{poll_until, queue_name};
 use relayq_core::{
     Admin, Batch, Claim, ClaimRequest, ClaimedJob, Complete, Enqueue, NewJob, OnFailure,
-    OrderBarrier, Retry, Settle, WaitFor,
+    OrderBarrier, OrderBarrierExt, Retry, Settle, WaitFor,
 };
 use relayq_postgres::{Config, PostgresBackend};
 

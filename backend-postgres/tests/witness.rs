@@ -3,7 +3,6 @@
 //! claims are not held up by a witness, and that under concurrent settles every stage
 //! is still released, and only once the one before it has finished.
 
-use relayq_core::CompleteExt;
 use std::{
     sync::Arc,
     time::{Duration, Instant},
@@ -12,8 +11,8 @@ use std::{
 use futures::future::join_all;
 use relayq_conformance::{poll_until, queue_name};
 use relayq_core::{
-    Claim, ClaimRequest, Complete, Enqueue, Inspect, JobId, JobState, NewJob, OnFailure,
-    OrderBarrier, Retry, Settle, Settled, WaitFor,
+    Claim, ClaimRequest, Complete, CompleteExt, Enqueue, Inspect, JobId, JobState, NewJob,
+    OnFailure, OrderBarrier, Retry, Settle, Settled, WaitFor,
 };
 use relayq_postgres::PostgresBackend;
 

@@ -3,11 +3,10 @@
 //! ignored). Each case's random queue
 //! names land in different slots, so the cases spread over the masters.
 
-use relayq_core::EnqueueExt;
 use std::{sync::Arc, time::Duration};
 
 use relayq_conformance::{Capability, Env, Subject, harness::Server, runner::server_test};
-use relayq_core::{Backend, EventKind, Events, NewJob};
+use relayq_core::{Backend, EnqueueExt, EventKind, Events, NewJob};
 use relayq_redis::RedisBackend;
 use tokio::time::Instant;
 
@@ -25,7 +24,8 @@ struct Cluster {
 impl Subject for Cluster {
     const NAME: &'static str = "redis-cluster";
     const SERVER: Option<Server> = Some(Server::RedisCluster);
-    const CAPABILITIES: &'static [Capability] = &[Capability::Notifications];
+    const CAPABILITIES: &'static [Capability] =
+        &[Capability::Notifications, Capability::Unreachable];
 
     async fn open(urls: Option<String>) -> anyhow::Result<Self> {
         Ok(Self {
@@ -42,6 +42,14 @@ impl Subject for Cluster {
                 let handle: Arc<dyn Backend> = Arc::new(open(&urls).await?);
                 Ok(handle)
             }
+        })
+        .with_unreachable(|| async {
+            let url = format!(
+                "redis://:{}@127.0.0.1:1",
+                relayq_conformance::UNREACHABLE_PASSWORD
+            );
+            let handle: Arc<dyn Backend> = Arc::new(open(&url).await?);
+            Ok(handle)
         }))
     }
 }

@@ -13,7 +13,8 @@ struct Redis {
 impl Subject for Redis {
     const NAME: &'static str = "redis";
     const SERVER: Option<Server> = Some(Server::Redis);
-    const CAPABILITIES: &'static [Capability] = &[Capability::Notifications];
+    const CAPABILITIES: &'static [Capability] =
+        &[Capability::Notifications, Capability::Unreachable];
 
     async fn open(url: Option<String>) -> anyhow::Result<Self> {
         Ok(Self {

@@ -4,13 +4,12 @@
 //! A test binary of its own: `cargo test` runs one binary at a time, so while these
 //! cases delete the library no other case of this crate loads it again meanwhile.
 
-use relayq_core::CompleteExt;
 mod support;
 
 use std::time::Duration;
 
 use relayq_conformance::{harness::Server, queue_name};
-use relayq_core::{Claim, ClaimRequest, Enqueue, Inspect, JobState, NewJob};
+use relayq_core::{Claim, ClaimRequest, CompleteExt, Enqueue, Inspect, JobState, NewJob};
 use relayq_redis::RedisBackend;
 
 const PREFIX: &str = "relayq-test-functions";

@@ -2,7 +2,6 @@
 //! own: `CLIENT KILL TYPE normal` drops every client of the server, and the tests run
 //! beside it in one binary lost their connections mid-call ("broken pipe").
 
-use relayq_core::EnqueueExt;
 use std::{
     collections::HashSet,
     sync::{Arc, Mutex},
@@ -11,7 +10,7 @@ use std::{
 
 use relayq_conformance::{poll_until, queue_name};
 use relayq_core::{
-    Backend, ClaimedJob, Enqueue, Inspect, JobState, NewJob,
+    Backend, ClaimedJob, Enqueue, EnqueueExt, Inspect, JobState, NewJob,
     worker::{JobError, Worker},
 };
 use relayq_redis::RedisBackend;

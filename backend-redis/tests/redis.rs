@@ -1,14 +1,13 @@
 //! Redis-specific behaviour, against the real server (`RELAYQ_REDIS_URL`, or a
 //! container); without one each test is reported as ignored, with the reason.
 
-use relayq_core::EnqueueExt;
 use std::time::Duration;
 
 use redis::AsyncCommands;
 use relayq_conformance::queue_name;
 use relayq_core::{
-    Admin, Claim, ClaimRequest, ClaimedJob, Complete, Enqueue, Error, Inspect, JobState, NewJob,
-    OnFailure, OrderBarrier, Settled,
+    Admin, Claim, ClaimRequest, ClaimedJob, Complete, Enqueue, EnqueueExt, Error, Inspect,
+    JobState, NewJob, OnFailure, OrderBarrier, Settled,
 };
 use relayq_redis::RedisBackend;
 

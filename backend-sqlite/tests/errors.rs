@@ -1,11 +1,9 @@
 //! Backend errors say whether they are transient (SPEC X4): a database locked by
 //! another connection past the busy timeout gives a transient error, which callers
 //! (the worker's settler) may retry.
-
-use relayq_core::EnqueueExt;
 use std::str::FromStr;
 
-use relayq_core::{ErrorKind, NewJob};
+use relayq_core::{EnqueueExt, ErrorKind, NewJob};
 use relayq_sqlite::SqliteBackend;
 use sqlx::{Connection, sqlite::SqliteConnectOptions};
 

@@ -1,9 +1,8 @@
 //! Opening one new file from many handles at once: WAL switch and migrations must not
 //! race (each ran into "database is locked" / "table already exists" before).
 
-use relayq_core::CompleteExt;
-use relayq_core::EnqueueExt;
 use relayq_core::Inspect;
+use relayq_core::{CompleteExt, EnqueueExt};
 use relayq_sqlite::SqliteBackend;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

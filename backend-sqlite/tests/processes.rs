@@ -1,10 +1,8 @@
 //! Two OS processes drain one database file: each job is claimed exactly once (SPEC C2
 //! across processes). The test binary runs itself twice as the child drainers.
-
-use relayq_core::CompleteExt;
 use std::{collections::HashSet, process::Stdio, time::Duration};
 
-use relayq_core::{Claim, ClaimRequest, Enqueue, Inspect, JobState, NewJob};
+use relayq_core::{Claim, ClaimRequest, CompleteExt, Enqueue, Inspect, JobState, NewJob};
 use relayq_sqlite::SqliteBackend;
 
 const CHILD_DB: &str = "RELAYQ_TEST_CHILD_DB";

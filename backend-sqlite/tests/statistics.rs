@@ -19,7 +19,6 @@
 //!
 //! Not a timed test.
 
-use relayq_core::OrderBarrierExt;
 use std::sync::{
     Arc,
     atomic::{AtomicU64, Ordering::Relaxed},
@@ -30,7 +29,7 @@ use chrono::Utc;
 use relayq_conformance::{poll_until, queue_name};
 use relayq_core::{
     Admin, Batch, Claim, ClaimRequest, ClaimedJob, Complete, Enqueue, NewJob, OnFailure,
-    OrderBarrier, Retry, Settle, WaitFor,
+    OrderBarrier, OrderBarrierExt, Retry, Settle, WaitFor,
 };
 use relayq_sqlite::{Param, SqliteBackend, hot_statements};
 use sqlx::sqlite::SqliteArguments;

@@ -4,7 +4,6 @@
 //! steady 500 jobs/s; each payload carries its enqueue time, and the handler records
 //! start minus enqueue in an HDR histogram.
 
-use relayq::EnqueueExt;
 use std::{
     sync::{Arc, Mutex},
     time::Duration,
@@ -12,7 +11,7 @@ use std::{
 
 use hdrhistogram::Histogram;
 use relayq::{
-    ClaimedJob, NewJob,
+    ClaimedJob, EnqueueExt, NewJob,
     worker::{JobError, Worker},
 };
 

@@ -1,6 +1,4 @@
 //! Scenarios 1 (enqueue) and 2 (drain), run on every target in turn, `runs` times.
-
-use relayq::EnqueueExt;
 use std::{
     sync::{
         Arc,
@@ -10,7 +8,7 @@ use std::{
 };
 
 use relayq::{
-    Backend, ClaimedJob, NewJob,
+    Backend, ClaimedJob, EnqueueExt, NewJob,
     worker::{JobError, Worker},
 };
 use tokio::sync::Notify;

@@ -2,8 +2,6 @@
 //! the stage-transition latency (last end of stage k to first start of stage k+1).
 //! Then one batch whose single stage holds many jobs, drained like the headline drain:
 //! what a batch's bookkeeping costs every settle.
-
-use relayq::OrderBarrierExt;
 use std::{
     collections::BTreeMap,
     sync::{Arc, Mutex},
@@ -11,7 +9,7 @@ use std::{
 };
 
 use relayq::{
-    ClaimedJob, NewJob, OnFailure, WaitFor,
+    ClaimedJob, NewJob, OnFailure, OrderBarrierExt, WaitFor,
     worker::{JobError, Worker},
 };
 

@@ -1,7 +1,6 @@
 //! `relayq run PLAN.toml`: validate the plan, enqueue it as one sealed batch, run it on
 //! local workers with live progress, then print the summary from the execution log.
 
-use relayq_core::OrderBarrierExt;
 use std::{
     io::IsTerminal,
     path::PathBuf,
@@ -11,8 +10,8 @@ use std::{
 
 use anyhow::Context;
 use relayq_core::{
-    Backend, Batch, BatchId, BatchProgress, Error as CoreError, Event, EventKind, WaitFor,
-    worker::Worker,
+    Backend, Batch, BatchId, BatchProgress, Error as CoreError, Event, EventKind, OrderBarrierExt,
+    WaitFor, worker::Worker,
 };
 use tokio::{
     signal::unix::{SignalKind, signal},

@@ -59,7 +59,16 @@ pub use util::{poll_until, queue_name};
 pub struct Env {
     backend: Arc<dyn Backend>,
     connect: Connect,
+    unreachable: Option<Unreachable>,
 }
+
+/// Opens a handle of the backend against a server that refuses connections.
+type Unreachable =
+    Box<dyn Fn() -> BoxFuture<'static, relayq_core::Result<Arc<dyn Backend>>> + Send + Sync>;
+
+/// The password a subject puts in the URL given to [`Env::with_unreachable`]: no
+/// error may show it (SPEC X4).
+pub const UNREACHABLE_PASSWORD: &str = "s3cretpw";
 
 /// Opens a further handle to the store of an [`Env`].
 type Connect = Box<dyn Fn() -> BoxFuture<'static, anyhow::Result<Arc<dyn Backend>>> + Send + Sync>;
@@ -75,6 +84,30 @@ impl Env {
         Self {
             backend: Arc::new(backend),
             connect: Box::new(move || Box::pin(connect())),
+            unreachable: None,
+        }
+    }
+
+    /// The same environment, with `open` opening this backend against a server that
+    /// refuses connections (a closed loopback port), its URL holding the password
+    /// [`UNREACHABLE_PASSWORD`]: for the subjects that declare
+    /// [`Capability::Unreachable`].
+    #[must_use]
+    pub fn with_unreachable<F, Fut>(mut self, open: F) -> Self
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = relayq_core::Result<Arc<dyn Backend>>> + Send + 'static,
+    {
+        self.unreachable = Some(Box::new(move || Box::pin(open())));
+        self
+    }
+
+    /// Opens a handle against a server that refuses connections; `None` when the
+    /// subject gave no way to (see [`Env::with_unreachable`]).
+    pub async fn open_unreachable(&self) -> Option<relayq_core::Result<Arc<dyn Backend>>> {
+        match &self.unreachable {
+            Some(open) => Some(open().await),
+            None => None,
         }
     }
 
@@ -184,6 +217,7 @@ macro_rules! for_each_case {
             errors::x2_hostile_text_stored_verbatim,
             errors::x2_bad_labels_rejected,
             errors::x3_failed_calls_leave_nothing_behind,
+            errors::x4_unreachable_server_is_transient_quick_and_masked => Unreachable,
             events::w2_enqueue_and_finish_wake_subscribers => Notifications,
         }
     };

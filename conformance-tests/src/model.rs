@@ -7,14 +7,14 @@
 //! shrinking then hands back the shortest sequence on which the backend and the model
 //! disagree.
 
-use relayq_core::CompleteExt;
 use std::{fmt::Debug, sync::Arc, time::Duration};
 
 use anyhow::{bail, ensure};
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use proptest::{collection::vec, prelude::*};
 use relayq_core::{
-    Backend, Batch, ClaimRequest, Error, JobId, Lease, NewJob, OnFailure, Retry, Settle,
+    Backend, Batch, ClaimRequest, CompleteExt, Error, JobId, Lease, NewJob, OnFailure, Retry,
+    Settle,
     memory::{Clock, MemoryBackend},
 };
 

@@ -43,12 +43,16 @@ pub enum Capability {
     /// handle wakes the subscribers of another (SPEC B5, W2): `LISTEN/NOTIFY`, pub/sub,
     /// or an in-process bus shared by the handles on one store.
     Notifications,
+    /// The backend talks to a server, and the subject's [`Env`] can open a handle
+    /// against one that refuses connections ([`Env::with_unreachable`]), for SPEC X4.
+    Unreachable,
 }
 
 impl fmt::Display for Capability {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Self::Notifications => "notifications",
+            Self::Unreachable => "unreachable-server",
         })
     }
 }

@@ -52,9 +52,7 @@ pub async fn wait_drained<B: Inspect + ?Sized>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ext::CompleteExt;
-    use crate::ext::EnqueueExt;
-    use crate::{Claim, ClaimRequest, NewJob, memory::MemoryBackend};
+    use crate::{Claim, ClaimRequest, CompleteExt, EnqueueExt, NewJob, memory::MemoryBackend};
 
     #[tokio::test(start_paused = true)]
     async fn a_queue_is_drained_once_its_last_job_finished() {

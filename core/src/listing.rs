@@ -53,8 +53,7 @@ pub async fn jobs<B: Inspect + ?Sized>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ext::EnqueueExt;
-    use crate::{NewJob, OnFailure, OrderBarrier, memory::MemoryBackend};
+    use crate::{EnqueueExt, NewJob, OnFailure, OrderBarrier, memory::MemoryBackend};
 
     /// SPEC M1, M2: an id that no longer exists (pruned after it was listed) is left
     /// out; the others come back in the listed order.

@@ -1,14 +1,13 @@
 //! The JSON API over a SQLite backend: counts, lists with limits, every action, and
 //! the router nested under a path of the embedding service.
 
-use relayq_core::EnqueueExt;
 mod common;
 
 use std::time::Duration;
 
 use axum::Router;
 use common::*;
-use relayq_core::{ClaimRequest, JobState, NewJob, OnFailure};
+use relayq_core::{ClaimRequest, EnqueueExt, JobState, NewJob, OnFailure};
 use relayq_dashboard::{Options, router};
 
 async fn app_and_csrf(db: &Db) -> (Router, String) {

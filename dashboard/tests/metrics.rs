@@ -1,12 +1,11 @@
 //! `/metrics`: the queue gauges as Prometheus text, through the recorder the program
 //! installed.
 
-use relayq_core::EnqueueExt;
 mod common;
 
 use common::*;
 use metrics_exporter_prometheus::PrometheusBuilder;
-use relayq_core::NewJob;
+use relayq_core::{EnqueueExt, NewJob};
 use relayq_dashboard::{Options, router};
 
 #[tokio::test]

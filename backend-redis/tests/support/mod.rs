@@ -22,6 +22,15 @@ pub async fn env(url: String, prefix: &'static str) -> Env {
             Ok(handle)
         }
     })
+    .with_unreachable(move || async move {
+        let url = format!(
+            "redis://:{}@127.0.0.1:1/0",
+            relayq_conformance::UNREACHABLE_PASSWORD
+        );
+        let handle: Arc<dyn Backend> =
+            Arc::new(RedisBackend::connect_with_prefix(&url, prefix).await?);
+        Ok(handle)
+    })
 }
 
 /// The server's major version (`INFO server`).

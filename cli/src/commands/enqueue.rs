@@ -1,9 +1,7 @@
 //! `relayq enqueue -- COMMAND...`: store one command as a job.
-
-use relayq_core::EnqueueExt;
 use std::time::Duration;
 
-use relayq_core::{BatchId, Error as CoreError, NewJob};
+use relayq_core::{BatchId, EnqueueExt, Error as CoreError, NewJob};
 
 use crate::{
     args::{QueueArg, duration, positive_duration},

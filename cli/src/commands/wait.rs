@@ -1,10 +1,9 @@
 //! `relayq wait BATCH_ID`: wait for a stage or a whole batch.
 
-use relayq_core::OrderBarrierExt;
 use std::time::Duration;
 
 use anyhow::Context;
-use relayq_core::{Batch, BatchId, BatchProgress, Error as CoreError, WaitFor};
+use relayq_core::{Batch, BatchId, BatchProgress, Error as CoreError, OrderBarrierExt, WaitFor};
 use serde::Serialize;
 
 use super::status::print_batch;

@@ -1,15 +1,12 @@
 //! SPEC B — batches and ordered stages (the order barrier).
 
-use relayq_core::CompleteExt;
-use relayq_core::EnqueueExt;
-use relayq_core::OrderBarrierExt;
 use std::time::Duration;
 
 use anyhow::ensure;
 use chrono::{TimeDelta, Utc};
 use relayq_core::{
-    Batch, BatchId, BatchProgress, Error, JobState, NewJob, OnFailure, Retry, Settled,
-    StageProgress, WaitFor,
+    Batch, BatchId, BatchProgress, CompleteExt, EnqueueExt, Error, JobState, NewJob, OnFailure,
+    OrderBarrierExt, Retry, Settled, StageProgress, WaitFor,
 };
 use tokio::time::Instant;
 

@@ -1,6 +1,5 @@
 //! SPEC C — claim.
 
-use relayq_core::CompleteExt;
 use std::{
     collections::HashSet,
     sync::atomic::{AtomicU64, Ordering},
@@ -10,7 +9,8 @@ use std::{
 use anyhow::ensure;
 use chrono::{DateTime, TimeDelta, Utc};
 use relayq_core::{
-    AttemptOutcome, Backend, ClaimRequest, ClaimedJob, DEFAULT_RETENTION, JobId, JobState, NewJob,
+    AttemptOutcome, Backend, ClaimRequest, ClaimedJob, CompleteExt, DEFAULT_RETENTION, JobId,
+    JobState, NewJob,
 };
 use tokio::time::{Instant, timeout};
 

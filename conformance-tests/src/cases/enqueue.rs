@@ -1,10 +1,9 @@
 //! SPEC E — enqueue.
 
-use relayq_core::EnqueueExt;
 use std::time::Duration;
 
 use anyhow::ensure;
-use relayq_core::{JobState, NewJob, validate::DEFAULT_MAX_PAYLOAD};
+use relayq_core::{EnqueueExt, JobState, NewJob, validate::DEFAULT_MAX_PAYLOAD};
 use tokio::time::Instant;
 
 use super::support::{

@@ -1,14 +1,11 @@
 //! SPEC X — errors and bad input.
 
-use relayq_core::CompleteExt;
-use relayq_core::EnqueueExt;
-use relayq_core::OrderBarrierExt;
 use std::time::Duration;
 
 use anyhow::ensure;
 use relayq_core::{
-    Batch, BatchId, ClaimRequest, Error, JobId, JobState, NewJob, OnFailure, Retry, WaitFor,
-    validate::MAX_JOBS_PER_ENQUEUE,
+    Batch, BatchId, ClaimRequest, CompleteExt, EnqueueExt, Error, JobId, JobState, NewJob,
+    OnFailure, OrderBarrierExt, Retry, WaitFor, validate::MAX_JOBS_PER_ENQUEUE,
 };
 
 use super::support::{
@@ -313,4 +310,33 @@ pub async fn x3_failed_calls_leave_nothing_behind(env: &Env) -> anyhow::Result<(
         b.complete(&job.lease).await?;
     }
     expect_state(b, &q, held, JobState::Succeeded).await
+}
+
+/// SPEC X4: a server that cannot be reached is reported within a few seconds, as a
+/// transient error (the same call may succeed later), with its cause and without the
+/// password of the URL.
+pub async fn x4_unreachable_server_is_transient_quick_and_masked(env: &Env) -> anyhow::Result<()> {
+    let start = std::time::Instant::now();
+    let Some(res) = env.open_unreachable().await else {
+        anyhow::bail!("the subject declares Unreachable but its Env has no with_unreachable");
+    };
+    let took = start.elapsed();
+    let Err(e) = res else {
+        anyhow::bail!("a handle against a refused port opened without an error");
+    };
+    ensure!(
+        took < std::time::Duration::from_secs(6),
+        "reported after {took:?}: {e}"
+    );
+    ensure!(
+        e.is_transient() && e.kind() == relayq_core::ErrorKind::Transient,
+        "expected a transient error, got {:?}: {e:?}",
+        e.kind()
+    );
+    let shown = format!("{e} {e:?}");
+    ensure!(
+        !shown.contains(crate::UNREACHABLE_PASSWORD),
+        "the password shows: {shown}"
+    );
+    Ok(())
 }

@@ -3,12 +3,10 @@
 //!
 //! [`Capability::Notifications`]: crate::Capability::Notifications
 
-use relayq_core::CompleteExt;
-use relayq_core::EnqueueExt;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use relayq_core::{EventKind, NewJob, OnFailure};
+use relayq_core::{CompleteExt, EnqueueExt, EventKind, NewJob, OnFailure};
 use tokio::{
     sync::broadcast::{Receiver, error::RecvError},
     time::{Instant, timeout},

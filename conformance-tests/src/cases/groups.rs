@@ -1,10 +1,9 @@
 //! SPEC G — groups: mutual exclusion, in order.
 
-use relayq_core::CompleteExt;
 use std::time::Duration;
 
 use anyhow::ensure;
-use relayq_core::{JobState, NewJob, OnFailure, Retry, Settled};
+use relayq_core::{CompleteExt, JobState, NewJob, OnFailure, Retry, Settled};
 
 use super::support::{
     LEASE, claim, claim_exactly, claim_nothing, enqueue_all, expect_state, ids, poll_claim,

@@ -1,10 +1,11 @@
 //! SPEC L — lease: complete, fail, heartbeat, release, the attempt log, settle_many.
 
-use relayq_core::CompleteExt;
 use std::time::Duration;
 
 use anyhow::{bail, ensure};
-use relayq_core::{AttemptOutcome, JobState, Lease, LeaseToken, NewJob, Retry, Settle, Settled};
+use relayq_core::{
+    AttemptOutcome, CompleteExt, JobState, Lease, LeaseToken, NewJob, Retry, Settle, Settled,
+};
 use tokio::time::{Instant, sleep};
 
 use super::support::{

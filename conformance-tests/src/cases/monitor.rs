@@ -1,7 +1,5 @@
 //! SPEC M — monitoring and maintenance.
 
-use relayq_core::CompleteExt;
-use relayq_core::EnqueueExt;
 use std::{
     sync::atomic::{AtomicU64, Ordering},
     time::Duration,
@@ -9,7 +7,8 @@ use std::{
 
 use anyhow::ensure;
 use relayq_core::{
-    ClaimedJob, DEFAULT_RETENTION, JobId, JobState, NewJob, OnFailure, Retry,
+    ClaimedJob, CompleteExt, DEFAULT_RETENTION, EnqueueExt, JobId, JobState, NewJob, OnFailure,
+    Retry,
     worker::{JobError, Worker},
 };
 

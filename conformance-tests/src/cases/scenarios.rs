@@ -1,7 +1,6 @@
 //! The big concurrent scenarios: many claimers, each on its own handle, running claim
 //! loops (see [`drain`]) against one queue.
 
-use relayq_core::OrderBarrierExt;
 use std::{
     collections::{BTreeMap, HashMap},
     sync::{
@@ -12,7 +11,7 @@ use std::{
 };
 
 use anyhow::ensure;
-use relayq_core::{JobState, NewJob, OnFailure, WaitFor};
+use relayq_core::{JobState, NewJob, OnFailure, OrderBarrierExt, WaitFor};
 
 use super::support::{Load, Span, drain, each_ran_once, enqueue_all, enqueue_n};
 use crate::{Env, queue_name};

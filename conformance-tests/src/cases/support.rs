@@ -1,7 +1,6 @@
 //! Helpers shared by the cases: short claims, error checks, the one-job-per-state
 //! fixture and the concurrent claim-loop workers of the load scenarios.
 
-use relayq_core::CompleteExt;
 use std::{
     collections::HashMap,
     fmt::Debug,
@@ -15,7 +14,7 @@ use std::{
 use anyhow::{Context as _, bail, ensure};
 use chrono::{DateTime, TimeDelta, Utc};
 use relayq_core::{
-    Backend, ClaimRequest, ClaimedJob, Error, JobId, JobState, NewJob, Retry, Settled,
+    Backend, ClaimRequest, ClaimedJob, CompleteExt, Error, JobId, JobState, NewJob, Retry, Settled,
 };
 use tokio::time::{Instant, sleep};
 

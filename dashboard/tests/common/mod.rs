@@ -2,8 +2,6 @@
 //! dead jobs with hostile text, and one-shot requests against the router.
 #![allow(dead_code, missing_docs)]
 
-use relayq_core::CompleteExt;
-use relayq_core::EnqueueExt;
 use std::{sync::Arc, time::Duration};
 
 use axum::{
@@ -11,7 +9,7 @@ use axum::{
     body::Body,
     http::{HeaderMap, Method, Request, StatusCode},
 };
-use relayq_core::{Backend, ClaimRequest, JobId, NewJob, Retry, Settle};
+use relayq_core::{Backend, ClaimRequest, CompleteExt, EnqueueExt, JobId, NewJob, Retry, Settle};
 use relayq_sqlite::SqliteBackend;
 use tower::ServiceExt;
 
