@@ -47,6 +47,9 @@ impl Inspect for MssqlBackend {
         for r in rows::set(&sets, 0)? {
             let state: JobState = req::<&str>(r, 0)?.parse()?;
             *stats.counts.entry(state).or_default() += num::<u64, _>(req::<i64>(r, 1)?)?;
+            if let Some(t) = rows::time_opt(r, 2)? {
+                stats.oldest_ready = Some(stats.oldest_ready.map_or(t, |o| o.min(t)));
+            }
         }
         Ok(stats)
     }

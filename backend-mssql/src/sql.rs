@@ -878,9 +878,11 @@ WHERE b.id = @P1 AND b.queue = @P2;";
 /// settings.
 pub(crate) const QUEUE_STATS: &str = "
 DECLARE @now datetime2(6) = SYSUTCDATETIME();
-SELECT s.state, COUNT_BIG(*) AS n
+SELECT s.state, COUNT_BIG(*) AS n, MIN(s.due) AS oldest
 FROM (SELECT CASE WHEN state = 'ready' AND run_at > @now THEN 'scheduled' ELSE state END
-             AS state
+             AS state,
+             CASE WHEN state IN ('ready', 'retrying') AND run_at <= @now THEN run_at END
+             AS due
       FROM {s}.jobs WHERE queue = @P1) AS s
 GROUP BY s.state;
 SELECT paused, max_running FROM {s}.queues WHERE queue = @P1;";

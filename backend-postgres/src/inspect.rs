@@ -65,12 +65,14 @@ impl PostgresBackend {
 impl Inspect for PostgresBackend {
     async fn queue_stats(&self, queue: &str) -> Result<QueueStats> {
         validate::queue_name(queue)?;
-        let rows: Vec<(String, i64)> = sqlx::query_as(self.sql(
+        // The oldest due claimable job in the same pass as the counts (SPEC M1).
+        let rows: Vec<(String, i64, Option<DateTime<Utc>>)> = sqlx::query_as(self.sql(
             "SELECT CASE WHEN state = 'ready' AND run_at > now() THEN 'scheduled' ELSE state END,
-                    count(*)
+                    count(*),
+                    min(run_at) FILTER (WHERE state IN ('ready', 'retrying') AND run_at <= now())
              FROM {s}.jobs WHERE queue = $1 GROUP BY 1
              UNION ALL
-             SELECT state, count(*) FROM {s}.finished WHERE queue = $1 GROUP BY 1",
+             SELECT state, count(*), NULL FROM {s}.finished WHERE queue = $1 GROUP BY 1",
         ))
         .bind(queue)
         .fetch_all(self.pool())
@@ -89,7 +91,8 @@ impl Inspect for PostgresBackend {
             max_running: max_running.map(num).transpose()?,
             ..QueueStats::default()
         };
-        for (state, n) in rows {
+        stats.oldest_ready = rows.iter().filter_map(|r| r.2).min();
+        for (state, n, _) in rows {
             *stats.counts.entry(state.parse()?).or_default() += num::<u64>(n)?;
         }
         Ok(stats)

@@ -118,7 +118,7 @@ impl Inspect for RedisBackend {
             .run_idempotent(&scripts::READ, queue, &[b"stats".to_vec()])
             .await?;
         let items = reply::items(out)?;
-        if items.len() < 3 {
+        if items.len() < 4 {
             return Err(bad("stats"));
         }
         let mut stats = QueueStats {
@@ -131,7 +131,10 @@ impl Inspect for RedisBackend {
             ..QueueStats::default()
         };
         let scheduled = u64::try_from(int(&items[2])?).map_err(Error::backend)?;
-        for pair in items[3..].chunks(2) {
+        stats.oldest_ready = reply::opt_text(&items[3])?
+            .map(|t| micros_of(&t).map(reply::time))
+            .transpose()?;
+        for pair in items[4..].chunks(2) {
             let [state, n] = pair else {
                 return Err(bad("stats"));
             };

@@ -64,9 +64,12 @@ impl SqliteBackend {
 impl Inspect for SqliteBackend {
     async fn queue_stats(&self, queue: &str) -> Result<QueueStats> {
         validate::queue_name(queue)?;
-        let rows: Vec<(String, bool, i64)> = sqlx::query_as(
-            "SELECT state, state = 'ready' AND run_at > ?2, COUNT(*) FROM relayq_jobs
-             WHERE queue = ?1 GROUP BY 1, 2",
+        // The oldest due claimable job in the same pass as the counts (SPEC M1).
+        let rows: Vec<(String, bool, i64, Option<i64>)> = sqlx::query_as(
+            "SELECT state, state = 'ready' AND run_at > ?2, COUNT(*),
+                    MIN(CASE WHEN state IN ('ready', 'retrying') AND run_at <= ?2
+                             THEN run_at END)
+             FROM relayq_jobs WHERE queue = ?1 GROUP BY 1, 2",
         )
         .bind(queue)
         .bind(us(Utc::now()))
@@ -86,7 +89,8 @@ impl Inspect for SqliteBackend {
             max_running: max_running.map(num).transpose()?,
             ..QueueStats::default()
         };
-        for (state, future, n) in rows {
+        stats.oldest_ready = rows.iter().filter_map(|r| r.3).min().map(crate::at);
+        for (state, future, n, _) in rows {
             let state = if future {
                 JobState::Scheduled
             } else {

@@ -217,6 +217,13 @@ fn status_counts_and_all(env: &Env) -> Result<(), Failed> {
     check(counts["ready"] == 1 && counts["dead"] == 0, || {
         format!("{s}")
     })?;
+    // One ready job waits: its wait is a number of seconds, never negative.
+    check(
+        s["stats"]["oldest_ready_seconds"]
+            .as_f64()
+            .is_some_and(|w| w >= 0.0),
+        || format!("status --json lacks the oldest ready job's wait: {s}"),
+    )?;
     let all = json(env, &["status", "--all", "--json"])?;
     let row = all
         .as_array()

@@ -18,9 +18,23 @@ pub struct QueueStats {
     pub paused: bool,
     /// The queue's concurrency limit, if any.
     pub max_running: Option<u32>,
+    /// When the longest-waiting job that a claim could take now became claimable: the
+    /// earliest `run_at` of the queue's due `ready` and `retrying` jobs (SPEC M1).
+    /// `None` when no job waits. How far behind the queue is: operators alert on
+    /// [`QueueStats::oldest_ready_age`].
+    #[serde(default)]
+    pub oldest_ready: Option<DateTime<Utc>>,
 }
 
 impl QueueStats {
+    /// How long the longest-waiting claimable job has waited at `now`; zero for a
+    /// `run_at` ahead of `now` (clocks of two machines), `None` when no job waits.
+    #[must_use]
+    pub fn oldest_ready_age(&self, now: DateTime<Utc>) -> Option<Duration> {
+        self.oldest_ready
+            .map(|t| (now - t).to_std().unwrap_or_default())
+    }
+
     /// The number of jobs in `state`.
     #[must_use]
     pub fn count(&self, state: JobState) -> u64 {

@@ -122,6 +122,14 @@
     ];
   }
 
+  // How long the longest-waiting claimable job has waited, or a dash when none waits.
+  function waited(secs) {
+    if (secs === null || secs === undefined) return "—";
+    if (secs < 60) return `${secs.toFixed(1)} s`;
+    if (secs < 3600) return `${Math.floor(secs / 60)} min`;
+    return `${(secs / 3600).toFixed(1)} h`;
+  }
+
   async function drawQueues() {
     const extra = params.get("queues");
     const list = await api(`/queues${extra ? `?queues=${q(extra)}` : ""}`);
@@ -130,6 +138,7 @@
         h("td", {}, link(`${qpath(s.queue)}/batches`, s.queue), " ", s.paused ? badge("paused") : null),
         STATES.map((st) => num(s.counts[st] ?? 0)),
         h("td", { class: "num" }, `${s.running} / ${s.max_running ?? "∞"}`),
+        h("td", { class: "num oldest" }, waited(s.oldest_ready_seconds)),
         h("td", {}, link(`${qpath(s.queue)}/running`, "running"), " · ", link(`${qpath(s.queue)}/dead`, "dead")),
         readOnly ? null : h("td", {}, queueActions(s))));
     const add = h("form", { class: "toolbar", onsubmit: (ev) => {
@@ -143,7 +152,7 @@
     return [
       list.length ? null : h("p", { class: "muted" }, "No queues configured: name one below, or start the dashboard with -q QUEUE."),
       h("table", { id: "queues" },
-        h("thead", {}, h("tr", {}, h("th", {}, "queue"), STATES.map((st) => h("th", {}, st)), h("th", {}, "running / max"), h("th", {}, "lists"), readOnly ? null : h("th", {}, "actions"))),
+        h("thead", {}, h("tr", {}, h("th", {}, "queue"), STATES.map((st) => h("th", {}, st)), h("th", {}, "running / max"), h("th", { title: "how long the longest-waiting claimable job has waited" }, "oldest ready"), h("th", {}, "lists"), readOnly ? null : h("th", {}, "actions"))),
         h("tbody", {}, rows)),
       add,
     ];
@@ -168,7 +177,8 @@
     const s = await api(`/queues/${q(queue)}`);
     return h("p", { id: "summary" },
       STATES.filter((st) => s.counts[st]).map((st) => [badge(`${st} ${s.counts[st]}`, st), " "]),
-      s.paused ? badge("paused") : null, " ", `running ${s.running} / ${s.max_running ?? "∞"}`);
+      s.paused ? badge("paused") : null, " ", `running ${s.running} / ${s.max_running ?? "∞"}`,
+      ` · oldest ready ${waited(s.oldest_ready_seconds)}`);
   }
 
   async function drawBatches() {

@@ -16,7 +16,9 @@ use crate::state::AppState;
 /// Sets, for each of `queues`: `relayq_queue_jobs{queue,state}` (every state, zero
 /// included, so a drained state drops to 0 instead of keeping its last value),
 /// `relayq_queue_running{queue}`, `relayq_queue_max_running{queue}` (0 without a
-/// limit: a limit of 0 is not allowed, so 0 cannot mean anything else) and `relayq_queue_paused{queue}` (1 or 0).
+/// limit: a limit of 0 is not allowed, so 0 cannot mean anything else),
+/// `relayq_queue_paused{queue}` (1 or 0) and `relayq_queue_oldest_ready_seconds{queue}`
+/// (how long the longest-waiting claimable job has waited; 0 when none waits).
 ///
 /// # Errors
 /// The backend's error for the first queue it could not read; gauges of the queues
@@ -40,6 +42,11 @@ pub async fn record_queue_gauges(
         } else {
             0.0
         });
+        let waited = stats
+            .oldest_ready_age(chrono::Utc::now())
+            .unwrap_or_default();
+        metrics::gauge!("relayq_queue_oldest_ready_seconds", "queue" => queue.clone())
+            .set(waited.as_secs_f64());
     }
     Ok(())
 }

@@ -17,11 +17,19 @@ pub(crate) struct QueueView {
     pub(crate) running: u64,
     pub(crate) max_running: Option<u32>,
     pub(crate) paused: bool,
+    /// When the longest-waiting claimable job became claimable, and how long ago
+    /// that is by this server's clock: how far behind the queue is.
+    pub(crate) oldest_ready: Option<DateTime<Utc>>,
+    pub(crate) oldest_ready_seconds: Option<f64>,
 }
 
 impl From<QueueStats> for QueueView {
     fn from(stats: QueueStats) -> Self {
         Self {
+            oldest_ready: stats.oldest_ready,
+            oldest_ready_seconds: stats
+                .oldest_ready_age(Utc::now())
+                .map(|age| age.as_secs_f64()),
             counts: JobState::ALL
                 .into_iter()
                 .map(|s| (s.as_str(), stats.count(s)))

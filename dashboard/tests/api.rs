@@ -53,8 +53,14 @@ async fn queues_show_counts_of_every_state_and_settings() {
     );
     assert_eq!(list[0]["max_running"], 3);
     assert_eq!(list[0]["paused"], false);
+    // Two ready jobs: the older one's run_at, and a wait of at least zero.
+    let waited = list[0]["oldest_ready_seconds"].as_f64().unwrap();
+    assert!(waited >= 0.0, "{waited}");
+    assert!(list[0]["oldest_ready"].is_string(), "{}", list[0]);
     assert_eq!(list[1]["queue"], b.as_str());
     assert_eq!(list[1]["counts"]["dead"], 1);
+    // Nothing waits in a queue whose only job is dead.
+    assert!(list[1]["oldest_ready_seconds"].is_null(), "{}", list[1]);
     // A queue in use is listed without being configured or asked for (SPEC M4).
     let plain = get(&app, "/api/queues").await.json();
     let names: Vec<&str> = plain

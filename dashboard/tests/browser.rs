@@ -334,6 +334,17 @@ async fn the_dashboard_works_in_chromium(db: Db, screenshots: bool) {
         v.is_string()
     })
     .await;
+    // The wait of the queue's longest-waiting job: a time or a dash, never blank.
+    until(
+        &b,
+        "oldest ready cell",
+        &text_of(&format!("{qrow} td.oldest")),
+        |v| {
+            v.as_str()
+                .is_some_and(|t| t == "—" || t.ends_with(" s") || t.ends_with(" min"))
+        },
+    )
+    .await;
     click(&b, &format!("{qrow} button[data-action=\"pause\"]")).await;
     until(
         &b,

@@ -51,6 +51,15 @@ async fn metrics_serve_queue_gauges() {
             "missing {line:?} in\n{text}"
         );
     }
+    // Two ready jobs wait: the gauge holds a wait of zero seconds or more.
+    let prefix = format!(r#"relayq_queue_oldest_ready_seconds{{queue="{q}"}} "#);
+    let waited: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .unwrap_or_else(|| panic!("missing {prefix:?} in\n{text}"))
+        .parse()
+        .unwrap();
+    assert!(waited >= 0.0, "{waited}");
 
     // A drained state drops to 0 at the next scrape.
     db.backend.retry_dead(&q, None).await.unwrap();

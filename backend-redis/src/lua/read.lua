@@ -1,5 +1,6 @@
 -- SPEC L5, M1: reads in one script, so one consistent view. ARGV[3] = what:
---   'stats': paused, max ('' if none), scheduled count, then state, count pairs;
+--   'stats': paused, max ('' if none), scheduled count, the oldest claimable job's
+--     run_at ('' if none), then state, count pairs;
 --   'job' (ARGV[4] = id): now, the hash's length n, n items of field, value pairs, then
 --     the log entries; or -1 if unknown;
 --   'running': id, worker, attempt, started, expiry per running job;
@@ -8,7 +9,25 @@
 local what = ARGV[3]
 if what == 'stats' then
   local h = redis.call('HMGET', B .. ':settings', 'paused', 'max')
-  local out = {h[1] or '0', h[2] or '', redis.call('ZCOUNT', B .. ':delay', '(' .. s(NOW), '+inf')}
+  -- The earliest run_at of a job a claim could take now (SPEC M1): the head of each
+  -- priority band of B:ready (its members sort by run_at within a band), and the first
+  -- due job of B:delay and B:backoff, which a claim moves to B:ready. One look-up per
+  -- band, up to 100 bands.
+  local oldest = nil
+  local function older(t) if t and (oldest == nil or t < oldest) then oldest = t end end
+  local head = redis.call('ZRANGE', B .. ':ready', 0, 0, 'WITHSCORES')
+  local bands = 0
+  while #head > 0 and bands < 100 do
+    older(tonumber(string.sub(head[1], 1, 18)))
+    head = redis.call('ZRANGEBYSCORE', B .. ':ready', '(' .. head[2], '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    bands = bands + 1
+  end
+  for _, set in ipairs({':delay', ':backoff'}) do
+    local due = redis.call('ZRANGEBYSCORE', B .. set, '-inf', s(NOW), 'WITHSCORES', 'LIMIT', 0, 1)
+    if #due > 0 then older(tonumber(due[2])) end
+  end
+  local out = {h[1] or '0', h[2] or '', redis.call('ZCOUNT', B .. ':delay', '(' .. s(NOW), '+inf'),
+    oldest and s(oldest) or ''}
   local stats = redis.call('HGETALL', B .. ':stats')
   for i = 1, #stats do out[#out + 1] = stats[i] end
   return out

@@ -2,6 +2,7 @@
 //! what runs now, and the newest batches' (or one batch's) progress per stage; or with
 //! `--all`, the counts of every queue in use.
 
+use chrono::{DateTime, Utc};
 use relayq_core::{Backend, Batch, BatchId, BatchProgress, JobState, QueueStats, RunningJob};
 use serde::Serialize;
 
@@ -108,11 +109,17 @@ struct Stats {
     max_running: Option<u32>,
     total: u64,
     counts: Counts,
+    /// When the longest-waiting claimable job became claimable, and its wait in
+    /// seconds by this machine's clock; null when none waits.
+    oldest_ready: Option<DateTime<Utc>>,
+    oldest_ready_seconds: Option<f64>,
 }
 
 impl From<QueueStats> for Stats {
     fn from(s: QueueStats) -> Self {
         Self {
+            oldest_ready: s.oldest_ready,
+            oldest_ready_seconds: s.oldest_ready_age(Utc::now()).map(|d| d.as_secs_f64()),
             total: s.total(),
             counts: Counts::of(&s),
             queue: s.queue,
@@ -168,6 +175,10 @@ fn print_text(s: &Status) {
         counts.add_row([state.to_string(), st.counts.get(state).to_string()]);
     }
     outln!("{counts}");
+    match st.oldest_ready_seconds {
+        Some(secs) => outln!("oldest ready job has waited {secs:.1} s"),
+        None => outln!("no job waits to be claimed"),
+    }
     if s.running.is_empty() {
         outln!("running now: none");
     } else {

@@ -379,3 +379,56 @@ pub async fn m4_queues_lists_queues_in_use(env: &Env) -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// SPEC M1: `oldest_ready` is the earliest `run_at` of the queue's due claimable jobs
+/// (ready, or retrying and due), across priorities; a job not yet due or running does
+/// not count, and with none waiting it is `None`.
+pub async fn m1_oldest_ready_is_the_longest_wait(env: &Env) -> anyhow::Result<()> {
+    let b = env.backend();
+    let q = queue_name("m1old");
+    let none = b.queue_stats(&q).await?.oldest_ready;
+    ensure!(none.is_none(), "an unused queue: {none:?}");
+    let first = enqueue(b, NewJob::new(&q, b"a".to_vec())).await?;
+    // Enqueued later, in another priority band: not the oldest, whichever band a
+    // claim takes first.
+    enqueue(b, NewJob::new(&q, b"b".to_vec()).priority(-5)).await?;
+    enqueue(
+        b,
+        NewJob::new(&q, b"c".to_vec()).delay(Duration::from_secs(3600)),
+    )
+    .await?;
+    let first_at = b.job(&q, first).await?.run_at;
+    let stats = b.queue_stats(&q).await?;
+    ensure!(
+        stats.oldest_ready == Some(first_at),
+        "expected job {first}'s run_at {first_at}: {stats:?}"
+    );
+    let age = stats.oldest_ready_age(first_at + chrono::Duration::seconds(2));
+    ensure!(age == Some(Duration::from_secs(2)), "age {age:?}");
+
+    let running = claim(b, &q, 2).await?;
+    ensure!(running.len() == 2, "claimed {running:?}");
+    let waiting = b.queue_stats(&q).await?.oldest_ready;
+    ensure!(
+        waiting.is_none(),
+        "two running and one scheduled job: nothing waits, got {waiting:?}"
+    );
+    // A retrying job whose time has come waits too, from its retry time.
+    b.fail(
+        &running[0].lease,
+        "again",
+        Retry::After(Duration::from_millis(1)),
+    )
+    .await?;
+    let retry_at = b.job(&q, running[0].lease.job).await?.run_at;
+    let stats = poll_until("the retry to fall due", PATIENCE, || async {
+        let s = b.queue_stats(&q).await?;
+        Ok(s.oldest_ready.is_some().then_some(s))
+    })
+    .await?;
+    ensure!(
+        stats.oldest_ready == Some(retry_at),
+        "expected the retry time {retry_at}: {stats:?}"
+    );
+    Ok(())
+}

@@ -577,6 +577,12 @@ impl QueueState {
         for job in self.jobs.values() {
             *stats.counts.entry(view.state(job)).or_default() += 1;
         }
+        stats.oldest_ready = self
+            .jobs
+            .values()
+            .filter(|j| view.claimable(j))
+            .map(|j| j.run_at)
+            .min();
         stats
     }
 
