@@ -106,8 +106,9 @@ mod progress;
 mod report;
 mod run;
 mod spec;
+mod telemetry;
 
-use std::{io::IsTerminal, process::ExitCode};
+use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
@@ -242,14 +243,8 @@ fn parse() -> Cli {
 
 async fn cli() -> ExitCode {
     let cli = parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("RELAYQ_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG)),
-        )
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr)
-        .init();
+    // Kept to the end of the command: dropping it sends the buffered spans.
+    let _telemetry = telemetry::init(DEFAULT_LOG);
     let db = cli.db.as_str();
     let result = match cli.command {
         Command::Run(args) => run::run(db, args).await,

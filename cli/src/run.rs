@@ -124,7 +124,8 @@ pub async fn run(db: &str, args: RunArgs) -> anyhow::Result<u8> {
         job.batch = Some(batch.id);
     }
     // One call: the whole plan is stored, or nothing.
-    let enqueued = match backend.enqueue(jobs).await {
+    let traced = relayq_core::Traced::new(backend.clone());
+    let enqueued = match relayq_core::Enqueue::enqueue(&traced, jobs).await {
         Ok(ids) => ids,
         Err(e) => {
             let _ = backend.seal(&batch).await;

@@ -68,6 +68,7 @@ pub mod listing;
 pub mod memory;
 pub mod retry;
 pub mod settle;
+pub mod traced;
 mod traits;
 pub mod validate;
 pub mod worker;
@@ -86,6 +87,7 @@ pub use inspect::{
 pub use job::{DEFAULT_MAX_ATTEMPTS, Enqueued, JobId, JobState, NewJob, RunAt};
 pub use lease::{ClaimRequest, ClaimedJob, Lease, LeaseToken};
 pub use settle::{DEFAULT_SETTLE_BATCH, Outcome, Retry, Settle, Settled};
+pub use traced::Traced;
 pub use traits::{Admin, Backend, Claim, Complete, Enqueue, Events, Inspect, OrderBarrier};
 pub use validate::Limits;
 

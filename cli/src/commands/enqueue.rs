@@ -169,7 +169,8 @@ async fn enqueue_once(db: &str, job: &NewJob) -> Result<relayq_core::Enqueued, F
     let backend = backend::open(db, Use::Create)
         .await
         .map_err(|error| Failed { error, sent: false })?;
-    backend.enqueue_one(job.clone()).await.map_err(|e| {
+    let traced = relayq_core::Traced::new(backend);
+    traced.enqueue_one(job.clone()).await.map_err(|e| {
         let error = match e {
             CoreError::InvalidInput { .. } => flag_error(&e),
             other => anyhow::Error::new(other).context("cannot enqueue"),

@@ -436,7 +436,8 @@ impl WorkerBuilder {
             .unwrap_or_else(|| self.backend.preferred_settle_batch())
             .clamp(1, validate::MAX_SETTLE);
         Ok(Worker {
-            backend: self.backend,
+            // Every claim, settle and heartbeat in a span of its own (crate::traced).
+            backend: Arc::new(crate::Traced::new(self.backend)),
             queues: self.queues,
             handler,
             config,
