@@ -80,6 +80,22 @@ pub enum ErrorKind {
     Backend,
 }
 
+impl ErrorKind {
+    /// The kind in `snake_case`, as metrics label it: `transient`, `stale_lease`, ...
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::InvalidInput => "invalid_input",
+            Self::StaleLease => "stale_lease",
+            Self::StageClosed => "stage_closed",
+            Self::NotFound => "not_found",
+            Self::Timeout => "timeout",
+            Self::Transient => "transient",
+            Self::Backend => "backend",
+        }
+    }
+}
+
 impl Error {
     /// An [`Error::InvalidInput`] for `field`.
     pub fn invalid(field: &'static str, reason: impl Into<Cow<'static, str>>) -> Self {

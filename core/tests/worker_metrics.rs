@@ -1,5 +1,7 @@
 //! The worker's counters reach the `metrics` facade: claims, settles by outcome, busy
-//! slots.
+//! slots, failed backend calls by kind.
+
+mod support;
 
 use std::{sync::Arc, time::Duration};
 
@@ -97,4 +99,46 @@ fn worker_counters_reach_the_installed_recorder() {
         Some(1.0),
         "{text}"
     );
+}
+
+/// Heartbeats that fail count as backend errors of the heartbeat call, by kind; the
+/// job whose lease then ran out counts as lease lost.
+#[test]
+fn failed_backend_calls_are_counted_by_call_and_kind() {
+    use support::faulty::{Beats, Faulty};
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let memory = Arc::new(MemoryBackend::new());
+        let q = support::queue();
+        let id = support::enqueue_n(&memory, &q, 1, 3).await[0];
+        let worker = Worker::builder(Faulty::new(&memory, Beats::Fail), [q.clone()])
+            .lease(Duration::from_millis(300))
+            .handler(|_job: ClaimedJob| async {
+                tokio::time::sleep(Duration::from_secs(60)).await;
+                Ok::<_, JobError>(())
+            })
+            .build()
+            .unwrap()
+            .spawn();
+        support::until(
+            "the job claimed again after its lease ran out",
+            async || memory.job(&q, id).await.unwrap().attempts >= 2,
+        )
+        .await;
+        worker.shutdown().await.unwrap();
+    });
+    let text = handle.render();
+    let errors = sample(
+        &text,
+        r#"relayq_worker_backend_errors_total{op="heartbeat",kind="backend"}"#,
+    );
+    assert!(errors.is_some_and(|n| n >= 1.0), "{text}");
+    let lost = sample(&text, "relayq_worker_lease_lost_total");
+    assert!(lost.is_some_and(|n| n >= 1.0), "{text}");
 }

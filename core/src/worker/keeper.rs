@@ -117,7 +117,7 @@ impl Keeper {
                                     if h.control.stopped() {
                                         self.stats.add_lease_lost();
                                     } else {
-                                        self.stats.add_lost(1);
+                                        self.stats.add_lost(1, "no_outcome");
                                     }
                                 }
                                 if let Some(timer) = h.timer {
@@ -186,7 +186,7 @@ impl Keeper {
                                         h.control.set_deadline(self.deadline(sent));
                                     }
                                 }
-                                Err(e) => self.stats.outage.failed("heartbeat", &e),
+                                Err(e) => self.stats.outage.failed("heartbeat", "heartbeat", &e),
                             }
                             // On schedule; after a beat that overran it, one interval on.
                             let now = Instant::now();

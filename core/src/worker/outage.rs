@@ -7,10 +7,11 @@
 //! at debug, and the first success after a failure logs how long it lasted.
 
 use std::{
-    fmt::Display,
     sync::Mutex,
     time::{Duration, Instant},
 };
+
+use crate::Error;
 
 /// The server's state as the worker's calls see it.
 #[derive(Debug, Default)]
@@ -20,8 +21,11 @@ pub(super) struct Outage {
 }
 
 impl Outage {
-    /// A call failed with a backend error (`what` names the call).
-    pub(super) fn failed(&self, what: &str, error: &dyn Display) {
+    /// A call failed with a backend error: `op` is `claim`, `heartbeat` or `settle`,
+    /// `what` says more. Counted in `relayq_worker_backend_errors_total{op,kind}`.
+    pub(super) fn failed(&self, op: &'static str, what: &str, error: &Error) {
+        metrics::counter!("relayq_worker_backend_errors_total", "op" => op, "kind" => error.kind().as_str())
+            .increment(1);
         let mut since = self
             .since
             .lock()
@@ -68,8 +72,8 @@ mod tests {
         assert!(!o.is_on());
         o.succeeded();
         assert!(!o.is_on());
-        o.failed("claim", &"refused");
-        o.failed("heartbeat", &"refused");
+        o.failed("claim", "claim", &Error::transient("refused"));
+        o.failed("heartbeat", "heartbeat", &Error::transient("refused"));
         assert!(o.is_on());
         assert_eq!(o.since.lock().unwrap().map(|(_, n)| n), Some(2));
         o.succeeded();

@@ -244,8 +244,10 @@ impl Runner {
         }
         // Whatever was given up on above ended without an outcome.
         let report = self.stats.report();
-        self.stats
-            .add_lost(usize::try_from(report.claimed.saturating_sub(report.ended())).unwrap_or(0));
+        self.stats.add_lost(
+            usize::try_from(report.claimed.saturating_sub(report.ended())).unwrap_or(0),
+            "no_outcome",
+        );
         let report = self.stats.report();
         tracing::info!(worker = %self.config.name, ?report, "worker stopped");
         Ok(report)
@@ -373,7 +375,9 @@ impl Runner {
                     Err(e) => {
                         failed = true;
                         // One warning per outage (`outage.rs`), not one per retry.
-                        stats.outage.failed(&format!("claim from {queue:?}"), &e);
+                        stats
+                            .outage
+                            .failed("claim", &format!("claim from {queue:?}"), &e);
                     }
                 }
             }
@@ -464,11 +468,11 @@ async fn release(backend: &dyn Backend, stats: &Stats, jobs: Vec<ClaimedJob>) {
             Ok(results) => {
                 let released = results.iter().filter(|r| r.is_ok()).count();
                 stats.add_released(released);
-                stats.add_lost(n - released);
+                stats.add_lost(n - released, "release_failed");
                 tracing::debug!(jobs = n, released, "released buffered jobs");
             }
             Err(e) => {
-                stats.add_lost(n);
+                stats.add_lost(n, "release_failed");
                 tracing::warn!(jobs = n, error = %e, "could not release buffered jobs; their leases will expire");
             }
         }

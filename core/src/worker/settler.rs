@@ -127,9 +127,9 @@ impl Settler {
             }
             Err(e) => {
                 if matches!(e, Error::Backend { .. }) {
-                    self.stats.outage.failed("settle", &e);
+                    self.stats.outage.failed("settle", "settle", &e);
                 }
-                self.stats.add_lost(n);
+                self.stats.add_lost(n, "backend_down");
                 tracing::error!(error = %e, jobs = n, "could not settle; their leases will expire and the jobs run again");
             }
         }
@@ -142,7 +142,7 @@ impl Settler {
             Ok(Settled::Retrying { .. } | Settled::Dead) => self.stats.add_failed(),
             Ok(Settled::Released) => self.stats.add_released(1),
             Err(e) => {
-                self.stats.add_lost(1);
+                self.stats.add_lost(1, "refused");
                 let outcome = match settle.outcome {
                     Outcome::Complete => "complete",
                     Outcome::Fail { .. } => "fail",

@@ -45,7 +45,9 @@ impl WorkerReport {
 /// recorder), process-wide and without labels beyond the outcome:
 /// `relayq_worker_claimed_total`, `relayq_worker_settled_total{outcome}` (succeeded,
 /// failed, released), `relayq_worker_lease_lost_total` and
-/// `relayq_worker_unsettled_total` (the report's `lost`: refused or untaken settles).
+/// `relayq_worker_unsettled_total{reason}` (the report's `lost`: refused or untaken
+/// settles), `relayq_worker_backend_errors_total{op,kind}` (failed claims, heartbeats
+/// and settles by [`ErrorKind`](crate::ErrorKind)).
 /// Beside them: `relayq_worker_busy_slots` (gauge), `relayq_worker_handler_seconds{outcome}`
 /// (histogram: how long each handler ran, to its outcome), and the maintenance pass's
 /// `relayq_maintenance_pruned_total` and `relayq_maintenance_requeued_total`.
@@ -83,9 +85,12 @@ impl Stats {
         self.lease_lost.fetch_add(1, Relaxed);
         metrics::counter!("relayq_worker_lease_lost_total").increment(1);
     }
-    pub(super) fn add_lost(&self, n: usize) {
+    /// `reason`: `refused` (the backend refused the outcome: a stale lease),
+    /// `backend_down` (the settle call failed), `release_failed`, or `no_outcome` (a
+    /// run that ended without one).
+    pub(super) fn add_lost(&self, n: usize, reason: &'static str) {
         self.lost.fetch_add(n as u64, Relaxed);
-        metrics::counter!("relayq_worker_unsettled_total").increment(n as u64);
+        metrics::counter!("relayq_worker_unsettled_total", "reason" => reason).increment(n as u64);
     }
     pub(super) fn report(&self) -> WorkerReport {
         WorkerReport {
