@@ -1,5 +1,5 @@
 //! PostgreSQL-specific behaviour, against the real server (`RELAYQ_POSTGRES_URL`, or a
-//! container, or one SKIPPED line). Tests that need a table of their own make a schema
+//! container, or reported as ignored). Tests that need a table of their own make a schema
 //! of their own and drop it at the end.
 
 use std::{sync::Arc, time::Duration};

@@ -115,8 +115,9 @@ pub async fn locate(server: Server) -> Result<String, String> {
 /// process and server).
 ///
 /// Prefer the [`crate::runner`], which reports a test without its server as ignored: a
-/// test that returns early on `None` counts as passed. This stays for the unit tests
-/// inside the backend crates.
+/// test that returned early on `None` would count as passed. This serves the unit tests
+/// inside the backend crates, which their `build.rs` compiles as ignored when the URL is
+/// unset, and which expect the URL when they run.
 ///
 /// # Panics
 /// When the server is unavailable and `RELAYQ_REQUIRE` names it.
