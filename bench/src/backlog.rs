@@ -3,7 +3,8 @@
 //! Three rounds of 100 claims of 5 (each followed by an untimed completion and as many
 //! new jobs, so the backlog stays put) on the same backlog; the median of the rounds'
 //! p50 and p99 is reported. Redis Cluster is left out: a queue lives in one hash slot,
-//! so its claim is the standalone script.
+//! so its claim is the standalone script. At the largest size, the dashboard's routes
+//! are timed on the same backlog too (`dashboard.rs`).
 
 use std::time::{Duration, Instant};
 
@@ -27,7 +28,7 @@ pub async fn backlog(targets: &[Target], sizes: &[usize]) -> anyhow::Result<Vec<
                 continue;
             }
             let n = (size / t.scale()).max(1000);
-            let [p50, p99] = once(t, n).await?;
+            let ([p50, p99], dashboard) = once(t, n, largest).await?;
             for (what, v) in [("p50", p50), ("p99", p99)] {
                 let row = Row {
                     scenario: format!("claim 5 with {n} pending, {what}"),
@@ -39,6 +40,7 @@ pub async fn backlog(targets: &[Target], sizes: &[usize]) -> anyhow::Result<Vec<
                 crate::print(std::slice::from_ref(&row));
                 rows.push(row);
             }
+            rows.extend(dashboard);
         }
     }
     Ok(rows)
@@ -48,7 +50,9 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
-async fn once(t: &Target, n: usize) -> anyhow::Result<[f64; 2]> {
+/// The claim p50 and p99 over a backlog of `n`, and, with `dashboard`, the dashboard's
+/// rows on it.
+async fn once(t: &Target, n: usize, dashboard: bool) -> anyhow::Result<([f64; 2], Vec<Row>)> {
     let (b, cleanup) = t.open_isolated(&format!("backlog{n}")).await?;
     let q = crate::scenarios::queue("backlog");
     // Built untimed in the largest calls enqueue takes, a few at a time: at 1,000 per
@@ -96,7 +100,12 @@ async fn once(t: &Target, n: usize) -> anyhow::Result<[f64; 2]> {
         p50s.push(took[CLAIMS / 2]);
         p99s.push(took[CLAIMS * 99 / 100]);
     }
+    let rows = if dashboard {
+        crate::dashboard::time_api(b.clone(), &q, n, t.label()).await?
+    } else {
+        Vec::new()
+    };
     drop(b);
     cleanup.run().await?;
-    Ok([median(p50s), median(p99s)])
+    Ok(([median(p50s), median(p99s)], rows))
 }

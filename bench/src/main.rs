@@ -18,6 +18,7 @@
 
 mod backlog;
 mod burst;
+mod dashboard;
 mod goals;
 mod groups;
 mod latency;
