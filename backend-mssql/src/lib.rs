@@ -34,7 +34,7 @@
 //!
 //! ```no_run
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> relayq_core::Result<()> {
-//! use relayq_core::{Enqueue, NewJob};
+//! use relayq_core::{EnqueueExt, NewJob};
 //! use relayq_mssql::MssqlBackend;
 //!
 //! // The server's certificate is validated, against the CA that signed it.

@@ -99,20 +99,32 @@ impl Inspect for PostgresBackend {
     }
 
     async fn queues(&self) -> Result<Vec<String>> {
-        // The jobs' queues by loose index scans (jobs_holder, finished_queue): one
-        // index probe per queue, not a read of every job.
+        // The queues by loose index scans, one index probe per queue, not a read of
+        // every job: `jobs` has no index on `queue` alone, only partial ones, so each
+        // scan names its index's predicate (without one, `min(queue)` read the whole
+        // table: 0.6 s at 1,000,000 jobs). Ready and retrying jobs are in jobs_claim,
+        // running ones in jobs_running; a job blocked behind its group shares its
+        // queue with the group's running or retrying holder, and one blocked by its
+        // stage has a batch, which `batches` lists. Finished jobs: finished_queue.
         sqlx::query_scalar(self.sql(
-            "WITH RECURSIVE j(name) AS (
-                 SELECT (SELECT min(queue) FROM {s}.jobs)
+            "WITH RECURSIVE c(name) AS (
+                 SELECT (SELECT min(queue) FROM {s}.jobs WHERE state IN ('ready', 'retrying'))
                  UNION ALL
-                 SELECT (SELECT min(queue) FROM {s}.jobs WHERE queue > j.name)
-                 FROM j WHERE j.name IS NOT NULL),
+                 SELECT (SELECT min(queue) FROM {s}.jobs
+                         WHERE state IN ('ready', 'retrying') AND queue > c.name)
+                 FROM c WHERE c.name IS NOT NULL),
+             r(name) AS (
+                 SELECT (SELECT min(queue) FROM {s}.jobs WHERE state = 'running')
+                 UNION ALL
+                 SELECT (SELECT min(queue) FROM {s}.jobs WHERE state = 'running' AND queue > r.name)
+                 FROM r WHERE r.name IS NOT NULL),
              f(name) AS (
                  SELECT (SELECT min(queue) FROM {s}.finished)
                  UNION ALL
                  SELECT (SELECT min(queue) FROM {s}.finished WHERE queue > f.name)
                  FROM f WHERE f.name IS NOT NULL)
-             SELECT name FROM j WHERE name IS NOT NULL
+             SELECT name FROM c WHERE name IS NOT NULL
+             UNION SELECT name FROM r WHERE name IS NOT NULL
              UNION SELECT name FROM f WHERE name IS NOT NULL
              UNION SELECT queue FROM {s}.batches
              UNION SELECT queue FROM {s}.queues WHERE paused OR max_running IS NOT NULL

@@ -38,7 +38,7 @@
 //!
 //! ```no_run
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> relayq_core::Result<()> {
-//! use relayq_core::{Enqueue, NewJob};
+//! use relayq_core::{EnqueueExt, NewJob};
 //! use relayq_postgres::PostgresBackend;
 //!
 //! let backend = PostgresBackend::connect("postgres://postgres@127.0.0.1/test").await?;

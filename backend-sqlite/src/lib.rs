@@ -29,7 +29,7 @@
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> relayq_core::Result<()> {
-//! use relayq_core::{Enqueue, NewJob};
+//! use relayq_core::{EnqueueExt, NewJob};
 //! use relayq_sqlite::SqliteBackend;
 //!
 //! let dir = tempfile::tempdir().unwrap();

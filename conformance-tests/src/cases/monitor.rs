@@ -364,8 +364,36 @@ pub async fn m4_queues_lists_queues_in_use(env: &Env) -> anyhow::Result<()> {
     b.set_max_running(&limited, Some(2)).await?;
     b.queue_stats(&looked_at).await?;
     claim(b, &looked_at, 1).await?;
+    // Queues whose only jobs are running, retrying, blocked behind their group, or
+    // finished: each state may be stored apart.
+    let running = queue_name("m4running");
+    enqueue_n(b, &running, 1).await?;
+    claim(b, &running, 1).await?;
+    let retrying = queue_name("m4retrying");
+    enqueue_n(b, &retrying, 1).await?;
+    let job = claim(b, &retrying, 1).await?.remove(0);
+    b.fail(&job.lease, "later", Retry::After(Duration::from_secs(3600)))
+        .await?;
+    let grouped = queue_name("m4grouped");
+    for p in [b"a", b"b"] {
+        enqueue(b, NewJob::new(&grouped, p.to_vec()).group("g")).await?;
+    }
+    claim(b, &grouped, 1).await?;
+    let finished = queue_name("m4finished");
+    enqueue_n(b, &finished, 1).await?;
+    let job = claim(b, &finished, 1).await?.remove(0);
+    b.complete(&job.lease).await?;
     let names = b.queues().await?;
-    for q in [&with_job, &with_batch, &paused, &limited] {
+    for q in [
+        &with_job,
+        &with_batch,
+        &paused,
+        &limited,
+        &running,
+        &retrying,
+        &grouped,
+        &finished,
+    ] {
         let n = names.iter().filter(|n| *n == q).count();
         ensure!(n == 1, "queue {q:?} is listed {n} times in {names:?}");
     }

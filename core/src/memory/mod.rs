@@ -8,7 +8,7 @@
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> relayq_core::Result<()> {
 //! use std::time::Duration;
-//! use relayq_core::{memory::MemoryBackend, Claim, ClaimRequest, Complete, Enqueue, NewJob};
+//! use relayq_core::{memory::MemoryBackend, Claim, ClaimRequest, CompleteExt, EnqueueExt, NewJob};
 //!
 //! let backend = MemoryBackend::new();
 //! backend.enqueue_one(NewJob::new("mail", b"hi".to_vec())).await?;
