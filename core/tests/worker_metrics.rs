@@ -18,18 +18,23 @@ fn sample(text: &str, name: &str) -> Option<f64> {
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
 }
 
-#[test]
-fn worker_counters_reach_the_installed_recorder() {
+/// Runs `body` with a recorder of this thread only, on a runtime on this thread (so no
+/// other test's worker counts here); what it recorded, as Prometheus text.
+fn recorded(body: impl Future<Output = ()>) -> String {
     let recorder = PrometheusBuilder::new().build_recorder();
     let handle = recorder.handle();
-    // A recorder of this thread only, and a runtime on this thread: no other test's
-    // worker counts here.
     let _local = metrics::set_default_local_recorder(&recorder);
-    let rt = tokio::runtime::Builder::new_current_thread()
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .unwrap();
-    rt.block_on(async {
+        .unwrap()
+        .block_on(body);
+    handle.render()
+}
+
+#[test]
+fn worker_counters_reach_the_installed_recorder() {
+    let text = recorded(async {
         let backend = Arc::new(MemoryBackend::new());
         let jobs = ["ok", "ok", "ok", "fail"]
             .map(|p| NewJob::new("m", p.as_bytes().to_vec()).max_attempts(1))
@@ -61,7 +66,6 @@ fn worker_counters_reach_the_installed_recorder() {
         }
         running.shutdown().await.unwrap();
     });
-    let text = handle.render();
     assert_eq!(
         sample(&text, "relayq_worker_claimed_total"),
         Some(4.0),
@@ -106,14 +110,7 @@ fn worker_counters_reach_the_installed_recorder() {
 #[test]
 fn failed_backend_calls_are_counted_by_call_and_kind() {
     use support::faulty::{Beats, Faulty};
-    let recorder = PrometheusBuilder::new().build_recorder();
-    let handle = recorder.handle();
-    let _local = metrics::set_default_local_recorder(&recorder);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
+    let text = recorded(async {
         let memory = Arc::new(MemoryBackend::new());
         let q = support::queue();
         let id = support::enqueue_n(&memory, &q, 1, 3).await[0];
@@ -133,7 +130,6 @@ fn failed_backend_calls_are_counted_by_call_and_kind() {
         .await;
         worker.shutdown().await.unwrap();
     });
-    let text = handle.render();
     let errors = sample(
         &text,
         r#"relayq_worker_backend_errors_total{op="heartbeat",kind="backend"}"#,
