@@ -47,6 +47,12 @@ pub(super) struct JobRun {
 /// A job handed to a slot, with its guards.
 pub(super) struct Assigned {
     pub(super) job: ClaimedJob,
+    /// The last moment its handler may start: when the keeper would stop it, the lease
+    /// less its margin, reckoned from the claim. A worker frozen
+    /// (SIGSTOP, a paused VM) between handing a job to its slot and the slot running it
+    /// finds it past this when it thaws, perhaps with the lease long gone and the job
+    /// run elsewhere: it is stopped instead of started.
+    pub(super) start_by: Instant,
     pub(super) control: Arc<Control>,
     pub(super) slot: Slot,
     pub(super) ended: Ended,
@@ -61,10 +67,18 @@ impl JobRun {
             control,
             slot,
             ended,
+            start_by,
         } = assigned;
         let _finished = Finished(&control);
         // Its lease was lost while it waited for this slot.
         if control.stopped.load(Ordering::SeqCst) {
+            return;
+        }
+        // Too late to start (the worker was frozen): counted as a lease lost, and the
+        // job runs again once its lease expires.
+        if Instant::now() >= start_by {
+            tracing::warn!(queue = %job.lease.queue, id = %job.lease.job, attempt = job.lease.attempt, "job reached its slot too late to start (was the worker frozen?); not started");
+            control.stop();
             return;
         }
         let lease = job.lease.clone();

@@ -68,8 +68,7 @@ impl Keeper {
     /// leaves after it, so the next beat is always due before the deadline (at the
     /// default interval, lease/3, the margin is lease/6).
     fn margin_less(&self) -> Duration {
-        let after = self.length.saturating_sub(self.every);
-        self.length.saturating_sub(self.every.min(after) / 2)
+        margin_less(self.length, self.every)
     }
 
     /// The lease's deadline after a claim or renewing beat sent at `sent`.
@@ -214,4 +213,11 @@ impl Keeper {
             }
         }
     }
+}
+
+/// [`Keeper::margin_less`] for a lease of `length` beaten every `every`; the run loop
+/// uses it too, as the last moment a handed job may start (`Assigned::start_by`).
+pub(super) fn margin_less(length: Duration, every: Duration) -> Duration {
+    let after = length.saturating_sub(every);
+    length.saturating_sub(every.min(after) / 2)
 }

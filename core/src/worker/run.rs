@@ -24,7 +24,7 @@ use super::{
     buffer::Buffer,
     control::{Control, Ended, Msg, Settling},
     job::{Assigned, JobRun},
-    keeper::Keeper,
+    keeper::{self, Keeper},
     maintainer::Maintainer,
     pace::Pace,
     settler::{self, Settler},
@@ -327,11 +327,14 @@ impl Runner {
                     "the heartbeat keeper is gone; this job's lease will not be renewed"
                 );
             }
+            let start_by =
+                claimed_at + keeper::margin_less(self.config.lease, self.heartbeat_every);
             self.pool_mut().hand(Assigned {
                 job,
                 control,
                 slot,
                 ended,
+                start_by,
             });
         }
     }

@@ -133,7 +133,7 @@ pub(super) mod tests {
     };
 
     use chrono::Utc;
-    use tokio::sync::mpsc;
+    use tokio::{sync::mpsc, time::Instant};
     use tokio_util::sync::CancellationToken;
 
     use super::*;
@@ -173,6 +173,19 @@ pub(super) mod tests {
     /// Hands `job` to an idle slot with a fresh control; returns the control and what
     /// the keeper hears.
     fn hand(pool: &mut Pool, job: ClaimedJob) -> (Arc<Control>, mpsc::UnboundedReceiver<Msg>) {
+        hand_by(
+            pool,
+            job,
+            Instant::now() + std::time::Duration::from_secs(3600),
+        )
+    }
+
+    /// [`hand`], with the last moment the job may start.
+    fn hand_by(
+        pool: &mut Pool,
+        job: ClaimedJob,
+        start_by: Instant,
+    ) -> (Arc<Control>, mpsc::UnboundedReceiver<Msg>) {
         let (keeper, heard) = mpsc::unbounded_channel();
         let ended = Ended::new(keeper, &job.lease);
         let control = Arc::new(Control::default());
@@ -182,6 +195,7 @@ pub(super) mod tests {
             control: control.clone(),
             slot,
             ended,
+            start_by,
         });
         (control, heard)
     }
@@ -254,6 +268,22 @@ pub(super) mod tests {
         assert!(outcomes.try_recv().is_err(), "no outcome");
         assert!(matches!(heard.try_recv(), Ok(Msg::Ended(JobId(8), _))));
         assert!(control.finished() && !control.handed());
+        assert_eq!(pool.shared.busy(), 0, "the slot freed");
+    }
+
+    /// SPEC W1 (a frozen worker never runs a job beside its next attempt): a job that
+    /// reaches its slot past its start deadline, as after a SIGSTOP between the hand-off
+    /// and the slot's turn, is stopped, never started.
+    #[tokio::test]
+    async fn a_job_past_its_start_deadline_is_stopped_not_started() {
+        let (mut pool, runs, mut outcomes) = pool(1);
+        let (control, mut heard) = hand_by(&mut pool, job(9), Instant::now());
+        pool.close();
+        pool.join().await;
+        assert_eq!(runs.load(Ordering::SeqCst), 0, "the handler never ran");
+        assert!(outcomes.try_recv().is_err(), "no outcome");
+        assert!(control.stopped(), "counted as a lease lost");
+        assert!(matches!(heard.try_recv(), Ok(Msg::Ended(JobId(9), _))));
         assert_eq!(pool.shared.busy(), 0, "the slot freed");
     }
 
