@@ -93,10 +93,8 @@ mod otel {
             )
             .build();
         let tracer = provider.tracer("relayq");
-        let targets = Targets::new()
-            .with_target("relayq_core", tracing::Level::INFO)
-            .with_target("relayq_cli", tracing::Level::INFO)
-            .with_target("relayq", tracing::Level::INFO);
+        // A target matches by prefix: `relayq` takes in relayq_core, relayq_cli and the rest.
+        let targets = Targets::new().with_target("relayq", tracing::Level::INFO);
         let layer = tracing_opentelemetry::layer()
             .with_tracer(tracer)
             .with_filter(targets)

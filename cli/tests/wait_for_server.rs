@@ -67,16 +67,21 @@ fn trial(name: &str, server: &'static str, ready: Result<(), String>, test: fn()
 /// The folder of PostgreSQL's server programs (`initdb`, `pg_ctl`), newest version
 /// first.
 fn pg_bin() -> Result<PathBuf, String> {
-    let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+    // By version number ("9.6" sorts after "15" as text).
+    let version = |bin: &PathBuf| -> Vec<u32> {
+        let dir = bin.parent().and_then(|d| d.file_name()).unwrap_or_default();
+        dir.to_string_lossy()
+            .split('.')
+            .map(|n| n.parse().unwrap_or(0))
+            .collect()
+    };
+    std::fs::read_dir("/usr/lib/postgresql")
         .into_iter()
         .flatten()
         .flatten()
         .map(|e| e.path().join("bin"))
         .filter(|bin| bin.join("initdb").exists())
-        .collect();
-    found.sort();
-    found
-        .pop()
+        .max_by_key(version)
         .ok_or_else(|| "no PostgreSQL server programs in /usr/lib/postgresql/*/bin".into())
 }
 

@@ -1,5 +1,6 @@
 //! The runner reports what it cannot run as ignored, never as passed: a case that needs a
-//! capability the subject lacks, and every case of a subject whose server is absent.
+//! capability the subject lacks, every case of a subject whose server is absent, and a
+//! test that finds out while running that it cannot (`runner::skip`).
 
 use std::sync::Arc;
 
@@ -84,6 +85,21 @@ fn every_trial_of_an_absent_server_is_ignored() {
     });
     let c = run(vec![test], "");
     assert_eq!((c.num_passed, c.num_failed, c.num_ignored), (0, 0, 1));
+}
+
+#[test]
+fn a_test_that_skips_while_running_is_ignored_and_a_panic_still_fails() {
+    let skips = runner::local_test("skips", || async {
+        runner::skip("redis-server is not installed");
+    });
+    let c = run(vec![skips], "");
+    assert_eq!((c.num_passed, c.num_failed, c.num_ignored), (0, 0, 1));
+    let panics = runner::local_test("panics", || async { panic!("a real failure") });
+    let c = run(vec![panics], "");
+    assert_eq!((c.num_passed, c.num_failed, c.num_ignored), (0, 1, 0));
+    let passes = runner::local_test("passes", || async {});
+    let c = run(vec![passes], "");
+    assert_eq!((c.num_passed, c.num_failed, c.num_ignored), (1, 0, 0));
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! [`Traced`]: a backend whose enqueues, claims, settles and heartbeats each run in a
 //! `tracing` span, with the queue, the job ids and the attempt. A worker wraps its
-//! backend in one; wrap yours to trace what your program enqueues.
+//! backend in one; wrap yours to trace what your program enqueues, but give the worker
+//! the unwrapped backend, or its claims and settles are traced twice.
 //!
 //! | span | fields |
 //! |---|---|
