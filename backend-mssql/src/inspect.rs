@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 use relayq_core::{
-    AttemptOutcome, AttemptRecord, BatchId, BatchProgress, Error, Inspect, JobId, JobInfo,
+    AttemptOutcome, AttemptRecord, Batch, BatchId, BatchProgress, Error, Inspect, JobId, JobInfo,
     JobState, QueueStats, Result, RunningJob, validate,
 };
 
@@ -140,6 +140,36 @@ impl Inspect for MssqlBackend {
         validate::list_limit(limit)?;
         let ids = self.ids(sql::BATCH_IDS, queue, limit).await?;
         relayq_core::listing::batches(self, queue, ids).await
+    }
+
+    async fn batch_jobs(
+        &self,
+        batch: &Batch,
+        after: Option<JobId>,
+        limit: u32,
+    ) -> Result<Vec<JobId>> {
+        validate::queue_name(&batch.queue)?;
+        validate::list_limit(limit)?;
+        let after = after.map_or(i64::MIN, |a| a.0);
+        let limit = i64::from(limit);
+        let sets = self
+            .run(
+                sql::BATCH_JOB_IDS,
+                &[&batch.id.0, &batch.queue.as_str(), &after, &limit],
+            )
+            .await?;
+        let known = rows::set(&sets, 0)?
+            .first()
+            .map(|r| req::<i64>(r, 0))
+            .transpose()?
+            .unwrap_or(0);
+        if known == 0 {
+            return Err(Error::not_found(batch.to_string()));
+        }
+        rows::set(&sets, 1)?
+            .iter()
+            .map(|r| req::<i64>(r, 0).map(JobId))
+            .collect()
     }
 
     async fn dead_jobs(&self, queue: &str, limit: u32) -> Result<Vec<JobInfo>> {

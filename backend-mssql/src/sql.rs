@@ -917,6 +917,12 @@ WHERE queue = @P1 AND state = 'running' ORDER BY id;";
 pub(crate) const BATCH_IDS: &str =
     "SELECT TOP (@P2) id FROM {s}.batches WHERE queue = @P1 ORDER BY id DESC;";
 
+/// Whether batch `@P1` is of queue `@P2`, then up to `@P4` of its job ids above `@P3`,
+/// in order (SPEC M5).
+pub(crate) const BATCH_JOB_IDS: &str = "
+SELECT COUNT_BIG(*) FROM {s}.batches WHERE id = @P1 AND queue = @P2;
+SELECT TOP (@P4) id FROM {s}.jobs WHERE batch_id = @P1 AND id > @P3 ORDER BY id;";
+
 /// The oldest `@P2` dead jobs of queue `@P1`.
 pub(crate) const DEAD_IDS: &str =
     "SELECT TOP (@P2) id FROM {s}.jobs WHERE queue = @P1 AND state = 'dead' ORDER BY id;";
@@ -952,6 +958,7 @@ pub(crate) const ALL: &[(&str, &str)] = &[
     ("JOB", JOB),
     ("RUNNING", RUNNING),
     ("BATCH_IDS", BATCH_IDS),
+    ("BATCH_JOB_IDS", BATCH_JOB_IDS),
     ("DEAD_IDS", DEAD_IDS),
 ];
 

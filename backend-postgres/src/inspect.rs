@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use relayq_core::{
-    AttemptOutcome, AttemptRecord, BatchId, BatchProgress, Error, Inspect, JobId, JobInfo,
+    AttemptOutcome, AttemptRecord, Batch, BatchId, BatchProgress, Error, Inspect, JobId, JobInfo,
     JobState, QueueStats, Result, RunningJob, validate,
 };
 
@@ -265,6 +265,36 @@ impl Inspect for PostgresBackend {
             )
             .await?;
         relayq_core::listing::batches(self, queue, ids).await
+    }
+
+    async fn batch_jobs(
+        &self,
+        batch: &Batch,
+        after: Option<JobId>,
+        limit: u32,
+    ) -> Result<Vec<JobId>> {
+        validate::queue_name(&batch.queue)?;
+        validate::list_limit(limit)?;
+        // The batch's unfinished jobs through jobs_stage, its finished ones through
+        // finished_batch; neither is in id order, so the page is sorted (its cost grows
+        // with the batch, not with the queue).
+        let ids: Option<Vec<i64>> = sqlx::query_scalar(self.sql(
+            "SELECT ARRAY(SELECT id FROM (
+                       SELECT id FROM {s}.jobs WHERE batch_id = $1 AND id > $3
+                       UNION ALL
+                       SELECT id FROM {s}.finished WHERE batch_id = $1 AND id > $3) j
+                   ORDER BY id LIMIT $4)
+             FROM {s}.batches WHERE id = $1 AND queue = $2",
+        ))
+        .bind(batch.id.0)
+        .bind(&batch.queue)
+        .bind(after.map_or(i64::MIN, |a| a.0))
+        .bind(i64::from(limit))
+        .fetch_optional(self.pool())
+        .await
+        .map_err(db)?;
+        let ids = ids.ok_or_else(|| Error::not_found(batch.to_string()))?;
+        Ok(ids.into_iter().map(JobId).collect())
     }
 
     async fn dead_jobs(&self, queue: &str, limit: u32) -> Result<Vec<JobInfo>> {

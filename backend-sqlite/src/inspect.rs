@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use chrono::Utc;
 use relayq_core::{
-    AttemptOutcome, AttemptRecord, BatchId, BatchProgress, Error, Inspect, JobId, JobInfo,
+    AttemptOutcome, AttemptRecord, Batch, BatchId, BatchProgress, Error, Inspect, JobId, JobInfo,
     JobState, QueueStats, Result, RunningJob, validate,
 };
 
@@ -230,6 +230,41 @@ impl Inspect for SqliteBackend {
             )
             .await?;
         relayq_core::listing::batches(self, queue, ids).await
+    }
+
+    async fn batch_jobs(
+        &self,
+        batch: &Batch,
+        after: Option<JobId>,
+        limit: u32,
+    ) -> Result<Vec<JobId>> {
+        validate::queue_name(&batch.queue)?;
+        validate::list_limit(limit)?;
+        let mut tx = self.pool().begin().await.map_err(db)?;
+        let known: Option<i64> =
+            sqlx::query_scalar("SELECT 1 FROM relayq_batches WHERE id = ?1 AND queue = ?2")
+                .bind(batch.id.0)
+                .bind(&batch.queue)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db)?;
+        if known.is_none() {
+            return Err(Error::not_found(batch.to_string()));
+        }
+        // relayq_jobs_batch holds (batch_id, rowid): the page is a range of it, in id
+        // order, whatever the batch's size.
+        let ids: Vec<i64> = sqlx::query_scalar(
+            "SELECT id FROM relayq_jobs INDEXED BY relayq_jobs_batch
+             WHERE batch_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3",
+        )
+        .bind(batch.id.0)
+        .bind(after.map_or(i64::MIN, |a| a.0))
+        .bind(i64::from(limit))
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db)?;
+        tx.commit().await.map_err(db)?;
+        Ok(ids.into_iter().map(JobId).collect())
     }
 
     async fn dead_jobs(&self, queue: &str, limit: u32) -> Result<Vec<JobInfo>> {

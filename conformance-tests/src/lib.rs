@@ -212,6 +212,7 @@ macro_rules! for_each_case {
             monitor::m3_try_maintain_prunes_when_free,
             monitor::m3_workers_prune_on_a_timer,
             monitor::m4_queues_lists_queues_in_use,
+            monitor::m5_batch_jobs_lists_a_batch_page_by_page,
             monitor::m1_oldest_ready_is_the_longest_wait,
             errors::x1_error_kinds_are_distinct,
             errors::x2_hostile_queue_names_rejected,

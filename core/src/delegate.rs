@@ -148,6 +148,16 @@ macro_rules! delegate {
                 use $crate::Inspect as _;
                 self.$f.batches(queue, limit).await
             }
+            async fn batch_jobs(
+                &self,
+                batch: &$crate::Batch,
+                after: Option<$crate::JobId>,
+                limit: u32,
+            ) -> $crate::Result<Vec<$crate::JobId>> {
+                #[allow(unused_imports)]
+                use $crate::Inspect as _;
+                self.$f.batch_jobs(batch, after, limit).await
+            }
             async fn dead_jobs(&self, queue: &str, limit: u32) -> $crate::Result<Vec<$crate::JobInfo>> {
                 #[allow(unused_imports)]
                 use $crate::Inspect as _;

@@ -200,6 +200,23 @@ pub trait Inspect: Send + Sync {
     /// - `limit` outside 1..=1000 is [`Error::InvalidInput`] on `limit`.
     async fn batches(&self, queue: &str, limit: u32) -> Result<Vec<BatchProgress>>;
 
+    /// The ids of `batch`'s jobs above `after` (all when `None`), in id order, at most
+    /// `limit` (SPEC M5): a batch's jobs page by page, for tools that show what each
+    /// job did (the dashboard's timeline of attempts reads each with [`job`](Self::job)).
+    ///
+    /// # Behavior
+    /// - Every job enqueued into the batch is listed once, in whatever state, until it
+    ///   is pruned; no job of another batch or of no batch is (SPEC M5).
+    /// - Reading on from the last id of a page lists the rest (SPEC M5).
+    /// - `limit` outside 1..=1000 is [`Error::InvalidInput`] on `limit`.
+    /// - An unknown batch, or one of another queue, is [`Error::NotFound`].
+    async fn batch_jobs(
+        &self,
+        batch: &Batch,
+        after: Option<JobId>,
+        limit: u32,
+    ) -> Result<Vec<JobId>>;
+
     /// Up to `limit` dead jobs of `queue`, in enqueue (id) order (SPEC M2).
     async fn dead_jobs(&self, queue: &str, limit: u32) -> Result<Vec<JobInfo>>;
 

@@ -5,6 +5,7 @@
 --     the log entries; or -1 if unknown;
 --   'running': id, worker, attempt, started, expiry per running job;
 --   'batches' (ARGV[4] = limit): batch ids, newest first;
+--   'batch_jobs' (ARGV[4] = batch id): the batch's job ids, unordered; or -1 if unknown;
 --   'dead' (ARGV[4] = limit): dead job ids, oldest first.
 local what = ARGV[3]
 if what == 'stats' then
@@ -53,6 +54,9 @@ elseif what == 'running' then
   return out
 elseif what == 'batches' then
   return redis.call('ZREVRANGE', B .. ':batches', 0, tonumber(ARGV[4]) - 1)
+elseif what == 'batch_jobs' then
+  if redis.call('EXISTS', bk(ARGV[4])) == 0 then return -1 end
+  return redis.call('SMEMBERS', bk(ARGV[4]) .. ':jobs')
 elseif what == 'dead' then
   return redis.call('ZRANGE', B .. ':dead', 0, tonumber(ARGV[4]) - 1)
 end

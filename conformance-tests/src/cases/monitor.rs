@@ -408,6 +408,81 @@ pub async fn m4_queues_lists_queues_in_use(env: &Env) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// SPEC M5: `batch_jobs` lists every job of the batch once, in id order and in any
+/// state (waiting on a later stage, running, finished), page by page, and none of
+/// another batch or of no batch; an unknown batch, or one asked of another queue, is
+/// `NotFound`; a bad limit is refused by name.
+pub async fn m5_batch_jobs_lists_a_batch_page_by_page(env: &Env) -> anyhow::Result<()> {
+    let b = env.backend();
+    let q = queue_name("m5");
+    let batch = b.open_batch(&q, OnFailure::Continue).await?;
+    let other = b.open_batch(&q, OnFailure::Continue).await?;
+    let mut mine = Vec::new();
+    for (i, stage) in [0, 1, 0, 2, 1].into_iter().enumerate() {
+        mine.push(
+            enqueue(
+                b,
+                NewJob::new(&q, vec![b'a'; i + 1]).in_batch(batch.id, stage),
+            )
+            .await?,
+        );
+        enqueue(b, NewJob::new(&q, b"other".to_vec()).in_batch(other.id, 0)).await?;
+        enqueue(b, NewJob::new(&q, b"plain".to_vec())).await?;
+    }
+    // Two of stage 0 run; one of them finishes.
+    let mut running = Vec::new();
+    while running.len() < 2 {
+        let got = claim(b, &q, 1).await?;
+        ensure!(!got.is_empty(), "nothing left to claim");
+        if mine.contains(&got[0].lease.job) {
+            running.push(got.into_iter().next().unwrap());
+        }
+    }
+    b.complete(&running[0].lease).await?;
+
+    let mut listed = Vec::new();
+    let mut after = None;
+    loop {
+        let page = b.batch_jobs(&batch, after, 2).await?;
+        ensure!(page.len() <= 2, "a page of 2 held {}", page.len());
+        let Some(last) = page.last().copied() else {
+            break;
+        };
+        listed.extend(page);
+        after = Some(last);
+    }
+    ensure!(
+        listed == mine,
+        "listed {listed:?}, the batch holds {mine:?}"
+    );
+    let whole = b.batch_jobs(&batch, None, 1000).await?;
+    ensure!(
+        whole == mine,
+        "one page: {whole:?}, the batch holds {mine:?}"
+    );
+
+    let unknown = relayq_core::Batch {
+        queue: q.clone(),
+        id: relayq_core::BatchId(other.id.0 + 1_000_000),
+    };
+    expect_not_found(b.batch_jobs(&unknown, None, 10).await, "an unknown batch")?;
+    let elsewhere = relayq_core::Batch {
+        queue: queue_name("m5other"),
+        id: batch.id,
+    };
+    expect_not_found(
+        b.batch_jobs(&elsewhere, None, 10).await,
+        "another queue's batch",
+    )?;
+    expect_invalid(b.batch_jobs(&batch, None, 0).await, "limit", "limit 0")?;
+    expect_invalid(
+        b.batch_jobs(&batch, None, 1001).await,
+        "limit",
+        "limit 1001",
+    )?;
+    Ok(())
+}
+
 /// SPEC M1: `oldest_ready` is the earliest `run_at` of the queue's due claimable jobs
 /// (ready, or retrying and due), across priorities; a job not yet due or running does
 /// not count, and with none waiting it is `None`.

@@ -216,6 +216,18 @@ impl Inspect for MemoryBackend {
         self.with_queue(queue, |q, now| q.batches(queue, limit as usize, now))?
     }
 
+    async fn batch_jobs(
+        &self,
+        batch: &Batch,
+        after: Option<JobId>,
+        limit: u32,
+    ) -> Result<Vec<JobId>> {
+        validate::list_limit(limit)?;
+        self.with_queue(&batch.queue, |q, _| {
+            q.batch_jobs(batch, after, limit as usize)
+        })?
+    }
+
     async fn dead_jobs(&self, queue: &str, limit: u32) -> Result<Vec<JobInfo>> {
         validate::list_limit(limit)?;
         self.with_queue(queue, |q, now| q.dead_jobs(queue, limit as usize, now))

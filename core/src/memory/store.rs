@@ -487,6 +487,24 @@ impl QueueState {
             .collect()
     }
 
+    /// SPEC M5: the batch's job ids above `after`, in order.
+    pub(crate) fn batch_jobs(
+        &self,
+        batch: &crate::Batch,
+        after: Option<JobId>,
+        limit: usize,
+    ) -> Result<Vec<JobId>> {
+        self.batch(batch.id, &batch.queue)?;
+        let from = after.map_or(i64::MIN, |a| a.0.saturating_add(1));
+        Ok(self
+            .jobs
+            .range(from..)
+            .filter(|(_, j)| j.batch == Some(batch.id.0))
+            .take(limit)
+            .map(|(id, _)| JobId(*id))
+            .collect())
+    }
+
     /// SPEC B7: cancels one unfinished job; false when already finished.
     pub(crate) fn cancel_job(
         &mut self,
