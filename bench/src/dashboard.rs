@@ -1,8 +1,13 @@
 //! The dashboard's answers on a big queue (issue 45: every page and API call within
 //! 100 ms on a queue of 1,000,000 jobs on PostgreSQL): each route of
 //! `relayq-dashboard`'s router, called in process over the backlog scenario's largest
-//! backlog, five times; the median is reported. The HTTP stack costs microseconds; what
-//! is measured is the backend's reads behind each answer.
+//! backlog, five times, one right after the other; the median is reported, and the
+//! slowest call in the note (the first, which finds no count cached). The HTTP stack
+//! costs microseconds; what is measured is the backend's reads behind each answer.
+//!
+//! The dashboard answers a big queue's counts from its last count, taken in the
+//! background (`dashboard/src/counts`): the row "queue_stats" times that count itself,
+//! so what it costs the server, and how old the counts get, stay in view.
 
 use std::{sync::Arc, time::Instant};
 
@@ -31,6 +36,23 @@ pub async fn time_api(
         ))
         .await?;
     let id = held.first().map_or(1, |j| j.lease.job.0);
+    // A batch of 200 in the same queue, for the batch page (the timeline reads each job).
+    let batch = b.open_batch(q, relayq::OnFailure::Continue).await?;
+    b.enqueue(
+        (0..200)
+            .map(|i| relayq::NewJob::new(q, b"b".to_vec()).in_batch(batch.id, i / 50))
+            .collect(),
+    )
+    .await?;
+    let mut rows = Vec::new();
+    let start = Instant::now();
+    b.queue_stats(q).await?;
+    rows.push(row(
+        format!("dashboard's background count (queue_stats), {n} pending"),
+        target,
+        start.elapsed().as_secs_f64() * 1000.0,
+        "counts older than this are refreshed; answers never wait for it".to_owned(),
+    ));
     let metrics = metrics_exporter_prometheus::PrometheusBuilder::new()
         .build_recorder()
         .handle();
@@ -61,10 +83,17 @@ pub async fn time_api(
             format!("/api/queues/{q}/jobs/{id}"),
             "GET /api/queues/{q}/jobs/{id}",
         ),
+        (
+            format!("/api/queues/{q}/batches/{}", batch.id.0),
+            "GET /api/queues/{q}/batches/{id}",
+        ),
+        (
+            format!("/api/queues/{q}/batches/{}/jobs?limit=200", batch.id.0),
+            "GET /api/queues/{q}/batches/{id}/jobs (200, the timeline)",
+        ),
         ("/metrics".to_owned(), "GET /metrics"),
         ("/".to_owned(), "GET / (the page)"),
     ];
-    let mut rows = Vec::new();
     for (uri, name) in routes {
         let mut took = Vec::with_capacity(CALLS);
         for _ in 0..CALLS {
@@ -78,15 +107,25 @@ pub async fn time_api(
             took.push(start.elapsed().as_secs_f64() * 1000.0);
             anyhow::ensure!(status.is_success(), "{uri} answered {status}");
         }
-        let row = Row {
-            scenario: format!("dashboard {name}, {n} pending"),
-            target: target.to_owned(),
-            value: median(took),
-            unit: "ms",
-            note: String::new(),
-        };
-        crate::print(std::slice::from_ref(&row));
-        rows.push(row);
+        let slowest = took.iter().copied().fold(0.0, f64::max);
+        rows.push(row(
+            format!("dashboard {name}, {n} pending"),
+            target,
+            median(took),
+            format!("slowest of {CALLS}: {slowest:.2} ms"),
+        ));
     }
     Ok(rows)
+}
+
+fn row(scenario: String, target: &str, value: f64, note: String) -> Row {
+    let row = Row {
+        scenario,
+        target: target.to_owned(),
+        value,
+        unit: "ms",
+        note,
+    };
+    crate::print(std::slice::from_ref(&row));
+    row
 }

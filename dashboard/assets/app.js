@@ -130,14 +130,23 @@
     return `${(secs / 3600).toFixed(1)} h`;
   }
 
+  // A big queue's counts come from its last count, taken in the background (up to 30 s
+  // old); the first one may still be running. Says so, rather than show old figures as
+  // current.
+  function countNote(s) {
+    if (!s.counted) return h("span", { class: "muted counting" }, "counting…");
+    const age = (Date.now() - Date.parse(s.counted_at)) / 1000;
+    return age > 2 ? h("span", { class: "muted counted-at", title: s.counted_at }, `counts from ${fmtSecs(Math.round(age))} ago`) : null;
+  }
+
   async function drawQueues() {
     const extra = params.get("queues");
     const list = await api(`/queues${extra ? `?queues=${q(extra)}` : ""}`);
     const rows = list.map((s) =>
       h("tr", { "data-queue": s.queue },
-        h("td", {}, link(`${qpath(s.queue)}/batches`, s.queue), " ", s.paused ? badge("paused") : null),
-        STATES.map((st) => num(s.counts[st] ?? 0)),
-        h("td", { class: "num" }, `${s.running} / ${s.max_running ?? "∞"}`),
+        h("td", {}, link(`${qpath(s.queue)}/batches`, s.queue), " ", s.paused ? badge("paused") : null, " ", countNote(s)),
+        STATES.map((st) => num(s.counted ? s.counts[st] ?? 0 : "…")),
+        h("td", { class: "num" }, s.counted ? `${s.running} / ${s.max_running ?? "∞"}` : "…"),
         h("td", { class: "num oldest" }, waited(s.oldest_ready_seconds)),
         h("td", {}, link(`${qpath(s.queue)}/running`, "running"), " · ", link(`${qpath(s.queue)}/dead`, "dead")),
         readOnly ? null : h("td", {}, queueActions(s))));
@@ -175,10 +184,11 @@
 
   async function queueHeader() {
     const s = await api(`/queues/${q(queue)}`);
+    if (!s.counted) return h("p", { id: "summary" }, countNote(s));
     return h("p", { id: "summary" },
       STATES.filter((st) => s.counts[st]).map((st) => [badge(`${st} ${s.counts[st]}`, st), " "]),
       s.paused ? badge("paused") : null, " ", `running ${s.running} / ${s.max_running ?? "∞"}`,
-      ` · oldest ready ${waited(s.oldest_ready_seconds)}`);
+      ` · oldest ready ${waited(s.oldest_ready_seconds)}`, " ", countNote(s));
   }
 
   async function drawBatches() {
@@ -194,11 +204,57 @@
       moreLink(list)];
   }
 
+  // SVG elements, built like h(): text only through textContent.
+  function svg(tag, attrs, ...children) {
+    const e = document.createElementNS("http://www.w3.org/2000/svg", tag);
+    for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, String(v));
+    for (const c of children.flat(Infinity)) {
+      if (c === null || c === undefined) continue;
+      e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+    }
+    return e;
+  }
+
+  // The batch's attempts as bars on one row per worker, from first start to now: the
+  // picture `relayq run` prints, for the page of jobs the API gave.
+  function timeline(list) {
+    const now = Date.now();
+    const bars = list.items.flatMap((j) => j.attempt_log.map((a) => ({
+      job: j.id, stage: j.stage, attempt: a.attempt, worker: a.worker, outcome: a.outcome,
+      start: Date.parse(a.started_at), end: a.ended_at ? Date.parse(a.ended_at) : now,
+    })));
+    if (!bars.length) return h("p", { class: "muted", id: "timeline-empty" }, "No attempt has started yet.");
+    const workers = [...new Set(bars.map((b) => b.worker))].sort();
+    const t0 = Math.min(...bars.map((b) => b.start));
+    const t1 = Math.max(t0 + 1, ...bars.map((b) => b.end));
+    const label = 170, width = 760, row = 18;
+    const x = (t) => label + ((t - t0) / (t1 - t0)) * width;
+    const y = (w) => workers.indexOf(w) * row + 4;
+    return h("div", { class: "timeline-wrap" },
+      svg("svg", { id: "timeline", viewBox: `0 0 ${label + width + 10} ${workers.length * row + 24}`, role: "img", "aria-label": "attempts by worker over time" },
+        workers.map((w) => svg("text", { class: "worker", x: 0, y: y(w) + 11 }, w.length > 26 ? `${w.slice(0, 25)}…` : w)),
+        bars.map((b) => svg("rect", { class: `att ${b.outcome}`, x: x(b.start).toFixed(1), y: y(b.worker), width: Math.max(1.5, x(b.end) - x(b.start)).toFixed(1), height: row - 6, "data-job": b.job, "data-worker": b.worker },
+          svg("title", {}, `job #${b.job}, stage ${b.stage}, attempt ${b.attempt} on ${b.worker}: ${b.outcome}, ${((b.end - b.start) / 1000).toFixed(2)} s`))),
+        svg("text", { class: "axis", x: label, y: workers.length * row + 18 }, new Date(t0).toLocaleTimeString()),
+        svg("text", { class: "axis end", x: label + width, y: workers.length * row + 18 }, `+${((t1 - t0) / 1000).toFixed(1)} s`)),
+      h("p", { class: "muted legend" }, `${bars.length} attempts of ${list.items.length} jobs on ${workers.length} workers`,
+        ...["succeeded", "running", "failed", "expired", "released", "cancelled"].map((o) => [" ", badge(o)])));
+  }
+
   async function drawBatch() {
-    const b = await api(`/queues/${q(queue)}/batches/${q(id)}`);
+    const after = params.get("after");
+    const [b, jobs] = await Promise.all([
+      api(`/queues/${q(queue)}/batches/${q(id)}`),
+      api(`/queues/${q(queue)}/batches/${q(id)}/jobs?limit=${q(params.get("limit") || "200")}${after ? `&after=${q(after)}` : ""}`),
+    ]);
+    const next = new URLSearchParams(location.search);
+    if (jobs.more) next.set("after", String(jobs.items[jobs.items.length - 1].id));
     return [
       h("p", {}, batchState(b), " on failure: ", b.on_failure, b.sealed ? " · sealed" : " · unsealed", b.released_stage === null ? "" : ` · released up to stage ${b.released_stage}`),
       h("div", { id: "stages" }, b.stages.map(stageBar)),
+      h("h2", {}, "Attempts by worker"),
+      timeline(jobs),
+      jobs.more || after ? h("p", { class: "more" }, after ? [link("?", "first jobs"), " · "] : null, jobs.more ? link(`?${next}`, "next jobs") : null) : null,
       readOnly || batchDone(b) ? null : h("p", {}, button("cancel batch", `/queues/${q(queue)}/batches/${q(id)}/cancel`, {}, { danger: true, name: "cancel-batch", confirm: `Cancel every unfinished job of batch ${id}?` })),
     ];
   }

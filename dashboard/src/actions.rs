@@ -21,6 +21,7 @@ pub(crate) async fn pause(
     Path(name): Path<String>,
 ) -> ApiResult<Json<Value>> {
     state.backend.pause(queue(&name)?).await?;
+    state.counts.changed(&name, |s| s.paused = true);
     tracing::info!(queue = %name, "relayq-dashboard: queue paused");
     Ok(Json(json!({ "paused": true })))
 }
@@ -31,6 +32,7 @@ pub(crate) async fn resume(
     Path(name): Path<String>,
 ) -> ApiResult<Json<Value>> {
     state.backend.resume(queue(&name)?).await?;
+    state.counts.changed(&name, |s| s.paused = false);
     tracing::info!(queue = %name, "relayq-dashboard: queue resumed");
     Ok(Json(json!({ "paused": false })))
 }
@@ -44,6 +46,7 @@ pub(crate) async fn max_running(
 ) -> ApiResult<Json<Value>> {
     let limit = parse_max_running(&body)?;
     state.backend.set_max_running(queue(&name)?, limit).await?;
+    state.counts.changed(&name, |s| s.max_running = limit);
     tracing::info!(queue = %name, ?limit, "relayq-dashboard: max_running set");
     Ok(Json(json!({ "max_running": limit })))
 }
@@ -76,6 +79,7 @@ pub(crate) async fn cancel_job(
 ) -> ApiResult<Json<Value>> {
     let job = JobId(id("job", &job)?);
     let cancelled = state.backend.cancel_job(queue(&name)?, job).await?;
+    state.counts.changed(&name, |_| {});
     tracing::info!(queue = %name, job = job.0, cancelled, "relayq-dashboard: cancel job");
     Ok(Json(json!({ "cancelled": cancelled })))
 }
@@ -90,6 +94,7 @@ pub(crate) async fn cancel_batch(
         id: BatchId(id("batch", &batch)?),
     };
     let cancelled = state.backend.cancel_batch(&batch).await?;
+    state.counts.changed(&name, |_| {});
     tracing::info!(queue = %name, batch = batch.id.0, cancelled, "relayq-dashboard: cancel batch");
     Ok(Json(json!({ "cancelled": cancelled })))
 }
@@ -104,6 +109,7 @@ pub(crate) async fn retry_job(
         .backend
         .retry_dead(queue(&name)?, Some(&[job]))
         .await?;
+    state.counts.changed(&name, |_| {});
     tracing::info!(queue = %name, job = job.0, retried, "relayq-dashboard: retry dead job");
     Ok(Json(json!({ "retried": retried })))
 }
@@ -114,6 +120,7 @@ pub(crate) async fn retry_all(
     Path(name): Path<String>,
 ) -> ApiResult<Json<Value>> {
     let retried = state.backend.retry_dead(queue(&name)?, None).await?;
+    state.counts.changed(&name, |_| {});
     tracing::info!(queue = %name, retried, "relayq-dashboard: retry all dead jobs");
     Ok(Json(json!({ "retried": retried })))
 }

@@ -4,13 +4,16 @@ use axum::{
     Json,
     extract::{Path, Query, State},
 };
+use std::sync::Arc;
+
+use axum::http::StatusCode;
 use relayq_core::{Batch, BatchId, BatchProgress, JobId, RunningJob, validate::queue_name};
 use serde::Deserialize;
 
 use crate::{
     error::{ApiError, ApiResult},
     state::AppState,
-    views::{JobView, Page, QueueView},
+    views::{BatchJobView, JobView, Page, QueueView},
 };
 
 /// The default page size of every list.
@@ -98,11 +101,14 @@ pub(crate) async fn queues(
     State(state): State<AppState>,
     Query(q): Query<QueuesQuery>,
 ) -> ApiResult<Json<Vec<QueueView>>> {
-    let mut out = Vec::new();
-    for name in queue_names(&state, q.queues.as_deref()).await? {
-        out.push(state.backend.queue_stats(&name).await?.into());
-    }
-    Ok(Json(out))
+    let names = queue_names(&state, q.queues.as_deref()).await?;
+    let answers = state.counts.get_many(&names).await;
+    names
+        .iter()
+        .zip(answers)
+        .map(|(name, answer)| Ok(QueueView::new(name, answer?)))
+        .collect::<ApiResult<_>>()
+        .map(Json)
 }
 
 /// `GET /api/queues/{queue}`.
@@ -110,7 +116,8 @@ pub(crate) async fn queue_stats(
     State(state): State<AppState>,
     Path(name): Path<String>,
 ) -> ApiResult<Json<QueueView>> {
-    Ok(Json(state.backend.queue_stats(queue(&name)?).await?.into()))
+    let name = queue(&name)?;
+    Ok(Json(QueueView::new(name, state.counts.get(name).await?)))
 }
 
 /// `GET /api/queues/{queue}/batches?limit=N`: newest first.
@@ -137,6 +144,59 @@ pub(crate) async fn batch(
         id: BatchId(id("batch", &batch)?),
     };
     Ok(Json(state.backend.batch_progress(&batch).await?))
+}
+
+/// `?after=ID&limit=N` of a batch's jobs.
+#[derive(Debug, Deserialize)]
+pub(crate) struct AfterQuery {
+    after: Option<String>,
+    #[serde(flatten)]
+    limit: LimitQuery,
+}
+
+/// `GET /api/queues/{queue}/batches/{id}/jobs?after=ID&limit=N`: the batch's jobs in id
+/// order, after `after`, each with its stage, state and every attempt (worker, start,
+/// end, outcome): what the batch page draws as a timeline of attempts by worker.
+pub(crate) async fn batch_jobs(
+    State(state): State<AppState>,
+    Path((name, batch)): Path<(String, String)>,
+    Query(q): Query<AfterQuery>,
+) -> ApiResult<Json<Page<BatchJobView>>> {
+    let limit = q.limit.get()?;
+    let after = q.after.as_deref().map(|a| id("after", a)).transpose()?;
+    let batch = Batch {
+        queue: queue(&name)?.to_owned(),
+        id: BatchId(id("batch", &batch)?),
+    };
+    let ids = state
+        .backend
+        .batch_jobs(&batch, after.map(JobId), (limit + 1).min(MAX_LIMIT))
+        .await?;
+    let page = Page::cut(ids, limit);
+    // Read together: a page's reads cost one round trip's time, not one per job.
+    let mut reads = tokio::task::JoinSet::new();
+    for (i, job) in page.items.iter().copied().enumerate() {
+        let backend = Arc::clone(&state.backend);
+        let queue = batch.queue.clone();
+        reads.spawn(async move { (i, backend.job(&queue, job).await) });
+    }
+    let mut jobs = Vec::with_capacity(page.items.len());
+    while let Some(read) = reads.join_next().await {
+        let (i, job) =
+            read.map_err(|e| ApiError::status(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+        match job {
+            Ok(job) => jobs.push((i, BatchJobView::from(job))),
+            // Pruned between the listing and the read.
+            Err(relayq_core::Error::NotFound { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    jobs.sort_by_key(|(i, _)| *i);
+    Ok(Json(Page {
+        items: jobs.into_iter().map(|(_, j)| j).collect(),
+        limit: page.limit,
+        more: page.more,
+    }))
 }
 
 /// `GET /api/queues/{queue}/running?limit=N`: oldest attempt first.

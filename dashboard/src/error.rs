@@ -9,7 +9,7 @@ use relayq_core::{Error, ErrorKind};
 use serde_json::json;
 
 /// An API error: what the client did wrong (4xx) or what failed (5xx).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct ApiError {
     status: StatusCode,
     message: String,

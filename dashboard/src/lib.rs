@@ -28,6 +28,7 @@
 
 mod actions;
 mod api;
+mod counts;
 mod error;
 mod metrics;
 mod pages;

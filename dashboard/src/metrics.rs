@@ -1,5 +1,5 @@
-//! `/metrics`: queue gauges refreshed at each scrape, rendered by the Prometheus
-//! recorder the application installed.
+//! `/metrics`: queue gauges set from the dashboard's counts at each scrape, rendered by
+//! the Prometheus recorder the application installed.
 //!
 //! The gauges go through the `metrics` facade, so a program with a recorder of its own
 //! can call [`record_queue_gauges`] on its own schedule instead.
@@ -9,7 +9,7 @@ use axum::{
     http::{StatusCode, header},
     response::{IntoResponse, Response},
 };
-use relayq_core::{Backend, JobState};
+use relayq_core::{Backend, JobState, QueueStats};
 
 use crate::state::AppState;
 
@@ -28,27 +28,31 @@ pub async fn record_queue_gauges(
     queues: &[String],
 ) -> relayq_core::Result<()> {
     for queue in queues {
-        let stats = backend.queue_stats(queue).await?;
-        for state in JobState::ALL {
-            metrics::gauge!("relayq_queue_jobs", "queue" => queue.clone(), "state" => state.as_str())
-                .set(count(stats.count(state)));
-        }
-        metrics::gauge!("relayq_queue_running", "queue" => queue.clone())
-            .set(count(stats.count(JobState::Running)));
-        metrics::gauge!("relayq_queue_max_running", "queue" => queue.clone())
-            .set(stats.max_running.map_or(0.0, f64::from));
-        metrics::gauge!("relayq_queue_paused", "queue" => queue.clone()).set(if stats.paused {
-            1.0
-        } else {
-            0.0
-        });
-        let waited = stats
-            .oldest_ready_age(chrono::Utc::now())
-            .unwrap_or_default();
-        metrics::gauge!("relayq_queue_oldest_ready_seconds", "queue" => queue.clone())
-            .set(waited.as_secs_f64());
+        set_gauges(queue, &backend.queue_stats(queue).await?);
     }
     Ok(())
+}
+
+/// The gauges of one queue.
+fn set_gauges(queue: &str, stats: &QueueStats) {
+    for state in JobState::ALL {
+        metrics::gauge!("relayq_queue_jobs", "queue" => queue.to_owned(), "state" => state.as_str())
+            .set(count(stats.count(state)));
+    }
+    metrics::gauge!("relayq_queue_running", "queue" => queue.to_owned())
+        .set(count(stats.count(JobState::Running)));
+    metrics::gauge!("relayq_queue_max_running", "queue" => queue.to_owned())
+        .set(stats.max_running.map_or(0.0, f64::from));
+    metrics::gauge!("relayq_queue_paused", "queue" => queue.to_owned()).set(if stats.paused {
+        1.0
+    } else {
+        0.0
+    });
+    let waited = stats
+        .oldest_ready_age(chrono::Utc::now())
+        .unwrap_or_default();
+    metrics::gauge!("relayq_queue_oldest_ready_seconds", "queue" => queue.to_owned())
+        .set(waited.as_secs_f64());
 }
 
 /// A job count as a gauge value: exact up to 2^53, far beyond any queue.
@@ -62,10 +66,20 @@ pub(crate) async fn serve(State(state): State<AppState>) -> Response {
     let Some(handle) = state.options.metrics.as_ref() else {
         return StatusCode::NOT_FOUND.into_response();
     };
-    if let Err(e) = record_queue_gauges(state.backend.as_ref(), &state.options.queues).await {
-        // Stale gauges would look current: fail the scrape so Prometheus marks it down.
-        tracing::warn!(error = %e, "relayq-dashboard: /metrics could not read the queues");
-        return (StatusCode::SERVICE_UNAVAILABLE, "cannot read the queues\n").into_response();
+    // The dashboard's counts (see counts.rs): a big queue's gauges are its last count,
+    // at most 30 s old, and a queue whose first count is still running has none yet.
+    let queues = &state.options.queues;
+    for (queue, answer) in queues.iter().zip(state.counts.get_many(queues).await) {
+        match answer {
+            Ok(Some(counted)) => set_gauges(queue, &counted.stats),
+            Ok(None) => {}
+            Err(_) => {
+                // Stale gauges would look current: fail the scrape so Prometheus marks
+                // it down. (The error itself was logged where it happened.)
+                return (StatusCode::SERVICE_UNAVAILABLE, "cannot read the queues\n")
+                    .into_response();
+            }
+        }
     }
     (
         [(

@@ -23,6 +23,10 @@ pub(crate) fn build(state: AppState) -> Router {
         .route("/api/queues/{queue}", get(api::queue_stats))
         .route("/api/queues/{queue}/batches", get(api::batches))
         .route("/api/queues/{queue}/batches/{id}", get(api::batch))
+        .route(
+            "/api/queues/{queue}/batches/{id}/jobs",
+            get(api::batch_jobs),
+        )
         .route("/api/queues/{queue}/running", get(api::running))
         .route("/api/queues/{queue}/dead", get(api::dead))
         .route("/api/queues/{queue}/jobs/{id}", get(api::job))

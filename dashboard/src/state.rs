@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use relayq_core::Backend;
 
-use crate::Options;
+use crate::{Options, counts::Counts};
 
 /// Shared by every handler; cheap to clone.
 #[derive(Clone)]
@@ -13,6 +13,8 @@ pub(crate) struct AppState(pub(crate) Arc<Inner>);
 pub(crate) struct Inner {
     pub(crate) backend: Arc<dyn Backend>,
     pub(crate) options: Options,
+    /// Queue counts, cached where counting is slow.
+    pub(crate) counts: Counts,
     /// Embedded in every page and required on every POST (CSRF).
     pub(crate) csrf: String,
     /// The value of the session cookie a `?token=` login sets: random per router, so
@@ -23,6 +25,7 @@ pub(crate) struct Inner {
 impl AppState {
     pub(crate) fn new(backend: Arc<dyn Backend>, options: Options) -> Self {
         Self(Arc::new(Inner {
+            counts: Counts::new(Arc::clone(&backend)),
             backend,
             options,
             csrf: random_secret(),

@@ -4,13 +4,28 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use relayq_core::{AttemptRecord, BatchId, JobId, JobInfo, JobState, QueueStats};
+use relayq_core::{AttemptRecord, BatchId, JobId, JobInfo, JobState};
 use serde::Serialize;
 
-/// A queue's counts and settings.
+use crate::counts::Counted;
+
+/// A queue's counts and settings, as [`Counts`](crate::counts::Counts) gives them.
 #[derive(Debug, Serialize)]
 pub(crate) struct QueueView {
     pub(crate) queue: String,
+    /// False while the queue's first count runs: the figures are then absent, and the
+    /// page shows "counting".
+    pub(crate) counted: bool,
+    /// When the figures were counted: up to a second ago for a small queue, up to 30 s
+    /// for one whose count is slow (docs in `counts.rs`).
+    pub(crate) counted_at: Option<DateTime<Utc>>,
+    #[serde(flatten)]
+    pub(crate) figures: Option<Figures>,
+}
+
+/// What a count says of a queue.
+#[derive(Debug, Serialize)]
+pub(crate) struct Figures {
     /// Every state, zero included, so a page need not know the list.
     pub(crate) counts: BTreeMap<&'static str, u64>,
     pub(crate) total: u64,
@@ -23,22 +38,34 @@ pub(crate) struct QueueView {
     pub(crate) oldest_ready_seconds: Option<f64>,
 }
 
-impl From<QueueStats> for QueueView {
-    fn from(stats: QueueStats) -> Self {
+impl QueueView {
+    pub(crate) fn new(queue: &str, counted: Option<Counted>) -> Self {
+        let Some(Counted { stats, at, .. }) = counted else {
+            return Self {
+                queue: queue.to_owned(),
+                counted: false,
+                counted_at: None,
+                figures: None,
+            };
+        };
         Self {
-            oldest_ready: stats.oldest_ready,
-            oldest_ready_seconds: stats
-                .oldest_ready_age(Utc::now())
-                .map(|age| age.as_secs_f64()),
-            counts: JobState::ALL
-                .into_iter()
-                .map(|s| (s.as_str(), stats.count(s)))
-                .collect(),
-            total: stats.total(),
-            running: stats.count(JobState::Running),
-            max_running: stats.max_running,
-            paused: stats.paused,
-            queue: stats.queue,
+            queue: queue.to_owned(),
+            counted: true,
+            counted_at: Some(at),
+            figures: Some(Figures {
+                oldest_ready: stats.oldest_ready,
+                oldest_ready_seconds: stats
+                    .oldest_ready_age(Utc::now())
+                    .map(|age| age.as_secs_f64()),
+                counts: JobState::ALL
+                    .into_iter()
+                    .map(|s| (s.as_str(), stats.count(s)))
+                    .collect(),
+                total: stats.total(),
+                running: stats.count(JobState::Running),
+                max_running: stats.max_running,
+                paused: stats.paused,
+            }),
         }
     }
 }
@@ -90,6 +117,26 @@ impl From<JobInfo> for JobView {
             created_at: job.created_at,
             finished_at: job.finished_at,
             last_error: job.last_error,
+            attempt_log: job.attempt_log,
+        }
+    }
+}
+
+/// A job of a batch as its timeline needs it: no payload, every attempt.
+#[derive(Debug, Serialize)]
+pub(crate) struct BatchJobView {
+    pub(crate) id: JobId,
+    pub(crate) stage: Option<i32>,
+    pub(crate) state: JobState,
+    pub(crate) attempt_log: Vec<AttemptRecord>,
+}
+
+impl From<JobInfo> for BatchJobView {
+    fn from(job: JobInfo) -> Self {
+        Self {
+            id: job.id,
+            stage: job.stage,
+            state: job.state,
             attempt_log: job.attempt_log,
         }
     }

@@ -9,6 +9,7 @@ use axum::Router;
 use common::*;
 use relayq_core::{ClaimRequest, EnqueueExt, JobState, NewJob, OnFailure};
 use relayq_dashboard::{Options, router};
+use serde_json::json;
 
 async fn app_and_csrf(db: &Db) -> (Router, String) {
     let app = router(db.backend.clone(), Options::default());
@@ -160,6 +161,39 @@ async fn batches_and_running_jobs_are_listed() {
     assert_eq!(job["worker"], "worker-7");
     assert_eq!(job["attempt"], 1);
     assert!(job["lease_expires_at"].is_string());
+
+    // The batch's jobs for its timeline, page by page: the running one with its
+    // attempt, then the one waiting on stage 2, with none.
+    let jobs = |tail: &str| format!("/api/queues/{q}/batches/{}/jobs{tail}", batch.id.0);
+    let first = get(&app, &jobs("?limit=1")).await.json();
+    assert_eq!(first["more"], true);
+    let item = &first["items"][0];
+    assert_eq!(
+        (&item["id"], &item["stage"], &item["state"]),
+        (&json!(claimed[0].id().0), &json!(1), &json!("running"))
+    );
+    assert_eq!(item["attempt_log"][0]["worker"], "worker-7");
+    assert_eq!(item["attempt_log"][0]["outcome"], "running");
+    assert!(
+        item.get("payload").is_none(),
+        "the timeline needs no payload"
+    );
+    let rest = get(
+        &app,
+        &jobs(&format!("?limit=1&after={}", claimed[0].id().0)),
+    )
+    .await
+    .json();
+    assert_eq!(rest["more"], false);
+    assert_eq!(rest["items"][0]["stage"], 2);
+    assert_eq!(rest["items"][0]["attempt_log"], json!([]));
+    let bad = get(&app, &jobs("?after=x")).await;
+    assert_eq!(
+        (bad.status.as_u16(), bad.json()["field"].clone()),
+        (400, json!("after"))
+    );
+    let unknown = get(&app, &format!("/api/queues/{q}/batches/999999/jobs")).await;
+    assert_eq!(unknown.status.as_u16(), 404);
 }
 
 #[tokio::test]

@@ -267,7 +267,30 @@ async fn the_dashboard_works_in_chromium(db: Db, screenshots: bool) {
     );
     until(&b, "stage 1's bar full", &bar, |v| v == &json!("100%")).await;
     screenshot(&b, "batches", screenshots).await;
+
+    // The batch's own page draws its attempts by worker, and follows them live: stage
+    // 1's two have succeeded and stage 2's runs; then the rest finish.
+    b.goto(&format!("{base}/queues/{qb}/batches/{}", batch.id.0))
+        .await
+        .unwrap();
+    let bars = "return [document.querySelectorAll('#timeline rect.att.succeeded').length, document.querySelectorAll('#timeline rect.att.running').length, document.querySelectorAll('#timeline text.worker').length];";
+    until(&b, "timeline: 2 done, 1 running", bars, |v| {
+        v == &json!([2, 1, 1])
+    })
+    .await;
+    let title =
+        "return document.querySelector('#timeline rect.att.running title')?.textContent ?? null;";
+    until(&b, "a running bar names its job", title, |v| {
+        v.as_str()
+            .is_some_and(|t| t.contains("stage 2, attempt 1") && t.contains("running"))
+    })
+    .await;
     gate.send(3).unwrap();
+    until(&b, "timeline: all 4 done", bars, |v| v == &json!([4, 0, 1])).await;
+    screenshot(&b, "batch", screenshots).await;
+    b.goto(&format!("{base}/queues/{qb}/batches"))
+        .await
+        .unwrap();
     until(&b, "stage 3 done", &stage(3), |v| {
         v.as_str().is_some_and(|t| t.starts_with("1/1 done"))
     })

@@ -1,0 +1,187 @@
+//! The cache's rules, over the in-memory backend with a count whose cost the test sets.
+
+use std::sync::{
+    Arc,
+    atomic::{AtomicBool, AtomicU64, Ordering},
+};
+
+use relayq_core::{
+    Admin, EnqueueExt, Error, Inspect, JobId, JobInfo, JobState, NewJob, QueueStats, Result,
+    RunningJob, async_trait, memory::MemoryBackend,
+};
+
+use super::*;
+
+/// The memory backend, with `queue_stats` taking `cost_ms` (a stand-in for a big
+/// table's scan) or failing, and counted.
+struct Costly {
+    inner: MemoryBackend,
+    cost_ms: AtomicU64,
+    fail: AtomicBool,
+    counts: AtomicU64,
+}
+
+relayq_core::delegate!(Costly, inner => Events, Enqueue, Claim, Complete, OrderBarrier, Admin);
+
+#[async_trait]
+impl Inspect for Costly {
+    async fn queue_stats(&self, queue: &str) -> Result<QueueStats> {
+        self.counts.fetch_add(1, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(self.cost_ms.load(Ordering::SeqCst))).await;
+        if self.fail.load(Ordering::SeqCst) {
+            return Err(Error::transient(std::io::Error::other("server gone")));
+        }
+        self.inner.queue_stats(queue).await
+    }
+    async fn job(&self, queue: &str, id: JobId) -> Result<JobInfo> {
+        self.inner.job(queue, id).await
+    }
+    async fn running(&self, queue: &str) -> Result<Vec<RunningJob>> {
+        self.inner.running(queue).await
+    }
+    async fn batches(&self, queue: &str, limit: u32) -> Result<Vec<relayq_core::BatchProgress>> {
+        self.inner.batches(queue, limit).await
+    }
+    async fn batch_jobs(
+        &self,
+        batch: &relayq_core::Batch,
+        after: Option<JobId>,
+        limit: u32,
+    ) -> Result<Vec<JobId>> {
+        self.inner.batch_jobs(batch, after, limit).await
+    }
+    async fn dead_jobs(&self, queue: &str, limit: u32) -> Result<Vec<JobInfo>> {
+        self.inner.dead_jobs(queue, limit).await
+    }
+    async fn queues(&self) -> Result<Vec<String>> {
+        self.inner.queues().await
+    }
+}
+
+fn costly(cost_ms: u64) -> Arc<Costly> {
+    Arc::new(Costly {
+        inner: MemoryBackend::new(),
+        cost_ms: AtomicU64::new(cost_ms),
+        fail: AtomicBool::new(false),
+        counts: AtomicU64::new(0),
+    })
+}
+
+async fn add(b: &Costly, queue: &str) {
+    b.inner
+        .enqueue_one(NewJob::new(queue, b"x".to_vec()))
+        .await
+        .unwrap();
+}
+
+fn ready(answer: &Answer) -> Option<u64> {
+    answer
+        .as_ref()
+        .unwrap()
+        .as_ref()
+        .map(|c| c.stats.count(JobState::Ready))
+}
+
+/// Asks until `want` holds, for up to 10 s.
+async fn until(counts: &Counts, queue: &str, want: impl Fn(&Answer) -> bool) -> Answer {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let answer = counts.get(queue).await;
+        if want(&answer) || Instant::now() > deadline {
+            return answer;
+        }
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test]
+async fn a_cheap_queue_is_counted_for_every_request() {
+    let b = costly(0);
+    let counts = Counts::new(b.clone());
+    add(&b, "q").await;
+    assert_eq!(ready(&counts.get("q").await), Some(1));
+    add(&b, "q").await;
+    assert_eq!(ready(&counts.get("q").await), Some(2), "exact at once");
+    assert_eq!(b.counts.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn a_slow_queue_answers_at_once_from_its_last_count_and_counts_again_later() {
+    let b = costly(300);
+    let counts = Counts::new(b.clone());
+    add(&b, "q").await;
+
+    // The first count outlasts the wait: "counting", within about WAIT.
+    let t = Instant::now();
+    assert!(counts.get("q").await.unwrap().is_none());
+    assert!(
+        t.elapsed() < WAIT + Duration::from_millis(150),
+        "{:?}",
+        t.elapsed()
+    );
+    let first = until(&counts, "q", |a| ready(a).is_some()).await;
+    assert_eq!(ready(&first), Some(1));
+    assert_eq!(
+        b.counts.load(Ordering::SeqCst),
+        1,
+        "one count, however many asked"
+    );
+
+    // A new job: the next answers are the last count, given at once, until it is
+    // older than ten times the 300 ms it took.
+    add(&b, "q").await;
+    let t = Instant::now();
+    assert_eq!(ready(&counts.get("q").await), Some(1));
+    assert!(t.elapsed() < Duration::from_millis(50), "{:?}", t.elapsed());
+    let later = until(&counts, "q", |a| ready(a) == Some(2)).await;
+    assert_eq!(ready(&later), Some(2), "counted again in the background");
+    let first_at = first.unwrap().unwrap().at;
+    assert!(later.unwrap().unwrap().at > first_at);
+}
+
+#[tokio::test]
+async fn an_action_shows_its_setting_at_once_and_counts_again() {
+    let b = costly(300);
+    let counts = Counts::new(b.clone());
+    add(&b, "q").await;
+    let counted = until(&counts, "q", |a| ready(a).is_some()).await;
+    assert_eq!(ready(&counted), Some(1));
+    b.pause("q").await.unwrap();
+    counts.changed("q", |s| s.paused = true);
+    let answer = counts.get("q").await.unwrap().unwrap();
+    assert!(
+        answer.stats.paused,
+        "the action's setting, before any new count"
+    );
+    let before = b.counts.load(Ordering::SeqCst);
+    let _ = until(&counts, "q", |_| b.counts.load(Ordering::SeqCst) > before).await;
+    assert!(
+        b.counts.load(Ordering::SeqCst) > before,
+        "a new count started"
+    );
+}
+
+#[tokio::test]
+async fn a_failed_count_is_an_error_and_the_next_request_counts_again() {
+    let b = costly(0);
+    b.fail.store(true, Ordering::SeqCst);
+    let counts = Counts::new(b.clone());
+    assert!(counts.get("q").await.is_err());
+    b.fail.store(false, Ordering::SeqCst);
+    assert_eq!(ready(&counts.get("q").await), Some(0));
+}
+
+#[tokio::test]
+async fn many_queues_share_one_wait() {
+    let b = costly(300);
+    let counts = Counts::new(b.clone());
+    let names: Vec<String> = (0..20).map(|i| format!("q{i}")).collect();
+    let t = Instant::now();
+    let answers = counts.get_many(&names).await;
+    assert!(
+        t.elapsed() < WAIT + Duration::from_millis(150),
+        "{:?}",
+        t.elapsed()
+    );
+    assert!(answers.iter().all(|a| matches!(a, Ok(None))));
+}
