@@ -224,20 +224,33 @@
       start: Date.parse(a.started_at), end: a.ended_at ? Date.parse(a.ended_at) : now,
     })));
     if (!bars.length) return h("p", { class: "muted", id: "timeline-empty" }, "No attempt has started yet.");
+    // A worker runs several jobs at once (its slots): each attempt takes the first of
+    // its worker's lanes free at its start, so overlapping attempts sit one above another.
     const workers = [...new Set(bars.map((b) => b.worker))].sort();
+    const lanes = new Map(workers.map((w) => [w, []]));
+    for (const b of [...bars].sort((p, n) => p.start - n.start)) {
+      const ends = lanes.get(b.worker);
+      b.lane = ends.findIndex((end) => end <= b.start);
+      if (b.lane < 0) b.lane = ends.length;
+      ends[b.lane] = b.end;
+    }
+    const first = new Map();
+    let rows = 0;
+    for (const w of workers) { first.set(w, rows); rows += lanes.get(w).length; }
     const t0 = Math.min(...bars.map((b) => b.start));
     const t1 = Math.max(t0 + 1, ...bars.map((b) => b.end));
-    const label = 170, width = 760, row = 18;
+    const label = 170, width = 760, row = 14, gap = 6;
     const x = (t) => label + ((t - t0) / (t1 - t0)) * width;
-    const y = (w) => workers.indexOf(w) * row + 4;
+    const y = (w, lane) => (first.get(w) + lane) * row + workers.indexOf(w) * gap + 4;
+    const height = rows * row + workers.length * gap;
     return h("div", { class: "timeline-wrap" },
-      svg("svg", { id: "timeline", viewBox: `0 0 ${label + width + 10} ${workers.length * row + 24}`, role: "img", "aria-label": "attempts by worker over time" },
-        workers.map((w) => svg("text", { class: "worker", x: 0, y: y(w) + 11 }, w.length > 26 ? `${w.slice(0, 25)}…` : w)),
-        bars.map((b) => svg("rect", { class: `att ${b.outcome}`, x: x(b.start).toFixed(1), y: y(b.worker), width: Math.max(1.5, x(b.end) - x(b.start)).toFixed(1), height: row - 6, "data-job": b.job, "data-worker": b.worker },
+      svg("svg", { id: "timeline", viewBox: `0 0 ${label + width + 10} ${height + 24}`, role: "img", "aria-label": "attempts by worker over time" },
+        workers.map((w) => svg("text", { class: "worker", x: 0, y: y(w, 0) + 10 }, w.length > 26 ? `${w.slice(0, 25)}…` : w)),
+        bars.map((b) => svg("rect", { class: `att ${b.outcome}`, x: x(b.start).toFixed(1), y: y(b.worker, b.lane), width: Math.max(1.5, x(b.end) - x(b.start)).toFixed(1), height: row - 3, "data-job": b.job, "data-worker": b.worker },
           svg("title", {}, `job #${b.job}, stage ${b.stage}, attempt ${b.attempt} on ${b.worker}: ${b.outcome}, ${((b.end - b.start) / 1000).toFixed(2)} s`))),
-        svg("text", { class: "axis", x: label, y: workers.length * row + 18 }, new Date(t0).toLocaleTimeString()),
-        svg("text", { class: "axis end", x: label + width, y: workers.length * row + 18 }, `+${((t1 - t0) / 1000).toFixed(1)} s`)),
-      h("p", { class: "muted legend" }, `${bars.length} attempts of ${list.items.length} jobs on ${workers.length} workers`,
+        svg("text", { class: "axis", x: label, y: height + 18 }, new Date(t0).toLocaleTimeString()),
+        svg("text", { class: "axis end", x: label + width, y: height + 18 }, `+${((t1 - t0) / 1000).toFixed(1)} s`)),
+      h("p", { class: "muted legend" }, `${bars.length} attempts of ${list.items.length} jobs on ${workers.length} worker${workers.length === 1 ? "" : "s"}`,
         ...["succeeded", "running", "failed", "expired", "released", "cancelled"].map((o) => [" ", badge(o)])));
   }
 

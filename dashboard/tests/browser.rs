@@ -278,6 +278,15 @@ async fn the_dashboard_works_in_chromium(db: Db, screenshots: bool) {
         v == &json!([2, 1, 1])
     })
     .await;
+    // Stage 1's two ran at once on the one worker: one lane each, not one over the other.
+    let lanes = "return new Set([...document.querySelectorAll('#timeline rect.att.succeeded')].map((r) => r.getAttribute('y'))).size;";
+    until(
+        &b,
+        "overlapping attempts in lanes of their own",
+        lanes,
+        |v| v == &json!(2),
+    )
+    .await;
     let title =
         "return document.querySelector('#timeline rect.att.running title')?.textContent ?? null;";
     until(&b, "a running bar names its job", title, |v| {
