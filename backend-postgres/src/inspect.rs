@@ -29,9 +29,38 @@ struct JobRow {
     worker: Option<String>,
     started_at: Option<DateTime<Utc>>,
     output: Option<String>,
+    #[sqlx(flatten)]
+    log: LogColumns,
 }
 
+/// A job's log as one row brings it: a column per field, an element per attempt.
 #[derive(sqlx::FromRow)]
+struct LogColumns {
+    log_attempt: Vec<i16>,
+    log_worker: Vec<String>,
+    log_started_at: Vec<DateTime<Utc>>,
+    log_ended_at: Vec<DateTime<Utc>>,
+    log_outcome: Vec<String>,
+    log_error: Vec<Option<String>>,
+    log_output: Vec<Option<String>>,
+}
+
+impl LogColumns {
+    fn rows(&self) -> Vec<AttemptRow> {
+        (0..self.log_attempt.len())
+            .map(|i| AttemptRow {
+                attempt: self.log_attempt[i],
+                worker: self.log_worker[i].clone(),
+                started_at: self.log_started_at[i],
+                ended_at: self.log_ended_at[i],
+                outcome: self.log_outcome[i].clone(),
+                error: self.log_error[i].clone(),
+                output: self.log_output[i].clone(),
+            })
+            .collect()
+    }
+}
+
 struct AttemptRow {
     attempt: i16,
     worker: String,
@@ -137,40 +166,47 @@ impl Inspect for PostgresBackend {
 
     async fn job(&self, queue: &str, id: JobId) -> Result<JobInfo> {
         validate::queue_name(queue)?;
-        // One snapshot for the row (in whichever table) and its log.
-        let mut tx = self
-            .pool()
-            .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            .await
-            .map_err(db)?;
+        // One statement, so one snapshot for the row (in whichever table) and its log,
+        // and one round trip: the log comes as arrays, a column each. (It was a
+        // REPEATABLE READ transaction of two reads, four round trips: the dashboard's
+        // timeline reads a page of jobs this way.)
         let row: Option<JobRow> = sqlx::query_as(self.sql(
-            "SELECT id, CASE WHEN state = 'ready' AND run_at > now() THEN 'scheduled'
-                             ELSE state END AS state,
-                    payload, priority, run_at, attempts, max_attempts, group_key, batch_id,
-                    stage, dedupe_key, enqueued_by, created_at, NULL::timestamptz AS finished_at,
-                    last_error, worker, started_at, NULL AS output
-             FROM {s}.jobs WHERE id = $1 AND queue = $2
-             UNION ALL
-             SELECT id, state, payload, priority, run_at, attempts, max_attempts, group_key,
-                    batch_id, stage, dedupe_key, enqueued_by, created_at, finished_at,
-                    last_error, worker, started_at, output
-             FROM {s}.finished WHERE id = $1 AND queue = $2",
+            "SELECT j.*,
+                    ARRAY(SELECT attempt FROM {s}.attempts WHERE job_id = j.id ORDER BY seq)
+                        AS log_attempt,
+                    ARRAY(SELECT worker FROM {s}.attempts WHERE job_id = j.id ORDER BY seq)
+                        AS log_worker,
+                    ARRAY(SELECT started_at FROM {s}.attempts WHERE job_id = j.id ORDER BY seq)
+                        AS log_started_at,
+                    ARRAY(SELECT ended_at FROM {s}.attempts WHERE job_id = j.id ORDER BY seq)
+                        AS log_ended_at,
+                    ARRAY(SELECT outcome FROM {s}.attempts WHERE job_id = j.id ORDER BY seq)
+                        AS log_outcome,
+                    ARRAY(SELECT error FROM {s}.attempts WHERE job_id = j.id ORDER BY seq)
+                        AS log_error,
+                    ARRAY(SELECT output FROM {s}.attempts WHERE job_id = j.id ORDER BY seq)
+                        AS log_output
+             FROM (
+                 SELECT id, CASE WHEN state = 'ready' AND run_at > now() THEN 'scheduled'
+                                 ELSE state END AS state,
+                        payload, priority, run_at, attempts, max_attempts, group_key, batch_id,
+                        stage, dedupe_key, enqueued_by, created_at,
+                        NULL::timestamptz AS finished_at, last_error, worker, started_at,
+                        NULL AS output
+                 FROM {s}.jobs WHERE id = $1 AND queue = $2
+                 UNION ALL
+                 SELECT id, state, payload, priority, run_at, attempts, max_attempts,
+                        group_key, batch_id, stage, dedupe_key, enqueued_by, created_at,
+                        finished_at, last_error, worker, started_at, output
+                 FROM {s}.finished WHERE id = $1 AND queue = $2) j",
         ))
         .bind(id.0)
         .bind(queue)
-        .fetch_optional(&mut *tx)
+        .fetch_optional(self.pool())
         .await
         .map_err(db)?;
         let row = row.ok_or_else(|| Error::not_found(format!("job {id} in queue {queue:?}")))?;
-        let attempts: Vec<AttemptRow> = sqlx::query_as(self.sql(
-            "SELECT attempt, worker, started_at, ended_at, outcome, error, output
-             FROM {s}.attempts WHERE job_id = $1 ORDER BY seq",
-        ))
-        .bind(id.0)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(db)?;
-        tx.commit().await.map_err(db)?;
+        let attempts: Vec<AttemptRow> = row.log.rows();
         let mut log = attempts
             .into_iter()
             .map(|a| {
