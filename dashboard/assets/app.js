@@ -258,7 +258,7 @@
     const after = params.get("after");
     const [b, jobs] = await Promise.all([
       api(`/queues/${q(queue)}/batches/${q(id)}`),
-      api(`/queues/${q(queue)}/batches/${q(id)}/jobs?limit=${q(params.get("limit") || "200")}${after ? `&after=${q(after)}` : ""}`),
+      api(`/queues/${q(queue)}/batches/${q(id)}/jobs?limit=${q(params.get("limit") || "100")}${after ? `&after=${q(after)}` : ""}`),
     ]);
     const next = new URLSearchParams(location.search);
     if (jobs.more) next.set("after", String(jobs.items[jobs.items.length - 1].id));

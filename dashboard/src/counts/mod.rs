@@ -34,7 +34,7 @@ use crate::error::ApiError;
 /// A count that took less is redone for every request.
 pub(crate) const CHEAP: Duration = Duration::from_millis(25);
 /// The longest a request waits for a count in progress.
-pub(crate) const WAIT: Duration = Duration::from_millis(80);
+pub(crate) const WAIT: Duration = Duration::from_millis(50);
 /// The bounds of how long a slow count's answer is reused.
 const MIN_REUSE: Duration = Duration::from_secs(1);
 const MAX_REUSE: Duration = Duration::from_secs(30);
