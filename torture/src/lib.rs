@@ -12,4 +12,5 @@ pub mod plan;
 pub mod report;
 pub mod run;
 pub mod servers;
+pub mod soak;
 pub mod workers;

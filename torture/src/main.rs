@@ -14,6 +14,7 @@ use relayq_torture::{
     report,
     run::{self, FaultCounts, Kind, Settings},
     servers::Fsync,
+    soak::{self, SoakKind},
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -90,6 +91,15 @@ struct Args {
     /// Keep the temporary folders (they are kept anyway when a check fails).
     #[arg(long)]
     keep: bool,
+    /// Instead of fault runs: a soak of this many minutes (after one of warm-up) on
+    /// each backend at once (sqlite, postgres, redis), a library worker at --rate with
+    /// pruning on, and a row of figures per minute; exits 1 when a figure of the last
+    /// five minutes is over 1.2x the first five (docs/RELIABILITY.md).
+    #[arg(long)]
+    soak: Option<usize>,
+    /// Jobs per second enqueued during a soak.
+    #[arg(long, default_value_t = 200)]
+    rate: u64,
 }
 
 fn scaled(given: Option<u32>, short: bool, jobs: usize, per_100k: u32, floor: u32) -> u32 {
@@ -117,6 +127,9 @@ async fn main() -> ExitCode {
 }
 
 async fn run_all(args: &Args) -> anyhow::Result<usize> {
+    if let Some(minutes) = args.soak {
+        return soak_all(args, minutes).await;
+    }
     let jobs = args.jobs.unwrap_or(if args.short { 1500 } else { 10_000 });
     let relayq = match &args.relayq {
         Some(p) => p.clone(),
@@ -187,4 +200,63 @@ async fn run_all(args: &Args) -> anyhow::Result<usize> {
     }
     println!("\n{}", summary.join("\n"));
     Ok(violations)
+}
+
+/// The soak on every backend named, side by side; the number of figures over the goal.
+async fn soak_all(args: &Args, minutes: usize) -> anyhow::Result<usize> {
+    let mut kinds = Vec::new();
+    for b in &args.backend {
+        match b {
+            Backend::Sqlite => kinds.push(SoakKind::Sqlite),
+            Backend::Postgres => kinds.push(SoakKind::Postgres),
+            Backend::Redis => kinds.push(SoakKind::Redis),
+            Backend::All => kinds.extend([SoakKind::Sqlite, SoakKind::Postgres, SoakKind::Redis]),
+            Backend::RedisCluster => anyhow::bail!("--soak runs on sqlite, postgres and redis"),
+        }
+    }
+    let root = tempfile::Builder::new().prefix("relayq-soak").tempdir()?;
+    println!(
+        "soak: {minutes} min after 1 min of warm-up, {} jobs/s, 16 slots, retention {:?}, on {}",
+        args.rate,
+        soak::RETENTION,
+        kinds
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    println!(
+        "backend | minute | done | backlog | claim p99 ms | storage MB | dead rows | worker MB"
+    );
+    let runs = kinds.iter().map(|&kind| {
+        let dir = root.path().join(kind.to_string().replace(' ', "_"));
+        async move {
+            std::fs::create_dir_all(&dir)?;
+            soak::soak(kind, &dir, args.rate, minutes, |i, m| {
+                println!(
+                    "{kind} | {i} | {} | {} | {:.2} | {:.1} | {} | {:.1}",
+                    m.done, m.backlog, m.claim_p99_ms, m.storage_mb, m.dead_rows, m.worker_mb
+                );
+            })
+            .await
+            .map(|ms| (kind, ms))
+        }
+    });
+    let mut over = 0;
+    for result in futures::future::join_all(runs).await {
+        let (kind, minutes) = result?;
+        println!(
+            "\n{kind}: the last {} minutes against the first {}",
+            soak::ENDS,
+            soak::ENDS
+        );
+        for (name, first, last, ratio) in soak::ratios(&minutes) {
+            let verdict = if ratio <= soak::GOAL { "ok" } else { "GROWS" };
+            if ratio > soak::GOAL {
+                over += 1;
+            }
+            println!("  {name:>13}: {first:>10.2} -> {last:>10.2}  {ratio:.2}x  {verdict}");
+        }
+    }
+    Ok(over)
 }

@@ -210,6 +210,14 @@ impl Postgres {
         Ok(out.trim().parse().unwrap_or(0))
     }
 
+    /// Runs `sql` with `psql` in the database `torture`; its unaligned output.
+    ///
+    /// # Errors
+    /// When `psql` fails.
+    pub fn sql(&self, sql: &str) -> anyhow::Result<String> {
+        run(self.psql("torture").arg("-c").arg(sql))
+    }
+
     /// Stops the server (`-m fast`).
     ///
     /// # Errors
