@@ -210,7 +210,7 @@ async fn main() -> anyhow::Result<()> {
         // Not part of `--all`: three rates of three phases take minutes each.
         let phase = std::time::Duration::from_secs(if quick { 5 } else { args.phase_seconds });
         let rates: &[u64] = if quick { &[500] } else { &[500, 2_000, 5_000] };
-        rows.extend(phases::phases(&targets, rates, phase).await?);
+        rows.extend(phases::phases(&targets, &peers, rates, phase).await?);
     }
     if on("burst") {
         // Printed as measured inside.
@@ -262,6 +262,11 @@ fn print_ratios(rows: &[Row]) {
         let Some((_, others)) = SAME_SERVER.iter().find(|(t, _)| *t == r.target) else {
             continue;
         };
+        // Only rates and times compare as ours / theirs; the phases' backlogs, dead
+        // rows and sizes do not (a larger one is worse, and either may be 0).
+        if !matches!(r.unit, "jobs/s" | "ms") {
+            continue;
+        }
         for other in *others {
             let theirs = match other.strip_prefix("raw:") {
                 Some(server) if r.scenario.starts_with("drain, concurrency 16") => rows
@@ -287,8 +292,12 @@ fn print_ratios(rows: &[Row]) {
             }
         }
     }
+    // Each setting string once per target: a peer's phases run gives 22 rows one note.
+    let mut shown = std::collections::HashSet::new();
     for r in rows.iter().filter(|r| !r.note.is_empty()) {
-        if find(&r.scenario, &r.target).is_some_and(|f| std::ptr::eq(f, r)) {
+        if find(&r.scenario, &r.target).is_some_and(|f| std::ptr::eq(f, r))
+            && shown.insert((&r.target, &r.note))
+        {
             println!("settings {} ({}): {}", r.target, r.scenario, r.note);
         }
     }

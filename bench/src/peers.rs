@@ -3,13 +3,15 @@
 //! SQLite libraries cannot link into one binary). One invocation is one measurement
 //! and prints one JSON line.
 
-use std::{path::PathBuf, process::Stdio};
+use std::{path::PathBuf, process::Stdio, time::Duration};
 
 use serde_json::Value;
 
+use crate::Row;
+
 /// The longest a peer's measurement may take; its slowest (apalis-postgres draining
-/// 50,000 jobs) takes about 15 s.
-const PEER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+/// 50,000 jobs) takes about 15 s. The phases run for a set time, and get that plus this.
+const PEER_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Peers and the scenarios each runs.
 pub const PEERS: &[(&str, &[&str])] = &[
@@ -33,6 +35,7 @@ pub const PEERS: &[(&str, &[&str])] = &[
             "drain",
             "latency",
             "groups",
+            "phases",
         ],
     ),
 ];
@@ -138,10 +141,6 @@ impl Peers {
         jobs: usize,
         concurrency: u32,
     ) -> anyhow::Result<Measured> {
-        let binary = self
-            .binary
-            .as_ref()
-            .ok_or_else(|| anyhow::anyhow!("peers not built"))?;
         // apalis-sqlite's pool keeps SQLite's FULL sync on all but one connection, and
         // its rate falls as its table grows (about 1,700 jobs/s at 500 jobs, 237 at
         // 5,000 here): it gets a fiftieth of the jobs, at least 500, or it alone would
@@ -156,9 +155,72 @@ impl Peers {
         } else {
             jobs
         };
+        let args = ["--jobs", &jobs.to_string()];
+        let v = self
+            .invoke(peer, scenario, &args, concurrency, PEER_TIMEOUT)
+            .await?;
+        Ok(Measured {
+            value: v["value"]
+                .as_f64()
+                .ok_or_else(|| anyhow::anyhow!("{peer}: no value in {v}"))?,
+            p99: v["p99"].as_f64(),
+            max: v["max"].as_f64(),
+            settings: format!(
+                "jobs={jobs}; {}",
+                v["settings"].as_str().unwrap_or_default()
+            ),
+        })
+    }
+
+    /// Runs `peer` through the phases of `crate::phases` at `rate` (worker concurrency
+    /// 16); its rows, labelled with its name, each with its settings as the note.
+    pub async fn phases(&self, peer: &str, rate: u64, phase: Duration) -> anyhow::Result<Vec<Row>> {
+        let secs = phase.as_secs().max(1);
+        // Three phases of a set length, and the set-up and clean-up around them.
+        let timeout = Duration::from_secs(3 * secs) + PEER_TIMEOUT;
+        let (rate, secs) = (rate.to_string(), secs.to_string());
+        // `--jobs` is required by the program and not used by this scenario.
+        let args = ["--jobs", "1", "--rate", &rate, "--phase-secs", &secs];
+        let v = self.invoke(peer, "phases", &args, 16, timeout).await?;
+        let note = v["settings"].as_str().unwrap_or_default();
+        let rows = v["rows"]
+            .as_array()
+            .ok_or_else(|| anyhow::anyhow!("{peer}: no rows in {v}"))?;
+        rows.iter()
+            .map(|r| {
+                let unit = r["unit"].as_str().unwrap_or_default();
+                Ok(Row {
+                    scenario: r["scenario"].as_str().unwrap_or_default().to_owned(),
+                    target: peer.to_owned(),
+                    // A figure the peer could not take (no pickups in a phase) is null.
+                    value: r["value"].as_f64().unwrap_or(f64::NAN),
+                    unit: ["jobs/s", "ms", "jobs", "s", "rows", "MB"]
+                        .into_iter()
+                        .find(|u| *u == unit)
+                        .ok_or_else(|| anyhow::anyhow!("{peer}: unknown unit {unit:?}"))?,
+                    note: note.to_owned(),
+                })
+            })
+            .collect()
+    }
+
+    /// One run of the peers' program: its JSON line. Vacuums first for a PostgreSQL
+    /// peer; a run that outlasts `timeout` is killed.
+    async fn invoke(
+        &self,
+        peer: &str,
+        scenario: &str,
+        args: &[&str],
+        concurrency: u32,
+        timeout: Duration,
+    ) -> anyhow::Result<Value> {
+        let binary = self
+            .binary
+            .as_ref()
+            .ok_or_else(|| anyhow::anyhow!("peers not built"))?;
         let mut cmd = tokio::process::Command::new(binary);
         cmd.args(["--peer", peer, "--scenario", scenario])
-            .args(["--jobs", &jobs.to_string()])
+            .args(args)
             .args(["--concurrency", &concurrency.to_string()]);
         if let Ok(url) = std::env::var("RELAYQ_POSTGRES_URL") {
             if matches!(peer, "apalis-postgres" | "graphile-worker") {
@@ -172,28 +234,17 @@ impl Peers {
         // A peer run that hangs (apalis-postgres's latency run once sat idle for over
         // ten minutes) is killed and reported, not waited for.
         let out = tokio::time::timeout(
-            PEER_TIMEOUT,
+            timeout,
             cmd.stderr(Stdio::inherit()).kill_on_drop(true).output(),
         )
         .await
-        .map_err(|_| anyhow::anyhow!("{peer} {scenario} took over {PEER_TIMEOUT:?}; killed"))??;
+        .map_err(|_| anyhow::anyhow!("{peer} {scenario} took over {timeout:?}; killed"))??;
         anyhow::ensure!(
             out.status.success(),
             "{peer} {scenario} failed ({})",
             out.status
         );
         let line = String::from_utf8(out.stdout)?;
-        let v: Value = serde_json::from_str(line.trim())?;
-        Ok(Measured {
-            value: v["value"]
-                .as_f64()
-                .ok_or_else(|| anyhow::anyhow!("{peer}: no value in {line}"))?,
-            p99: v["p99"].as_f64(),
-            max: v["max"].as_f64(),
-            settings: format!(
-                "jobs={jobs}; {}",
-                v["settings"].as_str().unwrap_or_default()
-            ),
-        })
+        Ok(serde_json::from_str(line.trim())?)
     }
 }

@@ -9,6 +9,8 @@
 //! rows and size of `jobs`; for `recovery`, the seconds until the backlog was gone.
 //! Against the suite's own PostgreSQL (autovacuum on, `.ci/run`). SQLite and Redis run
 //! the same phases without a transaction to hold, as a check that nothing regressed.
+//! With the peers built, graphile_worker runs them too, after the raw loop at each rate
+//! (bench/peers/src/graphile_phases.rs).
 
 use std::{
     sync::{
@@ -26,6 +28,7 @@ use sqlx::Connection;
 
 use crate::{
     Row, median,
+    peers::Peers,
     targets::{Cleanup, Target},
     timed::Timed,
 };
@@ -39,17 +42,29 @@ pub(crate) const PHASES: [&str; 3] = ["clean", "idle-in-tx", "recovery"];
 
 pub async fn phases(
     targets: &[Target],
+    peers: &Peers,
     rates: &[u64],
     phase: Duration,
 ) -> anyhow::Result<Vec<Row>> {
     let mut rows = Vec::new();
     for t in targets {
-        // The raw loop first, at every rate: the server's floor under the same phases.
+        // The raw loop first, at every rate: the server's floor under the same phases;
+        // then each PostgreSQL peer (graphile_worker) at that rate, on the same server.
         if let Target::Postgres(url) = t {
             for &rate in rates {
                 let found = crate::phases_raw::once(url, rate, phase).await?;
                 crate::print(&found);
                 rows.extend(found);
+                for p in peers.running("phases") {
+                    match peers.phases(p, rate, phase).await {
+                        Ok(found) => {
+                            crate::print(&found);
+                            rows.extend(found);
+                        }
+                        // Reported, not fatal, as in the other scenarios.
+                        Err(e) => crate::say(&format!("{p} phases {rate}/s failed: {e}")),
+                    }
+                }
             }
         }
         let rates: &[u64] = match t {

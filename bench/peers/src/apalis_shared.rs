@@ -177,6 +177,10 @@ macro_rules! measure {
                  the groups scenario is graphile_worker only",
             )
             .into()),
+            Scenario::Phases => Err(Unsupported(
+                "the phases scenario is implemented for graphile_worker only",
+            )
+            .into()),
         }
     }};
 }

@@ -218,6 +218,16 @@ pub struct Outcome {
     pub unit: &'static str,
     pub latency: Option<[f64; 3]>,
     pub settings: String,
+    /// A scenario of many figures (phases): printed in place of `value` and `unit`.
+    pub rows: Vec<Figure>,
+}
+
+/// One of a scenario's many figures, named as relayq's bench names its rows.
+#[derive(Serialize)]
+pub struct Figure {
+    pub scenario: String,
+    pub value: f64,
+    pub unit: &'static str,
 }
 
 impl Outcome {
@@ -227,6 +237,18 @@ impl Outcome {
             unit: "jobs/s",
             latency: None,
             settings,
+            rows: Vec::new(),
+        }
+    }
+
+    /// A scenario of many figures.
+    pub fn rows(rows: Vec<Figure>, settings: String) -> Self {
+        Self {
+            value: f64::NAN,
+            unit: "",
+            latency: None,
+            settings,
+            rows,
         }
     }
 
@@ -238,6 +260,7 @@ impl Outcome {
             unit: "ms",
             latency: Some(l),
             settings,
+            rows: Vec::new(),
         })
     }
 }

@@ -52,18 +52,43 @@ pub async fn run(args: &Args) -> anyhow::Result<Outcome> {
          fail_job_batch_delay={BATCH_DELAY:?}, poll_interval={POLL_INTERVAL:?}, \
          use_notification_delivery=true (default, LISTEN/NOTIFY) (the guide's \
          'Throughput-oriented worker', configuration/worker-options.md), pg pool \
-         max_connections={conns} (max_pg_conn's default 20, concurrency+4 above 16), \
-         enqueue-single=WorkerUtils::add_job, enqueue-batch=WorkerUtils::add_jobs \
-         (one call per 1,000)",
+         max_connections={conns} (max_pg_conn's default 20, concurrency+4 above 16)",
         args.concurrency
     );
-    let result = measure(args, &pool, &schema, settings).await;
+    let result = match args.scenario {
+        Scenario::Phases => crate::graphile_phases::measure(args, &pool, &schema, settings).await,
+        _ => {
+            let settings = format!(
+                "{settings}, enqueue-single=WorkerUtils::add_job, \
+                 enqueue-batch=WorkerUtils::add_jobs (one call per 1,000)"
+            );
+            measure(args, &pool, &schema, settings).await
+        }
+    };
     sqlx::query(AssertSqlSafe(format!(
         "DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"
     )))
     .execute(&pool)
     .await?;
     result
+}
+
+/// The guide's throughput-oriented worker on `schema`, as every scenario runs it; the
+/// caller adds its extension and job, and initialises it (which migrates the schema).
+pub fn options(schema: &str, concurrency: usize, pool: &PgPool) -> WorkerOptions {
+    WorkerOptions::default()
+        .schema(schema)
+        .concurrency(concurrency)
+        .poll_interval(POLL_INTERVAL)
+        .complete_job_batch_delay(BATCH_DELAY)
+        .fail_job_batch_delay(BATCH_DELAY)
+        .local_queue(
+            LocalQueueConfig::default()
+                .with_size(LOCAL_QUEUE)
+                .with_ttl(LOCAL_QUEUE_TTL),
+        )
+        .listen_os_shutdown_signals(false)
+        .pg_pool(pool.clone())
 }
 
 async fn measure(
@@ -85,21 +110,9 @@ async fn measure(
     )?;
     // `init` migrates the fresh schema; none of it is timed.
     let worker = Arc::new(
-        WorkerOptions::default()
-            .schema(schema)
-            .concurrency(args.concurrency)
-            .poll_interval(POLL_INTERVAL)
-            .complete_job_batch_delay(BATCH_DELAY)
-            .fail_job_batch_delay(BATCH_DELAY)
-            .local_queue(
-                LocalQueueConfig::default()
-                    .with_size(LOCAL_QUEUE)
-                    .with_ttl(LOCAL_QUEUE_TTL),
-            )
-            .listen_os_shutdown_signals(false)
+        options(schema, args.concurrency, pool)
             .add_extension(Shared(probe.clone()))
             .define_job::<Payload>()
-            .pg_pool(pool.clone())
             .init()
             .await?,
     );
@@ -176,6 +189,7 @@ async fn measure(
             );
             Outcome::rate(n, took, settings)
         }
+        Scenario::Phases => anyhow::bail!("the phases scenario runs in graphile_phases"),
     };
     Ok(outcome)
 }

@@ -18,6 +18,7 @@ mod apalis_shared;
 mod apalis_sqlite;
 mod common;
 mod graphile;
+mod graphile_phases;
 
 use std::{fmt, process::ExitCode};
 
@@ -43,6 +44,10 @@ pub enum Scenario {
     Latency,
     /// 100 serial queues of `jobs / 100` each, concurrency 16 (graphile_worker only).
     Groups,
+    /// A producer at `rate` through three phases of `phase_secs`, the second with a
+    /// transaction held open (relayq's bench/src/phases.rs; graphile_worker only).
+    /// `jobs` is not used.
+    Phases,
 }
 
 #[derive(Parser)]
@@ -57,6 +62,12 @@ pub struct Args {
     /// Worker concurrency (drain; latency and groups use 16 unless told otherwise).
     #[arg(long, default_value_t = 16)]
     pub concurrency: usize,
+    /// The phases scenario's producer rate, jobs/s.
+    #[arg(long, default_value_t = 500)]
+    pub rate: u64,
+    /// The length of each of the phases scenario's three phases, seconds.
+    #[arg(long, default_value_t = 30)]
+    pub phase_secs: u64,
     #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/test")]
     pub postgres_url: String,
     #[arg(long, default_value = "redis://127.0.0.1:6379")]
@@ -78,8 +89,8 @@ impl std::error::Error for Unsupported {}
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
-    if args.jobs == 0 || args.concurrency == 0 {
-        eprintln!("error: --jobs and --concurrency must be positive");
+    if args.jobs == 0 || args.concurrency == 0 || args.rate == 0 || args.phase_secs == 0 {
+        eprintln!("error: --jobs, --concurrency, --rate and --phase-secs must be positive");
         return ExitCode::FAILURE;
     }
     let outcome = match args.peer {
@@ -91,6 +102,15 @@ async fn main() -> ExitCode {
     let peer = args.peer.to_possible_value().expect("named");
     let scenario = args.scenario.to_possible_value().expect("named");
     match outcome {
+        // A scenario of many figures (phases) gives them as `rows`, in place of one value.
+        Ok(o) if !o.rows.is_empty() => {
+            let line = serde_json::json!({
+                "peer": peer.get_name(), "scenario": scenario.get_name(),
+                "rows": o.rows, "settings": o.settings,
+            });
+            println!("{line}");
+            ExitCode::SUCCESS
+        }
         Ok(o) => {
             let mut line = serde_json::json!({
                 "peer": peer.get_name(), "scenario": scenario.get_name(),
