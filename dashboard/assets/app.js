@@ -135,7 +135,7 @@
   // current.
   function countNote(s) {
     if (!s.counted) return h("span", { class: "muted counting" }, "counting…");
-    const age = (Date.now() - Date.parse(s.counted_at)) / 1000;
+    const age = s.counted_seconds_ago;
     return age > 2 ? h("span", { class: "muted counted-at", title: s.counted_at }, `counts from ${fmtSecs(Math.round(age))} ago`) : null;
   }
 
@@ -147,9 +147,10 @@
         h("td", {}, link(`${qpath(s.queue)}/batches`, s.queue), " ", s.paused ? badge("paused") : null, " ", countNote(s)),
         STATES.map((st) => num(s.counted ? s.counts[st] ?? 0 : "…")),
         h("td", { class: "num" }, s.counted ? `${s.running} / ${s.max_running ?? "∞"}` : "…"),
-        h("td", { class: "num oldest" }, waited(s.oldest_ready_seconds)),
+        h("td", { class: "num oldest" }, s.counted ? waited(s.oldest_ready_seconds) : "…"),
         h("td", {}, link(`${qpath(s.queue)}/running`, "running"), " · ", link(`${qpath(s.queue)}/dead`, "dead")),
-        readOnly ? null : h("td", {}, queueActions(s))));
+        // Until counted, the settings are unknown: no button that could be wrong.
+        readOnly ? null : h("td", {}, s.counted ? queueActions(s) : null)));
     const add = h("form", { class: "toolbar", onsubmit: (ev) => {
       ev.preventDefault();
       const name = ev.target.elements.q.value.trim();
@@ -261,13 +262,15 @@
       api(`/queues/${q(queue)}/batches/${q(id)}/jobs?limit=${q(params.get("limit") || "100")}${after ? `&after=${q(after)}` : ""}`),
     ]);
     const next = new URLSearchParams(location.search);
-    if (jobs.more) next.set("after", String(jobs.items[jobs.items.length - 1].id));
+    if (jobs.next !== null) next.set("after", String(jobs.next));
+    const first = new URLSearchParams(location.search);
+    first.delete("after");
     return [
       h("p", {}, batchState(b), " on failure: ", b.on_failure, b.sealed ? " · sealed" : " · unsealed", b.released_stage === null ? "" : ` · released up to stage ${b.released_stage}`),
       h("div", { id: "stages" }, b.stages.map(stageBar)),
       h("h2", {}, "Attempts by worker"),
       timeline(jobs),
-      jobs.more || after ? h("p", { class: "more" }, after ? [link("?", "first jobs"), " · "] : null, jobs.more ? link(`?${next}`, "next jobs") : null) : null,
+      jobs.more || after ? h("p", { class: "more" }, after ? [link(`?${first}`, "first jobs"), " · "] : null, jobs.more ? link(`?${next}`, "next jobs") : null) : null,
       readOnly || batchDone(b) ? null : h("p", {}, button("cancel batch", `/queues/${q(queue)}/batches/${q(id)}/cancel`, {}, { danger: true, name: "cancel-batch", confirm: `Cancel every unfinished job of batch ${id}?` })),
     ];
   }

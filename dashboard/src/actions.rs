@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 
 use crate::{
     api::{id, queue},
+    counts::Change,
     error::{ApiError, ApiResult},
     state::AppState,
 };
@@ -21,7 +22,7 @@ pub(crate) async fn pause(
     Path(name): Path<String>,
 ) -> ApiResult<Json<Value>> {
     state.backend.pause(queue(&name)?).await?;
-    state.counts.changed(&name, |s| s.paused = true);
+    state.counts.changed(&name, Change::Paused(true));
     tracing::info!(queue = %name, "relayq-dashboard: queue paused");
     Ok(Json(json!({ "paused": true })))
 }
@@ -32,7 +33,7 @@ pub(crate) async fn resume(
     Path(name): Path<String>,
 ) -> ApiResult<Json<Value>> {
     state.backend.resume(queue(&name)?).await?;
-    state.counts.changed(&name, |s| s.paused = false);
+    state.counts.changed(&name, Change::Paused(false));
     tracing::info!(queue = %name, "relayq-dashboard: queue resumed");
     Ok(Json(json!({ "paused": false })))
 }
@@ -46,7 +47,7 @@ pub(crate) async fn max_running(
 ) -> ApiResult<Json<Value>> {
     let limit = parse_max_running(&body)?;
     state.backend.set_max_running(queue(&name)?, limit).await?;
-    state.counts.changed(&name, |s| s.max_running = limit);
+    state.counts.changed(&name, Change::MaxRunning(limit));
     tracing::info!(queue = %name, ?limit, "relayq-dashboard: max_running set");
     Ok(Json(json!({ "max_running": limit })))
 }
@@ -79,7 +80,7 @@ pub(crate) async fn cancel_job(
 ) -> ApiResult<Json<Value>> {
     let job = JobId(id("job", &job)?);
     let cancelled = state.backend.cancel_job(queue(&name)?, job).await?;
-    state.counts.changed(&name, |_| {});
+    state.counts.changed(&name, Change::Jobs);
     tracing::info!(queue = %name, job = job.0, cancelled, "relayq-dashboard: cancel job");
     Ok(Json(json!({ "cancelled": cancelled })))
 }
@@ -94,7 +95,7 @@ pub(crate) async fn cancel_batch(
         id: BatchId(id("batch", &batch)?),
     };
     let cancelled = state.backend.cancel_batch(&batch).await?;
-    state.counts.changed(&name, |_| {});
+    state.counts.changed(&name, Change::Jobs);
     tracing::info!(queue = %name, batch = batch.id.0, cancelled, "relayq-dashboard: cancel batch");
     Ok(Json(json!({ "cancelled": cancelled })))
 }
@@ -109,7 +110,7 @@ pub(crate) async fn retry_job(
         .backend
         .retry_dead(queue(&name)?, Some(&[job]))
         .await?;
-    state.counts.changed(&name, |_| {});
+    state.counts.changed(&name, Change::Jobs);
     tracing::info!(queue = %name, job = job.0, retried, "relayq-dashboard: retry dead job");
     Ok(Json(json!({ "retried": retried })))
 }
@@ -120,7 +121,7 @@ pub(crate) async fn retry_all(
     Path(name): Path<String>,
 ) -> ApiResult<Json<Value>> {
     let retried = state.backend.retry_dead(queue(&name)?, None).await?;
-    state.counts.changed(&name, |_| {});
+    state.counts.changed(&name, Change::Jobs);
     tracing::info!(queue = %name, retried, "relayq-dashboard: retry all dead jobs");
     Ok(Json(json!({ "retried": retried })))
 }

@@ -1,14 +1,16 @@
 //! The read side of the JSON API: what the pages poll.
 
+use std::sync::Arc;
+
 use axum::{
     Json,
     extract::{Path, Query, State},
+    http::StatusCode,
 };
-use std::sync::Arc;
-
-use axum::http::StatusCode;
-use relayq_core::{Batch, BatchId, BatchProgress, JobId, RunningJob, validate::queue_name};
-use serde::Deserialize;
+use relayq_core::{
+    Batch, BatchId, BatchProgress, ErrorKind, JobId, RunningJob, validate::queue_name,
+};
+use serde::{Deserialize, Serialize};
 
 use crate::{
     error::{ApiError, ApiResult},
@@ -154,49 +156,77 @@ pub(crate) struct AfterQuery {
     limit: LimitQuery,
 }
 
+/// How many job reads of one timeline page run at once: enough to hide round trips,
+/// few enough to leave the pool, which workers may share, to others.
+const READS_AT_ONCE: usize = 8;
+
 /// `GET /api/queues/{queue}/batches/{id}/jobs?after=ID&limit=N`: the batch's jobs in id
 /// order, after `after`, each with its stage, state and every attempt (worker, start,
 /// end, outcome): what the batch page draws as a timeline of attempts by worker.
+/// `next` is the `after` of the next page (the last id listed, even when that job was
+/// pruned before it could be read), or null on the last page.
 pub(crate) async fn batch_jobs(
     State(state): State<AppState>,
     Path((name, batch)): Path<(String, String)>,
     Query(q): Query<AfterQuery>,
-) -> ApiResult<Json<Page<BatchJobView>>> {
+) -> ApiResult<Json<BatchJobsPage>> {
     let limit = q.limit.get()?;
     let after = q.after.as_deref().map(|a| id("after", a)).transpose()?;
     let batch = Batch {
         queue: queue(&name)?.to_owned(),
         id: BatchId(id("batch", &batch)?),
     };
-    let ids = state
-        .backend
+    let b = &state.backend;
+    let ids = b
         .batch_jobs(&batch, after.map(JobId), (limit + 1).min(MAX_LIMIT))
         .await?;
-    let page = Page::cut(ids, limit);
-    // Read together: a page's reads cost one round trip's time, not one per job.
-    let mut reads = tokio::task::JoinSet::new();
-    for (i, job) in page.items.iter().copied().enumerate() {
-        let backend = Arc::clone(&state.backend);
-        let queue = batch.queue.clone();
-        reads.spawn(async move { (i, backend.job(&queue, job).await) });
+    let mut page = Page::cut(ids, limit);
+    // A page of the largest size could not ask for one more: ask what follows.
+    if !page.more
+        && let Some(&last) = page.items.last().filter(|_| limit == MAX_LIMIT)
+    {
+        page.more = !b.batch_jobs(&batch, Some(last), 1).await?.is_empty();
     }
+    let next = page.items.last().filter(|_| page.more).copied();
     let mut jobs = Vec::with_capacity(page.items.len());
-    while let Some(read) = reads.join_next().await {
-        let (i, job) =
-            read.map_err(|e| ApiError::status(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
-        match job {
-            Ok(job) => jobs.push((i, BatchJobView::from(job))),
-            // Pruned between the listing and the read.
-            Err(relayq_core::Error::NotFound { .. }) => {}
-            Err(e) => return Err(e.into()),
+    for chunk in page.items.chunks(READS_AT_ONCE) {
+        let mut reads = tokio::task::JoinSet::new();
+        for (i, &job) in chunk.iter().enumerate() {
+            let backend = Arc::clone(b);
+            let queue = batch.queue.clone();
+            reads.spawn(async move { (i, backend.job(&queue, job).await) });
         }
+        let mut read = Vec::with_capacity(chunk.len());
+        while let Some(done) = reads.join_next().await {
+            let (i, job) = done.map_err(|e| {
+                tracing::warn!(error = %e, "relayq-dashboard: a job read panicked");
+                ApiError::status(StatusCode::INTERNAL_SERVER_ERROR, "a job read failed")
+            })?;
+            match job {
+                Ok(job) => read.push((i, BatchJobView::from(job))),
+                // Pruned between the listing and the read.
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        read.sort_by_key(|(i, _)| *i);
+        jobs.extend(read.into_iter().map(|(_, j)| j));
     }
-    jobs.sort_by_key(|(i, _)| *i);
-    Ok(Json(Page {
-        items: jobs.into_iter().map(|(_, j)| j).collect(),
-        limit: page.limit,
+    Ok(Json(BatchJobsPage {
+        items: jobs,
+        limit,
         more: page.more,
+        next,
     }))
+}
+
+/// A page of a batch's jobs, with the cursor of the next.
+#[derive(Debug, Serialize)]
+pub(crate) struct BatchJobsPage {
+    items: Vec<BatchJobView>,
+    limit: u32,
+    more: bool,
+    next: Option<JobId>,
 }
 
 /// `GET /api/queues/{queue}/running?limit=N`: oldest attempt first.

@@ -66,8 +66,9 @@ pub(crate) async fn serve(State(state): State<AppState>) -> Response {
     let Some(handle) = state.options.metrics.as_ref() else {
         return StatusCode::NOT_FOUND.into_response();
     };
-    // The dashboard's counts (see counts.rs): a big queue's gauges are its last count,
-    // at most 30 s old, and a queue whose first count is still running has none yet.
+    // The dashboard's counts (see counts/mod.rs): a big queue's gauges are its last count,
+    // up to 30 s (and one count's time) old, and a queue whose first count is still
+    // running has none yet.
     let queues = &state.options.queues;
     for (queue, answer) in queues.iter().zip(state.counts.get_many(queues).await) {
         match answer {

@@ -17,8 +17,10 @@ pub(crate) struct QueueView {
     /// page shows "counting".
     pub(crate) counted: bool,
     /// When the figures were counted: up to a second ago for a small queue, up to 30 s
-    /// for one whose count is slow (docs in `counts.rs`).
+    /// for one whose count is slow (docs in `counts/mod.rs`).
     pub(crate) counted_at: Option<DateTime<Utc>>,
+    /// How long ago that was, by this server's clock (the browser's may differ).
+    pub(crate) counted_seconds_ago: Option<f64>,
     #[serde(flatten)]
     pub(crate) figures: Option<Figures>,
 }
@@ -45,6 +47,7 @@ impl QueueView {
                 queue: queue.to_owned(),
                 counted: false,
                 counted_at: None,
+                counted_seconds_ago: None,
                 figures: None,
             };
         };
@@ -52,6 +55,7 @@ impl QueueView {
             queue: queue.to_owned(),
             counted: true,
             counted_at: Some(at),
+            counted_seconds_ago: Some((Utc::now() - at).as_seconds_f64().max(0.0)),
             figures: Some(Figures {
                 oldest_ready: stats.oldest_ready,
                 oldest_ready_seconds: stats

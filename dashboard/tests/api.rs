@@ -36,7 +36,7 @@ async fn queues_show_counts_of_every_state_and_settings() {
             ..Options::default()
         },
     );
-    let list = get(&app, &format!("/api/queues?queues={b},{a}"))
+    let list = get_until(&app, &format!("/api/queues?queues={b},{a}"), counted)
         .await
         .json();
     let list = list.as_array().unwrap();
@@ -63,7 +63,7 @@ async fn queues_show_counts_of_every_state_and_settings() {
     // Nothing waits in a queue whose only job is dead.
     assert!(list[1]["oldest_ready_seconds"].is_null(), "{}", list[1]);
     // A queue in use is listed without being configured or asked for (SPEC M4).
-    let plain = get(&app, "/api/queues").await.json();
+    let plain = get_until(&app, "/api/queues", counted).await.json();
     let names: Vec<&str> = plain
         .as_array()
         .unwrap()
@@ -167,6 +167,11 @@ async fn batches_and_running_jobs_are_listed() {
     let jobs = |tail: &str| format!("/api/queues/{q}/batches/{}/jobs{tail}", batch.id.0);
     let first = get(&app, &jobs("?limit=1")).await.json();
     assert_eq!(first["more"], true);
+    assert_eq!(
+        first["next"],
+        json!(claimed[0].id().0),
+        "the next page's cursor"
+    );
     let item = &first["items"][0];
     assert_eq!(
         (&item["id"], &item["stage"], &item["state"]),
@@ -184,7 +189,10 @@ async fn batches_and_running_jobs_are_listed() {
     )
     .await
     .json();
-    assert_eq!(rest["more"], false);
+    assert_eq!(
+        (&rest["more"], &rest["next"]),
+        (&json!(false), &json!(null))
+    );
     assert_eq!(rest["items"][0]["stage"], 2);
     assert_eq!(rest["items"][0]["attempt_log"], json!([]));
     let bad = get(&app, &jobs("?after=x")).await;

@@ -30,7 +30,8 @@ async fn metrics_serve_queue_gauges() {
             ..Options::default()
         },
     );
-    let answer = get(&app, "/metrics").await;
+    let ready = format!(r#"relayq_queue_jobs{{queue="{q}",state="ready"}}"#);
+    let answer = get_until(&app, "/metrics", |a| a.body.contains(&ready)).await;
     assert_eq!(answer.status, 200);
     assert!(
         answer.headers["content-type"]
@@ -63,8 +64,10 @@ async fn metrics_serve_queue_gauges() {
 
     // A drained state drops to 0 at the next scrape.
     db.backend.retry_dead(&q, None).await.unwrap();
-    let text = get(&app, "/metrics").await.body;
     let line = format!(r#"relayq_queue_jobs{{queue="{q}",state="dead"}} 0"#);
+    let text = get_until(&app, "/metrics", |a| a.body.lines().any(|l| l == line))
+        .await
+        .body;
     assert!(text.lines().any(|l| l == line), "{text}");
 
     // Without a handle there is no /metrics.

@@ -2,8 +2,8 @@
 //! served from the last count where it is slow.
 //!
 //! `queue_stats` counts a queue's jobs per state. On a big queue that reads every row:
-//! 0.35–0.4 s on PostgreSQL and 0.9 s on SQLite at 1,000,000 jobs (docs/BENCHMARKS.md
-//! section 9), and an open page asks once a second. Counters kept by every claim and
+//! 0.3–0.4 s on PostgreSQL and 0.5–0.9 s on SQLite at 1,000,000 jobs
+//! (docs/BENCHMARKS.md section 9), and an open page asks once a second. Counters kept by every claim and
 //! settle would put a write on the paths issue 40 tuned; River UI met the same problem
 //! with a count that runs in the background and a cached answer (riverui#655), and this
 //! does the same:
@@ -16,8 +16,9 @@
 //! - a queue never counted waits for its first count up to [`WAIT`], then answers
 //!   "counting" (no figures) while the count goes on.
 //!
-//! So no request waits longer than [`WAIT`] for counts, and a count's cost to the
-//! server is bounded to about a tenth of its time however many pages poll.
+//! So no request waits longer than [`WAIT`] for counts, and however many pages poll, a
+//! queue is counted at most once per ten times its count's time while a count takes
+//! up to 3 s (a tenth of one connection), and once per 30 s beyond.
 
 use std::{
     collections::HashMap,
@@ -25,6 +26,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
 use relayq_core::{Backend, QueueStats};
 use tokio::sync::watch;
@@ -40,6 +42,8 @@ const MIN_REUSE: Duration = Duration::from_secs(1);
 const MAX_REUSE: Duration = Duration::from_secs(30);
 /// How many queues' counts are kept.
 const MAX_QUEUES: usize = 1000;
+/// A count that takes longer is given up on, and answered as an error.
+const COUNT_LIMIT: Duration = Duration::from_secs(60);
 
 /// One finished count.
 #[derive(Clone, Debug)]
@@ -68,11 +72,33 @@ impl Counted {
 /// What a request gets: a count, or "counting" when the first is not done yet.
 pub(crate) type Answer = Result<Option<Counted>, ApiError>;
 
+/// What an action of this dashboard changed in a queue.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Change {
+    Paused(bool),
+    MaxRunning(Option<u32>),
+    /// Jobs moved (cancel, retry): the next count brings them.
+    Jobs,
+}
+
+impl Change {
+    fn apply(self, stats: &mut QueueStats) {
+        match self {
+            Self::Paused(paused) => stats.paused = paused,
+            Self::MaxRunning(max) => stats.max_running = max,
+            Self::Jobs => {}
+        }
+    }
+}
+
 #[derive(Default)]
 struct Entry {
     last: Option<Result<Counted, ApiError>>,
     /// Set while a count runs; bumped when it ends.
     running: Option<watch::Receiver<u64>>,
+    /// Actions since the running count began: it read the queue before them, so they
+    /// are applied to what it brings.
+    changes: Vec<Change>,
 }
 
 /// The counts of every queue this dashboard has shown.
@@ -99,7 +125,8 @@ impl Counts {
 
     /// The counts of each of `queues`, in order. Counts that must run start together,
     /// and the waits share one deadline, so a list of many queues waits [`WAIT`] at
-    /// most, not once per queue.
+    /// most, not once per queue. A queue whose last count failed answers that error
+    /// until a count succeeds: an outage shows, rather than old figures.
     pub(crate) async fn get_many(&self, queues: &[String]) -> Vec<Answer> {
         let deadline = tokio::time::Instant::now() + WAIT;
         let waits: Vec<Option<watch::Receiver<u64>>> =
@@ -126,8 +153,14 @@ impl Counts {
     fn start_if_due(&self, queue: &str) -> Option<watch::Receiver<u64>> {
         let mut entries = self.lock();
         if entries.len() >= MAX_QUEUES && !entries.contains_key(queue) {
-            // Names come from URLs: forget idle ones rather than grow without bound.
-            entries.retain(|_, e| e.running.is_some());
+            // Names come from URLs: forget idle cheap ones first (a recount costs
+            // little), and only then the slow ones, rather than grow without bound.
+            entries.retain(|_, e| {
+                e.running.is_some() || matches!(&e.last, Some(Ok(c)) if c.took >= CHEAP)
+            });
+            if entries.len() >= MAX_QUEUES {
+                entries.retain(|_, e| e.running.is_some());
+            }
         }
         let entry = entries.entry(queue.to_owned()).or_default();
         let wait_for_it = match &entry.last {
@@ -140,6 +173,8 @@ impl Counts {
             None => {
                 let (tx, rx) = watch::channel(0);
                 entry.running = Some(rx.clone());
+                // The new count reads the queue after every action so far.
+                entry.changes.clear();
                 self.spawn_count(queue.to_owned(), tx);
                 rx
             }
@@ -153,35 +188,59 @@ impl Counts {
         tokio::spawn(async move {
             let started = Instant::now();
             let at = Utc::now();
-            let result = backend
-                .queue_stats(&queue)
-                .await
-                .map(|stats| Counted {
-                    stats,
-                    at,
-                    started,
-                    took: started.elapsed(),
-                    stale: false,
-                })
-                .map_err(ApiError::from);
+            // On a task of its own, so that a count that panics or hangs still ends
+            // this one, which marks the queue free to count again.
+            let q = queue.clone();
+            let mut count = tokio::spawn(async move { backend.queue_stats(&q).await });
+            let result = match tokio::time::timeout(COUNT_LIMIT, &mut count).await {
+                Ok(Ok(stats)) => stats.map_err(ApiError::from),
+                Ok(Err(_)) => Err(ApiError::status(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("counting queue {queue:?} failed"),
+                )),
+                Err(_) => {
+                    count.abort();
+                    Err(ApiError::status(
+                        StatusCode::GATEWAY_TIMEOUT,
+                        format!("counting queue {queue:?} took over {COUNT_LIMIT:?}"),
+                    ))
+                }
+            };
             {
                 let mut entries = entries.lock().unwrap_or_else(PoisonError::into_inner);
                 let entry = entries.entry(queue).or_default();
-                // A failed count does not hide the last good one from a slow queue's
-                // readers for long: the next request counts again.
-                entry.last = Some(result);
+                entry.last = Some(result.map(|mut stats| {
+                    for change in &entry.changes {
+                        change.apply(&mut stats);
+                    }
+                    Counted {
+                        stats,
+                        at,
+                        started,
+                        took: started.elapsed(),
+                        // It missed the jobs those actions moved: count again soon.
+                        stale: !entry.changes.is_empty(),
+                    }
+                }));
                 entry.running = None;
             }
             done.send_modify(|n| *n += 1);
         });
     }
 
-    /// After an action of this dashboard changed `queue`: the next request counts
-    /// again, and the settings the action set show at once.
-    pub(crate) fn changed(&self, queue: &str, edit: impl FnOnce(&mut QueueStats)) {
-        if let Some(Some(Ok(last))) = self.lock().get_mut(queue).map(|e| e.last.as_mut()) {
-            edit(&mut last.stats);
+    /// After an action of this dashboard changed `queue`: the settings it set show at
+    /// once, also over a count that was running, and the next request counts again.
+    pub(crate) fn changed(&self, queue: &str, change: Change) {
+        let mut entries = self.lock();
+        let Some(entry) = entries.get_mut(queue) else {
+            return;
+        };
+        if let Some(Ok(last)) = entry.last.as_mut() {
+            change.apply(&mut last.stats);
             last.stale = true;
+        }
+        if entry.running.is_some() {
+            entry.changes.push(change);
         }
     }
 

@@ -18,6 +18,7 @@ struct Costly {
     inner: MemoryBackend,
     cost_ms: AtomicU64,
     fail: AtomicBool,
+    panic: AtomicBool,
     counts: AtomicU64,
 }
 
@@ -27,11 +28,14 @@ relayq_core::delegate!(Costly, inner => Events, Enqueue, Claim, Complete, OrderB
 impl Inspect for Costly {
     async fn queue_stats(&self, queue: &str) -> Result<QueueStats> {
         self.counts.fetch_add(1, Ordering::SeqCst);
+        // Read first, then take the time: what the count says is as of its start.
+        let stats = self.inner.queue_stats(queue).await;
         tokio::time::sleep(Duration::from_millis(self.cost_ms.load(Ordering::SeqCst))).await;
+        assert!(!self.panic.load(Ordering::SeqCst), "a count that panics");
         if self.fail.load(Ordering::SeqCst) {
             return Err(Error::transient(std::io::Error::other("server gone")));
         }
-        self.inner.queue_stats(queue).await
+        stats
     }
     async fn job(&self, queue: &str, id: JobId) -> Result<JobInfo> {
         self.inner.job(queue, id).await
@@ -63,6 +67,7 @@ fn costly(cost_ms: u64) -> Arc<Costly> {
         inner: MemoryBackend::new(),
         cost_ms: AtomicU64::new(cost_ms),
         fail: AtomicBool::new(false),
+        panic: AtomicBool::new(false),
         counts: AtomicU64::new(0),
     })
 }
@@ -147,7 +152,7 @@ async fn an_action_shows_its_setting_at_once_and_counts_again() {
     let counted = until(&counts, "q", |a| ready(a).is_some()).await;
     assert_eq!(ready(&counted), Some(1));
     b.pause("q").await.unwrap();
-    counts.changed("q", |s| s.paused = true);
+    counts.changed("q", Change::Paused(true));
     let answer = counts.get("q").await.unwrap().unwrap();
     assert!(
         answer.stats.paused,
@@ -184,4 +189,37 @@ async fn many_queues_share_one_wait() {
         t.elapsed()
     );
     assert!(answers.iter().all(|a| matches!(a, Ok(None))));
+}
+
+#[tokio::test]
+async fn an_action_during_a_count_is_not_undone_by_it() {
+    let b = costly(300);
+    let counts = Counts::new(b.clone());
+    add(&b, "q").await;
+    // The first count reads the queue unpaused, then takes 300 ms; the pause comes
+    // in between.
+    assert!(counts.get("q").await.unwrap().is_none());
+    b.pause("q").await.unwrap();
+    counts.changed("q", Change::Paused(true));
+    let answer = until(&counts, "q", |a| ready(a).is_some()).await;
+    assert!(
+        answer.unwrap().unwrap().stats.paused,
+        "the count undid the pause"
+    );
+}
+
+#[tokio::test]
+async fn a_count_that_panics_is_an_error_and_the_queue_is_counted_again() {
+    let b = costly(0);
+    b.panic.store(true, Ordering::SeqCst);
+    let counts = Counts::new(b.clone());
+    let failed = until(&counts, "q", Result::is_err).await;
+    assert!(failed.is_err());
+    b.panic.store(false, Ordering::SeqCst);
+    let answer = until(&counts, "q", |a| ready(a).is_some()).await;
+    assert_eq!(
+        ready(&answer),
+        Some(0),
+        "never counted again after the panic"
+    );
 }

@@ -95,6 +95,24 @@ pub async fn get(app: &Router, uri: &str) -> Answer {
     send(app, Request::get(uri).body(Body::empty()).unwrap()).await
 }
 
+/// GETs `uri` until `done` accepts the answer, for up to 10 s: on a loaded machine a
+/// queue's first count may outlast the 50 ms the dashboard waits for it.
+pub async fn get_until(app: &Router, uri: &str, done: impl Fn(&Answer) -> bool) -> Answer {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let answer = get(app, uri).await;
+        if done(&answer) || std::time::Instant::now() > deadline {
+            return answer;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// Whether every queue of an answer has been counted.
+pub fn counted(answer: &Answer) -> bool {
+    answer.status == 200 && !answer.body.contains(r#""counted":false"#)
+}
+
 /// A POST as the dashboard's own page sends it: same origin, with the CSRF token.
 pub async fn post(app: &Router, uri: &str, csrf: &str, body: &str) -> Answer {
     send(
