@@ -293,8 +293,9 @@ impl Inspect for RedisBackend {
         limit: u32,
     ) -> Result<Vec<JobId>> {
         validate::list_limit(limit)?;
-        // The batch's ids are a set: they are sorted here rather than in the script, so
-        // a big batch costs Redis one SMEMBERS and no Lua time.
+        // The batch's ids are a set: the script only reads it (SMEMBERS), and the
+        // sorting and paging happen here, so a big batch costs Redis one read of the
+        // set per page rather than a sort in Lua as well.
         let out: Value = self
             .run_idempotent(
                 &scripts::READ,
