@@ -13,7 +13,7 @@
 use std::{sync::Arc, time::Instant};
 
 use axum::{body::Body, http::Request};
-use relayq::{Backend, ClaimRequest};
+use relayq::{Backend, ClaimRequest, CompleteExt};
 use tower::ServiceExt;
 
 use crate::{Row, median};
@@ -37,14 +37,46 @@ pub async fn time_api(
         ))
         .await?;
     let id = held.first().map_or(1, |j| j.lease.job.0);
-    // A batch of 200 in the same queue, for the batch page (the timeline reads each job).
+    // A batch of 200 in the same queue, for the batch page, ahead of the backlog
+    // (priority -1) so that its jobs are claimed first. Stage 0's 50 fail once and
+    // then succeed; stage 1's 50 are left running. So the timeline's first page of 100
+    // reads 150 attempts, from both tables.
     let batch = b.open_batch(q, relayq::OnFailure::Continue).await?;
     b.enqueue(
         (0..200)
-            .map(|i| relayq::NewJob::new(q, b"b".to_vec()).in_batch(batch.id, i / 50))
+            .map(|i| {
+                relayq::NewJob::new(q, b"b".to_vec())
+                    .priority(-1)
+                    .in_batch(batch.id, i / 50)
+            })
             .collect(),
     )
     .await?;
+    let claim = || {
+        b.claim(ClaimRequest::new(
+            q,
+            "bench-dashboard-batch",
+            50,
+            std::time::Duration::from_secs(300),
+        ))
+    };
+    for job in claim().await? {
+        b.fail(
+            &job.lease,
+            "once",
+            relayq::Retry::After(std::time::Duration::ZERO),
+        )
+        .await?;
+    }
+    for job in claim().await? {
+        b.complete(&job.lease).await?;
+    }
+    let running = claim().await?;
+    anyhow::ensure!(
+        running.len() == 50,
+        "stage 1 not released: {}",
+        running.len()
+    );
     let mut rows = Vec::new();
     let start = Instant::now();
     b.queue_stats(q).await?;
