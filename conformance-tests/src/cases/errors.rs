@@ -146,6 +146,11 @@ pub async fn x2_hostile_queue_names_rejected(env: &Env) -> anyhow::Result<()> {
             "queue",
             &what("batch_progress"),
         )?;
+        expect_invalid(
+            b.batch_jobs(&batch, None, 10).await,
+            "queue",
+            &what("batch_jobs"),
+        )?;
     }
     Ok(())
 }
