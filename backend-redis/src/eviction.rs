@@ -74,7 +74,7 @@ pub async fn check(conn: &mut impl ConnectionLike, node: &str) -> Result<()> {
             tracing::info!(node, error = %e, "cannot read maxmemory-policy (CONFIG refused); make sure it is noeviction, or jobs can be evicted");
             return Ok(());
         }
-        Err(e) => return Err(Error::backend(e)),
+        Err(e) => return Err(crate::db(e)),
     };
     match policy.as_deref() {
         Some("noeviction") | None => Ok(()),

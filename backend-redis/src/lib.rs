@@ -467,7 +467,9 @@ fn script_error(e: redis::RedisError) -> Error {
                 _ => Error::backend(e),
             }
         }
-        _ => Error::backend(e),
+        // A lost connection fails a script like any call: transient (SPEC X4), so the
+        // worker retries a settle and an application may retry an enqueue.
+        _ => db(e),
     }
 }
 
@@ -543,5 +545,21 @@ mod tests {
         assert!(c.get_connection_info().tcp_settings().nodelay());
         let bad = super::client("http://nowhere", "urls").unwrap_err();
         assert!(bad.to_string().contains("urls"), "{bad}");
+    }
+
+    /// Found by the torture's enqueues during a Redis restart: a script call on a
+    /// dropped connection was reported as a permanent backend error.
+    #[test]
+    fn a_script_on_a_lost_connection_fails_transiently() {
+        for kind in [
+            std::io::ErrorKind::BrokenPipe,
+            std::io::ErrorKind::ConnectionReset,
+        ] {
+            let e = redis::RedisError::from(std::io::Error::new(kind, "gone"));
+            let mapped = super::script_error(e);
+            assert!(mapped.is_transient(), "{kind:?}: {mapped:?}");
+        }
+        let reply = redis::RedisError::from((redis::ErrorKind::Client, "a script bug"));
+        assert!(!super::script_error(reply).is_transient());
     }
 }
