@@ -16,6 +16,9 @@ use crate::{
 pub struct Observed {
     /// Each planned job's id, from its enqueue (`None`: the enqueue failed).
     pub ids: Vec<Option<JobId>>,
+    /// Jobs enqueued while the workers ran that their batch refused: it had halted
+    /// after a dead job (SPEC B6).
+    pub refused: BTreeSet<usize>,
     /// For each deduplicated job (by plan index), what the second enqueue with the
     /// same key returned: its id and its `deduplicated` flag.
     pub dedupe: BTreeMap<usize, (JobId, bool)>,
@@ -107,6 +110,18 @@ fn micros(t: chrono::DateTime<chrono::Utc>) -> i64 {
     t.timestamp_micros()
 }
 
+/// Whether job `i` is in a `Halt` batch with an always-failing job at its stage or a
+/// lower one: the batch may have halted before `i` was enqueued, and refuse it.
+fn halts_before(plan: &Plan, i: usize) -> bool {
+    let Some((b, s)) = plan.jobs[i].batch else {
+        return false;
+    };
+    plan.batches[b].halt
+        && plan.jobs.iter().any(|o| {
+            o.mode == Mode::Fail && matches!(o.batch, Some((ob, os)) if ob == b && os <= s)
+        })
+}
+
 /// The states job `i` may end in.
 #[must_use]
 pub fn allowed_states(plan: &Plan, obs: &Observed, i: usize) -> Vec<JobState> {
@@ -192,6 +207,12 @@ pub fn check(plan: &Plan, obs: &Observed, ledger: &Ledger, allow: Allowances) ->
     for i in 0..n {
         let key = &plan.jobs[i].key;
         match (obs.ids.get(i).copied().flatten(), info(i)) {
+            (None, _) if obs.refused.contains(&i) && !halts_before(plan, i) => {
+                lost.violations.push(format!(
+                    "{key}: refused as if its batch had halted, and no job before it fails"
+                ));
+            }
+            (None, _) if obs.refused.contains(&i) => {}
             (None, _) => lost.violations.push(format!("{key}: its enqueue failed")),
             (Some(id), None) => lost
                 .violations

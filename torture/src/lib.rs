@@ -7,6 +7,7 @@
 //! to) against what the database says. See `docs/RELIABILITY.md` of the repository.
 
 pub mod check;
+pub mod feed;
 pub mod ledger;
 pub mod plan;
 pub mod report;

@@ -88,6 +88,11 @@ struct Args {
     /// target/debug/relayq after `cargo build -p relayq-cli`).
     #[arg(long)]
     relayq: Option<PathBuf>,
+    /// Run `relayq work` in every process slot; by default every fourth slot (3, 7,
+    /// ...) runs a library worker instead (`relayq-torture-worker`, next to this
+    /// program).
+    #[arg(long)]
+    no_library: bool,
     /// Keep the temporary folders (they are kept anyway when a check fails).
     #[arg(long)]
     keep: bool,
@@ -137,6 +142,19 @@ async fn run_all(args: &Args) -> anyhow::Result<usize> {
             .context("own path")?
             .with_file_name("relayq"),
     };
+    let library = if args.no_library {
+        None
+    } else {
+        let lib = std::env::current_exe()
+            .context("own path")?
+            .with_file_name("relayq-torture-worker");
+        anyhow::ensure!(
+            lib.exists(),
+            "no library worker at {}: build it (cargo build -p relayq-torture) or pass --no-library",
+            lib.display()
+        );
+        Some(lib)
+    };
     let faults = FaultCounts {
         kills: scaled(args.kills, args.short, jobs, 40, 4),
         stops: scaled(args.stops, args.short, jobs, 20, 2),
@@ -184,6 +202,7 @@ async fn run_all(args: &Args) -> anyhow::Result<usize> {
             max_delay: Duration::from_secs(if args.short { 5 } else { 20 }),
             deadline,
             relayq: relayq.clone(),
+            library: library.clone(),
             keep: args.keep,
         };
         let outcome = run::run(&settings)

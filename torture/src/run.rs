@@ -11,10 +11,12 @@ use std::{
 use anyhow::{Context, bail};
 use futures::StreamExt;
 use nix::sys::signal::Signal;
-use relayq::{Backend, Batch, JobId, JobState, NewJob, OnFailure, RunAt};
+use relayq::{Backend, Batch, JobId, JobState, OnFailure};
+use tokio::sync::watch;
 
 use crate::{
     check::{self, Check, Observed, Report},
+    feed,
     ledger::Ledger,
     plan::{JOB_SCRIPT, Plan},
     servers::{Cluster, Fsync, Postgres, RedisNode},
@@ -87,6 +89,9 @@ pub struct Settings {
     pub deadline: Duration,
     /// The `relayq` binary.
     pub relayq: PathBuf,
+    /// The library worker binary (`relayq-torture-worker`), run in every fourth
+    /// process slot; `None`: `relayq work` in every slot.
+    pub library: Option<PathBuf>,
     /// Keep the temporary folder (it is kept anyway when a check fails).
     pub keep: bool,
 }
@@ -326,13 +331,22 @@ where
     }
 }
 
-/// Enqueues the plan: batches (opened, filled, sealed), then groups and plain jobs in
-/// calls of 200, then the dedupe keys a second time. Returns ids and dedupe answers.
-async fn enqueue(
+/// The batches opened, and what went in before the workers started: ids of the early
+/// jobs and the answers of the second enqueue of each dedupe key.
+struct Early {
+    batches: Vec<Batch>,
+    ids: Vec<Option<JobId>>,
+    dedupe: BTreeMap<usize, (JobId, bool)>,
+}
+
+/// Opens the plan's batches and enqueues its early jobs (see [`feed::split`]) in calls
+/// of 200, then the dedupe keys a second time.
+async fn enqueue_early(
     backend: &Arc<dyn Backend>,
     plan: &Plan,
     dir: &str,
-) -> anyhow::Result<(Vec<Option<JobId>>, BTreeMap<usize, (JobId, bool)>)> {
+    early: &[usize],
+) -> anyhow::Result<Early> {
     let mut batches: Vec<Batch> = Vec::new();
     for b in &plan.batches {
         let on = if b.halt {
@@ -342,60 +356,45 @@ async fn enqueue(
         };
         batches.push(backend.open_batch(QUEUE, on).await?);
     }
-    let new_job = |i: usize| {
-        let job = &plan.jobs[i];
-        let payload = serde_json::json!({
-            "command": plan.command(dir, i),
-            "name": job.key,
-            "env": {"LC_ALL": "C"},
-        });
-        let mut nj = NewJob::new(QUEUE, payload.to_string().into_bytes())
-            .max_attempts(job.max_attempts)
-            .enqueued_by("relayq-torture");
-        if let Some(g) = &job.group {
-            nj = nj.group(g.clone());
-        }
-        if let Some((b, s)) = job.batch {
-            nj = nj.in_batch(&batches[b], s);
-        }
-        if job.delay_ms > 0 {
-            nj.run_at = RunAt::After(Duration::from_millis(job.delay_ms));
-        }
-        if job.dedupe {
-            nj = nj.dedupe_key(job.key.clone());
-        }
-        nj
-    };
     let mut ids = vec![None; plan.jobs.len()];
-    let all: Vec<usize> = (0..plan.jobs.len()).collect();
-    for chunk in all.chunks(200) {
+    for chunk in early.chunks(200) {
         let got = backend
-            .enqueue(chunk.iter().map(|&i| new_job(i)).collect())
+            .enqueue(
+                chunk
+                    .iter()
+                    .map(|&i| feed::new_job(plan, dir, &batches, i, false))
+                    .collect(),
+            )
             .await
             .context("enqueue")?;
         for (&i, e) in chunk.iter().zip(got) {
             ids[i] = Some(e.id);
         }
     }
-    for b in &batches {
-        backend.seal(b).await?;
-    }
     let mut dedupe = BTreeMap::new();
-    let dups: Vec<usize> = all
+    let dups: Vec<usize> = early
         .iter()
         .copied()
         .filter(|&i| plan.jobs[i].dedupe)
         .collect();
     if !dups.is_empty() {
         let got = backend
-            .enqueue(dups.iter().map(|&i| new_job(i)).collect())
+            .enqueue(
+                dups.iter()
+                    .map(|&i| feed::new_job(plan, dir, &batches, i, false))
+                    .collect(),
+            )
             .await
             .context("second enqueue of the dedupe keys")?;
         for (&i, e) in dups.iter().zip(got) {
             dedupe.insert(i, (e.id, e.deduplicated));
         }
     }
-    Ok((ids, dedupe))
+    Ok(Early {
+        batches,
+        ids,
+        dedupe,
+    })
 }
 
 /// The outcome of one run.
@@ -450,9 +449,27 @@ pub async fn run(s: &Settings) -> anyhow::Result<Outcome> {
     let url = target.url();
     say(s.kind, t0, &format!("server up: {url}"));
     let backend = relayq::connect(&url).await.context("connect")?;
-    let plan = Plan::generate(s.seed, s.jobs, u64::try_from(s.max_delay.as_millis())?);
-    let (ids, dedupe) = enqueue(&backend, &plan, &dir_s).await?;
-    say(s.kind, t0, &format!("{} jobs enqueued", plan.jobs.len()));
+    let plan = Arc::new(Plan::generate(
+        s.seed,
+        s.jobs,
+        u64::try_from(s.max_delay.as_millis())?,
+    ));
+    let split = feed::split(&plan);
+    let Early {
+        batches,
+        mut ids,
+        dedupe,
+    } = enqueue_early(&backend, &plan, &dir_s, &split.early).await?;
+    say(
+        s.kind,
+        t0,
+        &format!(
+            "{} jobs enqueued; {} more to come in {} calls while the workers run",
+            split.early.len(),
+            plan.jobs.len() - split.early.len(),
+            split.late.len()
+        ),
+    );
 
     let mut workers = Workers::start(
         WorkerConfig {
@@ -462,16 +479,32 @@ pub async fn run(s: &Settings) -> anyhow::Result<Outcome> {
             concurrency: s.concurrency,
             lease: s.lease,
             dir: dir.join("logs"),
+            library: s.library.clone(),
         },
         s.processes,
     )?;
     let started = Instant::now();
+    let (finished_tx, finished_rx) = watch::channel(0_u64);
+    // The producer keeps about a quarter of the plan enqueued and unfinished.
+    let window = (plan.jobs.len() as u64 / 4).max(100);
+    let producer = feed::Producer {
+        backend: backend.clone(),
+        plan: plan.clone(),
+        dir: dir_s.clone(),
+        batches: Arc::new(batches),
+        late: split.late.clone(),
+        window,
+    };
+    let mut producer = Some(tokio::spawn(
+        producer.run(finished_rx, split.early.len() as u64),
+    ));
+    let mut produced = None;
     let sched = schedule(s);
     let mut next = 0;
     let mut rng = fastrand::Rng::with_seed(s.seed ^ 0xc105);
     let mut faults: BTreeMap<&'static str, u32> = BTreeMap::new();
     let mut cancels = BTreeMap::new();
-    let total = plan.jobs.len() as u64;
+    let mut total = plan.jobs.len() as u64;
     let mut last_tenth = 0;
     // Stopped workers and when they get their SIGCONT.
     let mut conts: Vec<(Instant, usize)> = Vec::new();
@@ -497,6 +530,30 @@ pub async fn run(s: &Settings) -> anyhow::Result<Outcome> {
             .iter()
             .map(|&st| stats.count(st))
             .sum();
+        let _ = finished_tx.send(finished);
+        if producer
+            .as_ref()
+            .is_some_and(tokio::task::JoinHandle::is_finished)
+            && let Some(p) = producer.take()
+        {
+            let p = p.await.context("the producer panicked")??;
+            say(
+                s.kind,
+                t0,
+                &format!(
+                    "producer done: {} late jobs stored, {} refused by a halted batch, {} batches sealed, {} calls retried",
+                    p.ids.len(),
+                    p.refused.len(),
+                    p.sealed,
+                    p.retried
+                ),
+            );
+            for &(i, id) in &p.ids {
+                ids[i] = Some(id);
+            }
+            total -= p.refused.len() as u64;
+            produced = Some(p);
+        }
         let per_mille = u32::try_from(finished * 1000 / total.max(1)).unwrap_or(1000);
         let line = format!("{finished}/{total} finished");
         if per_mille / 100 != last_tenth {
@@ -534,7 +591,7 @@ pub async fn run(s: &Settings) -> anyhow::Result<Outcome> {
             .with_context(|| format!("fault {fault:?}"))?;
             say(s.kind, t0, &format!("fault {}: {what}", fault.label()));
         }
-        if next == sched.len() && finished == total && conts.is_empty() {
+        if next == sched.len() && produced.is_some() && finished == total && conts.is_empty() {
             break;
         }
         if started.elapsed() > s.deadline {
@@ -547,6 +604,15 @@ pub async fn run(s: &Settings) -> anyhow::Result<Outcome> {
         }
     }
     let elapsed = started.elapsed();
+    if let Some(p) = producer.take() {
+        p.abort();
+        say(
+            s.kind,
+            t0,
+            "the producer had not finished; late jobs not enqueued are lost",
+        );
+    }
+    let produced = produced.unwrap_or_default();
     say(
         s.kind,
         t0,
@@ -603,6 +669,7 @@ pub async fn run(s: &Settings) -> anyhow::Result<Outcome> {
     let ledger = Ledger::parse(&std::fs::read_to_string(dir.join("ledger"))?);
     let obs = Observed {
         ids,
+        refused: produced.refused.iter().copied().collect(),
         dedupe,
         cancels,
         jobs,
@@ -616,6 +683,9 @@ pub async fn run(s: &Settings) -> anyhow::Result<Outcome> {
     };
     let mut report = check::check(&plan, &obs, &ledger, allow);
     report.checks.push(stopped);
+    if s.library.is_some() {
+        report.checks.push(library_took_part(&obs));
+    }
     drop(backend);
     if let Target::Sqlite(path) = &target {
         match integrity(path) {
@@ -630,6 +700,17 @@ pub async fn run(s: &Settings) -> anyhow::Result<Outcome> {
         "worker processes started".into(),
         workers.started.to_string(),
     ));
+    report.figures.push((
+        "jobs enqueued during the run".into(),
+        format!(
+            "{}; calls retried {}, jobs found stored on a retry {}, refused by a halted batch {}, batches sealed {}",
+            produced.ids.len(),
+            produced.retried,
+            produced.found_stored,
+            produced.refused.len(),
+            produced.sealed
+        ),
+    ));
     let kept = if report.violations() > 0 || s.keep {
         Some(tmp.keep())
     } else {
@@ -642,6 +723,29 @@ pub async fn run(s: &Settings) -> anyhow::Result<Outcome> {
         elapsed,
         kept,
     })
+}
+
+/// The library worker's slots must have run attempts: a run in which they never
+/// claimed anything tested `relayq work` alone.
+fn library_took_part(obs: &Observed) -> Check {
+    let attempts = obs
+        .jobs
+        .iter()
+        .flatten()
+        .flat_map(|j| &j.attempt_log)
+        .filter(|a| a.worker.starts_with("lib"))
+        .count();
+    let mut c = Check {
+        name: "library worker ran jobs",
+        checked: attempts,
+        violations: Vec::new(),
+        excused: Vec::new(),
+    };
+    if attempts == 0 {
+        c.violations
+            .push("no attempt by a library worker in the execution log".into());
+    }
+    c
 }
 
 /// `PRAGMA integrity_check` through the `sqlite3` shell; an error when it cannot run.

@@ -28,6 +28,17 @@ pub struct WorkerConfig {
     pub lease: Duration,
     /// Where their output goes (`worker-N.log`, appended over restarts).
     pub dir: PathBuf,
+    /// The library worker (`relayq-torture-worker`), run in every fourth slot (3, 7,
+    /// ...) when set; `relayq work` in the others.
+    pub library: Option<PathBuf>,
+}
+
+impl WorkerConfig {
+    /// Whether slot `i` runs the library worker.
+    #[must_use]
+    pub fn is_library(&self, i: usize) -> bool {
+        self.library.is_some() && i % 4 == 3
+    }
 }
 
 /// The worker processes, by slot.
@@ -78,21 +89,37 @@ impl Workers {
             .create(true)
             .append(true)
             .open(c.dir.join(format!("worker-{i}.log")))?;
-        let child = Command::new(&c.exe)
-            .arg("--db")
-            .arg(&c.db)
-            .arg("work")
-            .args(["--queue", &c.queue])
-            .args(["--concurrency", &c.concurrency.to_string()])
-            .args(["--lease", &format!("{}ms", c.lease.as_millis())])
-            .args(["--shutdown-timeout", "5s"])
-            .args(["--name", &format!("w{i}.{}", self.started)])
+        let mut cmd = match &c.library {
+            Some(lib) if c.is_library(i) => {
+                let mut cmd = Command::new(lib);
+                cmd.arg(&c.db)
+                    .arg(&c.queue)
+                    .arg(c.concurrency.to_string())
+                    .arg(c.lease.as_millis().to_string())
+                    .arg(format!("lib{i}.{}", self.started));
+                cmd
+            }
+            _ => {
+                let mut cmd = Command::new(&c.exe);
+                cmd.arg("--db")
+                    .arg(&c.db)
+                    .arg("work")
+                    .args(["--queue", &c.queue])
+                    .args(["--concurrency", &c.concurrency.to_string()])
+                    .args(["--lease", &format!("{}ms", c.lease.as_millis())])
+                    .args(["--shutdown-timeout", "5s"])
+                    .args(["--name", &format!("w{i}.{}", self.started)]);
+                cmd
+            }
+        };
+        let exe = cmd.get_program().to_owned();
+        let child = cmd
             .env("LC_ALL", "C")
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
             .spawn()
-            .with_context(|| format!("cannot start {}", c.exe.display()))?;
+            .with_context(|| format!("cannot start {}", exe.to_string_lossy()))?;
         self.procs[i] = Some(child);
         self.started += 1;
         Ok(())
