@@ -96,7 +96,7 @@ impl Runner {
             keeper_rx: Some(keeper_rx),
             heartbeat_every,
             buffer: Buffer::new(heartbeat_every),
-            pace: Pace::new(Instant::now()),
+            pace: Pace::new(Instant::now(), heartbeat_every),
             asking: 0,
             next_queue: 0,
             short: false,
