@@ -24,7 +24,7 @@ use tokio::{
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    guard::{self, Order},
+    guard::{self, Moment, Order},
     output::{OUTPUT_LIMIT, Tail},
     spec::CommandSpec,
 };
@@ -130,10 +130,7 @@ impl Drop for Orders {
 fn renewal(deadline: Option<LeaseDeadline>) -> Order {
     match deadline {
         Some(d) => Order::Renew {
-            term: Some(
-                d.stop_at
-                    .saturating_duration_since(tokio::time::Instant::now()),
-            ),
+            term: Some(Moment::of(d.stop_at)),
             grace: d.margin() / 2,
         },
         None => Order::Renew {
@@ -198,7 +195,7 @@ async fn run(
     };
     let mut cmd = Command::new(guard_program());
     cmd.arg(guard::SUBCOMMAND)
-        .arg(term.map_or_else(|| "-".to_owned(), |t| t.as_millis().to_string()))
+        .arg(guard::term_word(*term))
         .arg(grace.as_millis().to_string())
         .arg(&spec.command)
         .envs(&spec.env)
@@ -429,6 +426,28 @@ mod tests {
             "{:?}",
             run.ending
         );
+    }
+
+    /// A worker frozen between reckoning the lease's deadline and starting the guard
+    /// thaws with the deadline past: the guard reads the machine's clock and does not
+    /// start the command, which could otherwise run beside the job's next attempt.
+    #[tokio::test]
+    async fn a_deadline_past_before_the_guard_starts_is_never_started() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("ran");
+        let spec = CommandSpec::new(format!("touch {}", marker.display()));
+        let now = tokio::time::Instant::now();
+        let (_renewals, lease) = watch::channel(Some(LeaseDeadline {
+            stop_at: now - Duration::from_millis(10),
+            lease_ends: now + Duration::from_millis(490),
+        }));
+        let run = execute(&spec, &CancellationToken::new(), Some(lease)).await;
+        assert!(
+            matches!(&run.ending, Ending::NotStarted(e) if e.contains("deadline passed")),
+            "{:?}",
+            run.ending
+        );
+        assert!(!marker.exists(), "the command ran");
     }
 
     #[tokio::test]

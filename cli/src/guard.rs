@@ -42,16 +42,61 @@ use nix::{
     unistd::Pid,
 };
 
-/// The hidden subcommand's name: `relayq __guard TERM_MS GRACE_MS COMMAND`.
+/// The hidden subcommand's name: `relayq __guard TERM_AT GRACE_MS COMMAND`.
 pub const SUBCOMMAND: &str = "__guard";
+
+/// A moment on `CLOCK_MONOTONIC`, which every process of the machine reads alike and
+/// which runs on while a process is stopped. Orders carry moments, not durations from
+/// now: a worker frozen (SIGSTOP) after reckoning its deadline and before the guard
+/// started, or before an order went out, would otherwise hand on a deadline that had
+/// passed as one still seconds away, and the command would start or run on beside the
+/// job's next attempt (found by the torture's 100,000-job run on Redis).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Moment(Duration);
+
+impl Moment {
+    /// Now.
+    #[must_use]
+    pub fn now() -> Self {
+        let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+            .expect("CLOCK_MONOTONIC is always there on Linux");
+        Self(Duration::from(t))
+    }
+
+    /// `at` as a moment. The clock is read before `Instant::now()`, so a freeze
+    /// between the two readings moves the moment earlier, never later.
+    #[must_use]
+    pub fn of(at: tokio::time::Instant) -> Self {
+        let mono = Self::now();
+        let now = tokio::time::Instant::now();
+        if at >= now {
+            Self(mono.0 + (at - now))
+        } else {
+            Self(mono.0.saturating_sub(now - at))
+        }
+    }
+
+    /// Where this moment falls on `Instant`'s scale (the past becomes now).
+    fn instant(self) -> Instant {
+        let now = Instant::now();
+        now + self.0.saturating_sub(Self::now().0)
+    }
+}
+
+/// `TERM_AT` as the guard's argument and its orders write it: milliseconds on the
+/// clock, or `-` for no deadline.
+#[must_use]
+pub fn term_word(term: Option<Moment>) -> String {
+    term.map_or_else(|| "-".to_owned(), |t| t.0.as_millis().to_string())
+}
 
 /// A message on the guard's stdin: the lease renewed, or kill now.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Order {
-    /// Stop the command `term` from now (SIGTERM), then SIGKILL `grace` later.
+    /// Stop the command at `term` (SIGTERM), then SIGKILL `grace` later.
     Renew {
-        /// From now until SIGTERM; `None` for no deadline.
-        term: Option<Duration>,
+        /// When to send SIGTERM; `None` for no deadline.
+        term: Option<Moment>,
         /// From SIGTERM to SIGKILL.
         grace: Duration,
     },
@@ -64,8 +109,7 @@ impl Order {
     pub fn line(&self) -> String {
         match self {
             Self::Renew { term, grace } => {
-                let term = term.map_or_else(|| "-".to_owned(), |t| t.as_millis().to_string());
-                format!("renew {term} {}\n", grace.as_millis())
+                format!("renew {} {}\n", term_word(*term), grace.as_millis())
             }
             Self::Kill => "kill\n".to_owned(),
         }
@@ -80,7 +124,7 @@ impl Order {
                 let term = if term == "-" {
                     None
                 } else {
-                    Some(Duration::from_millis(term.parse().ok()?))
+                    Some(Moment(Duration::from_millis(term.parse().ok()?)))
                 };
                 let grace = Duration::from_millis(words.next()?.parse().ok()?);
                 Some(Self::Renew { term, grace })
@@ -103,7 +147,7 @@ pub fn main(args: &[String]) -> u8 {
     let [term, grace, command] = args else {
         let _ = writeln!(
             report,
-            "error usage: relayq {SUBCOMMAND} TERM_MS GRACE_MS COMMAND"
+            "error usage: relayq {SUBCOMMAND} TERM_AT GRACE_MS COMMAND"
         );
         return 2;
     };
@@ -125,6 +169,15 @@ pub fn main(args: &[String]) -> u8 {
             return 1;
         }
     };
+    // Frozen between reckoning the deadline and starting this guard, the worker may
+    // have let the lease run out: the job may be running elsewhere already.
+    if term.is_some_and(|t| t <= Moment::now()) {
+        let _ = writeln!(
+            report,
+            "error the lease's deadline passed before the command could start (was the worker frozen?); not started"
+        );
+        return 1;
+    }
     let spawned = Command::new("sh")
         .arg("-c")
         .arg(command)
@@ -156,7 +209,7 @@ pub fn main(args: &[String]) -> u8 {
     std::thread::spawn(move || {
         let _ = tx.send(Event::Exited(child.wait()));
     });
-    let status = watch(&rx, pgid, term.map(|t| Instant::now() + t), grace);
+    let status = watch(&rx, pgid, term.map(Moment::instant), grace);
     // Whatever the shell left running in its group goes with it.
     let _ = killpg(pgid, Signal::SIGKILL);
     let line = match status {
@@ -210,7 +263,7 @@ fn watch(
             // A renewal before SIGTERM went moves the deadline; after, the command is
             // stopping and it changes nothing.
             Some(Event::Order(Order::Renew { term, grace: g })) if kill_at.is_none() => {
-                term_at = term.map(|t| Instant::now() + t);
+                term_at = term.map(Moment::instant);
                 grace = g;
             }
             Some(Event::Gone) if !gone => {
@@ -243,7 +296,7 @@ mod tests {
         for order in [
             Order::Kill,
             Order::Renew {
-                term: Some(Duration::from_millis(2500)),
+                term: Some(Moment(Duration::from_millis(123_456_789))),
                 grace: Duration::from_millis(250),
             },
             Order::Renew {
@@ -254,6 +307,22 @@ mod tests {
             assert_eq!(Order::parse(order.line().trim_end()), Some(order));
         }
         assert_eq!(Order::parse("renew x 1"), None);
+        assert_eq!(Order::parse("renew -5 1"), None);
         assert_eq!(Order::parse("what"), None);
+    }
+
+    #[test]
+    fn moments_keep_their_place_on_the_instant_scale() {
+        let at = tokio::time::Instant::now() + Duration::from_secs(5);
+        let moment = Moment::of(at);
+        let left = moment.instant().saturating_duration_since(Instant::now());
+        assert!(
+            left <= Duration::from_secs(5) && left > Duration::from_secs(4),
+            "{left:?}"
+        );
+        // A moment past is now, not a wrap-around.
+        let past = Moment::of(tokio::time::Instant::now() - Duration::from_secs(1));
+        assert!(past < Moment::now());
+        assert!(past.instant() <= Instant::now());
     }
 }
