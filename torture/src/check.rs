@@ -585,9 +585,15 @@ pub fn check(plan: &Plan, obs: &Observed, ledger: &Ledger, allow: Allowances) ->
         "runs cut short (no end line)".into(),
         killed_runs.to_string(),
     ));
-    report
-        .figures
-        .push(("attempts logged (database)".into(), logged.to_string()));
+    let mut outcomes: BTreeMap<&str, usize> = BTreeMap::new();
+    for a in (0..n).filter_map(info).flat_map(|j| &j.attempt_log) {
+        *outcomes.entry(a.outcome.as_str()).or_default() += 1;
+    }
+    let outcomes: Vec<String> = outcomes.iter().map(|(o, c)| format!("{o} {c}")).collect();
+    report.figures.push((
+        "attempts logged (database)".into(),
+        format!("{logged}: {}", outcomes.join(", ")),
+    ));
     report.figures.push((
         "runs the database forgot (lost claims)".into(),
         format!("{forgotten_runs} in {} jobs", forgot.len()),

@@ -97,7 +97,7 @@ struct Args {
     #[arg(long)]
     keep: bool,
     /// Instead of fault runs: a soak of this many minutes (after one of warm-up) on
-    /// each backend at once (sqlite, postgres, redis), a library worker at --rate with
+    /// each backend named, side by side, a library worker at --rate with
     /// pruning on, and a row of figures per minute; exits 1 when a figure of the last
     /// five minutes is over 1.2x the first five (docs/RELIABILITY.md).
     #[arg(long)]
@@ -229,8 +229,13 @@ async fn soak_all(args: &Args, minutes: usize) -> anyhow::Result<usize> {
             Backend::Sqlite => kinds.push(SoakKind::Sqlite),
             Backend::Postgres => kinds.push(SoakKind::Postgres),
             Backend::Redis => kinds.push(SoakKind::Redis),
-            Backend::All => kinds.extend([SoakKind::Sqlite, SoakKind::Postgres, SoakKind::Redis]),
-            Backend::RedisCluster => anyhow::bail!("--soak runs on sqlite, postgres and redis"),
+            Backend::RedisCluster => kinds.push(SoakKind::Cluster),
+            Backend::All => kinds.extend([
+                SoakKind::Sqlite,
+                SoakKind::Postgres,
+                SoakKind::Redis,
+                SoakKind::Cluster,
+            ]),
         }
     }
     let root = tempfile::Builder::new().prefix("relayq-soak").tempdir()?;

@@ -21,7 +21,7 @@ use relayq::{
     worker::{JobError, Worker},
 };
 
-use crate::servers::{Fsync, Postgres, RedisNode};
+use crate::servers::{Cluster, Fsync, Postgres, RedisNode};
 
 /// How long finished jobs are kept before the workers' pruning deletes them.
 pub const RETENTION: Duration = Duration::from_secs(30);
@@ -41,6 +41,8 @@ pub enum SoakKind {
     Postgres,
     /// A Redis of its own, `appendonly yes`, `appendfsync everysec`.
     Redis,
+    /// A 3-node Redis Cluster of its own, `appendfsync always` on each node.
+    Cluster,
 }
 
 impl std::fmt::Display for SoakKind {
@@ -49,6 +51,7 @@ impl std::fmt::Display for SoakKind {
             Self::Sqlite => "sqlite",
             Self::Postgres => "postgres",
             Self::Redis => "redis (appendfsync everysec)",
+            Self::Cluster => "redis-cluster",
         })
     }
 }
@@ -63,7 +66,7 @@ pub struct Minute {
     /// The 99th percentile of the minute's claim calls.
     pub claim_p99_ms: f64,
     /// Tables and indexes (PostgreSQL), the database file and its WAL (SQLite), or
-    /// `used_memory` (Redis), in MB.
+    /// `used_memory` (Redis; the sum over a cluster's nodes), in MB.
     pub storage_mb: f64,
     /// PostgreSQL's `n_dead_tup` over relayq's tables; 0 elsewhere.
     pub dead_rows: u64,
@@ -88,6 +91,7 @@ enum Server {
     Sqlite(std::path::PathBuf),
     Postgres(Postgres),
     Redis(RedisNode),
+    Cluster(Cluster),
 }
 
 /// Runs a soak of `minutes` (plus one of warm-up) at `rate` jobs per second; the
@@ -117,6 +121,11 @@ pub async fn soak(
             let node = RedisNode::start(root.join("redis"), Fsync::Everysec, false)?;
             let url = format!("redis://127.0.0.1:{}", node.port);
             (Server::Redis(node), url)
+        }
+        SoakKind::Cluster => {
+            let cluster = Cluster::start(root)?;
+            let url = cluster.url();
+            (Server::Cluster(cluster), url)
         }
     };
     let backend: Arc<dyn Backend> = relayq::connect(&url).await.context("connect")?;
@@ -227,17 +236,26 @@ fn measure(server: &Server) -> anyhow::Result<(f64, u64)> {
             };
             (as_f64(bytes) / 1e6, dead)
         }
-        Server::Redis(node) => {
-            let info = node.cli(&["info", "memory"])?;
-            let used = info
-                .lines()
-                .find_map(|l| l.strip_prefix("used_memory:"))
-                .context("no used_memory in INFO")?
-                .trim()
-                .parse::<u64>()?;
+        Server::Redis(node) => (as_f64(used_memory(node)?) / 1e6, 0),
+        Server::Cluster(c) => {
+            let mut used = 0;
+            for node in &c.nodes {
+                used += used_memory(node)?;
+            }
             (as_f64(used) / 1e6, 0)
         }
     })
+}
+
+/// A Redis node's `used_memory`, in bytes.
+fn used_memory(node: &RedisNode) -> anyhow::Result<u64> {
+    let info = node.cli(&["info", "memory"])?;
+    Ok(info
+        .lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .context("no used_memory in INFO")?
+        .trim()
+        .parse::<u64>()?)
 }
 
 /// Enqueues what `rate` owes every 10 ms, counted in slots: of every ten slots one

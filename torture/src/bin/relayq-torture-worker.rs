@@ -24,7 +24,7 @@ use nix::{
 };
 use relayq::{
     Backend, ClaimedJob,
-    worker::{JobError, Worker},
+    worker::{JobContext, JobError, Worker},
 };
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -89,6 +89,17 @@ async fn handle(job: ClaimedJob) -> Result<(), JobError> {
     let command = payload["command"]
         .as_str()
         .ok_or_else(|| JobError::permanent("payload has no command"))?;
+    // A worker frozen after the handler started may thaw past the lease's stop: the
+    // job may run elsewhere by now. (`relayq work`'s guard process makes the same
+    // check with the machine's clock after the fork; here the window between this
+    // check and the fork stays open.)
+    if let Some(d) = JobContext::current().and_then(|c| c.deadline())
+        && tokio::time::Instant::now() >= d.stop_at
+    {
+        return Err(JobError::retryable(
+            "the lease's deadline passed before the command could start",
+        ));
+    }
     let mut child = tokio::process::Command::new("sh")
         .arg("-c")
         .arg(command)
