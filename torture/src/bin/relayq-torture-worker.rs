@@ -8,18 +8,20 @@
 //! frozen; the torture's commands last under a second against a lease of seconds.
 //!
 //! `relayq-torture-worker URL QUEUE CONCURRENCY LEASE_MS NAME`; SIGTERM stops it
-//! gracefully within 5 s.
+//! gracefully within 5 s. `relayq-torture-worker __exec DEADLINE_NS COMMAND` is how the
+//! handler starts a command: checked against the lease's deadline after the fork.
 
 #![allow(
     clippy::print_stderr,
     reason = "a worker process of the torture: its log is stderr"
 )]
 
-use std::{process::ExitCode, sync::Arc, time::Duration};
+use std::{os::unix::process::CommandExt as _, process::ExitCode, sync::Arc, time::Duration};
 
 use anyhow::Context;
 use nix::{
     sys::signal::{Signal, killpg},
+    time::{ClockId, clock_gettime},
     unistd::Pid,
 };
 use relayq::{
@@ -32,8 +34,48 @@ use tokio::signal::unix::{SignalKind, signal};
 /// restarts a worker that ends).
 const CONNECT_FOR: Duration = Duration::from_secs(60);
 
+/// The exit code of `__exec` when the deadline passed before the command started.
+const TOO_LATE: u8 = 75;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let [exec, deadline, command] = args.as_slice()
+        && exec == "__exec"
+    {
+        return exec_before(deadline, command);
+    }
+    serve()
+}
+
+/// In the forked child, on the machine's monotonic clock (which runs on while a
+/// process is stopped): becomes `sh -c COMMAND` if the deadline is still ahead, so
+/// a worker frozen anywhere between its handler's start and the fork cannot start a
+/// command that the job's next attempt may already be running.
+fn exec_before(deadline_ns: &str, command: &str) -> ExitCode {
+    let Ok(deadline) = deadline_ns.parse::<u128>() else {
+        eprintln!("relayq-torture-worker: __exec: bad DEADLINE_NS {deadline_ns:?}");
+        return ExitCode::from(2);
+    };
+    if monotonic().as_nanos() >= deadline {
+        eprintln!("relayq-torture-worker: __exec: the lease's deadline passed before the start");
+        return ExitCode::from(TOO_LATE);
+    }
+    let e = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(command)
+        .env("LC_ALL", "C")
+        .exec();
+    eprintln!("relayq-torture-worker: __exec: cannot start sh: {e}");
+    ExitCode::from(2)
+}
+
+/// The machine's `CLOCK_MONOTONIC`.
+fn monotonic() -> Duration {
+    Duration::from(clock_gettime(ClockId::CLOCK_MONOTONIC).expect("Linux has CLOCK_MONOTONIC"))
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() -> ExitCode {
+async fn serve() -> ExitCode {
     match run().await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -89,21 +131,24 @@ async fn handle(job: ClaimedJob) -> Result<(), JobError> {
     let command = payload["command"]
         .as_str()
         .ok_or_else(|| JobError::permanent("payload has no command"))?;
-    // A worker frozen after the handler started may thaw past the lease's stop: the
-    // job may run elsewhere by now. (`relayq work`'s guard process makes the same
-    // check with the machine's clock after the fork; here the window between this
-    // check and the fork stays open.)
-    if let Some(d) = JobContext::current().and_then(|c| c.deadline())
-        && tokio::time::Instant::now() >= d.stop_at
-    {
-        return Err(JobError::retryable(
-            "the lease's deadline passed before the command could start",
-        ));
+    // A worker frozen after the handler started may thaw past the lease's stop, and
+    // the job may run elsewhere by then: the command starts through `__exec`, which
+    // checks the deadline after the fork, as `relayq work`'s guard does. The clock is
+    // read before `Instant::now()`, so a freeze between the readings moves the
+    // deadline earlier, never later.
+    let mut deadline_ns = u128::MAX;
+    if let Some(d) = JobContext::current().and_then(|c| c.deadline()) {
+        let mono = monotonic();
+        let left = d
+            .stop_at
+            .saturating_duration_since(tokio::time::Instant::now());
+        deadline_ns = (mono + left).as_nanos();
     }
-    let mut child = tokio::process::Command::new("sh")
-        .arg("-c")
+    let exe = std::env::current_exe().map_err(|e| JobError::retryable(format!("exe: {e}")))?;
+    let mut child = tokio::process::Command::new(exe)
+        .arg("__exec")
+        .arg(deadline_ns.to_string())
         .arg(command)
-        .env("LC_ALL", "C")
         .process_group(0)
         .kill_on_drop(true)
         .spawn()
@@ -117,6 +162,10 @@ async fn handle(job: ClaimedJob) -> Result<(), JobError> {
     group.0 = None;
     if status.success() {
         Ok(())
+    } else if status.code() == Some(TOO_LATE.into()) {
+        Err(JobError::retryable(
+            "the lease's deadline passed before the command could start",
+        ))
     } else {
         Err(JobError::retryable(format!("command ended: {status}")))
     }
