@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use relayq_core::{Admin, Batch, Error, EventKind, JobId, Maintenance, Result, validate};
+use relayq_core::{Admin, Batch, Error, EventKind, JobId, Maintenance, QueueUpdate, Result};
 
 use crate::{
     MssqlBackend,
@@ -24,7 +24,6 @@ impl MssqlBackend {
         paused: Option<bool>,
         max: Option<Option<u32>>,
     ) -> Result<()> {
-        validate::queue_name(queue)?;
         let max_value = max.flatten().map(|m| i32::try_from(m).unwrap_or(i32::MAX));
         let set_max = max.is_some();
         self.run(sql::SET_QUEUE, &[&queue, &paused, &set_max, &max_value])
@@ -73,21 +72,12 @@ impl MssqlBackend {
 
 #[async_trait]
 impl Admin for MssqlBackend {
-    async fn pause(&self, queue: &str) -> Result<()> {
-        self.set_queue(queue, Some(true), None).await
+    async fn update_queue_unchecked(&self, queue: &str, update: QueueUpdate) -> Result<()> {
+        self.set_queue(queue, update.paused, update.max_running)
+            .await
     }
 
-    async fn resume(&self, queue: &str) -> Result<()> {
-        self.set_queue(queue, Some(false), None).await
-    }
-
-    async fn set_max_running(&self, queue: &str, max_running: Option<u32>) -> Result<()> {
-        validate::max_running(max_running)?;
-        self.set_queue(queue, None, Some(max_running)).await
-    }
-
-    async fn cancel_job(&self, queue: &str, id: JobId) -> Result<bool> {
-        validate::queue_name(queue)?;
+    async fn cancel_job_unchecked(&self, queue: &str, id: JobId) -> Result<bool> {
         let sets = self.run(sql::CANCEL_JOB, &[&id.0, &queue]).await?;
         let found = rows::set(&sets, 0)?
             .first()
@@ -103,8 +93,7 @@ impl Admin for MssqlBackend {
         }
     }
 
-    async fn cancel_batch(&self, batch: &Batch) -> Result<u64> {
-        validate::queue_name(&batch.queue)?;
+    async fn cancel_batch_unchecked(&self, batch: &Batch) -> Result<u64> {
         let sets = self
             .run(sql::CANCEL_BATCH, &[&batch.id.0, &batch.queue.as_str()])
             .await?;
@@ -118,8 +107,7 @@ impl Admin for MssqlBackend {
         num(req::<i32>(r, 1)?)
     }
 
-    async fn retry_dead(&self, queue: &str, ids: Option<&[JobId]>) -> Result<u64> {
-        validate::queue_name(queue)?;
+    async fn retry_dead_unchecked(&self, queue: &str, ids: Option<&[JobId]>) -> Result<u64> {
         let ids: Option<String> = ids.map(|ids| {
             serde_json::Value::from(ids.iter().map(|id| id.0).collect::<Vec<_>>()).to_string()
         });
@@ -135,8 +123,7 @@ impl Admin for MssqlBackend {
         num(n)
     }
 
-    async fn maintain(&self, queue: &str, retention: Duration) -> Result<Maintenance> {
-        validate::queue_name(queue)?;
+    async fn maintain_unchecked(&self, queue: &str, retention: Duration) -> Result<Maintenance> {
         let (requeued, dead) = self.expire(queue, true).await?;
         let pruned = self.prune(queue, retention).await?;
         Ok(Maintenance {

@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use relayq_core::{
     Batch, BatchId, BatchProgress, Error, JobState, OnFailure, OrderBarrier, Result, StageProgress,
-    WaitFor, validate,
+    WaitFor,
 };
 
 use crate::{
@@ -14,8 +14,7 @@ use crate::{
 
 #[async_trait]
 impl OrderBarrier for MssqlBackend {
-    async fn open_batch(&self, queue: &str, on_failure: OnFailure) -> Result<Batch> {
-        validate::queue_name(queue)?;
+    async fn open_batch_unchecked(&self, queue: &str, on_failure: OnFailure) -> Result<Batch> {
         let sets = self
             .run(sql::OPEN_BATCH, &[&queue, &on_failure.as_str()])
             .await?;
@@ -30,8 +29,7 @@ impl OrderBarrier for MssqlBackend {
         })
     }
 
-    async fn seal(&self, batch: &Batch) -> Result<()> {
-        validate::queue_name(&batch.queue)?;
+    async fn seal_unchecked(&self, batch: &Batch) -> Result<()> {
         let sets = self
             .run(sql::SEAL, &[&batch.id.0, &batch.queue.as_str()])
             .await?;
@@ -45,8 +43,7 @@ impl OrderBarrier for MssqlBackend {
         Ok(())
     }
 
-    async fn reached(&self, batch: &Batch, target: WaitFor) -> Result<bool> {
-        validate::queue_name(&batch.queue)?;
+    async fn reached_unchecked(&self, batch: &Batch, target: WaitFor) -> Result<bool> {
         let sets = self
             .run(sql::REACHED, &[&batch.id.0, &batch.queue.as_str()])
             .await?;
@@ -56,8 +53,7 @@ impl OrderBarrier for MssqlBackend {
         Ok(target.reached_at(req(row, 0)?, rows::get(row, 1)?))
     }
 
-    async fn batch_progress(&self, batch: &Batch) -> Result<BatchProgress> {
-        validate::queue_name(&batch.queue)?;
+    async fn batch_progress_unchecked(&self, batch: &Batch) -> Result<BatchProgress> {
         let sets = self
             .run(sql::BATCH_PROGRESS, &[&batch.id.0, &batch.queue.as_str()])
             .await?;

@@ -1,9 +1,7 @@
 //! SPEC C: claims in one statement (see [`sql::CLAIM`]).
 
 use async_trait::async_trait;
-use relayq_core::{
-    BatchId, Claim, ClaimRequest, ClaimedJob, JobId, Lease, LeaseToken, Result, validate,
-};
+use relayq_core::{BatchId, Claim, ClaimRequest, ClaimedJob, JobId, Lease, LeaseToken, Result};
 use tiberius::Row;
 
 use crate::{
@@ -62,8 +60,7 @@ impl MssqlBackend {
 
 #[async_trait]
 impl Claim for MssqlBackend {
-    async fn claim(&self, req_: ClaimRequest) -> Result<Vec<ClaimedJob>> {
-        validate::claim(&req_)?;
+    async fn claim_unchecked(&self, req_: ClaimRequest) -> Result<Vec<ClaimedJob>> {
         let limit = i32::try_from(req_.limit.min(MAX_CLAIM)).unwrap_or(1);
         let (mut jobs, doomed) = self.claim_up_to(&req_, limit).await?;
         if doomed {

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 use relayq_core::{
-    Enqueue, Enqueued, Error, JobId, NewJob, Result, RunAt, retry::retry_transient, validate,
+    Enqueue, Enqueued, Error, JobId, Limits, NewJob, Result, RunAt, retry::retry_transient,
 };
 use serde_json::{Value, json};
 use tiberius::Row;
@@ -127,8 +127,11 @@ impl MssqlBackend {
 
 #[async_trait]
 impl Enqueue for MssqlBackend {
-    async fn enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
-        validate::new_jobs(&jobs, &self.inner.limits)?;
+    fn limits(&self) -> Limits {
+        self.inner.limits
+    }
+
+    async fn enqueue_unchecked(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
         if jobs.is_empty() {
             return Ok(Vec::new());
         }

@@ -7,9 +7,9 @@ use relayq_core::Error;
 /// the same call may succeed if made again ([`transient`]).
 pub(crate) fn db(e: tiberius::error::Error) -> Error {
     if transient(&e) {
-        Error::transient(e)
+        Error::transient(e).from_backend("mssql")
     } else {
-        Error::backend(e)
+        Error::backend(e).from_backend("mssql")
     }
 }
 

@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use relayq_core::{
     AttemptOutcome, AttemptRecord, Batch, BatchId, BatchProgress, Error, Inspect, JobId, JobInfo,
-    JobState, QueueStats, Result, RunningJob, validate,
+    JobState, QueueStats, Result, RunningJob,
 };
 
 use crate::{
@@ -26,8 +26,7 @@ impl MssqlBackend {
 
 #[async_trait]
 impl Inspect for MssqlBackend {
-    async fn queue_stats(&self, queue: &str) -> Result<QueueStats> {
-        validate::queue_name(queue)?;
+    async fn queue_stats_unchecked(&self, queue: &str) -> Result<QueueStats> {
         let sets = self.run(sql::QUEUE_STATS, &[&queue]).await?;
         let settings = rows::set(&sets, 1)?.first();
         let mut stats = QueueStats {
@@ -62,8 +61,7 @@ impl Inspect for MssqlBackend {
             .collect()
     }
 
-    async fn job(&self, queue: &str, id: JobId) -> Result<JobInfo> {
-        validate::queue_name(queue)?;
+    async fn job_unchecked(&self, queue: &str, id: JobId) -> Result<JobInfo> {
         let sets = self.run(sql::JOB, &[&id.0, &queue]).await?;
         let Some(r) = rows::set(&sets, 0)?.first() else {
             return Err(Error::not_found(format!("job {id} in queue {queue:?}")));
@@ -118,8 +116,7 @@ impl Inspect for MssqlBackend {
         })
     }
 
-    async fn running(&self, queue: &str) -> Result<Vec<RunningJob>> {
-        validate::queue_name(queue)?;
+    async fn running_unchecked(&self, queue: &str) -> Result<Vec<RunningJob>> {
         let sets = self.run(sql::RUNNING, &[&queue]).await?;
         rows::set(&sets, 0)?
             .iter()
@@ -135,21 +132,17 @@ impl Inspect for MssqlBackend {
             .collect()
     }
 
-    async fn batches(&self, queue: &str, limit: u32) -> Result<Vec<BatchProgress>> {
-        validate::queue_name(queue)?;
-        validate::list_limit(limit)?;
+    async fn batches_unchecked(&self, queue: &str, limit: u32) -> Result<Vec<BatchProgress>> {
         let ids = self.ids(sql::BATCH_IDS, queue, limit).await?;
         relayq_core::listing::batches(self, queue, ids).await
     }
 
-    async fn batch_jobs(
+    async fn batch_jobs_unchecked(
         &self,
         batch: &Batch,
         after: Option<JobId>,
         limit: u32,
     ) -> Result<Vec<JobId>> {
-        validate::queue_name(&batch.queue)?;
-        validate::list_limit(limit)?;
         let after = after.map_or(i64::MIN, |a| a.0);
         let limit = i64::from(limit);
         let sets = self
@@ -172,9 +165,7 @@ impl Inspect for MssqlBackend {
             .collect()
     }
 
-    async fn dead_jobs(&self, queue: &str, limit: u32) -> Result<Vec<JobInfo>> {
-        validate::queue_name(queue)?;
-        validate::list_limit(limit)?;
+    async fn dead_jobs_unchecked(&self, queue: &str, limit: u32) -> Result<Vec<JobInfo>> {
         let ids = self.ids(sql::DEAD_IDS, queue, limit).await?;
         relayq_core::listing::jobs(self, queue, ids).await
     }

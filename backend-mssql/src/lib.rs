@@ -51,6 +51,7 @@ mod admin;
 mod barrier;
 mod claim;
 mod conn;
+mod driver;
 mod enqueue;
 mod error;
 mod inspect;
@@ -72,6 +73,7 @@ use relayq_core::{Error, Event, EventBus, EventKind, Events, Limits, Result};
 use tiberius::{Row, ToSql};
 use tokio::sync::broadcast;
 
+pub use driver::DRIVER;
 pub use schema::DEFAULT_SCHEMA;
 
 /// The schema version this crate migrates to; [`MssqlBackend::migrate`] refuses a
@@ -279,11 +281,11 @@ impl MssqlBackend {
             .unwrap_or(0);
         let applied = usize::try_from(applied).unwrap_or(0);
         if applied > sql::MIGRATIONS.len() {
-            return Err(Error::backend(format!(
-                "schema {} is at version {applied}, newer than this relayq-mssql ({})",
+            return Err(Error::schema(
                 self.inner.schema.name(),
-                sql::MIGRATIONS.len()
-            )));
+                Some(applied),
+                sql::MIGRATIONS.len(),
+            ));
         }
         for (i, template) in sql::MIGRATIONS.iter().enumerate().skip(applied) {
             let ddl = self.inner.schema.fill(template);

@@ -1,4 +1,4 @@
-//! Checks of the SQL Server review (issue 43) that need a server: `RELAYQ_MSSQL_URL`;
+//! Checks of the review against SQL Server's documentation that need a server: `RELAYQ_MSSQL_URL`;
 //! without it they are compiled as ignored (see `build.rs`; `RELAYQ_REQUIRE=mssql` makes
 //! a missing server a failure). Unit tests rather than `tests/`, because they look at what
 //! the public API hides: the tables' settings, which connection the pool hands out.

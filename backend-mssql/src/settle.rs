@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use relayq_core::{
     Complete, Error, JobState, Lease, Outcome, Result, Retry, Settle, Settled,
-    retry::retry_transient, validate,
+    retry::retry_transient,
 };
 use serde_json::{Value, json};
 
@@ -83,21 +83,19 @@ impl MssqlBackend {
 
 // Keeps the default `preferred_settle_batch` (128), unlike PostgreSQL and SQLite (512):
 // each call is a transaction with a commit here too, but no SQL Server was at hand to
-// measure a larger one (docs/BENCHMARKS-findings.md, Findings 21). That finding's worry, lock
-// escalation at 5,000 locks, no longer applies (migration 2 turns it off); a settle of
-// 512 would still hold about as many locks as a claim of `MAX_CLAIM` rows.
+// measure a larger one. The first worry about 512, lock escalation at 5,000 locks, no
+// longer applies (migration 2 turns it off); a settle of 512 would still hold about as
+// many locks as a claim of `MAX_CLAIM` rows.
 #[async_trait]
 impl Complete for MssqlBackend {
-    async fn settle_many(&self, mut settles: Vec<Settle>) -> Result<Vec<Result<Settled>>> {
-        validate::settles(&mut settles)?;
+    async fn settle_many_unchecked(&self, settles: Vec<Settle>) -> Result<Vec<Result<Settled>>> {
         if settles.is_empty() {
             return Ok(Vec::new());
         }
         retry_transient(|| self.settle_batch(&settles), crate::error::retryable).await
     }
 
-    async fn heartbeat(&self, lease: &Lease, extend: Duration) -> Result<DateTime<Utc>> {
-        validate::lease_length("extend", extend)?;
+    async fn heartbeat_unchecked(&self, lease: &Lease, extend: Duration) -> Result<DateTime<Utc>> {
         let sets = self
             .run(
                 sql::HEARTBEAT,

@@ -1,66 +1,41 @@
 //! The whole conformance suite, and the model check, against SQL Server
 //! (`RELAYQ_MSSQL_URL`, or a container, `mcr.microsoft.com/mssql/server:2022-latest`,
-//! when Docker answers; else reported as ignored). Every case shares one schema (cases
-//! isolate themselves by queue name) and migrates it first, so the concurrent `migrate`
-//! path runs on every run too.
+//! when Docker answers; else reported as ignored), opened through the backend's driver.
+//! Every case shares one schema (cases isolate themselves by queue name) and migrates
+//! it first, so the concurrent `migrate` path runs on every run too. The schema is
+//! named after the schema version, so a server shared with another version of this
+//! crate never hands either one a schema it refuses.
 
-use std::sync::Arc;
+use relayq_conformance::{
+    Capability, Driven, DriverSubject, UNREACHABLE_PASSWORD, harness::Server, with_query,
+};
 
-use relayq_conformance::{Capability, Env, Subject, harness::Server};
-use relayq_core::Backend;
-use relayq_mssql::{Config, MssqlBackend};
+struct Mssql;
 
-/// Named after the schema version, so a server shared with another version of this
-/// crate (an older checkout, a branch with a new migration) never hands either one a
-/// schema it refuses.
-fn schema() -> String {
-    format!("relayq_conformance_v{}", relayq_mssql::SCHEMA_VERSION)
-}
-
-async fn open(url: &str) -> relayq_core::Result<MssqlBackend> {
-    let config = Config::default()
-        .with_schema(schema())
-        .with_max_connections(4);
-    MssqlBackend::connect_with(url, config).await
-}
-
-struct Mssql {
-    url: String,
-}
-
-impl Subject for Mssql {
+impl Driven for Mssql {
     const NAME: &'static str = "mssql";
+    const DRIVER: &'static relayq_core::Driver = &relayq_mssql::DRIVER;
     const SERVER: Option<Server> = Some(Server::Mssql);
     // Handles on one server and schema in one process share an event bus.
-    const CAPABILITIES: &'static [Capability] =
-        &[Capability::Notifications, Capability::Unreachable];
+    const CAPABILITIES: &'static [Capability] = &[
+        Capability::Notifications,
+        Capability::Unreachable,
+        Capability::ConnectionCut,
+    ];
 
-    async fn open(url: Option<String>) -> anyhow::Result<Self> {
-        Ok(Self {
-            url: url.expect("SERVER is set"),
-        })
+    fn url(server: Option<&str>) -> String {
+        let schema = format!("relayq_conformance_v{}", relayq_mssql::SCHEMA_VERSION);
+        with_query(
+            server.unwrap_or_default(),
+            &format!("schema={schema}&max_connections=4"),
+        )
     }
 
-    async fn env(&self) -> anyhow::Result<Env> {
-        let url = self.url.clone();
-        let backend = open(&url).await?;
-        backend.migrate().await?;
-        Ok(Env::new(backend, move || {
-            let url = url.clone();
-            async move {
-                let handle: Arc<dyn Backend> = Arc::new(open(&url).await?);
-                Ok(handle)
-            }
-        })
-        .with_unreachable(|| async {
-            let url = format!(
-                "mssql://sa:{}@127.0.0.1:1/master",
-                relayq_conformance::UNREACHABLE_PASSWORD
-            );
-            let handle: Arc<dyn Backend> = Arc::new(open(&url).await?);
-            Ok(handle)
-        }))
+    fn unreachable_url() -> Option<String> {
+        Some(format!(
+            "mssql://sa:{UNREACHABLE_PASSWORD}@127.0.0.1:1/master"
+        ))
     }
 }
 
-relayq_conformance::suite!(Mssql);
+relayq_conformance::suite!(DriverSubject<Mssql>);

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use relayq_core::{
-    Admin, Batch, Error, JobId, JobState, Maintenance, Result, retry::retry_transient, validate,
+    Admin, Batch, Error, JobId, JobState, Maintenance, QueueUpdate, Result, retry::retry_transient,
 };
 use sqlx::PgConnection;
 
@@ -43,7 +43,6 @@ impl PostgresBackend {
         paused: Option<bool>,
         max: Option<Option<u32>>,
     ) -> Result<()> {
-        validate::queue_name(queue)?;
         let max_value = max.flatten().map(|m| i32::try_from(m).unwrap_or(i32::MAX));
         let payload = format!("{}:{queue}", listen::READY);
         sqlx::query(self.sql(
@@ -244,37 +243,26 @@ impl PostgresBackend {
 
 #[async_trait]
 impl Admin for PostgresBackend {
-    async fn pause(&self, queue: &str) -> Result<()> {
-        self.set_queue(queue, Some(true), None).await
+    async fn update_queue_unchecked(&self, queue: &str, update: QueueUpdate) -> Result<()> {
+        self.set_queue(queue, update.paused, update.max_running)
+            .await
     }
 
-    async fn resume(&self, queue: &str) -> Result<()> {
-        self.set_queue(queue, Some(false), None).await
-    }
-
-    async fn set_max_running(&self, queue: &str, max_running: Option<u32>) -> Result<()> {
-        validate::max_running(max_running)?;
-        self.set_queue(queue, None, Some(max_running)).await
-    }
-
-    async fn cancel_job(&self, queue: &str, id: JobId) -> Result<bool> {
-        validate::queue_name(queue)?;
+    async fn cancel_job_unchecked(&self, queue: &str, id: JobId) -> Result<bool> {
         let (changed, payloads) =
             retry_transient(|| self.cancel_job_tx(queue, id), crate::retryable).await?;
         self.notify_local(&payloads);
         Ok(changed)
     }
 
-    async fn cancel_batch(&self, batch: &Batch) -> Result<u64> {
-        validate::queue_name(&batch.queue)?;
+    async fn cancel_batch_unchecked(&self, batch: &Batch) -> Result<u64> {
         let (n, payloads) =
             retry_transient(|| self.cancel_batch_tx(batch), crate::retryable).await?;
         self.notify_local(&payloads);
         Ok(n)
     }
 
-    async fn retry_dead(&self, queue: &str, ids: Option<&[JobId]>) -> Result<u64> {
-        validate::queue_name(queue)?;
+    async fn retry_dead_unchecked(&self, queue: &str, ids: Option<&[JobId]>) -> Result<u64> {
         let ids: Option<Vec<i64>> = ids.map(|ids| ids.iter().map(|id| id.0).collect());
         let (n, payloads) = retry_transient(
             || self.retry_dead_tx(queue, ids.as_deref()),
@@ -285,8 +273,7 @@ impl Admin for PostgresBackend {
         Ok(n)
     }
 
-    async fn maintain(&self, queue: &str, retention: Duration) -> Result<Maintenance> {
-        validate::queue_name(queue)?;
+    async fn maintain_unchecked(&self, queue: &str, retention: Duration) -> Result<Maintenance> {
         let (requeued, dead) = self.expire(queue, true).await?;
         let pruned = self.prune(queue, retention).await?;
         Ok(Maintenance {
@@ -300,8 +287,11 @@ impl Admin for PostgresBackend {
     /// pass runs on others: a pass that is dropped or whose process dies releases it
     /// with that transaction. The transaction takes no snapshot between statements and
     /// writes nothing, so it holds back no vacuum.
-    async fn try_maintain(&self, queue: &str, retention: Duration) -> Result<Option<Maintenance>> {
-        validate::queue_name(queue)?;
+    async fn try_maintain_unchecked(
+        &self,
+        queue: &str,
+        retention: Duration,
+    ) -> Result<Option<Maintenance>> {
         let mut lock = self.pool().begin().await.map_err(db)?;
         let got: bool =
             sqlx::query_scalar("SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0))")

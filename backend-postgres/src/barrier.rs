@@ -3,15 +3,14 @@
 use async_trait::async_trait;
 use relayq_core::{
     Batch, BatchId, BatchProgress, Error, JobState, OnFailure, OrderBarrier, Result, StageProgress,
-    WaitFor, validate,
+    WaitFor,
 };
 
 use crate::{PostgresBackend, db, listen};
 
 #[async_trait]
 impl OrderBarrier for PostgresBackend {
-    async fn open_batch(&self, queue: &str, on_failure: OnFailure) -> Result<Batch> {
-        validate::queue_name(queue)?;
+    async fn open_batch_unchecked(&self, queue: &str, on_failure: OnFailure) -> Result<Batch> {
         let id: i64 = sqlx::query_scalar(
             self.sql("INSERT INTO {s}.batches (queue, on_failure) VALUES ($1, $2) RETURNING id"),
         )
@@ -26,8 +25,7 @@ impl OrderBarrier for PostgresBackend {
         })
     }
 
-    async fn seal(&self, batch: &Batch) -> Result<()> {
-        validate::queue_name(&batch.queue)?;
+    async fn seal_unchecked(&self, batch: &Batch) -> Result<()> {
         // Waiters for the whole batch re-check: sealing may be what completes it.
         let payload = format!("{}:{}", listen::FINISHED, batch.queue);
         let found: Option<i64> = sqlx::query_scalar(self.sql(
@@ -50,8 +48,7 @@ impl OrderBarrier for PostgresBackend {
         Ok(())
     }
 
-    async fn reached(&self, batch: &Batch, target: WaitFor) -> Result<bool> {
-        validate::queue_name(&batch.queue)?;
+    async fn reached_unchecked(&self, batch: &Batch, target: WaitFor) -> Result<bool> {
         // `jobs` holds only unfinished jobs, and `min` over the `jobs_stage` prefix is
         // one index probe, whatever the batch's size and whatever the plan. (`EXISTS`
         // with a stage bound got a sequential scan, generic plan and custom, once the
@@ -70,8 +67,7 @@ impl OrderBarrier for PostgresBackend {
         Ok(target.reached_at(sealed, low))
     }
 
-    async fn batch_progress(&self, batch: &Batch) -> Result<BatchProgress> {
-        validate::queue_name(&batch.queue)?;
+    async fn batch_progress_unchecked(&self, batch: &Batch) -> Result<BatchProgress> {
         // One statement, one snapshot: a job moving from `jobs` to `finished` meanwhile
         // is counted once.
         let rows: Vec<(

@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use relayq_core::{
     AttemptOutcome, AttemptRecord, Batch, BatchId, BatchProgress, Error, Inspect, JobId, JobInfo,
-    JobState, QueueStats, Result, RunningJob, validate,
+    JobState, QueueStats, Result, RunningJob,
 };
 
 use crate::{PostgresBackend, db};
@@ -92,8 +92,7 @@ impl PostgresBackend {
 
 #[async_trait]
 impl Inspect for PostgresBackend {
-    async fn queue_stats(&self, queue: &str) -> Result<QueueStats> {
-        validate::queue_name(queue)?;
+    async fn queue_stats_unchecked(&self, queue: &str) -> Result<QueueStats> {
         // The oldest due claimable job in the same pass as the counts (SPEC M1).
         let rows: Vec<(String, i64, Option<DateTime<Utc>>)> = sqlx::query_as(self.sql(
             "SELECT CASE WHEN state = 'ready' AND run_at > now() THEN 'scheduled' ELSE state END,
@@ -164,8 +163,7 @@ impl Inspect for PostgresBackend {
         .map_err(db)
     }
 
-    async fn job(&self, queue: &str, id: JobId) -> Result<JobInfo> {
-        validate::queue_name(queue)?;
+    async fn job_unchecked(&self, queue: &str, id: JobId) -> Result<JobInfo> {
         // One statement, so one snapshot for the row (in whichever table) and its log,
         // and one round trip: the log comes as arrays, a column each. (It was a
         // REPEATABLE READ transaction of two reads, four round trips: the dashboard's
@@ -267,8 +265,7 @@ impl Inspect for PostgresBackend {
         })
     }
 
-    async fn running(&self, queue: &str) -> Result<Vec<RunningJob>> {
-        validate::queue_name(queue)?;
+    async fn running_unchecked(&self, queue: &str) -> Result<Vec<RunningJob>> {
         let rows: Vec<(i64, String, i16, DateTime<Utc>, DateTime<Utc>)> = sqlx::query_as(self.sql(
             "SELECT id, worker, attempts, started_at, lease_expires_at FROM {s}.jobs
                  WHERE queue = $1 AND state = 'running' ORDER BY id",
@@ -290,9 +287,7 @@ impl Inspect for PostgresBackend {
             .collect()
     }
 
-    async fn batches(&self, queue: &str, limit: u32) -> Result<Vec<BatchProgress>> {
-        validate::queue_name(queue)?;
-        validate::list_limit(limit)?;
+    async fn batches_unchecked(&self, queue: &str, limit: u32) -> Result<Vec<BatchProgress>> {
         let ids = self
             .ids(
                 "SELECT id FROM {s}.batches WHERE queue = $1 ORDER BY id DESC LIMIT $2",
@@ -303,14 +298,12 @@ impl Inspect for PostgresBackend {
         relayq_core::listing::batches(self, queue, ids).await
     }
 
-    async fn batch_jobs(
+    async fn batch_jobs_unchecked(
         &self,
         batch: &Batch,
         after: Option<JobId>,
         limit: u32,
     ) -> Result<Vec<JobId>> {
-        validate::queue_name(&batch.queue)?;
-        validate::list_limit(limit)?;
         // The batch's unfinished jobs through jobs_stage, its finished ones through
         // finished_batch; neither is in id order, so the page is sorted (its cost grows
         // with the batch, not with the queue).
@@ -333,9 +326,7 @@ impl Inspect for PostgresBackend {
         Ok(ids.into_iter().map(JobId).collect())
     }
 
-    async fn dead_jobs(&self, queue: &str, limit: u32) -> Result<Vec<JobInfo>> {
-        validate::queue_name(queue)?;
-        validate::list_limit(limit)?;
+    async fn dead_jobs_unchecked(&self, queue: &str, limit: u32) -> Result<Vec<JobInfo>> {
         let ids = self
             .ids(
                 "SELECT id FROM {s}.finished WHERE queue = $1 AND state = 'dead'

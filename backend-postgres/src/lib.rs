@@ -50,6 +50,7 @@
 mod admin;
 mod barrier;
 mod claim;
+mod driver;
 mod enqueue;
 mod explain;
 mod inspect;
@@ -69,6 +70,7 @@ use sqlx::{
 };
 use tokio::sync::broadcast;
 
+pub use driver::DRIVER;
 pub use schema::{DEFAULT_SCHEMA, SCHEMA_VERSION};
 
 use crate::{listen::Listener, schema::Schema};
@@ -89,9 +91,10 @@ pub struct Config {
     /// Connections the pool opens before [`PostgresBackend::connect_with`] returns and
     /// keeps open (default 0: each is opened when first needed). Opening one mid-load
     /// stalls the call that needed it for the whole set-up: over TLS with sqlx that
-    /// took about 90 ms on loopback here, against 2–5 ms without (docs/BENCHMARKS-findings.md,
-    /// Findings 4). A worker uses up to 2 claim and 4 settle connections at once, plus
-    /// one per heartbeat in progress.
+    /// took about 90 ms on loopback here, against 2–5 ms without (sqlx 0.9 sets no
+    /// `TCP_NODELAY`, so Nagle held two of the TLS handshake's writes for a delayed ACK).
+    /// A worker uses up to 2 claim and 4 settle connections at once, plus one per
+    /// heartbeat in progress.
     pub min_connections: u32,
     /// How long an operation waits for a connection from the pool (and
     /// [`PostgresBackend::connect_with`] for the first one) before failing with
@@ -113,7 +116,7 @@ pub struct Config {
     /// acknowledged enqueue or completion is never lost, and a completion's flush
     /// includes the claim before it. Set `true` to make claims wait as well: claims
     /// then also survive a crash, at the cost of one flush wait each (about 20% of
-    /// drain throughput without prefetch here, docs/BENCHMARKS-findings.md).
+    /// drain throughput without prefetch here).
     pub durable_claims: bool,
     /// How long [`PostgresBackend::migrate`] waits for a table lock before giving up
     /// (default 5 s). A migration that alters a table waits for every transaction
@@ -125,8 +128,8 @@ pub struct Config {
     /// A pooled connection idle at least this long is checked with a round trip before
     /// an operation uses it (default 1 s); one used more recently is not. sqlx checks
     /// every connection it hands out, which made each claim wait for two round trips
-    /// where one does the work (docs/BENCHMARKS-findings.md, Findings 19; sqlx's ping of each
-    /// connection on its way back to the pool remains, off the caller's path). Each
+    /// where one does the work (sqlx's ping of each connection on its way back to the
+    /// pool remains, off the caller's path). Each
     /// connection that dies within this time after its last use fails one operation,
     /// the next that takes it, with [`Error::Backend`]: a worker's claim backs off and claims again, a settle is
     /// retried, an enqueue's caller gets the error. `Duration::ZERO` checks every
@@ -421,12 +424,13 @@ fn db(e: sqlx::Error) -> Error {
         return Error::backend(format!(
             "{e} (the schema is missing or older than this relayq-postgres, which needs \
              schema version {SCHEMA_VERSION}: run migrate())"
-        ));
+        ))
+        .from_backend("postgres");
     }
     if transient(&e) {
-        Error::transient(e)
+        Error::transient(e).from_backend("postgres")
     } else {
-        Error::backend(e)
+        Error::backend(e).from_backend("postgres")
     }
 }
 
@@ -437,6 +441,12 @@ fn db(e: sqlx::Error) -> Error {
 fn transient(e: &sqlx::Error) -> bool {
     match e {
         sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::WorkerCrashed => true,
+        // A connection that ends while sqlx asks the server for TLS (the first thing a
+        // new connection says) comes back as this protocol error, not as an I/O one:
+        // sqlx reads the missing answer as a zero byte. Only a server that does not
+        // speak PostgreSQL answers the same, and telling the caller to retry that is
+        // the smaller harm than calling every dropped new connection permanent.
+        sqlx::Error::Protocol(what) => what.contains("unexpected response from SSLRequest"),
         sqlx::Error::Database(d) => d.code().is_some_and(|code| {
             code.starts_with("08")
                 || code.starts_with("53")

@@ -127,10 +127,11 @@ pub(crate) async fn send(
 /// Why: PostgreSQL serializes the commits of transactions that sent a notification.
 /// `PreCommit_Notify` takes a cluster-wide lock and holds it until the commit's WAL
 /// flush is done, so single-job enqueues from concurrent producers, each notifying
-/// inside its own commit, committed one flush at a time (`docs/BENCHMARKS-findings.md`,
-/// Findings 30). Sent here, the enqueue's commit flushes alongside the others', and
-/// this transaction, which wrote nothing before its commit record, commits without
-/// waiting for a flush (`RecordTransactionCommit`), so it holds the lock only briefly.
+/// inside its own commit, committed one flush at a time (8 producers: about 30% of the
+/// rate without a notification). Sent here, the enqueue's commit flushes alongside the
+/// others', and this transaction, which wrote nothing before its commit record, commits
+/// without waiting for a flush (`RecordTransactionCommit`), so it holds the lock only
+/// briefly.
 ///
 /// A notification is a hint. If this fails (say, PostgreSQL's notification queue is
 /// full because a listener stopped reading), the jobs are stored all the same and

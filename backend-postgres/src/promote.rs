@@ -395,7 +395,7 @@ impl crate::PostgresBackend {
 ///
 /// One call, not four statements: the locks, the look-up, the promotion and the
 /// `NOTIFY` each cost a round trip, and all four were made while holding the groups'
-/// locks, so a group's next job waited for them (`docs/BENCHMARKS-findings.md`, Findings 28).
+/// locks, so a group's next job waited for them.
 async fn settle_groups(c: &mut PgConnection, s: &Schema, t: &mut Touched) -> Result<()> {
     // Locked in this order, (queue, group), as every transaction locks groups.
     let keys: Vec<String> = t

@@ -133,11 +133,7 @@ impl Schema {
                 .map_err(db)?;
         let applied = usize::try_from(applied).unwrap_or(0);
         if applied > MIGRATIONS.len() {
-            return Err(Error::backend(format!(
-                "schema {} is at version {applied}, newer than this relayq-postgres ({})",
-                self.name,
-                MIGRATIONS.len()
-            )));
+            return Err(Error::schema(&self.name, Some(applied), MIGRATIONS.len()));
         }
         // Only for the migrations themselves: they may alter tables the workers use.
         sqlx::query("SELECT set_config('lock_timeout', $1, true)")
@@ -168,11 +164,7 @@ impl Schema {
             .await
             .map_err(db)?;
         if !exists {
-            return Err(Error::backend(format!(
-                "schema {} holds no relayq tables: nothing was ever queued here, or the \
-                 database is not the one meant (a command that writes, or migrate(), creates them)",
-                self.name
-            )));
+            return Err(Error::schema(&self.name, None, MIGRATIONS.len()));
         }
         let applied: i32 =
             sqlx::query_scalar(self.sql("SELECT COALESCE(max(version), 0) FROM {s}.migrations"))
@@ -181,16 +173,7 @@ impl Schema {
                 .map_err(db)?;
         let applied = usize::try_from(applied).unwrap_or(0);
         if applied != MIGRATIONS.len() {
-            return Err(Error::backend(format!(
-                "schema {} is at version {applied}, this relayq reads version {}: {}",
-                self.name,
-                MIGRATIONS.len(),
-                if applied < MIGRATIONS.len() {
-                    "run a command that writes, or migrate(), to bring it up to date"
-                } else {
-                    "use the newer relayq that wrote it"
-                }
-            )));
+            return Err(Error::schema(&self.name, Some(applied), MIGRATIONS.len()));
         }
         Ok(())
     }

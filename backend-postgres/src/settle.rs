@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use relayq_core::{
     Complete, Error, JobState, Lease, Outcome, Result, Retry, Settle, Settled,
-    retry::retry_transient, validate,
+    retry::retry_transient,
 };
 use sqlx::{Row as _, postgres::PgRow};
 
@@ -435,7 +435,7 @@ impl PostgresBackend {
 /// connection (about 1–2 ms each for these statements on the bench machine), and
 /// every new pool connection starts over. A stage transition runs four of these
 /// statements one after another, so on a fresh worker it paid that planning on its
-/// critical path (`docs/BENCHMARKS-findings.md`, Findings 14). The generic plans are the ones
+/// critical path. The generic plans are the ones
 /// `tests/postgres.rs` checks after `ANALYZE`, and the ones a warm connection switches
 /// to once PostgreSQL judges them no costlier. `plan_cache_mode` needs PostgreSQL 12
 /// or later.
@@ -483,13 +483,12 @@ impl Complete for PostgresBackend {
     /// round trips, then the pool's check on release) with a commit that waits for the
     /// WAL flush, a cost per call beyond its leases. With calls of at most 128, the
     /// outcomes of a draining worker's claims (about 130 jobs each) were often split
-    /// across two calls, 1.3–1.4 per claim (docs/BENCHMARKS-findings.md, Findings 21).
+    /// across two calls, 1.3–1.4 per claim.
     fn preferred_settle_batch(&self) -> usize {
         512
     }
 
-    async fn settle_many(&self, mut settles: Vec<Settle>) -> Result<Vec<Result<Settled>>> {
-        validate::settles(&mut settles)?;
+    async fn settle_many_unchecked(&self, settles: Vec<Settle>) -> Result<Vec<Result<Settled>>> {
         if settles.is_empty() {
             return Ok(Vec::new());
         }
@@ -503,8 +502,7 @@ impl Complete for PostgresBackend {
     /// by primary key: as plain conditions they matched the running index, which a
     /// table analyzed while nothing ran makes look empty, and a heartbeat then read
     /// every running entry, dead ones included (`tests/statistics.rs`).
-    async fn heartbeat(&self, lease: &Lease, extend: Duration) -> Result<DateTime<Utc>> {
-        validate::lease_length("extend", extend)?;
+    async fn heartbeat_unchecked(&self, lease: &Lease, extend: Duration) -> Result<DateTime<Utc>> {
         let until: Option<DateTime<Utc>> = sqlx::query_scalar(self.sql(
             "UPDATE {s}.jobs
              SET lease_expires_at = now() + $4::float8 * interval '1 microsecond'

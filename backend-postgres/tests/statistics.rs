@@ -1,5 +1,5 @@
 //! Every hot statement reads rows in proportion to its own work, whatever the
-//! planner's statistics say (issue 39).
+//! planner's statistics say.
 //!
 //! A drained queue analyzed by autovacuum has `reltuples` near zero; the next burst is
 //! then planned for an empty table. The claim's `UPDATE ... FROM c` walked all of
@@ -78,7 +78,7 @@ struct Lab {
 /// One state at a time: an index scan marks the entries of rows dead to every
 /// transaction as it passes, so later scans skip them. Another test's open snapshot
 /// stops that, and the operations would then read the dead entries the drain left,
-/// whatever their plans (that cost is issue 40's, measured in the bench).
+/// whatever their plans (a cost of vacuum held back, which the bench's phases measure).
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 async fn check(url: String, stats: Stats) {
@@ -179,7 +179,7 @@ async fn fill_giant(lab: &Lab) {
 /// Each job leaves a dead entry in the running index. The first scan of that index
 /// after the drain marks them dead as it passes (one pass, whatever the plan); the
 /// drain makes that scan here, so the operations below are measured on their plans,
-/// not on that one-time cost (issue 40 is about dead rows).
+/// not on that one-time cost (dead rows are vacuum's cost, not the plan's).
 async fn drain(lab: &Lab) {
     drain_queue(lab).await;
     lab.b
@@ -454,7 +454,7 @@ async fn ended(lab: &Lab) {
 
 /// Live rows read, by sequential scans and through indexes, over the schema's
 /// tables. Index entries of dead rows are not counted: how many of those a scan meets
-/// depends on vacuum and on other transactions, not on the plan (issue 40).
+/// depends on vacuum and on other transactions, not on the plan.
 async fn reads(b: &PostgresBackend) -> i64 {
     let per_table: Vec<(String, i64, i64)> = sqlx::query_as(
         "SELECT relname::text, seq_tup_read, COALESCE(idx_tup_fetch, 0)

@@ -6,8 +6,8 @@ use async_trait::async_trait;
 use redis::Value;
 use relayq_core::{
     Admin, AttemptOutcome, AttemptRecord, Batch, BatchId, BatchProgress, Error, EventKind, Inspect,
-    JobId, JobInfo, JobState, Maintenance, OnFailure, OrderBarrier, QueueStats, Result, RunningJob,
-    StageProgress, WaitFor, validate,
+    JobId, JobInfo, JobState, Maintenance, OnFailure, OrderBarrier, QueueStats, QueueUpdate,
+    Result, RunningJob, StageProgress, WaitFor,
 };
 use serde::Deserialize;
 
@@ -19,7 +19,7 @@ use crate::{
 
 #[async_trait]
 impl OrderBarrier for RedisBackend {
-    async fn open_batch(&self, queue: &str, on_failure: OnFailure) -> Result<Batch> {
+    async fn open_batch_unchecked(&self, queue: &str, on_failure: OnFailure) -> Result<Batch> {
         self.register(queue).await?;
         let args = [b"open".to_vec(), on_failure.as_str().as_bytes().to_vec()];
         let id: i64 = self.run(&scripts::BATCH, queue, &args).await?;
@@ -29,7 +29,7 @@ impl OrderBarrier for RedisBackend {
         })
     }
 
-    async fn seal(&self, batch: &Batch) -> Result<()> {
+    async fn seal_unchecked(&self, batch: &Batch) -> Result<()> {
         let args = [b"seal".to_vec(), arg(batch.id.0)];
         let found: i64 = self.run(&scripts::BATCH, &batch.queue, &args).await?;
         if found < 0 {
@@ -39,7 +39,7 @@ impl OrderBarrier for RedisBackend {
         Ok(())
     }
 
-    async fn reached(&self, batch: &Batch, target: WaitFor) -> Result<bool> {
+    async fn reached_unchecked(&self, batch: &Batch, target: WaitFor) -> Result<bool> {
         let items = self.read_batch(b"reached", batch).await?;
         let [sealed, low] = items.as_slice() else {
             return Err(bad("batch reached"));
@@ -47,7 +47,7 @@ impl OrderBarrier for RedisBackend {
         Ok(target.reached_at(text(sealed)? == "1", opt_stage(low)?))
     }
 
-    async fn batch_progress(&self, batch: &Batch) -> Result<BatchProgress> {
+    async fn batch_progress_unchecked(&self, batch: &Batch) -> Result<BatchProgress> {
         let items = self.read_batch(b"progress", batch).await?;
         if items.len() < 4 {
             return Err(bad("batch progress"));
@@ -113,7 +113,7 @@ fn micros_of(t: &str) -> Result<i64> {
 
 #[async_trait]
 impl Inspect for RedisBackend {
-    async fn queue_stats(&self, queue: &str) -> Result<QueueStats> {
+    async fn queue_stats_unchecked(&self, queue: &str) -> Result<QueueStats> {
         let out: Value = self
             .run_idempotent(&scripts::READ, queue, &[b"stats".to_vec()])
             .await?;
@@ -152,7 +152,7 @@ impl Inspect for RedisBackend {
         Ok(stats)
     }
 
-    async fn job(&self, queue: &str, id: JobId) -> Result<JobInfo> {
+    async fn job_unchecked(&self, queue: &str, id: JobId) -> Result<JobInfo> {
         let out: Value = self
             .run_idempotent(&scripts::READ, queue, &[b"job".to_vec(), arg(id.0)])
             .await?;
@@ -251,7 +251,7 @@ impl Inspect for RedisBackend {
         })
     }
 
-    async fn running(&self, queue: &str) -> Result<Vec<RunningJob>> {
+    async fn running_unchecked(&self, queue: &str) -> Result<Vec<RunningJob>> {
         let out: Value = self
             .run_idempotent(&scripts::READ, queue, &[b"running".to_vec()])
             .await?;
@@ -274,8 +274,7 @@ impl Inspect for RedisBackend {
         Ok(jobs)
     }
 
-    async fn batches(&self, queue: &str, limit: u32) -> Result<Vec<BatchProgress>> {
-        validate::list_limit(limit)?;
+    async fn batches_unchecked(&self, queue: &str, limit: u32) -> Result<Vec<BatchProgress>> {
         let out: Value = self
             .run_idempotent(&scripts::READ, queue, &[b"batches".to_vec(), arg(limit)])
             .await?;
@@ -286,13 +285,12 @@ impl Inspect for RedisBackend {
         relayq_core::listing::batches(self, queue, ids).await
     }
 
-    async fn batch_jobs(
+    async fn batch_jobs_unchecked(
         &self,
         batch: &Batch,
         after: Option<JobId>,
         limit: u32,
     ) -> Result<Vec<JobId>> {
-        validate::list_limit(limit)?;
         // The batch's ids are a set: the script only reads it (SMEMBERS), and the
         // sorting and paging happen here, so a big batch costs Redis one read of the
         // set per page rather than a sort in Lua as well.
@@ -317,8 +315,7 @@ impl Inspect for RedisBackend {
         Ok(ids.into_iter().map(JobId).collect())
     }
 
-    async fn dead_jobs(&self, queue: &str, limit: u32) -> Result<Vec<JobInfo>> {
-        validate::list_limit(limit)?;
+    async fn dead_jobs_unchecked(&self, queue: &str, limit: u32) -> Result<Vec<JobInfo>> {
         let out: Value = self
             .run_idempotent(&scripts::READ, queue, &[b"dead".to_vec(), arg(limit)])
             .await?;
@@ -342,27 +339,26 @@ impl RedisBackend {
 
 #[async_trait]
 impl Admin for RedisBackend {
-    async fn pause(&self, queue: &str) -> Result<()> {
-        self.register(queue).await?;
-        self.admin(queue, &[b"pause".to_vec()]).await.map(drop)
-    }
-
-    async fn resume(&self, queue: &str) -> Result<()> {
-        self.admin(queue, &[b"resume".to_vec()]).await?;
-        self.notify_local(queue, EventKind::Ready);
+    async fn update_queue_unchecked(&self, queue: &str, update: QueueUpdate) -> Result<()> {
+        // A resume alone stores nothing new, so it does not list the queue as in use.
+        if update.paused == Some(true) || update.max_running.is_some() {
+            self.register(queue).await?;
+        }
+        if let Some(paused) = update.paused {
+            let op: &[u8] = if paused { b"pause" } else { b"resume" };
+            self.admin(queue, &[op.to_vec()]).await?;
+        }
+        if let Some(max) = update.max_running {
+            let max = max.map(arg).unwrap_or_default();
+            self.admin(queue, &[b"max".to_vec(), max]).await?;
+        }
+        if update.may_free_claims() {
+            self.notify_local(queue, EventKind::Ready);
+        }
         Ok(())
     }
 
-    async fn set_max_running(&self, queue: &str, max_running: Option<u32>) -> Result<()> {
-        validate::max_running(max_running)?;
-        self.register(queue).await?;
-        let max = max_running.map(arg).unwrap_or_default();
-        self.admin(queue, &[b"max".to_vec(), max]).await?;
-        self.notify_local(queue, EventKind::Ready);
-        Ok(())
-    }
-
-    async fn cancel_job(&self, queue: &str, id: JobId) -> Result<bool> {
+    async fn cancel_job_unchecked(&self, queue: &str, id: JobId) -> Result<bool> {
         let args = [b"job".to_vec(), arg(id.0)];
         let n: i64 = self.run(&scripts::CANCEL, queue, &args).await?;
         if n < 0 {
@@ -375,7 +371,7 @@ impl Admin for RedisBackend {
         Ok(n > 0)
     }
 
-    async fn cancel_batch(&self, batch: &Batch) -> Result<u64> {
+    async fn cancel_batch_unchecked(&self, batch: &Batch) -> Result<u64> {
         let args = [b"batch".to_vec(), arg(batch.id.0)];
         let n: i64 = self.run(&scripts::CANCEL, &batch.queue, &args).await?;
         if n < 0 {
@@ -386,7 +382,7 @@ impl Admin for RedisBackend {
         u64::try_from(n).map_err(Error::backend)
     }
 
-    async fn retry_dead(&self, queue: &str, ids: Option<&[JobId]>) -> Result<u64> {
+    async fn retry_dead_unchecked(&self, queue: &str, ids: Option<&[JobId]>) -> Result<u64> {
         let list = ids
             .map(|ids| {
                 ids.iter()
@@ -405,7 +401,7 @@ impl Admin for RedisBackend {
         u64::try_from(int(&out)?).map_err(Error::backend)
     }
 
-    async fn maintain(&self, queue: &str, retention: Duration) -> Result<Maintenance> {
+    async fn maintain_unchecked(&self, queue: &str, retention: Duration) -> Result<Maintenance> {
         // Beyond a century, keep everything.
         let retention = micros(retention.min(Duration::from_secs(100 * 365 * 86_400)));
         let mut m = Maintenance::default();
@@ -432,7 +428,11 @@ impl Admin for RedisBackend {
         Ok(m)
     }
 
-    async fn try_maintain(&self, queue: &str, retention: Duration) -> Result<Option<Maintenance>> {
+    async fn try_maintain_unchecked(
+        &self,
+        queue: &str,
+        retention: Duration,
+    ) -> Result<Option<Maintenance>> {
         self.maintain_locked(queue, retention).await
     }
 }

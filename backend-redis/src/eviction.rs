@@ -1,4 +1,4 @@
-//! Servers configured to lose jobs are refused (issue 42, item 4).
+//! Servers configured to lose jobs are refused.
 //!
 //! With a `maxmemory-policy` other than `noeviction`, a Redis server that reaches its
 //! `maxmemory` deletes keys to make room: queue keys among them, so jobs vanish without

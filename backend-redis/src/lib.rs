@@ -42,6 +42,7 @@
 //! that run again; relayq's guarantees hold for what the server kept.
 
 mod admin;
+mod driver;
 mod eviction;
 mod functions;
 mod jobs;
@@ -61,10 +62,12 @@ use redis::{
     cluster_async::ClusterConnection,
     io::tcp::TcpSettings,
 };
-use relayq_core::{Error, Event, EventBus, Events, Limits, Result, validate};
+use relayq_core::{Error, Event, EventBus, Events, Limits, Result};
 use tokio::sync::broadcast;
 
 use crate::listen::Listener;
+
+pub use driver::{CLUSTER_DRIVER, DRIVER};
 
 /// How long a call waits for the server's reply. Every script does a bounded amount of
 /// work, but an enqueue of 10,000 jobs of 1 MiB each takes a while to send; the redis
@@ -258,7 +261,6 @@ impl RedisBackend {
         queue: &str,
         args: &[Vec<u8>],
     ) -> Result<T> {
-        validate::queue_name(queue)?;
         let mut tries = 0;
         loop {
             match self.invoke(script, queue, args).await {
@@ -278,7 +280,6 @@ impl RedisBackend {
         queue: &str,
         args: &[Vec<u8>],
     ) -> Result<T> {
-        validate::queue_name(queue)?;
         self.invoke(script, queue, args).await.map_err(script_error)
     }
 
@@ -425,9 +426,9 @@ async fn probe(client: &redis::Client) -> Result<()> {
 
 fn db(e: redis::RedisError) -> Error {
     if transient(&e) {
-        Error::transient(e)
+        Error::transient(e).from_backend("redis")
     } else {
-        Error::backend(e)
+        Error::backend(e).from_backend("redis")
     }
 }
 

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use relayq_core::{Maintenance, Result, validate};
+use relayq_core::{Maintenance, Result};
 
 use crate::{RedisBackend, db};
 
@@ -26,7 +26,6 @@ impl RedisBackend {
 
     /// Adds `queue` to the set, once per handle.
     pub(crate) async fn register(&self, queue: &str) -> Result<()> {
-        validate::queue_name(queue)?;
         if self
             .inner
             .known
@@ -71,7 +70,6 @@ impl RedisBackend {
         retention: Duration,
     ) -> Result<Option<Maintenance>> {
         use relayq_core::Admin;
-        validate::queue_name(queue)?;
         let key = self.maintenance_lock_key(queue);
         let token = uuid::Uuid::new_v4().to_string();
         let mut lock = redis::cmd("SET");

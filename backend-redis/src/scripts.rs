@@ -2,9 +2,9 @@
 //!
 //! **Functions (Redis ≥ 7.0).** `lua/lib.lua` and every operation form one library,
 //! loaded once per server with `FUNCTION LOAD`; each call is an `FCALL`. The library's
-//! helpers are then defined once per load, not once per call: that saves 2–3 µs of the
-//! server's time on every call (Findings 33 in docs/BENCHMARKS-findings.md; about 4 on the
-//! slower machine of Findings 32). The library's
+//! helpers are then defined once per load, not once per call: a script runs the library's
+//! chunk again on every call and so builds each helper's closure anew, which cost 2–3 µs
+//! of the server's time a call (about 4 on a machine half as fast). The library's
 //! name carries a hash of its source ([`LIBRARY`]), so two relayq versions on one
 //! server each call their own functions. A server that lost the library (restarted
 //! without persistence, `FUNCTION FLUSH`, a new cluster master) answers "Function not

@@ -1,30 +1,30 @@
 //! The whole conformance suite, and the model check, against standalone Redis
-//! (`RELAYQ_REDIS_URL`, or a container; else reported as ignored). Cases isolate
-//! themselves by queue name.
+//! (`RELAYQ_REDIS_URL`, or a container; else reported as ignored), opened through the
+//! backend's driver. Cases isolate themselves by queue name.
 
-mod support;
+use relayq_conformance::{
+    Capability, Driven, DriverSubject, UNREACHABLE_PASSWORD, harness::Server, with_query,
+};
 
-use relayq_conformance::{Capability, Env, Subject, harness::Server};
+struct Redis;
 
-struct Redis {
-    url: String,
-}
-
-impl Subject for Redis {
+impl Driven for Redis {
     const NAME: &'static str = "redis";
+    const DRIVER: &'static relayq_core::Driver = &relayq_redis::DRIVER;
     const SERVER: Option<Server> = Some(Server::Redis);
-    const CAPABILITIES: &'static [Capability] =
-        &[Capability::Notifications, Capability::Unreachable];
+    const CAPABILITIES: &'static [Capability] = &[
+        Capability::Notifications,
+        Capability::Unreachable,
+        Capability::ConnectionCut,
+    ];
 
-    async fn open(url: Option<String>) -> anyhow::Result<Self> {
-        Ok(Self {
-            url: url.expect("SERVER is set"),
-        })
+    fn url(server: Option<&str>) -> String {
+        with_query(server.unwrap_or_default(), "prefix=relayq-conformance")
     }
 
-    async fn env(&self) -> anyhow::Result<Env> {
-        Ok(support::env(self.url.clone(), "relayq-conformance").await)
+    fn unreachable_url() -> Option<String> {
+        Some(format!("redis://:{UNREACHABLE_PASSWORD}@127.0.0.1:1/0"))
     }
 }
 
-relayq_conformance::suite!(Redis);
+relayq_conformance::suite!(DriverSubject<Redis>);

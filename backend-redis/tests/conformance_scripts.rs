@@ -16,8 +16,11 @@ struct RedisScripts {
 impl Subject for RedisScripts {
     const NAME: &'static str = "redis-scripts";
     const SERVER: Option<Server> = Some(Server::Redis);
-    const CAPABILITIES: &'static [Capability] =
-        &[Capability::Notifications, Capability::Unreachable];
+    const CAPABILITIES: &'static [Capability] = &[
+        Capability::Notifications,
+        Capability::Unreachable,
+        Capability::ConnectionCut,
+    ];
 
     async fn open(url: Option<String>) -> anyhow::Result<Self> {
         let url = url.expect("SERVER is set");

@@ -1,4 +1,4 @@
-//! Servers configured to lose jobs are refused (issue 42, item 4): a redis-server of
+//! Servers configured to lose jobs are refused: a redis-server of
 //! our own, on a free loopback port in a temp folder, with `maxmemory-policy
 //! allkeys-lru`; stopped when the test ends, however it ends.
 

@@ -5,7 +5,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, TimeDelta, Utc};
 use relayq_core::{
-    Admin, AttemptOutcome, Batch, Error, EventKind, JobId, JobState, Maintenance, Result, validate,
+    Admin, AttemptOutcome, Batch, Error, EventKind, JobId, JobState, Maintenance, QueueUpdate,
+    Result,
 };
 
 use crate::{Conn, Ended, SqliteBackend, claim, db, log_attempt, promote, us};
@@ -43,7 +44,6 @@ impl SqliteBackend {
         paused: Option<bool>,
         max: Option<Option<u32>>,
     ) -> Result<()> {
-        validate::queue_name(queue)?;
         let (mut tx, _) = self.write().await?;
         sqlx::query(
             "INSERT INTO relayq_queues (queue, paused, max_running) VALUES (?1, COALESCE(?2, 0), ?4)
@@ -66,21 +66,12 @@ impl SqliteBackend {
 
 #[async_trait]
 impl Admin for SqliteBackend {
-    async fn pause(&self, queue: &str) -> Result<()> {
-        self.set_queue(queue, Some(true), None).await
+    async fn update_queue_unchecked(&self, queue: &str, update: QueueUpdate) -> Result<()> {
+        self.set_queue(queue, update.paused, update.max_running)
+            .await
     }
 
-    async fn resume(&self, queue: &str) -> Result<()> {
-        self.set_queue(queue, Some(false), None).await
-    }
-
-    async fn set_max_running(&self, queue: &str, max_running: Option<u32>) -> Result<()> {
-        validate::max_running(max_running)?;
-        self.set_queue(queue, None, Some(max_running)).await
-    }
-
-    async fn cancel_job(&self, queue: &str, id: JobId) -> Result<bool> {
-        validate::queue_name(queue)?;
+    async fn cancel_job_unchecked(&self, queue: &str, id: JobId) -> Result<bool> {
         let (mut tx, now) = self.write().await?;
         let changed = cancel(&mut tx, queue, id.0, now).await?;
         tx.commit().await.map_err(db)?;
@@ -91,8 +82,7 @@ impl Admin for SqliteBackend {
         Ok(changed)
     }
 
-    async fn cancel_batch(&self, batch: &Batch) -> Result<u64> {
-        validate::queue_name(&batch.queue)?;
+    async fn cancel_batch_unchecked(&self, batch: &Batch) -> Result<u64> {
         let (mut tx, now) = self.write().await?;
         let found =
             sqlx::query("UPDATE relayq_batches SET sealed = 1 WHERE id = ?1 AND queue = ?2")
@@ -126,8 +116,7 @@ impl Admin for SqliteBackend {
         Ok(n)
     }
 
-    async fn retry_dead(&self, queue: &str, ids: Option<&[JobId]>) -> Result<u64> {
-        validate::queue_name(queue)?;
+    async fn retry_dead_unchecked(&self, queue: &str, ids: Option<&[JobId]>) -> Result<u64> {
         let wanted = ids.map(|ids| {
             let list: Vec<String> = ids.iter().map(|id| id.0.to_string()).collect();
             format!("[{}]", list.join(","))
@@ -178,8 +167,7 @@ impl Admin for SqliteBackend {
         Ok(revived)
     }
 
-    async fn maintain(&self, queue: &str, retention: Duration) -> Result<Maintenance> {
-        validate::queue_name(queue)?;
+    async fn maintain_unchecked(&self, queue: &str, retention: Duration) -> Result<Maintenance> {
         let (mut tx, now) = self.write().await?;
         let cutoff = TimeDelta::from_std(retention)
             .ok()

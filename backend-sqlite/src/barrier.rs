@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use relayq_core::{
     Batch, BatchId, BatchProgress, Error, EventKind, JobState, OnFailure, OrderBarrier, Result,
-    StageProgress, WaitFor, validate,
+    StageProgress, WaitFor,
 };
 
 use crate::{SqliteBackend, db, us};
@@ -32,8 +32,7 @@ pub(crate) const BATCH_COUNTS: &str =
 
 #[async_trait]
 impl OrderBarrier for SqliteBackend {
-    async fn open_batch(&self, queue: &str, on_failure: OnFailure) -> Result<Batch> {
-        validate::queue_name(queue)?;
+    async fn open_batch_unchecked(&self, queue: &str, on_failure: OnFailure) -> Result<Batch> {
         let (mut tx, now) = self.write().await?;
         let id: i64 = sqlx::query_scalar(
             "INSERT INTO relayq_batches (queue, on_failure, created_at) VALUES (?1, ?2, ?3)
@@ -52,8 +51,7 @@ impl OrderBarrier for SqliteBackend {
         })
     }
 
-    async fn seal(&self, batch: &Batch) -> Result<()> {
-        validate::queue_name(&batch.queue)?;
+    async fn seal_unchecked(&self, batch: &Batch) -> Result<()> {
         let (mut tx, _) = self.write().await?;
         let n = sqlx::query("UPDATE relayq_batches SET sealed = 1 WHERE id = ?1 AND queue = ?2")
             .bind(batch.id.0)
@@ -70,8 +68,7 @@ impl OrderBarrier for SqliteBackend {
         Ok(())
     }
 
-    async fn reached(&self, batch: &Batch, target: WaitFor) -> Result<bool> {
-        validate::queue_name(&batch.queue)?;
+    async fn reached_unchecked(&self, batch: &Batch, target: WaitFor) -> Result<bool> {
         let row: Option<(bool, Option<i32>)> = sqlx::query_as(REACHED)
             .bind(batch.id.0)
             .bind(&batch.queue)
@@ -82,8 +79,7 @@ impl OrderBarrier for SqliteBackend {
         Ok(target.reached_at(sealed, low))
     }
 
-    async fn batch_progress(&self, batch: &Batch) -> Result<BatchProgress> {
-        validate::queue_name(&batch.queue)?;
+    async fn batch_progress_unchecked(&self, batch: &Batch) -> Result<BatchProgress> {
         let row: Option<(String, bool, bool, Option<i64>)> = sqlx::query_as(BATCH_SETTINGS)
             .bind(batch.id.0)
             .bind(&batch.queue)

@@ -3,7 +3,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use async_trait::async_trait;
-use relayq_core::{BatchId, Enqueue, Enqueued, Error, EventKind, JobId, NewJob, Result, validate};
+use relayq_core::{BatchId, Enqueue, Enqueued, Error, EventKind, JobId, Limits, NewJob, Result};
 
 use chrono::{DateTime, Utc};
 
@@ -21,8 +21,11 @@ pub(crate) const OPEN_BATCH_STAGE: &str =
 
 #[async_trait]
 impl Enqueue for SqliteBackend {
-    async fn enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
-        validate::new_jobs(&jobs, &self.inner.limits)?;
+    fn limits(&self) -> Limits {
+        self.inner.limits
+    }
+
+    async fn enqueue_unchecked(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
         let Some(queue) = jobs.first().map(|j| j.queue.clone()) else {
             return Ok(Vec::new());
         };

@@ -1,5 +1,6 @@
 //! The statements on the hot path, listed for the tests that check their plans under
-//! every state of SQLite's statistics (tests/statistics.rs, issue 39). Not an API.
+//! every state of SQLite's statistics (tests/statistics.rs): a plan chosen from stale
+//! statistics can read a whole table on every call. Not an API.
 
 use crate::{admin, barrier, claim, enqueue, promote, settle};
 

@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use chrono::Utc;
 use relayq_core::{
     AttemptOutcome, AttemptRecord, Batch, BatchId, BatchProgress, Error, Inspect, JobId, JobInfo,
-    JobState, QueueStats, Result, RunningJob, validate,
+    JobState, QueueStats, Result, RunningJob,
 };
 
 use crate::{SqliteBackend, at, db, us};
@@ -62,8 +62,7 @@ impl SqliteBackend {
 
 #[async_trait]
 impl Inspect for SqliteBackend {
-    async fn queue_stats(&self, queue: &str) -> Result<QueueStats> {
-        validate::queue_name(queue)?;
+    async fn queue_stats_unchecked(&self, queue: &str) -> Result<QueueStats> {
         // The oldest due claimable job in the same pass as the counts (SPEC M1).
         let rows: Vec<(String, bool, i64, Option<i64>)> = sqlx::query_as(
             "SELECT state, state = 'ready' AND run_at > ?2, COUNT(*),
@@ -120,8 +119,7 @@ impl Inspect for SqliteBackend {
         .map_err(db)
     }
 
-    async fn job(&self, queue: &str, id: JobId) -> Result<JobInfo> {
-        validate::queue_name(queue)?;
+    async fn job_unchecked(&self, queue: &str, id: JobId) -> Result<JobInfo> {
         // One read transaction: in WAL mode a single snapshot of row and log.
         let mut tx = self.pool().begin().await.map_err(db)?;
         let row: Option<JobRow> = sqlx::query_as(
@@ -196,8 +194,7 @@ impl Inspect for SqliteBackend {
         })
     }
 
-    async fn running(&self, queue: &str) -> Result<Vec<RunningJob>> {
-        validate::queue_name(queue)?;
+    async fn running_unchecked(&self, queue: &str) -> Result<Vec<RunningJob>> {
         let rows: Vec<(i64, String, i64, i64, i64)> = sqlx::query_as(
             "SELECT id, worker, attempts, started_at, lease_expires_at FROM relayq_jobs
              WHERE queue = ?1 AND state = 'running' ORDER BY id",
@@ -219,9 +216,7 @@ impl Inspect for SqliteBackend {
             .collect()
     }
 
-    async fn batches(&self, queue: &str, limit: u32) -> Result<Vec<BatchProgress>> {
-        validate::queue_name(queue)?;
-        validate::list_limit(limit)?;
+    async fn batches_unchecked(&self, queue: &str, limit: u32) -> Result<Vec<BatchProgress>> {
         let ids = self
             .ids(
                 "SELECT id FROM relayq_batches WHERE queue = ?1 ORDER BY id DESC LIMIT ?2",
@@ -232,14 +227,12 @@ impl Inspect for SqliteBackend {
         relayq_core::listing::batches(self, queue, ids).await
     }
 
-    async fn batch_jobs(
+    async fn batch_jobs_unchecked(
         &self,
         batch: &Batch,
         after: Option<JobId>,
         limit: u32,
     ) -> Result<Vec<JobId>> {
-        validate::queue_name(&batch.queue)?;
-        validate::list_limit(limit)?;
         let mut tx = self.pool().begin().await.map_err(db)?;
         let known: Option<i64> =
             sqlx::query_scalar("SELECT 1 FROM relayq_batches WHERE id = ?1 AND queue = ?2")
@@ -267,9 +260,7 @@ impl Inspect for SqliteBackend {
         Ok(ids.into_iter().map(JobId).collect())
     }
 
-    async fn dead_jobs(&self, queue: &str, limit: u32) -> Result<Vec<JobInfo>> {
-        validate::queue_name(queue)?;
-        validate::list_limit(limit)?;
+    async fn dead_jobs_unchecked(&self, queue: &str, limit: u32) -> Result<Vec<JobInfo>> {
         let ids = self
             .ids(
                 "SELECT id FROM relayq_jobs WHERE queue = ?1 AND state = 'dead' ORDER BY id LIMIT ?2",

@@ -42,6 +42,7 @@
 mod admin;
 mod barrier;
 mod claim;
+mod driver;
 mod enqueue;
 mod hot;
 mod inspect;
@@ -68,6 +69,7 @@ use sqlx::{
 use tokio::sync::{OwnedMutexGuard, broadcast};
 
 #[doc(hidden)]
+pub use driver::DRIVER;
 pub use hot::{Hot, Param, hot_statements};
 
 /// How long a writer waits for another process's write lock before failing.
@@ -273,10 +275,7 @@ async fn migrate(pool: &SqlitePool) -> Result<()> {
         .map_err(db)?;
     let applied = usize::try_from(applied).unwrap_or(0);
     if applied > MIGRATIONS.len() {
-        return Err(Error::backend(format!(
-            "database schema version {applied} is newer than this relayq-sqlite ({})",
-            MIGRATIONS.len()
-        )));
+        return Err(Error::schema("main", Some(applied), MIGRATIONS.len()));
     }
     for sql in &MIGRATIONS[applied..] {
         sqlx::raw_sql(*sql).execute(&mut *tx).await.map_err(db)?;
@@ -297,9 +296,9 @@ async fn migrate(pool: &SqlitePool) -> Result<()> {
 /// no connection to give in time.
 fn db(e: sqlx::Error) -> Error {
     if transient(&e) {
-        Error::transient(e)
+        Error::transient(e).from_backend("sqlite")
     } else {
-        Error::backend(e)
+        Error::backend(e).from_backend("sqlite")
     }
 }
 

@@ -6,7 +6,6 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use relayq_core::{
     AttemptOutcome, Complete, Error, EventKind, JobState, Lease, Outcome, Result, Settle, Settled,
-    validate,
 };
 
 use crate::{Conn, Ended, SqliteBackend, at, db, log_attempt, plus, promote, us};
@@ -55,13 +54,13 @@ pub(crate) const HEARTBEAT: &str = "UPDATE relayq_jobs SET lease_expires_at = ?4
 #[async_trait]
 impl Complete for SqliteBackend {
     /// 512: each call takes the database's one write lock and commits, a cost per call
-    /// beyond its leases (docs/BENCHMARKS-findings.md, Findings 21).
+    /// beyond its leases; a draining worker's claims of about 130 jobs then fit in one
+    /// call instead of being cut at 128.
     fn preferred_settle_batch(&self) -> usize {
         512
     }
 
-    async fn settle_many(&self, mut settles: Vec<Settle>) -> Result<Vec<Result<Settled>>> {
-        validate::settles(&mut settles)?;
+    async fn settle_many_unchecked(&self, settles: Vec<Settle>) -> Result<Vec<Result<Settled>>> {
         if settles.is_empty() {
             return Ok(Vec::new());
         }
@@ -93,8 +92,7 @@ impl Complete for SqliteBackend {
         Ok(out)
     }
 
-    async fn heartbeat(&self, lease: &Lease, extend: Duration) -> Result<DateTime<Utc>> {
-        validate::lease_length("extend", extend)?;
+    async fn heartbeat_unchecked(&self, lease: &Lease, extend: Duration) -> Result<DateTime<Utc>> {
         let (mut tx, now) = self.write().await?;
         let until = plus(now, extend);
         let held: Option<i64> = sqlx::query_scalar(HEARTBEAT)
@@ -138,7 +136,7 @@ fn leases_json(settles: &[Settle]) -> String {
 /// lease checks of [`COMPLETE`], each job found by its id.
 ///
 /// The leases are the outer loop and each job is looked up by rowid, whatever the
-/// statistics (issue 39). With a plain `JOIN`, once `ANALYZE` had run while few jobs
+/// statistics. With a plain `JOIN`, once `ANALYZE` had run while few jobs
 /// ran, SQLite put the jobs outside, read from `relayq_jobs_running` (every running
 /// job of the file), and scanned the leases once per running job: 60,269 steps to
 /// complete 50 jobs with 100 running, 9,474 before any `ANALYZE`, and growing with
@@ -194,7 +192,8 @@ type Completed = (i64, Option<String>, Option<i64>, Option<i64>);
 /// Settles completions of distinct jobs ([`completions_alone`]) in two statements
 /// where one lease at a time takes two each. A statement costs this backend more than
 /// its work: sqlx runs each on the connection's own thread, and the hand-offs there
-/// and back were most of a drain's time (docs/BENCHMARKS-findings.md, Findings 35).
+/// and back were most of a drain's time (two statements instead of 1,024 for a call of
+/// 512 more than doubled the prefetch drain).
 async fn complete_all(
     c: &mut Conn,
     settles: &[Settle],

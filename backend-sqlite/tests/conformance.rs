@@ -1,37 +1,23 @@
-//! The whole conformance suite, and the model check, against SQLite: one database file
-//! per test process, shared by every case (cases isolate themselves by queue name),
-//! each extra handle opening its own pool on the same file.
+//! The whole conformance suite, and the model check, against SQLite, opened through the
+//! backend's driver: one database file per test process, shared by every case (cases
+//! isolate themselves by queue name), each extra handle opening its own pool on the
+//! same file.
 
-use std::sync::Arc;
+use relayq_conformance::{Capability, Driven, DriverSubject};
 
-use relayq_conformance::{Capability, Env, Subject};
-use relayq_core::Backend;
-use relayq_sqlite::SqliteBackend;
+struct Sqlite;
 
-struct Sqlite {
-    url: &'static str,
-}
-
-impl Subject for Sqlite {
+impl Driven for Sqlite {
     const NAME: &'static str = "sqlite";
+    const DRIVER: &'static relayq_core::Driver = &relayq_sqlite::DRIVER;
     // Handles on one file in one process share an event bus.
     const CAPABILITIES: &'static [Capability] = &[Capability::Notifications];
 
-    async fn open(_: Option<String>) -> anyhow::Result<Self> {
+    fn url(_: Option<&str>) -> String {
         let file = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
             .join(format!("conformance-{}.db", uuid::Uuid::new_v4().simple()));
-        let url = format!("sqlite://{}", file.display()).leak();
-        Ok(Self { url })
-    }
-
-    async fn env(&self) -> anyhow::Result<Env> {
-        let url = self.url;
-        let backend = SqliteBackend::open(url).await?;
-        Ok(Env::new(backend, move || async move {
-            let handle: Arc<dyn Backend> = Arc::new(SqliteBackend::open(url).await?);
-            Ok(handle)
-        }))
+        format!("sqlite://{}", file.display())
     }
 }
 
-relayq_conformance::suite!(Sqlite);
+relayq_conformance::suite!(DriverSubject<Sqlite>);

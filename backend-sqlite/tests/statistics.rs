@@ -1,5 +1,5 @@
-//! Every hot statement finds its rows by key, whatever SQLite's statistics say
-//! (issue 39).
+//! Every hot statement finds its rows by key, whatever SQLite's statistics say, so a
+//! queue drained, analyzed and filled again is not read whole on every call.
 //!
 //! After `ANALYZE` (or `PRAGMA optimize`) SQLite's planner weighs its choices with
 //! `sqlite_stat1` and `sqlite_stat4`: a drained queue analyzed while its claim index

@@ -1,4 +1,4 @@
-//! Scenario 7: drain, analyze, burst (issue 39). A queue of `n` jobs due at once is
+//! Scenario 7: drain, analyze, burst. A queue of `n` jobs due at once is
 //! drained by four claimers (claims of 100, each followed by one settle call of its
 //! completions); the tables are then analyzed, as autovacuum's autoanalyze does on its
 //! own once a queue has drained; then `n` more jobs are enqueued and drained the same

@@ -1,4 +1,4 @@
-//! The dashboard's answers on a big queue (issue 45: every page and API call within
+//! The dashboard's answers on a big queue (the goal: every page and API call within
 //! 100 ms on a queue of 1,000,000 jobs on PostgreSQL): each route of
 //! `relayq-dashboard`'s router, called in process over the backlog scenario's largest
 //! backlog, five times, one right after the other; the median is reported, and the

@@ -123,7 +123,8 @@ pub struct Row {
 /// Unless `--full-counts`, the one-at-a-time enqueues and the drains at concurrency 1, 4
 /// and 64 get this fraction of the headline rows' jobs (see `main`). A peer's fastest
 /// row may be one of those drains, and its rate may depend on the count
-/// (apalis-postgres's does, docs/BENCHMARKS-findings.md Findings 31), so the goals say so.
+/// (apalis-postgres's falls as its worker's finished jobs pile up: each ack reads them
+/// all), so the goals say so.
 pub const SHARE: usize = 10;
 
 #[tokio::main]
@@ -152,8 +153,7 @@ async fn main() -> anyhow::Result<()> {
     // The headline drain (concurrency 16) gets all 50,000 jobs; one-at-a-time
     // enqueues and the rest of the sweep get a tenth unless `--full-counts`: at their
     // rates (some peers enqueue below 2,000 jobs/s, and concurrency 1 without prefetch
-    // drains 2,000-4,000 jobs/s) full counts took 16 minutes where `--all` has ten
-    // (docs/BENCHMARKS-findings.md, Findings 36).
+    // drains 2,000-4,000 jobs/s) full counts took 16 minutes where `--all` has ten.
     let on = |name: &str| args.only.is_empty() || args.only.iter().any(|o| o == name);
     if on("enqueue") {
         add(scenarios::enqueue(&targets, &peers, n, share, runs).await?);
@@ -365,7 +365,7 @@ mod tests {
 
     /// `--all` gives the single enqueues and the sweep a tenth of the jobs and judges its
     /// run time; `--full-counts` gives them all the jobs (a share of one, which `main`
-    /// and `scenarios::enqueue` divide by) and, being longer by design, judges no run
+    /// and `scenarios::enqueue` divide by) and, being longer on purpose, judges no run
     /// time; a partial run judges none either.
     #[test]
     fn full_counts_set_a_share_of_one_and_judge_no_run_time() {

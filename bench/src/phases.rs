@@ -1,4 +1,4 @@
-//! Scenario 8: a producer at a fixed rate under churn (issue 40), after the phases of
+//! Scenario 8: a producer at a fixed rate under churn, after the phases of
 //! the independent long-horizon PostgreSQL queue benchmark: `clean` (steady producer
 //! and worker), `idle-in-tx` (a second session holds `BEGIN; SELECT txid_current();`
 //! open, so vacuum cannot remove the rows each job leaves dead), `recovery` (that

@@ -31,9 +31,9 @@ relayq::delegate!(Timed, inner => Events, Enqueue, Complete, OrderBarrier, Inspe
 
 #[async_trait]
 impl Claim for Timed {
-    async fn claim(&self, req: ClaimRequest) -> Result<Vec<ClaimedJob>> {
+    async fn claim_unchecked(&self, req: ClaimRequest) -> Result<Vec<ClaimedJob>> {
         let start = Instant::now();
-        let out = self.inner.claim(req).await;
+        let out = self.inner.claim_unchecked(req).await;
         self.claims
             .lock()
             .expect("not poisoned")

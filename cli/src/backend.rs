@@ -16,19 +16,14 @@ fn built_in() -> String {
     format!("this binary has {}", relayq::schemes().join(", "))
 }
 
-/// `--db`'s help: an example of every scheme this binary has.
+/// `--db`'s help: an example URL of every backend this binary has.
 pub fn db_help() -> String {
-    let examples: Vec<&str> = relayq::schemes()
+    let examples: Vec<String> = relayq::drivers()
         .into_iter()
-        .map(|scheme| match scheme {
-            "sqlite://" => "sqlite://PATH (default sqlite://relayq.db)",
-            "postgres://" => "postgres://USER:PASSWORD@HOST:PORT/DB",
-            "redis://" => "redis://HOST:PORT",
-            "rediss://" => "rediss://HOST:PORT (TLS)",
-            "redis-cluster://" => "redis-cluster://HOST:PORT,HOST:PORT",
-            "mssql://" => "mssql://USER:PASSWORD@HOST:PORT/DB",
-            "memory://" => "memory:// (`run` only)",
-            other => other,
+        .map(|d| match d.name {
+            "sqlite" => format!("{} (default {DEFAULT_DB})", d.example_url),
+            "memory" => format!("{} (`run` only)", d.example_url),
+            _ => d.example_url.to_owned(),
         })
         .collect();
     format!("The database: {}", examples.join(", "))

@@ -1,6 +1,6 @@
 //! Waiting for the database server: `relayq work` started before its server (or across
 //! a restart) waits for it instead of exiting, and `relayq enqueue` retries what is
-//! safe to retry (issue 42, item 3).
+//! safe to retry.
 
 use std::{sync::Arc, time::Duration};
 

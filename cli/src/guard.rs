@@ -1,5 +1,5 @@
 //! `relayq __guard`: the process that owns one job's command and makes sure it never
-//! outlives its worker nor its lease (issue 42; DESIGN "Production conditions").
+//! outlives its worker nor its lease: once the lease ends, the job may run elsewhere.
 //!
 //! A process of its own, because what it guards against is the worker process itself
 //! being killed (SIGKILL, OOM) or frozen (SIGSTOP, Ctrl-Z, a paused VM): no thread or

@@ -1,4 +1,4 @@
-//! The guard of every command (issue 42, item 1): a command never outlives its worker
+//! The guard of every command: a command never outlives its worker
 //! (SIGKILL of `relayq work`) nor its lease (a worker frozen by SIGSTOP), on SQLite and,
 //! when their URLs are set, PostgreSQL and Redis. Real processes; every wait polls with
 //! a deadline.

@@ -1,4 +1,4 @@
-//! The operator's verbs on every backend (issue 44): `pause`, `resume`, `limit`,
+//! The operator's verbs on every backend: `pause`, `resume`, `limit`,
 //! `prune`, maintenance run by `relayq work`, `job ID` without a queue, `status --all`
 //! and `--json` with every count. SQLite always; PostgreSQL and Redis where
 //! `RELAYQ_POSTGRES_URL` / `RELAYQ_REDIS_URL` point. A backend whose server is not

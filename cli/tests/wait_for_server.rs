@@ -1,4 +1,4 @@
-//! `relayq work` started before its server waits for it (issue 42, item 3): a
+//! `relayq work` started before its server waits for it: a
 //! PostgreSQL and a Redis of our own, on free loopback ports in temp folders, started
 //! only after the worker; a job enqueued then is done. The servers are stopped when the
 //! test ends, however it ends.
@@ -47,10 +47,7 @@ fn main() {
 }
 
 fn trial(name: &str, server: &'static str, ready: Result<(), String>, test: fn()) -> Trial {
-    let required = std::env::var("RELAYQ_REQUIRE")
-        .unwrap_or_default()
-        .split(',')
-        .any(|s| s.trim() == server);
+    let required = relayq_core::driver::required(server);
     Trial::ignorable_test(name, move || match ready {
         Ok(()) => {
             test();

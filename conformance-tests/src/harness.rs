@@ -81,13 +81,13 @@ impl Server {
 /// Whether `RELAYQ_REQUIRE` names `server`.
 #[must_use]
 pub fn required(server: Server) -> bool {
-    names(&std::env::var("RELAYQ_REQUIRE").unwrap_or_default(), server)
+    relayq_core::driver::required(server.name)
 }
 
 /// Whether the comma-separated `list` names `server`.
 #[must_use]
 pub fn names(list: &str, server: Server) -> bool {
-    list.split(',').any(|s| s.trim() == server.name)
+    relayq_core::driver::names(list, server.name)
 }
 
 /// The URL of a running `server`, or why there is none (`RELAYQ_REQUIRE` is not

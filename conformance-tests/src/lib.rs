@@ -40,8 +40,10 @@
 //! server left dirty by earlier runs.
 
 pub mod cases;
+mod driven;
 pub mod harness;
 pub mod model;
+pub mod proxy;
 pub mod runner;
 mod subject;
 mod util;
@@ -51,6 +53,8 @@ use std::{future::Future, sync::Arc};
 use futures::future::BoxFuture;
 use relayq_core::Backend;
 
+pub use driven::{Driven, DriverSubject, with_query};
+pub use proxy::Proxy;
 pub use subject::{Capability, Skip, Subject};
 pub use util::{poll_until, queue_name};
 
@@ -60,7 +64,12 @@ pub struct Env {
     backend: Arc<dyn Backend>,
     connect: Connect,
     unreachable: Option<Unreachable>,
+    proxied: Option<(String, OpenUrl)>,
 }
+
+/// Opens a handle of the backend at a URL.
+type OpenUrl =
+    Box<dyn Fn(String) -> BoxFuture<'static, anyhow::Result<Arc<dyn Backend>>> + Send + Sync>;
 
 /// Opens a handle of the backend against a server that refuses connections.
 type Unreachable =
@@ -85,7 +94,70 @@ impl Env {
             backend: Arc::new(backend),
             connect: Box::new(move || Box::pin(connect())),
             unreachable: None,
+            proxied: None,
         }
+    }
+
+    /// An environment over the shared handle `backend`, with `connect` opening further
+    /// handles.
+    pub fn from_shared<F, Fut>(backend: Arc<dyn Backend>, connect: F) -> Self
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = anyhow::Result<Arc<dyn Backend>>> + Send + 'static,
+    {
+        Self {
+            backend,
+            connect: Box::new(move || Box::pin(connect())),
+            unreachable: None,
+            proxied: None,
+        }
+    }
+
+    /// The same environment, with `open` opening a handle of this backend at a URL:
+    /// the server's `url` with its host and port replaced by a [`Proxy`]'s, for the
+    /// subjects that declare [`Capability::ConnectionCut`] (SPEC X3).
+    #[must_use]
+    pub fn with_proxy<F, Fut>(mut self, url: impl Into<String>, open: F) -> Self
+    where
+        F: Fn(String) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = anyhow::Result<Arc<dyn Backend>>> + Send + 'static,
+    {
+        self.proxied = Some((url.into(), Box::new(move |url| Box::pin(open(url)))));
+        self
+    }
+
+    /// A new handle whose connections go through a fresh [`Proxy`] to the server, and
+    /// the proxy; `None` when the subject gave no way to (see [`Env::with_proxy`]).
+    ///
+    /// # Errors
+    /// When the URL has no host and port, the proxy cannot start or the handle cannot
+    /// connect.
+    pub async fn proxied(&self) -> Option<anyhow::Result<(Proxy, Arc<dyn Backend>)>> {
+        let (url, open) = self.proxied.as_ref()?;
+        Some(
+            async {
+                let mut url = url::Url::parse(url)?;
+                let host = url
+                    .host_str()
+                    .ok_or_else(|| anyhow::anyhow!("{url}: no host"))?
+                    .to_owned();
+                let port = url
+                    .port()
+                    .ok_or_else(|| anyhow::anyhow!("{url}: no port"))?;
+                let server = tokio::net::lookup_host((host.as_str(), port))
+                    .await?
+                    .next()
+                    .ok_or_else(|| anyhow::anyhow!("{host}: no address"))?;
+                let proxy = Proxy::start(server).await?;
+                url.set_ip_host(proxy.addr().ip())
+                    .map_err(|()| anyhow::anyhow!("{url}: cannot set the host"))?;
+                url.set_port(Some(proxy.addr().port()))
+                    .map_err(|()| anyhow::anyhow!("{url}: cannot set the port"))?;
+                let handle = open(url.to_string()).await?;
+                Ok((proxy, handle))
+            }
+            .await,
+        )
     }
 
     /// The same environment, with `open` opening this backend against a server that
@@ -219,6 +291,7 @@ macro_rules! for_each_case {
             errors::x2_hostile_text_stored_verbatim,
             errors::x2_bad_labels_rejected,
             errors::x3_failed_calls_leave_nothing_behind,
+            cut::x3_cut_connections_lose_nothing_and_hold_nothing_twice => ConnectionCut,
             errors::x4_unreachable_server_is_transient_quick_and_masked => Unreachable,
             events::w2_enqueue_and_finish_wake_subscribers => Notifications,
         }

@@ -46,6 +46,11 @@ pub enum Capability {
     /// The backend talks to a server, and the subject's [`Env`] can open a handle
     /// against one that refuses connections ([`Env::with_unreachable`]), for SPEC X4.
     Unreachable,
+    /// The backend talks to its server over TCP, and the subject's [`Env`] can open a
+    /// handle at a URL whose host and port it is given ([`Env::with_proxy`]): the X3
+    /// case puts a [`Proxy`](crate::Proxy) in between and cuts its connections
+    /// mid-operation.
+    ConnectionCut,
 }
 
 impl fmt::Display for Capability {
@@ -53,6 +58,7 @@ impl fmt::Display for Capability {
         f.write_str(match self {
             Self::Notifications => "notifications",
             Self::Unreachable => "unreachable-server",
+            Self::ConnectionCut => "connection-cut",
         })
     }
 }

@@ -40,7 +40,7 @@ relayq_core::delegate!(Immediate, unused => Enqueue, OrderBarrier, Inspect, Admi
 
 #[async_trait]
 impl Claim for Immediate {
-    async fn claim(&self, req: ClaimRequest) -> Result<Vec<ClaimedJob>> {
+    async fn claim_unchecked(&self, req: ClaimRequest) -> Result<Vec<ClaimedJob>> {
         let taken = self
             .left
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| {
@@ -75,7 +75,7 @@ impl Claim for Immediate {
 
 #[async_trait]
 impl Complete for Immediate {
-    async fn settle_many(&self, settles: Vec<Settle>) -> Result<Vec<Result<Settled>>> {
+    async fn settle_many_unchecked(&self, settles: Vec<Settle>) -> Result<Vec<Result<Settled>>> {
         self.settled
             .fetch_add(settles.len() as u64, Ordering::SeqCst);
         Ok(settles.iter().map(|_| Ok(Settled::Completed)).collect())
@@ -85,7 +85,7 @@ impl Complete for Immediate {
         512
     }
 
-    async fn heartbeat(&self, _lease: &Lease, extend: Duration) -> Result<DateTime<Utc>> {
+    async fn heartbeat_unchecked(&self, _lease: &Lease, extend: Duration) -> Result<DateTime<Utc>> {
         Ok(Utc::now() + extend)
     }
 }

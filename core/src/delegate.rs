@@ -1,7 +1,9 @@
 //! [`delegate!`](crate::delegate): a wrapper's trait impls that pass every call to the
 //! backend it wraps, for wrappers that change one or two methods (a timer around
 //! claims, faults injected into settles) and must not lose the others' overrides
-//! (`reached`, `try_maintain`, `preferred_settle_batch`) by writing them out by hand.
+//! (`reached_unchecked`, `try_maintain_unchecked`, `preferred_settle_batch`, `limits`)
+//! by writing them out by hand. A wrapper implements the `*_unchecked` methods: the
+//! public ones validate once, on the outermost wrapper, and call those.
 
 /// Implements the named backend traits for a wrapper by passing each method, overrides
 /// included, to one of its fields (an `Arc<dyn Backend>`, an `Arc<B>` or a `B`); the
@@ -21,9 +23,9 @@
 ///
 /// #[async_trait]
 /// impl Claim for Counted {
-///     async fn claim(&self, req: ClaimRequest) -> Result<Vec<ClaimedJob>> {
+///     async fn claim_unchecked(&self, req: ClaimRequest) -> Result<Vec<ClaimedJob>> {
 ///         self.claims.fetch_add(1, Ordering::Relaxed);
-///         self.inner.claim(req).await
+///         self.inner.claim_unchecked(req).await
 ///     }
 /// }
 ///
@@ -52,103 +54,108 @@ macro_rules! delegate {
     (@Enqueue $ty:ty, $f:tt) => {
         #[$crate::async_trait]
         impl $crate::Enqueue for $ty {
-            async fn enqueue(&self, jobs: Vec<$crate::NewJob>) -> $crate::Result<Vec<$crate::Enqueued>> {
+            async fn enqueue_unchecked(&self, jobs: Vec<$crate::NewJob>) -> $crate::Result<Vec<$crate::Enqueued>> {
                 #[allow(unused_imports)]
                 use $crate::Enqueue as _;
-                self.$f.enqueue(jobs).await
+                self.$f.enqueue_unchecked(jobs).await
+            }
+            fn limits(&self) -> $crate::Limits {
+                #[allow(unused_imports)]
+                use $crate::Enqueue as _;
+                self.$f.limits()
             }
         }
     };
     (@Claim $ty:ty, $f:tt) => {
         #[$crate::async_trait]
         impl $crate::Claim for $ty {
-            async fn claim(&self, req: $crate::ClaimRequest) -> $crate::Result<Vec<$crate::ClaimedJob>> {
+            async fn claim_unchecked(&self, req: $crate::ClaimRequest) -> $crate::Result<Vec<$crate::ClaimedJob>> {
                 #[allow(unused_imports)]
                 use $crate::Claim as _;
-                self.$f.claim(req).await
+                self.$f.claim_unchecked(req).await
             }
         }
     };
     (@Complete $ty:ty, $f:tt) => {
         #[$crate::async_trait]
         impl $crate::Complete for $ty {
-            async fn settle_many(
+            async fn settle_many_unchecked(
                 &self,
                 settles: Vec<$crate::Settle>,
             ) -> $crate::Result<Vec<$crate::Result<$crate::Settled>>> {
                 #[allow(unused_imports)]
                 use $crate::Complete as _;
-                self.$f.settle_many(settles).await
+                self.$f.settle_many_unchecked(settles).await
             }
             fn preferred_settle_batch(&self) -> usize {
                 #[allow(unused_imports)]
                 use $crate::Complete as _;
                 self.$f.preferred_settle_batch()
             }
-            async fn heartbeat(
+            async fn heartbeat_unchecked(
                 &self,
                 lease: &$crate::Lease,
                 extend: ::std::time::Duration,
             ) -> $crate::Result<$crate::__private::DateTime<$crate::__private::Utc>> {
                 #[allow(unused_imports)]
                 use $crate::Complete as _;
-                self.$f.heartbeat(lease, extend).await
+                self.$f.heartbeat_unchecked(lease, extend).await
             }
         }
     };
     (@OrderBarrier $ty:ty, $f:tt) => {
         #[$crate::async_trait]
         impl $crate::OrderBarrier for $ty {
-            async fn open_batch(
+            async fn open_batch_unchecked(
                 &self,
                 queue: &str,
                 on_failure: $crate::OnFailure,
             ) -> $crate::Result<$crate::Batch> {
                 #[allow(unused_imports)]
                 use $crate::OrderBarrier as _;
-                self.$f.open_batch(queue, on_failure).await
+                self.$f.open_batch_unchecked(queue, on_failure).await
             }
-            async fn seal(&self, batch: &$crate::Batch) -> $crate::Result<()> {
+            async fn seal_unchecked(&self, batch: &$crate::Batch) -> $crate::Result<()> {
                 #[allow(unused_imports)]
                 use $crate::OrderBarrier as _;
-                self.$f.seal(batch).await
+                self.$f.seal_unchecked(batch).await
             }
-            async fn batch_progress(&self, batch: &$crate::Batch) -> $crate::Result<$crate::BatchProgress> {
+            async fn batch_progress_unchecked(&self, batch: &$crate::Batch) -> $crate::Result<$crate::BatchProgress> {
                 #[allow(unused_imports)]
                 use $crate::OrderBarrier as _;
-                self.$f.batch_progress(batch).await
+                self.$f.batch_progress_unchecked(batch).await
             }
-            async fn reached(&self, batch: &$crate::Batch, target: $crate::WaitFor) -> $crate::Result<bool> {
+            async fn reached_unchecked(&self, batch: &$crate::Batch, target: $crate::WaitFor) -> $crate::Result<bool> {
                 #[allow(unused_imports)]
                 use $crate::OrderBarrier as _;
-                self.$f.reached(batch, target).await
+                self.$f.reached_unchecked(batch, target).await
             }
         }
     };
     (@Inspect $ty:ty, $f:tt) => {
         #[$crate::async_trait]
         impl $crate::Inspect for $ty {
-            async fn queue_stats(&self, queue: &str) -> $crate::Result<$crate::QueueStats> {
+            async fn queue_stats_unchecked(&self, queue: &str) -> $crate::Result<$crate::QueueStats> {
                 #[allow(unused_imports)]
                 use $crate::Inspect as _;
-                self.$f.queue_stats(queue).await
+                self.$f.queue_stats_unchecked(queue).await
             }
-            async fn job(&self, queue: &str, id: $crate::JobId) -> $crate::Result<$crate::JobInfo> {
+            async fn job_unchecked(&self, queue: &str, id: $crate::JobId) -> $crate::Result<$crate::JobInfo> {
                 #[allow(unused_imports)]
                 use $crate::Inspect as _;
-                self.$f.job(queue, id).await
+                self.$f.job_unchecked(queue, id).await
             }
-            async fn running(&self, queue: &str) -> $crate::Result<Vec<$crate::RunningJob>> {
+            async fn running_unchecked(&self, queue: &str) -> $crate::Result<Vec<$crate::RunningJob>> {
                 #[allow(unused_imports)]
                 use $crate::Inspect as _;
-                self.$f.running(queue).await
+                self.$f.running_unchecked(queue).await
             }
-            async fn batches(&self, queue: &str, limit: u32) -> $crate::Result<Vec<$crate::BatchProgress>> {
+            async fn batches_unchecked(&self, queue: &str, limit: u32) -> $crate::Result<Vec<$crate::BatchProgress>> {
                 #[allow(unused_imports)]
                 use $crate::Inspect as _;
-                self.$f.batches(queue, limit).await
+                self.$f.batches_unchecked(queue, limit).await
             }
-            async fn batch_jobs(
+            async fn batch_jobs_unchecked(
                 &self,
                 batch: &$crate::Batch,
                 after: Option<$crate::JobId>,
@@ -156,12 +163,12 @@ macro_rules! delegate {
             ) -> $crate::Result<Vec<$crate::JobId>> {
                 #[allow(unused_imports)]
                 use $crate::Inspect as _;
-                self.$f.batch_jobs(batch, after, limit).await
+                self.$f.batch_jobs_unchecked(batch, after, limit).await
             }
-            async fn dead_jobs(&self, queue: &str, limit: u32) -> $crate::Result<Vec<$crate::JobInfo>> {
+            async fn dead_jobs_unchecked(&self, queue: &str, limit: u32) -> $crate::Result<Vec<$crate::JobInfo>> {
                 #[allow(unused_imports)]
                 use $crate::Inspect as _;
-                self.$f.dead_jobs(queue, limit).await
+                self.$f.dead_jobs_unchecked(queue, limit).await
             }
             async fn queues(&self) -> $crate::Result<Vec<String>> {
                 #[allow(unused_imports)]
@@ -173,53 +180,43 @@ macro_rules! delegate {
     (@Admin $ty:ty, $f:tt) => {
         #[$crate::async_trait]
         impl $crate::Admin for $ty {
-            async fn pause(&self, queue: &str) -> $crate::Result<()> {
+            async fn update_queue_unchecked(&self, queue: &str, update: $crate::QueueUpdate) -> $crate::Result<()> {
                 #[allow(unused_imports)]
                 use $crate::Admin as _;
-                self.$f.pause(queue).await
+                self.$f.update_queue_unchecked(queue, update).await
             }
-            async fn resume(&self, queue: &str) -> $crate::Result<()> {
+            async fn cancel_job_unchecked(&self, queue: &str, id: $crate::JobId) -> $crate::Result<bool> {
                 #[allow(unused_imports)]
                 use $crate::Admin as _;
-                self.$f.resume(queue).await
+                self.$f.cancel_job_unchecked(queue, id).await
             }
-            async fn set_max_running(&self, queue: &str, max_running: Option<u32>) -> $crate::Result<()> {
+            async fn cancel_batch_unchecked(&self, batch: &$crate::Batch) -> $crate::Result<u64> {
                 #[allow(unused_imports)]
                 use $crate::Admin as _;
-                self.$f.set_max_running(queue, max_running).await
+                self.$f.cancel_batch_unchecked(batch).await
             }
-            async fn cancel_job(&self, queue: &str, id: $crate::JobId) -> $crate::Result<bool> {
+            async fn retry_dead_unchecked(&self, queue: &str, ids: Option<&[$crate::JobId]>) -> $crate::Result<u64> {
                 #[allow(unused_imports)]
                 use $crate::Admin as _;
-                self.$f.cancel_job(queue, id).await
+                self.$f.retry_dead_unchecked(queue, ids).await
             }
-            async fn cancel_batch(&self, batch: &$crate::Batch) -> $crate::Result<u64> {
-                #[allow(unused_imports)]
-                use $crate::Admin as _;
-                self.$f.cancel_batch(batch).await
-            }
-            async fn retry_dead(&self, queue: &str, ids: Option<&[$crate::JobId]>) -> $crate::Result<u64> {
-                #[allow(unused_imports)]
-                use $crate::Admin as _;
-                self.$f.retry_dead(queue, ids).await
-            }
-            async fn maintain(
+            async fn maintain_unchecked(
                 &self,
                 queue: &str,
                 retention: ::std::time::Duration,
             ) -> $crate::Result<$crate::Maintenance> {
                 #[allow(unused_imports)]
                 use $crate::Admin as _;
-                self.$f.maintain(queue, retention).await
+                self.$f.maintain_unchecked(queue, retention).await
             }
-            async fn try_maintain(
+            async fn try_maintain_unchecked(
                 &self,
                 queue: &str,
                 retention: ::std::time::Duration,
             ) -> $crate::Result<Option<$crate::Maintenance>> {
                 #[allow(unused_imports)]
                 use $crate::Admin as _;
-                self.$f.try_maintain(queue, retention).await
+                self.$f.try_maintain_unchecked(queue, retention).await
             }
         }
     };
@@ -240,18 +237,21 @@ mod tests {
 
     #[async_trait]
     impl Complete for Seven {
-        async fn settle_many(&self, settles: Vec<Settle>) -> Result<Vec<Result<Settled>>> {
-            self.0.settle_many(settles).await
+        async fn settle_many_unchecked(
+            &self,
+            settles: Vec<Settle>,
+        ) -> Result<Vec<Result<Settled>>> {
+            self.0.settle_many_unchecked(settles).await
         }
         fn preferred_settle_batch(&self) -> usize {
             7
         }
-        async fn heartbeat(
+        async fn heartbeat_unchecked(
             &self,
             lease: &Lease,
             extend: Duration,
         ) -> Result<chrono::DateTime<chrono::Utc>> {
-            self.0.heartbeat(lease, extend).await
+            self.0.heartbeat_unchecked(lease, extend).await
         }
     }
 
@@ -274,5 +274,44 @@ mod tests {
             .id;
         assert_eq!(b.job("q", id).await.unwrap().state, crate::JobState::Ready);
         assert_eq!(b.queues().await.unwrap(), ["q"]);
+    }
+
+    /// Counts the enqueues that reach it.
+    struct Counting {
+        inner: MemoryBackend,
+        calls: std::sync::atomic::AtomicU32,
+    }
+
+    crate::delegate!(Counting, inner => Events, Claim, Complete, OrderBarrier, Inspect, Admin);
+
+    #[async_trait]
+    impl crate::Enqueue for Counting {
+        async fn enqueue_unchecked(
+            &self,
+            jobs: Vec<crate::NewJob>,
+        ) -> Result<Vec<crate::Enqueued>> {
+            self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.inner.enqueue_unchecked(jobs).await
+        }
+    }
+
+    #[tokio::test]
+    async fn bad_input_is_refused_before_the_backend_and_good_input_reaches_it_once() {
+        let counting = Arc::new(Counting {
+            inner: MemoryBackend::new(),
+            calls: std::sync::atomic::AtomicU32::new(0),
+        });
+        let outer = Outer {
+            inner: counting.clone(),
+        };
+        let b: &dyn Backend = &outer;
+        let bad = b.enqueue(vec![crate::NewJob::new("a queue", vec![])]).await;
+        assert_eq!(bad.unwrap_err().invalid_field(), Some("queue"));
+        let calls = || counting.calls.load(std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(calls(), 0, "bad input reached the backend");
+        b.enqueue(vec![crate::NewJob::new("q", vec![])])
+            .await
+            .unwrap();
+        assert_eq!(calls(), 1);
     }
 }

@@ -12,11 +12,14 @@
 //!   `Arc<dyn Backend>` works. Each method documents its `# Behavior`, citing the rules
 //!   of the contract (`docs/SPEC.md` in the repository) that the conformance suite
 //!   (`relayq-conformance`) tests.
-//! - **Validation** ([`validate`]) happens here, once, for every backend.
+//! - **Validation** ([`validate`]) happens here, once, for every backend: each trait's
+//!   public methods check their input and call the backend's `*_unchecked` methods.
+//! - **[`Driver`]**: what a backend crate tells the rest of relayq about itself (its
+//!   URL schemes, how to open it, its test server); `relayq::connect` reads them.
 //! - **For adapters**: [`retry::retry_transient`] runs a transaction again after the
 //!   server aborted it to resolve a race (a deadlock victim). Methods with a default
 //!   body work as they are; a server backend should still override
-//!   [`OrderBarrier::reached`] with one index look-up, since `wait` asks it at every
+//!   [`OrderBarrier::reached_unchecked`] with one index look-up, since `wait` asks it at every
 //!   check and the default counts the whole batch.
 //! - **[`memory::MemoryBackend`]**: the reference model, every rule of the SPEC.
 //! - **[`worker::Worker`]**: claims into free slots, heartbeats, settles in batches,
@@ -58,6 +61,7 @@ mod barrier;
 mod batch;
 mod delegate;
 mod drained;
+pub mod driver;
 mod error;
 mod events;
 pub mod ext;
@@ -66,10 +70,12 @@ mod job;
 mod lease;
 pub mod listing;
 pub mod memory;
+mod queue;
 pub mod retry;
 pub mod settle;
 pub mod traced;
 mod traits;
+pub mod url_options;
 pub mod validate;
 pub mod worker;
 
@@ -78,7 +84,8 @@ pub use async_trait::async_trait;
 pub use barrier::{POLL_INTERVAL, wait_polling};
 pub use batch::{Batch, BatchId, BatchProgress, OnFailure, StageProgress, WaitFor};
 pub use drained::wait_drained;
-pub use error::{Error, ErrorKind, Result};
+pub use driver::{Driver, Migrate, TestServer};
+pub use error::{Error, ErrorKind, Result, SchemaState};
 pub use events::{Event, EventBus, EventKind};
 pub use ext::{CompleteExt, EnqueueExt, OrderBarrierExt};
 pub use inspect::{
@@ -86,6 +93,7 @@ pub use inspect::{
 };
 pub use job::{DEFAULT_MAX_ATTEMPTS, Enqueued, JobId, JobState, NewJob, RunAt};
 pub use lease::{ClaimRequest, ClaimedJob, Lease, LeaseToken};
+pub use queue::QueueUpdate;
 pub use settle::{DEFAULT_SETTLE_BATCH, Outcome, Retry, Settle, Settled};
 pub use traced::Traced;
 pub use traits::{Admin, Backend, Claim, Complete, Enqueue, Events, Inspect, OrderBarrier};

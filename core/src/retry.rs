@@ -18,7 +18,9 @@ pub const TRANSIENT_RETRIES: usize = 5;
 /// # Behavior
 /// - Success, or an error `transient` rejects, is returned at once, without another
 ///   try.
-/// - After [`TRANSIENT_RETRIES`] failed retries the last error is returned.
+/// - After [`TRANSIENT_RETRIES`] failed retries the last error is returned as
+///   [`ErrorKind::Persistent`](crate::ErrorKind::Persistent): callers do not retry it
+///   again.
 ///
 /// # Errors
 /// The error of the last try.
@@ -39,6 +41,9 @@ where
         tracing::debug!(?pause, error = %e, "transaction aborted by the server; running it again");
     })
     .await
+    // Retried as often as the policy allows: say so, or the worker's own retries of a
+    // transient error would run the whole series again for each of theirs.
+    .map_err(|e| if transient(&e) { e.retries_spent() } else { e })
 }
 
 #[cfg(test)]
@@ -88,5 +93,14 @@ mod tests {
         let (result, calls) = run(usize::MAX, || Error::backend("deadlock")).await;
         assert!(matches!(result, Err(Error::Backend { .. })));
         assert_eq!(calls, 1 + TRANSIENT_RETRIES);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_transient_error_that_outlasts_the_retries_is_persistent() {
+        let (result, calls) = run(usize::MAX, || Error::transient("deadlock")).await;
+        assert_eq!(calls, 1 + TRANSIENT_RETRIES);
+        let e = result.unwrap_err();
+        assert_eq!(e.kind(), crate::ErrorKind::Persistent);
+        assert!(!e.is_transient(), "the worker would retry it again: {e}");
     }
 }

@@ -20,8 +20,8 @@ use chrono::{DateTime, Utc};
 use tracing::{Instrument, field::Empty};
 
 use crate::{
-    Backend, Claim, ClaimRequest, ClaimedJob, Complete, Enqueue, Enqueued, Lease, NewJob, Result,
-    Settle, Settled, async_trait,
+    Backend, Claim, ClaimRequest, ClaimedJob, Complete, Enqueue, Enqueued, Lease, Limits, NewJob,
+    Result, Settle, Settled, async_trait,
 };
 
 /// A backend whose calls run in spans (see the [module](self)).
@@ -39,23 +39,34 @@ impl Traced {
 
 crate::delegate!(Traced, inner => Events, OrderBarrier, Inspect, Admin);
 
+// Input is checked by the public methods before these run, so a rejected call opens no
+// span.
+
 #[async_trait]
 impl Enqueue for Traced {
-    async fn enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
+    async fn enqueue_unchecked(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
         let queue = jobs.first().map_or("", |j| j.queue.as_str()).to_owned();
         let span =
             tracing::info_span!("relayq.enqueue", queue, jobs = jobs.len(), first_id = Empty);
-        let out = self.inner.enqueue(jobs).instrument(span.clone()).await;
+        let out = self
+            .inner
+            .enqueue_unchecked(jobs)
+            .instrument(span.clone())
+            .await;
         if let Some(first) = out.as_ref().ok().and_then(|ids| ids.first()) {
             span.record("first_id", first.id.0);
         }
         out
     }
+
+    fn limits(&self) -> Limits {
+        self.inner.limits()
+    }
 }
 
 #[async_trait]
 impl Claim for Traced {
-    async fn claim(&self, req: ClaimRequest) -> Result<Vec<ClaimedJob>> {
+    async fn claim_unchecked(&self, req: ClaimRequest) -> Result<Vec<ClaimedJob>> {
         let span = tracing::info_span!(
             "relayq.claim",
             queue = %req.queue,
@@ -63,7 +74,11 @@ impl Claim for Traced {
             limit = req.limit,
             claimed = Empty
         );
-        let out = self.inner.claim(req).instrument(span.clone()).await;
+        let out = self
+            .inner
+            .claim_unchecked(req)
+            .instrument(span.clone())
+            .await;
         if let Ok(jobs) = &out {
             span.record("claimed", jobs.len());
         }
@@ -73,7 +88,7 @@ impl Claim for Traced {
 
 #[async_trait]
 impl Complete for Traced {
-    async fn settle_many(&self, settles: Vec<Settle>) -> Result<Vec<Result<Settled>>> {
+    async fn settle_many_unchecked(&self, settles: Vec<Settle>) -> Result<Vec<Result<Settled>>> {
         let first = settles.first().map(|s| &s.lease);
         let span = tracing::info_span!(
             "relayq.settle",
@@ -82,20 +97,26 @@ impl Complete for Traced {
             first_id = first.map(|l| l.job.0),
             attempt = first.map(|l| l.attempt),
         );
-        self.inner.settle_many(settles).instrument(span).await
+        self.inner
+            .settle_many_unchecked(settles)
+            .instrument(span)
+            .await
     }
 
     fn preferred_settle_batch(&self) -> usize {
         self.inner.preferred_settle_batch()
     }
 
-    async fn heartbeat(&self, lease: &Lease, extend: Duration) -> Result<DateTime<Utc>> {
+    async fn heartbeat_unchecked(&self, lease: &Lease, extend: Duration) -> Result<DateTime<Utc>> {
         let span = tracing::debug_span!(
             "relayq.heartbeat",
             queue = %lease.queue,
             id = lease.job.0,
             attempt = lease.attempt
         );
-        self.inner.heartbeat(lease, extend).instrument(span).await
+        self.inner
+            .heartbeat_unchecked(lease, extend)
+            .instrument(span)
+            .await
     }
 }

@@ -1,5 +1,14 @@
 //! The backend traits: one per concern, object-safe, summed up by [`Backend`].
 //! Conveniences built on them, which no backend overrides, are in [`crate::ext`].
+//!
+//! Validation is done here, once: each public method (`enqueue`, `claim`, ...) checks
+//! its input with [`crate::validate`] and then calls the backend's required
+//! `*_unchecked` method, as `object_store`'s `put` calls `put_opts`. A backend implements
+//! only the `*_unchecked` methods and never overrides the public ones, so bad input is
+//! rejected the same way everywhere, before any I/O, and a new operation cannot forget
+//! to check. Callers use the public methods; a wrapper (see
+//! [`delegate!`](crate::delegate)) passes the `*_unchecked` calls on, so input is
+//! checked once however many wrappers there are.
 
 use std::time::Duration;
 
@@ -8,9 +17,9 @@ use chrono::{DateTime, Utc};
 use tokio::sync::broadcast;
 
 use crate::{
-    Batch, BatchProgress, ClaimRequest, ClaimedJob, Enqueued, Event, JobId, JobInfo, Lease,
-    Maintenance, NewJob, OnFailure, QueueStats, Result, RunningJob, Settle, Settled, WaitFor,
-    settle::DEFAULT_SETTLE_BATCH,
+    Batch, BatchProgress, ClaimRequest, ClaimedJob, Enqueued, Event, JobId, JobInfo, Lease, Limits,
+    Maintenance, NewJob, OnFailure, QueueStats, QueueUpdate, Result, RunningJob, Settle, Settled,
+    WaitFor, settle::DEFAULT_SETTLE_BATCH, validate,
 };
 
 /// Wake-up hints from the backend (SPEC W2, B5).
@@ -53,7 +62,21 @@ pub trait Enqueue: Send + Sync {
     ///   [`Error::StageClosed`], and nothing of the call is stored (SPEC B3).
     /// - Names, keys and payloads are bound as parameters, never spliced into SQL or
     ///   scripts: hostile text is stored verbatim (SPEC X2).
-    async fn enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>>;
+    async fn enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
+        validate::new_jobs(&jobs, &self.limits())?;
+        self.enqueue_unchecked(jobs)
+            .await
+            .map_err(|e| e.during("enqueue"))
+    }
+
+    /// [`enqueue`](Self::enqueue) after validation: `jobs` passed
+    /// [`validate::new_jobs`] with [`limits`](Self::limits).
+    async fn enqueue_unchecked(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>>;
+
+    /// The limits [`enqueue`](Self::enqueue) checks jobs against (the payload's size).
+    fn limits(&self) -> Limits {
+        Limits::default()
+    }
 }
 
 /// Taking jobs to run (SPEC C).
@@ -79,7 +102,15 @@ pub trait Claim: Events {
     ///   nothing (SPEC C6).
     /// - Respects groups (SPEC G1–G4) and stages (SPEC B2): jobs that must wait are
     ///   skipped and the limit is filled from other eligible jobs.
-    async fn claim(&self, req: ClaimRequest) -> Result<Vec<ClaimedJob>>;
+    async fn claim(&self, req: ClaimRequest) -> Result<Vec<ClaimedJob>> {
+        validate::claim(&req)?;
+        self.claim_unchecked(req)
+            .await
+            .map_err(|e| e.during("claim"))
+    }
+
+    /// [`claim`](Self::claim) after validation: `req` passed [`validate::claim`].
+    async fn claim_unchecked(&self, req: ClaimRequest) -> Result<Vec<ClaimedJob>>;
 }
 
 /// Settling leases (SPEC L).
@@ -98,7 +129,16 @@ pub trait Complete: Send + Sync {
     ///   and, when it was the last unfinished job of its stage, the next stage of its
     ///   batch (SPEC B2); a dead job in a `Halt` batch cancels later stages (SPEC B6).
     /// - Every settled attempt is closed in the execution log (SPEC L5).
-    async fn settle_many(&self, settles: Vec<Settle>) -> Result<Vec<Result<Settled>>>;
+    async fn settle_many(&self, mut settles: Vec<Settle>) -> Result<Vec<Result<Settled>>> {
+        validate::settles(&mut settles)?;
+        self.settle_many_unchecked(settles)
+            .await
+            .map_err(|e| e.during("settle_many"))
+    }
+
+    /// [`settle_many`](Self::settle_many) after validation: `settles` passed
+    /// [`validate::settles`], which also cleaned their error texts.
+    async fn settle_many_unchecked(&self, settles: Vec<Settle>) -> Result<Vec<Result<Settled>>>;
 
     /// How many outcomes a [`Worker`](crate::worker::Worker) gathers into one
     /// [`settle_many`](Self::settle_many) call when its
@@ -123,7 +163,16 @@ pub trait Complete: Send + Sync {
     ///   expiry (SPEC L3).
     /// - Otherwise [`Error::StaleLease`] and nothing changes (SPEC L3).
     /// - `extend` of zero or over 7 days is [`Error::InvalidInput`] on `extend`.
-    async fn heartbeat(&self, lease: &Lease, extend: Duration) -> Result<DateTime<Utc>>;
+    async fn heartbeat(&self, lease: &Lease, extend: Duration) -> Result<DateTime<Utc>> {
+        validate::queue_name(&lease.queue)?;
+        validate::lease_length("extend", extend)?;
+        self.heartbeat_unchecked(lease, extend)
+            .await
+            .map_err(|e| e.during("heartbeat"))
+    }
+
+    /// [`heartbeat`](Self::heartbeat) after validation of the queue and `extend`.
+    async fn heartbeat_unchecked(&self, lease: &Lease, extend: Duration) -> Result<DateTime<Utc>>;
 }
 
 /// Batches and ordered stages: the order barrier (SPEC B).
@@ -134,29 +183,50 @@ pub trait OrderBarrier: Events {
     /// # Behavior
     /// - Returns a new batch, unsealed, with no jobs (SPEC B1).
     /// - A bad queue name is [`Error::InvalidInput`] on `queue`.
-    async fn open_batch(&self, queue: &str, on_failure: OnFailure) -> Result<Batch>;
+    async fn open_batch(&self, queue: &str, on_failure: OnFailure) -> Result<Batch> {
+        validate::queue_name(queue)?;
+        self.open_batch_unchecked(queue, on_failure)
+            .await
+            .map_err(|e| e.during("open_batch"))
+    }
+
+    /// [`open_batch`](Self::open_batch) after validation of `queue`.
+    async fn open_batch_unchecked(&self, queue: &str, on_failure: OnFailure) -> Result<Batch>;
 
     /// Seals the batch: no more jobs (SPEC B4).
     ///
     /// # Behavior
     /// - Later enqueues into it are [`Error::InvalidInput`] on `batch` (SPEC B3).
     /// - Sealing twice is fine; an unknown batch is [`Error::NotFound`].
-    async fn seal(&self, batch: &Batch) -> Result<()>;
+    async fn seal(&self, batch: &Batch) -> Result<()> {
+        validate::queue_name(&batch.queue)?;
+        self.seal_unchecked(batch)
+            .await
+            .map_err(|e| e.during("seal"))
+    }
+
+    /// [`seal`](Self::seal) after validation of the batch's queue.
+    async fn seal_unchecked(&self, batch: &Batch) -> Result<()>;
 
     /// The batch's progress: counts per stage, sealed, failed (SPEC B5, M1).
     ///
     /// # Behavior
     /// - Counts every job of the batch exactly once, by stage and state (SPEC B5).
     /// - An unknown batch is [`Error::NotFound`].
-    async fn batch_progress(&self, batch: &Batch) -> Result<BatchProgress>;
+    async fn batch_progress(&self, batch: &Batch) -> Result<BatchProgress> {
+        validate::queue_name(&batch.queue)?;
+        self.batch_progress_unchecked(batch)
+            .await
+            .map_err(|e| e.during("batch_progress"))
+    }
+
+    /// [`batch_progress`](Self::batch_progress) after validation of the batch's queue.
+    async fn batch_progress_unchecked(&self, batch: &Batch) -> Result<BatchProgress>;
 
     /// Whether `target` is reached, without counting the batch's jobs (SPEC B5).
     ///
-    /// [`wait`](Self::wait) asks this at every check and reads the counts once, at the
-    /// end. The server backends answer it from their index of unfinished jobs by
-    /// stage, so a check costs the same for a batch of ten jobs or a million; the
-    /// default (the in-memory backend's) reads the whole
-    /// [`batch_progress`](Self::batch_progress).
+    /// [`wait`](crate::OrderBarrierExt::wait) asks this at every check and reads the
+    /// counts once, at the end.
     ///
     /// # Behavior
     /// - A stage is reached when no job of it or of any stage below it is unfinished
@@ -168,7 +238,20 @@ pub trait OrderBarrier: Events {
     ///   moment.
     /// - An unknown batch, or one of another queue, is [`Error::NotFound`].
     async fn reached(&self, batch: &Batch, target: WaitFor) -> Result<bool> {
-        Ok(self.batch_progress(batch).await?.reached(target))
+        validate::queue_name(&batch.queue)?;
+        self.reached_unchecked(batch, target)
+            .await
+            .map_err(|e| e.during("reached"))
+    }
+
+    /// [`reached`](Self::reached) after validation of the batch's queue.
+    ///
+    /// The server backends answer it from their index of unfinished jobs by stage, so
+    /// a check costs the same for a batch of ten jobs or a million; the default (the
+    /// in-memory backend's) reads the whole
+    /// [`batch_progress`](Self::batch_progress_unchecked).
+    async fn reached_unchecked(&self, batch: &Batch, target: WaitFor) -> Result<bool> {
+        Ok(self.batch_progress_unchecked(batch).await?.reached(target))
     }
 }
 
@@ -180,17 +263,41 @@ pub trait Inspect: Send + Sync {
     /// # Behavior
     /// - Every stored job of the queue is counted once, in its current state (SPEC M1).
     /// - A queue never used has all counts zero.
-    async fn queue_stats(&self, queue: &str) -> Result<QueueStats>;
+    async fn queue_stats(&self, queue: &str) -> Result<QueueStats> {
+        validate::queue_name(queue)?;
+        self.queue_stats_unchecked(queue)
+            .await
+            .map_err(|e| e.during("queue_stats"))
+    }
+
+    /// [`queue_stats`](Self::queue_stats) after validation of `queue`.
+    async fn queue_stats_unchecked(&self, queue: &str) -> Result<QueueStats>;
 
     /// One job with its attempt log (SPEC L5, M1).
     ///
     /// # Behavior
     /// - Every attempt is listed with worker, start, end, outcome and error (SPEC L5).
     /// - An unknown id, or one of another queue, is [`Error::NotFound`].
-    async fn job(&self, queue: &str, id: JobId) -> Result<JobInfo>;
+    async fn job(&self, queue: &str, id: JobId) -> Result<JobInfo> {
+        validate::queue_name(queue)?;
+        self.job_unchecked(queue, id)
+            .await
+            .map_err(|e| e.during("job"))
+    }
+
+    /// [`job`](Self::job) after validation of `queue`.
+    async fn job_unchecked(&self, queue: &str, id: JobId) -> Result<JobInfo>;
 
     /// What runs now in `queue`: job, worker, attempt, since when (SPEC L5).
-    async fn running(&self, queue: &str) -> Result<Vec<RunningJob>>;
+    async fn running(&self, queue: &str) -> Result<Vec<RunningJob>> {
+        validate::queue_name(queue)?;
+        self.running_unchecked(queue)
+            .await
+            .map_err(|e| e.during("running"))
+    }
+
+    /// [`running`](Self::running) after validation of `queue`.
+    async fn running_unchecked(&self, queue: &str) -> Result<Vec<RunningJob>>;
 
     /// The progress of up to `limit` batches of `queue`, newest first (SPEC M1).
     ///
@@ -198,7 +305,16 @@ pub trait Inspect: Send + Sync {
     /// - Each entry equals what [`OrderBarrier::batch_progress`] reports for that batch
     ///   (SPEC M1, B5).
     /// - `limit` outside 1..=1000 is [`Error::InvalidInput`] on `limit`.
-    async fn batches(&self, queue: &str, limit: u32) -> Result<Vec<BatchProgress>>;
+    async fn batches(&self, queue: &str, limit: u32) -> Result<Vec<BatchProgress>> {
+        validate::queue_name(queue)?;
+        validate::list_limit(limit)?;
+        self.batches_unchecked(queue, limit)
+            .await
+            .map_err(|e| e.during("batches"))
+    }
+
+    /// [`batches`](Self::batches) after validation of `queue` and `limit`.
+    async fn batches_unchecked(&self, queue: &str, limit: u32) -> Result<Vec<BatchProgress>>;
 
     /// The ids of `batch`'s jobs above `after` (all when `None`), in id order, at most
     /// `limit` (SPEC M5): a batch's jobs page by page, for tools that show what each
@@ -215,10 +331,37 @@ pub trait Inspect: Send + Sync {
         batch: &Batch,
         after: Option<JobId>,
         limit: u32,
+    ) -> Result<Vec<JobId>> {
+        validate::queue_name(&batch.queue)?;
+        validate::list_limit(limit)?;
+        self.batch_jobs_unchecked(batch, after, limit)
+            .await
+            .map_err(|e| e.during("batch_jobs"))
+    }
+
+    /// [`batch_jobs`](Self::batch_jobs) after validation of the batch's queue and
+    /// `limit`.
+    async fn batch_jobs_unchecked(
+        &self,
+        batch: &Batch,
+        after: Option<JobId>,
+        limit: u32,
     ) -> Result<Vec<JobId>>;
 
     /// Up to `limit` dead jobs of `queue`, in enqueue (id) order (SPEC M2).
-    async fn dead_jobs(&self, queue: &str, limit: u32) -> Result<Vec<JobInfo>>;
+    ///
+    /// # Behavior
+    /// - `limit` outside 1..=1000 is [`Error::InvalidInput`] on `limit`.
+    async fn dead_jobs(&self, queue: &str, limit: u32) -> Result<Vec<JobInfo>> {
+        validate::queue_name(queue)?;
+        validate::list_limit(limit)?;
+        self.dead_jobs_unchecked(queue, limit)
+            .await
+            .map_err(|e| e.during("dead_jobs"))
+    }
+
+    /// [`dead_jobs`](Self::dead_jobs) after validation of `queue` and `limit`.
+    async fn dead_jobs_unchecked(&self, queue: &str, limit: u32) -> Result<Vec<JobInfo>>;
 
     /// The names of the queues in use, sorted (SPEC M4): for tools that show every
     /// queue, or look for a job by id alone.
@@ -234,19 +377,50 @@ pub trait Inspect: Send + Sync {
 /// Operating queues (SPEC C6, B7, M2, M3).
 #[async_trait]
 pub trait Admin: Send + Sync {
+    /// Changes the settings of `queue` that `update` names, leaving the others as they
+    /// are; the queue is in use from then on (SPEC C6, M4).
+    ///
+    /// # Behavior
+    /// - A paused queue's claims return nothing until it is resumed (SPEC C6).
+    /// - The number of running jobs of the queue never exceeds its `max_running`,
+    ///   across all workers (SPEC C6).
+    /// - A `max_running` of zero is [`Error::InvalidInput`] on `max_running`: pause
+    ///   instead. A bad queue name is [`Error::InvalidInput`] on `queue`. Nothing is
+    ///   stored then.
+    /// - Resuming or raising the limit wakes the queue's workers (SPEC W2).
+    async fn update_queue(&self, queue: &str, update: QueueUpdate) -> Result<()> {
+        validate::queue_name(queue)?;
+        if let Some(max) = update.max_running {
+            validate::max_running(max)?;
+        }
+        self.update_queue_unchecked(queue, update)
+            .await
+            .map_err(|e| e.during("update_queue"))
+    }
+
+    /// [`update_queue`](Self::update_queue) after validation.
+    async fn update_queue_unchecked(&self, queue: &str, update: QueueUpdate) -> Result<()>;
+
     /// Stops claims of `queue` until [`resume`](Self::resume) (SPEC C6).
-    async fn pause(&self, queue: &str) -> Result<()>;
+    async fn pause(&self, queue: &str) -> Result<()> {
+        self.update_queue(queue, QueueUpdate::default().paused(true))
+            .await
+    }
 
     /// Lets claims of `queue` go on (SPEC C6).
-    async fn resume(&self, queue: &str) -> Result<()>;
+    async fn resume(&self, queue: &str) -> Result<()> {
+        self.update_queue(queue, QueueUpdate::default().paused(false))
+            .await
+    }
 
     /// Sets (or with `None` lifts) the limit of running jobs of `queue` (SPEC C6).
     ///
     /// # Behavior
-    /// - The number of running jobs of the queue never exceeds it, across all workers
-    ///   (SPEC C6).
-    /// - Zero is [`Error::InvalidInput`] on `max_running`: use [`pause`](Self::pause).
-    async fn set_max_running(&self, queue: &str, max_running: Option<u32>) -> Result<()>;
+    /// - As [`update_queue`](Self::update_queue) with only `max_running`.
+    async fn set_max_running(&self, queue: &str, max_running: Option<u32>) -> Result<()> {
+        self.update_queue(queue, QueueUpdate::default().max_running(max_running))
+            .await
+    }
 
     /// Cancels one job (SPEC B7).
     ///
@@ -257,11 +431,27 @@ pub trait Admin: Send + Sync {
     /// - Returns false when the job was already finished; an unknown job is
     ///   [`Error::NotFound`].
     /// - Cancelling releases what waited for the job, as finishing does (SPEC G2, B2).
-    async fn cancel_job(&self, queue: &str, id: JobId) -> Result<bool>;
+    async fn cancel_job(&self, queue: &str, id: JobId) -> Result<bool> {
+        validate::queue_name(queue)?;
+        self.cancel_job_unchecked(queue, id)
+            .await
+            .map_err(|e| e.during("cancel_job"))
+    }
+
+    /// [`cancel_job`](Self::cancel_job) after validation of `queue`.
+    async fn cancel_job_unchecked(&self, queue: &str, id: JobId) -> Result<bool>;
 
     /// Cancels every unfinished job of the batch and seals it (SPEC B7); returns how many
     /// jobs were cancelled.
-    async fn cancel_batch(&self, batch: &Batch) -> Result<u64>;
+    async fn cancel_batch(&self, batch: &Batch) -> Result<u64> {
+        validate::queue_name(&batch.queue)?;
+        self.cancel_batch_unchecked(batch)
+            .await
+            .map_err(|e| e.during("cancel_batch"))
+    }
+
+    /// [`cancel_batch`](Self::cancel_batch) after validation of the batch's queue.
+    async fn cancel_batch_unchecked(&self, batch: &Batch) -> Result<u64>;
 
     /// Puts dead jobs back to `ready` (or `blocked` behind their group) with attempts
     /// reset: those in `ids`, or every dead job of the queue when `ids` is `None`
@@ -273,7 +463,15 @@ pub trait Admin: Send + Sync {
     ///   would break the order barrier (SPEC B2). Rerun the batch instead.
     /// - A dead job whose dedupe key another unfinished job now holds stays dead, and of
     ///   several dead jobs sharing a key only the first comes back (SPEC E3).
-    async fn retry_dead(&self, queue: &str, ids: Option<&[JobId]>) -> Result<u64>;
+    async fn retry_dead(&self, queue: &str, ids: Option<&[JobId]>) -> Result<u64> {
+        validate::queue_name(queue)?;
+        self.retry_dead_unchecked(queue, ids)
+            .await
+            .map_err(|e| e.during("retry_dead"))
+    }
+
+    /// [`retry_dead`](Self::retry_dead) after validation of `queue`.
+    async fn retry_dead_unchecked(&self, queue: &str, ids: Option<&[JobId]>) -> Result<u64>;
 
     /// A maintenance pass over `queue` (SPEC C5, M3).
     ///
@@ -282,7 +480,15 @@ pub trait Admin: Send + Sync {
     ///   expired") when out of attempts (SPEC C5).
     /// - Finished jobs that finished more than `retention` ago are deleted, with their
     ///   attempt log; unfinished jobs are never touched (SPEC M3).
-    async fn maintain(&self, queue: &str, retention: Duration) -> Result<Maintenance>;
+    async fn maintain(&self, queue: &str, retention: Duration) -> Result<Maintenance> {
+        validate::queue_name(queue)?;
+        self.maintain_unchecked(queue, retention)
+            .await
+            .map_err(|e| e.during("maintain"))
+    }
+
+    /// [`maintain`](Self::maintain) after validation of `queue`.
+    async fn maintain_unchecked(&self, queue: &str, retention: Duration) -> Result<Maintenance>;
 
     /// [`maintain`](Self::maintain), unless another pass over `queue` runs now: then
     /// `None`, at once (SPEC M3). Workers call this on a timer, so that of many workers
@@ -295,7 +501,20 @@ pub trait Admin: Send + Sync {
     ///   anyway: the default does.
     /// - Otherwise it does what [`maintain`](Self::maintain) does.
     async fn try_maintain(&self, queue: &str, retention: Duration) -> Result<Option<Maintenance>> {
-        self.maintain(queue, retention).await.map(Some)
+        validate::queue_name(queue)?;
+        self.try_maintain_unchecked(queue, retention)
+            .await
+            .map_err(|e| e.during("try_maintain"))
+    }
+
+    /// [`try_maintain`](Self::try_maintain) after validation of `queue`; the default
+    /// runs [`maintain_unchecked`](Self::maintain_unchecked).
+    async fn try_maintain_unchecked(
+        &self,
+        queue: &str,
+        retention: Duration,
+    ) -> Result<Option<Maintenance>> {
+        self.maintain_unchecked(queue, retention).await.map(Some)
     }
 }
 

@@ -1,5 +1,5 @@
 //! What a handler is told about its lease, and the worker's report when leases are
-//! lost (SPEC W1, issue 42): the `JobContext` token fires at the lease's deadline less
+//! lost (SPEC W1): the `JobContext` token fires at the lease's deadline less
 //! the margin when no heartbeat gets through, renewals move the deadline, and every
 //! claimed job ends in exactly one counter of the report.
 
@@ -133,7 +133,7 @@ async fn w1_renewals_move_the_deadline_on() {
     assert!(stops.windows(2).all(|w| w[1] > w[0]), "{stops:?}");
 }
 
-/// Issue 42, item 5: with one lease lost (its job cancelled while it runs, so the next
+/// With one lease lost (its job cancelled while it runs, so the next
 /// beat finds the lease stale) among jobs that succeed and fail, the report's counters
 /// add up to what was claimed, and the lost lease is counted as such.
 #[tokio::test]

@@ -1,39 +1,79 @@
-//! A URL → the backend it names.
+//! A URL → the backend it names: the one list of this repository's backends, and the
+//! drivers registered by backends from outside it.
 
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 
-use relayq_core::{Backend, Error, Result, memory::MemoryBackend};
+use relayq_core::{Backend, Driver, Error, Result};
 
-#[cfg(any(feature = "postgres", feature = "redis", feature = "mssql"))]
-use crate::options;
+pub use relayq_core::Migrate;
 
-/// Whether [`connect_with`] creates or updates the schema of a SQL server backend.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Migrate {
-    /// Run the backend's migrations (idempotent, safe from many processes at once).
-    Yes,
-    /// Leave the schema alone: for tools that only read, which then fail with a clear
-    /// error naming `migrate()` when the schema is missing or older.
-    No,
+/// Picks a backend's driver when its feature is on, and `None` otherwise.
+macro_rules! built {
+    ($feature:literal, $driver:path) => {{
+        #[cfg(feature = $feature)]
+        let driver = Some(&$driver);
+        #[cfg(not(feature = $feature))]
+        let driver = None;
+        ($feature, driver)
+    }};
 }
 
-/// The URL schemes this build can open, for messages.
+/// Every backend of this repository, by the cargo feature that builds it in, with its
+/// driver when this build has it. The one list of backends in the Rust source: a new
+/// backend adds its line here (see `docs/WRITING-A-BACKEND.md`).
+static BACKENDS: &[(&str, Option<&Driver>)] = &[
+    built!("sqlite", relayq_sqlite::DRIVER),
+    built!("postgres", relayq_postgres::DRIVER),
+    built!("redis", relayq_redis::DRIVER),
+    built!("redis", relayq_redis::CLUSTER_DRIVER),
+    built!("mssql", relayq_mssql::DRIVER),
+    ("", Some(&relayq_core::memory::DRIVER)),
+];
+
+/// Drivers added by [`register`].
+static REGISTERED: RwLock<Vec<&'static Driver>> = RwLock::new(Vec::new());
+
+/// Adds a backend from outside this repository, so that [`connect`] (and every tool
+/// built on it, such as the `relayq` CLI) opens its URLs. A driver registered later
+/// wins over an earlier one, and over a built-in one, for the schemes they share.
+pub fn register(driver: &'static Driver) {
+    REGISTERED
+        .write()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push(driver);
+}
+
+/// Every driver this program can open: the registered ones (newest first), then the
+/// built-in ones.
 #[must_use]
-pub fn schemes() -> Vec<&'static str> {
-    let mut out = Vec::new();
-    if cfg!(feature = "sqlite") {
-        out.push("sqlite://");
+pub fn drivers() -> Vec<&'static Driver> {
+    let registered = REGISTERED.read().unwrap_or_else(PoisonError::into_inner);
+    registered
+        .iter()
+        .rev()
+        .copied()
+        .chain(BACKENDS.iter().filter_map(|(_, d)| *d))
+        .collect()
+}
+
+/// The driver that opens `url`, if this program has one.
+#[must_use]
+pub fn driver_for(url: &str) -> Option<&'static Driver> {
+    drivers().into_iter().find(|d| d.handles(url))
+}
+
+/// The URL schemes this program can open, for messages: `sqlite://`, ...
+#[must_use]
+pub fn schemes() -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for d in drivers() {
+        for s in d.schemes {
+            let s = format!("{s}://");
+            if !out.contains(&s) {
+                out.push(s);
+            }
+        }
     }
-    if cfg!(feature = "postgres") {
-        out.push("postgres://");
-    }
-    if cfg!(feature = "redis") {
-        out.extend(["redis://", "rediss://", "redis-cluster://"]);
-    }
-    if cfg!(feature = "mssql") {
-        out.push("mssql://");
-    }
-    out.push("memory://");
     out
 }
 
@@ -60,125 +100,36 @@ pub async fn connect_with(url: &str, migrate: Migrate) -> Result<Arc<dyn Backend
             format!("no scheme: write one of {}", schemes().join(", ")),
         ));
     };
-    let migrate = migrate == Migrate::Yes;
-    match scheme {
-        "memory" => Ok(Arc::new(MemoryBackend::new())),
-        #[cfg(feature = "sqlite")]
-        "sqlite" => Ok(Arc::new(relayq_sqlite::SqliteBackend::open(url).await?)),
-        #[cfg(feature = "postgres")]
-        "postgres" | "postgresql" => {
-            let (url, o) = options::take(url, &["schema", "max_connections"])?;
-            let mut config = relayq_postgres::Config::default();
-            if let Some(schema) = o.schema {
-                config = config.with_schema(schema);
-            }
-            if let Some(n) = o.max_connections {
-                config = config.with_max_connections(n);
-            }
-            let b = relayq_postgres::PostgresBackend::connect_with(&url, config).await?;
-            if migrate {
-                b.migrate().await?;
-            } else {
-                b.check_schema().await?;
-            }
-            Ok(Arc::new(b))
-        }
-        #[cfg(feature = "redis")]
-        "redis" | "rediss" => {
-            let (url, o) = options::take(url, &["prefix"])?;
-            let prefix = o.prefix.as_deref().unwrap_or(relayq_redis::DEFAULT_PREFIX);
-            Ok(Arc::new(
-                relayq_redis::RedisBackend::connect_with_prefix(&url, prefix).await?,
-            ))
-        }
-        #[cfg(feature = "redis")]
-        "redis-cluster" => {
-            let (url, o) = options::take(url, &["prefix"])?;
-            let nodes = cluster_nodes(&url)?;
-            let nodes: Vec<&str> = nodes.iter().map(String::as_str).collect();
-            let prefix = o.prefix.as_deref().unwrap_or(relayq_redis::DEFAULT_PREFIX);
-            Ok(Arc::new(
-                relayq_redis::RedisBackend::cluster(&nodes, prefix).await?,
-            ))
-        }
-        #[cfg(feature = "mssql")]
-        "mssql" | "sqlserver" => {
-            let (url, o) = options::take(url, &["schema", "max_connections"])?;
-            let mut config = relayq_mssql::Config::default();
-            if let Some(schema) = o.schema {
-                config = config.with_schema(schema);
-            }
-            if let Some(n) = o.max_connections {
-                config = config.with_max_connections(n);
-            }
-            let b = relayq_mssql::MssqlBackend::connect_with(&url, config).await?;
-            if migrate {
-                b.migrate().await?;
-            }
-            Ok(Arc::new(b))
-        }
-        other => Err(unknown(other)),
+    match driver_for(url) {
+        Some(driver) => (driver.open)(url.to_owned(), migrate).await,
+        None => Err(unknown(scheme)),
     }
-}
-
-/// `redis-cluster://a:7000,b:7001/?query` → `redis://a:7000/?query`, `redis://b:7001/?query`:
-/// the nodes to start from, each with the URL's user, password and options.
-#[cfg(feature = "redis")]
-fn cluster_nodes(url: &str) -> Result<Vec<String>> {
-    let rest = url.strip_prefix("redis-cluster://").unwrap_or(url);
-    let (auth, rest) = match rest.rsplit_once('@') {
-        Some((auth, rest)) => (format!("{auth}@"), rest),
-        None => (String::new(), rest),
-    };
-    let (hosts, tail) = match rest.find(['/', '?']) {
-        Some(at) => rest.split_at(at),
-        None => (rest, ""),
-    };
-    let nodes: Vec<String> = hosts
-        .split(',')
-        .filter(|h| !h.is_empty())
-        .map(|h| format!("redis://{auth}{h}{tail}"))
-        .collect();
-    if nodes.is_empty() {
-        return Err(Error::invalid(
-            "url",
-            "redis-cluster:// needs at least one node: redis-cluster://host:7000,host:7001",
-        ));
-    }
-    Ok(nodes)
 }
 
 fn unknown(scheme: &str) -> Error {
-    let feature = match scheme {
-        "sqlite" => Some("sqlite"),
-        "postgres" | "postgresql" => Some("postgres"),
-        "redis" | "rediss" | "redis-cluster" => Some("redis"),
-        "mssql" | "sqlserver" => Some("mssql"),
-        _ => None,
-    };
-    let reason = match feature {
-        Some(f) => {
-            format!("{scheme}:// is not built into this program: enable relayq's `{f}` feature")
-        }
-        None => format!(
-            "unknown scheme {scheme}://: this program has {}",
-            schemes().join(", ")
-        ),
-    };
-    Error::invalid("url", reason)
-}
-
-#[cfg(all(test, feature = "redis"))]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cluster_urls_name_each_node_with_the_shared_parts() {
-        let nodes = cluster_nodes("redis-cluster://u:p@a:7000,b:7001/?x=1").unwrap();
-        assert_eq!(
-            nodes,
-            ["redis://u:p@a:7000/?x=1", "redis://u:p@b:7001/?x=1"]
+    let missing: Vec<&str> = BACKENDS
+        .iter()
+        .filter(|(_, d)| d.is_none())
+        .map(|(feature, _)| *feature)
+        .collect();
+    // A backend's feature is named after its main scheme.
+    if let Some(feature) = missing.iter().find(|f| scheme.starts_with(**f)) {
+        return Error::invalid(
+            "url",
+            format!(
+                "{scheme}:// is not built into this program: enable relayq's `{feature}` feature"
+            ),
         );
-        assert!(cluster_nodes("redis-cluster://").is_err());
     }
+    let mut reason = format!(
+        "unknown scheme {scheme}://: this program has {}",
+        schemes().join(", ")
+    );
+    if !missing.is_empty() {
+        reason.push_str(&format!(
+            "; relayq's cargo features {} add more",
+            missing.join(", ")
+        ));
+    }
+    Error::invalid("url", reason)
 }

@@ -36,12 +36,10 @@
 //! repository.
 
 mod connect;
-#[cfg(any(feature = "postgres", feature = "redis", feature = "mssql"))]
-mod options;
 pub mod prelude;
 
 pub use chrono;
-pub use connect::{Migrate, connect, connect_with, schemes};
+pub use connect::{Migrate, connect, connect_with, driver_for, drivers, register, schemes};
 pub use relayq_core::*;
 #[cfg(feature = "mssql")]
 pub use relayq_mssql as mssql;

@@ -1,4 +1,4 @@
-//! The soak (issue 46, item 3): a steady producer and a library worker for a long
+//! The soak: a steady producer and a library worker for a long
 //! time against the backend's own server, with pruning on (and autovacuum, on
 //! PostgreSQL), and a row of figures per minute: claim p99, storage, dead rows, the
 //! server's memory (Redis) and this process's memory. What a long run must not do is
@@ -317,9 +317,9 @@ relayq::delegate!(Timed, inner => Events, Enqueue, Complete, OrderBarrier, Inspe
 
 #[relayq::async_trait]
 impl Claim for Timed {
-    async fn claim(&self, req: ClaimRequest) -> relayq::Result<Vec<ClaimedJob>> {
+    async fn claim_unchecked(&self, req: ClaimRequest) -> relayq::Result<Vec<ClaimedJob>> {
         let start = Instant::now();
-        let out = self.inner.claim(req).await;
+        let out = self.inner.claim_unchecked(req).await;
         self.claims
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

@@ -14,6 +14,7 @@ pub async fn env(url: String, prefix: &'static str) -> Env {
     let backend = RedisBackend::connect_with_prefix(&url, prefix)
         .await
         .expect("connect to Redis");
+    let server = url.clone();
     Env::new(backend, move || {
         let url = url.clone();
         async move {
@@ -27,6 +28,11 @@ pub async fn env(url: String, prefix: &'static str) -> Env {
             "redis://:{}@127.0.0.1:1/0",
             relayq_conformance::UNREACHABLE_PASSWORD
         );
+        let handle: Arc<dyn Backend> =
+            Arc::new(RedisBackend::connect_with_prefix(&url, prefix).await?);
+        Ok(handle)
+    })
+    .with_proxy(server, move |url| async move {
         let handle: Arc<dyn Backend> =
             Arc::new(RedisBackend::connect_with_prefix(&url, prefix).await?);
         Ok(handle)

@@ -1,4 +1,4 @@
-//! relayq's phases scenario (bench/src/phases.rs, issue 40) on graphile_worker, with
+//! relayq's phases scenario (bench/src/phases.rs) on graphile_worker, with
 //! the worker of graphile.rs (the guide's throughput-oriented settings). A producer
 //! adds every 10 ms what `--rate` owes (at most 10,000) in one `WorkerUtils::add_jobs`;
 //! the handler sleeps 1 ms per job of about 256 bytes; three phases of `--phase-secs`:

@@ -177,10 +177,7 @@ where
     let mut trials = Vec::new();
     for (backend, var) in BACKENDS {
         let url = var.and_then(|v| std::env::var(v).ok().filter(|u| !u.trim().is_empty()));
-        let required = std::env::var("RELAYQ_REQUIRE")
-            .unwrap_or_default()
-            .split(',')
-            .any(|s| s.trim() == backend);
+        let required = relayq_core::driver::required(backend);
         for &(name, case) in cases {
             let url = url.clone();
             let trial = Trial::ignorable_test(format!("{backend}::{name}"), move || {

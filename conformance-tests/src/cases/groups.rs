@@ -115,7 +115,7 @@ pub async fn g2_released_job_keeps_its_place(env: &Env) -> anyhow::Result<()> {
 /// SPEC G2, L4: a retried job that is released (a worker's prefetch buffer gives it
 /// back unrun) keeps its place: its backoff moved its `run_at` past later jobs of its
 /// group, yet none of them starts before it. It goes back to `retrying`, as before the
-/// claim. (Found by the torture run, issue 46.)
+/// claim. (Found by the torture run: a later job of a group ran before a retrying one.)
 pub async fn g2_released_retry_keeps_its_place(env: &Env) -> anyhow::Result<()> {
     let b = env.backend();
     let q = queue_name("g2rretry");

@@ -2,6 +2,7 @@
 
 pub mod batches;
 pub mod claim;
+pub mod cut;
 pub mod enqueue;
 pub mod errors;
 pub mod events;

@@ -37,7 +37,7 @@ use store::QueueState;
 use crate::{
     Admin, Batch, BatchProgress, Claim, ClaimRequest, ClaimedJob, Complete, Enqueue, Enqueued,
     Event, EventBus, EventKind, Events, Inspect, JobId, JobInfo, Lease, Limits, Maintenance,
-    NewJob, OnFailure, OrderBarrier, QueueStats, Result, RunningJob, Settle, Settled, validate,
+    NewJob, OnFailure, OrderBarrier, QueueStats, QueueUpdate, Result, RunningJob, Settle, Settled,
 };
 
 /// The in-memory reference backend. Cheap to clone; clones share one store.
@@ -99,7 +99,6 @@ impl MemoryBackend {
         queue: &str,
         f: impl FnOnce(&mut QueueState, DateTime<Utc>) -> T,
     ) -> Result<T> {
-        validate::queue_name(queue)?;
         // Read the clock once the lock is held: a call that waited for the lock must
         // not be stamped with the time it started waiting.
         let mut queues = self.lock();
@@ -120,8 +119,7 @@ impl Events for MemoryBackend {
 
 #[async_trait]
 impl Enqueue for MemoryBackend {
-    async fn enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
-        validate::new_jobs(&jobs, &self.inner.limits)?;
+    async fn enqueue_unchecked(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
         let Some(queue) = jobs.first().map(|j| j.queue.clone()) else {
             return Ok(Vec::new());
         };
@@ -129,20 +127,22 @@ impl Enqueue for MemoryBackend {
         self.notify(&queue, EventKind::Ready);
         Ok(out)
     }
+
+    fn limits(&self) -> Limits {
+        self.inner.limits
+    }
 }
 
 #[async_trait]
 impl Claim for MemoryBackend {
-    async fn claim(&self, req: ClaimRequest) -> Result<Vec<ClaimedJob>> {
-        validate::claim(&req)?;
+    async fn claim_unchecked(&self, req: ClaimRequest) -> Result<Vec<ClaimedJob>> {
         self.with_queue(&req.queue, |q, now| q.claim(&req.queue, &req, now))
     }
 }
 
 #[async_trait]
 impl Complete for MemoryBackend {
-    async fn settle_many(&self, mut settles: Vec<Settle>) -> Result<Vec<Result<Settled>>> {
-        validate::settles(&mut settles)?;
+    async fn settle_many_unchecked(&self, settles: Vec<Settle>) -> Result<Vec<Result<Settled>>> {
         let mut queues = self.lock();
         let now = self.now();
         let mut finished = Vec::new();
@@ -167,8 +167,7 @@ impl Complete for MemoryBackend {
         Ok(out)
     }
 
-    async fn heartbeat(&self, lease: &Lease, extend: Duration) -> Result<DateTime<Utc>> {
-        validate::lease_length("extend", extend)?;
+    async fn heartbeat_unchecked(&self, lease: &Lease, extend: Duration) -> Result<DateTime<Utc>> {
         self.with_queue(&lease.queue, |q, now| {
             let until = now + TimeDelta::from_std(extend).unwrap_or(TimeDelta::MAX);
             q.heartbeat(lease, until, now)
@@ -178,7 +177,7 @@ impl Complete for MemoryBackend {
 
 #[async_trait]
 impl OrderBarrier for MemoryBackend {
-    async fn open_batch(&self, queue: &str, on_failure: OnFailure) -> Result<Batch> {
+    async fn open_batch_unchecked(&self, queue: &str, on_failure: OnFailure) -> Result<Batch> {
         let id = self.with_queue(queue, |q, _| q.open_batch(on_failure))?;
         Ok(Batch {
             queue: queue.to_owned(),
@@ -186,50 +185,47 @@ impl OrderBarrier for MemoryBackend {
         })
     }
 
-    async fn seal(&self, batch: &Batch) -> Result<()> {
+    async fn seal_unchecked(&self, batch: &Batch) -> Result<()> {
         self.with_queue(&batch.queue, |q, _| q.seal(batch.id, &batch.queue))??;
         self.notify(&batch.queue, EventKind::Finished);
         Ok(())
     }
 
-    async fn batch_progress(&self, batch: &Batch) -> Result<BatchProgress> {
+    async fn batch_progress_unchecked(&self, batch: &Batch) -> Result<BatchProgress> {
         self.with_queue(&batch.queue, |q, now| q.batch_progress(batch, now))?
     }
 }
 
 #[async_trait]
 impl Inspect for MemoryBackend {
-    async fn queue_stats(&self, queue: &str) -> Result<QueueStats> {
+    async fn queue_stats_unchecked(&self, queue: &str) -> Result<QueueStats> {
         self.with_queue(queue, |q, now| q.stats(queue, now))
     }
 
-    async fn job(&self, queue: &str, id: JobId) -> Result<JobInfo> {
+    async fn job_unchecked(&self, queue: &str, id: JobId) -> Result<JobInfo> {
         self.with_queue(queue, |q, now| q.job_info(id, queue, now))?
     }
 
-    async fn running(&self, queue: &str) -> Result<Vec<RunningJob>> {
+    async fn running_unchecked(&self, queue: &str) -> Result<Vec<RunningJob>> {
         self.with_queue(queue, |q, _| q.running())
     }
 
-    async fn batches(&self, queue: &str, limit: u32) -> Result<Vec<BatchProgress>> {
-        validate::list_limit(limit)?;
+    async fn batches_unchecked(&self, queue: &str, limit: u32) -> Result<Vec<BatchProgress>> {
         self.with_queue(queue, |q, now| q.batches(queue, limit as usize, now))?
     }
 
-    async fn batch_jobs(
+    async fn batch_jobs_unchecked(
         &self,
         batch: &Batch,
         after: Option<JobId>,
         limit: u32,
     ) -> Result<Vec<JobId>> {
-        validate::list_limit(limit)?;
         self.with_queue(&batch.queue, |q, _| {
             q.batch_jobs(batch, after, limit as usize)
         })?
     }
 
-    async fn dead_jobs(&self, queue: &str, limit: u32) -> Result<Vec<JobInfo>> {
-        validate::list_limit(limit)?;
+    async fn dead_jobs_unchecked(&self, queue: &str, limit: u32) -> Result<Vec<JobInfo>> {
         self.with_queue(queue, |q, now| q.dead_jobs(queue, limit as usize, now))
     }
 
@@ -247,24 +243,22 @@ impl Inspect for MemoryBackend {
 
 #[async_trait]
 impl Admin for MemoryBackend {
-    async fn pause(&self, queue: &str) -> Result<()> {
-        self.with_queue(queue, |q, _| q.paused = true)
-    }
-
-    async fn resume(&self, queue: &str) -> Result<()> {
-        self.with_queue(queue, |q, _| q.paused = false)?;
-        self.notify(queue, EventKind::Ready);
+    async fn update_queue_unchecked(&self, queue: &str, update: QueueUpdate) -> Result<()> {
+        self.with_queue(queue, |q, _| {
+            if let Some(paused) = update.paused {
+                q.paused = paused;
+            }
+            if let Some(max) = update.max_running {
+                q.max_running = max;
+            }
+        })?;
+        if update.may_free_claims() {
+            self.notify(queue, EventKind::Ready);
+        }
         Ok(())
     }
 
-    async fn set_max_running(&self, queue: &str, max_running: Option<u32>) -> Result<()> {
-        validate::max_running(max_running)?;
-        self.with_queue(queue, |q, _| q.max_running = max_running)?;
-        self.notify(queue, EventKind::Ready);
-        Ok(())
-    }
-
-    async fn cancel_job(&self, queue: &str, id: JobId) -> Result<bool> {
+    async fn cancel_job_unchecked(&self, queue: &str, id: JobId) -> Result<bool> {
         let changed = self.with_queue(queue, |q, now| q.cancel_job(id, queue, now))??;
         if changed {
             self.notify(queue, EventKind::Finished);
@@ -273,7 +267,7 @@ impl Admin for MemoryBackend {
         Ok(changed)
     }
 
-    async fn cancel_batch(&self, batch: &Batch) -> Result<u64> {
+    async fn cancel_batch_unchecked(&self, batch: &Batch) -> Result<u64> {
         let n = self.with_queue(&batch.queue, |q, now| q.cancel_batch(batch, now))??;
         // Cancelling may hand a group to a job outside the batch.
         self.notify(&batch.queue, EventKind::Finished);
@@ -281,13 +275,13 @@ impl Admin for MemoryBackend {
         Ok(n)
     }
 
-    async fn retry_dead(&self, queue: &str, ids: Option<&[JobId]>) -> Result<u64> {
+    async fn retry_dead_unchecked(&self, queue: &str, ids: Option<&[JobId]>) -> Result<u64> {
         let n = self.with_queue(queue, |q, now| q.retry_dead(ids, now))?;
         self.notify(queue, EventKind::Ready);
         Ok(n)
     }
 
-    async fn maintain(&self, queue: &str, retention: Duration) -> Result<Maintenance> {
+    async fn maintain_unchecked(&self, queue: &str, retention: Duration) -> Result<Maintenance> {
         let report = self.with_queue(queue, |q, now| {
             let (requeued, dead) = q.expire_leases(now);
             let cutoff = TimeDelta::from_std(retention)
@@ -307,3 +301,14 @@ impl Admin for MemoryBackend {
         Ok(report)
     }
 }
+
+/// The in-memory backend's [`Driver`](crate::Driver): `memory://`, a new empty store at
+/// every open.
+pub static DRIVER: crate::Driver = crate::Driver {
+    name: "memory",
+    schemes: &["memory"],
+    feature: "",
+    example_url: "memory://",
+    open: |_, _| Box::pin(async { Ok(Arc::new(MemoryBackend::new()) as Arc<dyn crate::Backend>) }),
+    server: None,
+};

@@ -4,7 +4,7 @@
 //! of the runtime's CPU per job (the task's cell is an aligned allocation the job's
 //! future is copied into, then entered in a task set and taken out again). The
 //! `runtime_cost` example measured 6.0–6.2 µs of CPU per no-op job with a task per
-//! job and 2.6–2.7 µs with slot tasks (`docs/BENCHMARKS-findings.md`, Findings 22). A slot's task takes its jobs
+//! job and 2.6–2.7 µs with slot tasks. A slot's task takes its jobs
 //! from a mailbox of its own, and the claim loop hands a job only to a slot that is
 //! idle, so a job never waits behind another while a slot is free.
 

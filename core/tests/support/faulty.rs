@@ -63,19 +63,19 @@ relayq_core::delegate!(Faulty, inner => Events, Enqueue, OrderBarrier, Inspect, 
 
 #[async_trait]
 impl Claim for Faulty {
-    async fn claim(&self, req: ClaimRequest) -> Result<Vec<ClaimedJob>> {
+    async fn claim_unchecked(&self, req: ClaimRequest) -> Result<Vec<ClaimedJob>> {
         let earlier = self.claims.fetch_add(1, Ordering::SeqCst);
         assert!(
             !self.panic_claims || earlier == 0,
             "a claim panicked, for the test"
         );
-        self.inner.claim(req).await
+        self.inner.claim_unchecked(req).await
     }
 }
 
 #[async_trait]
 impl Complete for Faulty {
-    async fn settle_many(&self, settles: Vec<Settle>) -> Result<Vec<Result<Settled>>> {
+    async fn settle_many_unchecked(&self, settles: Vec<Settle>) -> Result<Vec<Result<Settled>>> {
         self.settle_calls.lock().unwrap().push(settles.len());
         if self.hang_settles.load(std::sync::atomic::Ordering::SeqCst) {
             return std::future::pending().await;
@@ -93,16 +93,16 @@ impl Complete for Faulty {
         if poisoned {
             return Err(Error::invalid("retry", "refused for the test"));
         }
-        self.inner.settle_many(settles).await
+        self.inner.settle_many_unchecked(settles).await
     }
 
     fn preferred_settle_batch(&self) -> usize {
         self.preferred
     }
 
-    async fn heartbeat(&self, lease: &Lease, extend: Duration) -> Result<DateTime<Utc>> {
+    async fn heartbeat_unchecked(&self, lease: &Lease, extend: Duration) -> Result<DateTime<Utc>> {
         match self.beats {
-            Beats::Pass => self.inner.heartbeat(lease, extend).await,
+            Beats::Pass => self.inner.heartbeat_unchecked(lease, extend).await,
             Beats::Fail => Err(Error::backend("unreachable, for the test")),
             Beats::Hang => std::future::pending().await,
         }

@@ -3,10 +3,10 @@
 //!
 //! `queue_stats` counts a queue's jobs per state. On a big queue that reads every row:
 //! 0.3–0.4 s on PostgreSQL and 0.5–0.9 s on SQLite at 1,000,000 jobs
-//! (docs/BENCHMARKS.md section 9), and an open page asks once a second. Counters kept by every claim and
-//! settle would put a write on the paths issue 40 tuned; River UI met the same problem
-//! with a count that runs in the background and a cached answer (riverui#655), and this
-//! does the same:
+//! (docs/BENCHMARKS.md section 9), and an open page asks once a second. Counters kept by
+//! every claim and settle would put a write on the paths kept lean so that they hold up
+//! while vacuum is held back; River UI met the same problem with a count that runs in
+//! the background and a cached answer (riverui#655), and this does the same:
 //!
 //! - a queue whose last count took under [`CHEAP`] is counted again for every request,
 //!   so small queues stay exact and live;

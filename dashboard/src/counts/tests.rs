@@ -26,10 +26,10 @@ relayq_core::delegate!(Costly, inner => Events, Enqueue, Claim, Complete, OrderB
 
 #[async_trait]
 impl Inspect for Costly {
-    async fn queue_stats(&self, queue: &str) -> Result<QueueStats> {
+    async fn queue_stats_unchecked(&self, queue: &str) -> Result<QueueStats> {
         self.counts.fetch_add(1, Ordering::SeqCst);
         // Read first, then take the time: what the count says is as of its start.
-        let stats = self.inner.queue_stats(queue).await;
+        let stats = self.inner.queue_stats_unchecked(queue).await;
         tokio::time::sleep(Duration::from_millis(self.cost_ms.load(Ordering::SeqCst))).await;
         assert!(!self.panic.load(Ordering::SeqCst), "a count that panics");
         if self.fail.load(Ordering::SeqCst) {
@@ -37,25 +37,29 @@ impl Inspect for Costly {
         }
         stats
     }
-    async fn job(&self, queue: &str, id: JobId) -> Result<JobInfo> {
-        self.inner.job(queue, id).await
+    async fn job_unchecked(&self, queue: &str, id: JobId) -> Result<JobInfo> {
+        self.inner.job_unchecked(queue, id).await
     }
-    async fn running(&self, queue: &str) -> Result<Vec<RunningJob>> {
-        self.inner.running(queue).await
+    async fn running_unchecked(&self, queue: &str) -> Result<Vec<RunningJob>> {
+        self.inner.running_unchecked(queue).await
     }
-    async fn batches(&self, queue: &str, limit: u32) -> Result<Vec<relayq_core::BatchProgress>> {
-        self.inner.batches(queue, limit).await
+    async fn batches_unchecked(
+        &self,
+        queue: &str,
+        limit: u32,
+    ) -> Result<Vec<relayq_core::BatchProgress>> {
+        self.inner.batches_unchecked(queue, limit).await
     }
-    async fn batch_jobs(
+    async fn batch_jobs_unchecked(
         &self,
         batch: &relayq_core::Batch,
         after: Option<JobId>,
         limit: u32,
     ) -> Result<Vec<JobId>> {
-        self.inner.batch_jobs(batch, after, limit).await
+        self.inner.batch_jobs_unchecked(batch, after, limit).await
     }
-    async fn dead_jobs(&self, queue: &str, limit: u32) -> Result<Vec<JobInfo>> {
-        self.inner.dead_jobs(queue, limit).await
+    async fn dead_jobs_unchecked(&self, queue: &str, limit: u32) -> Result<Vec<JobInfo>> {
+        self.inner.dead_jobs_unchecked(queue, limit).await
     }
     async fn queues(&self) -> Result<Vec<String>> {
         self.inner.queues().await

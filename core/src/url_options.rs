@@ -1,12 +1,13 @@
 //! relayq's own options in a URL's query (`?schema=`, `?prefix=`, `?max_connections=`):
-//! taken out before the URL reaches the driver, which would not know them; every other
-//! option is left where it is, as written.
+//! taken out by a backend's [`Driver::open`](crate::Driver) before the URL reaches the
+//! database driver, which would not know them; every other option is left where it is,
+//! as written.
 
-use relayq_core::{Error, Result};
+use crate::{Error, Result};
 
 /// The options [`take`] found.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub(crate) struct Options {
+pub struct Options {
     /// The SQL schema the backend's tables live in.
     pub schema: Option<String>,
     /// The key prefix of every Redis key.
@@ -20,7 +21,7 @@ pub(crate) struct Options {
 /// # Errors
 /// [`Error::InvalidInput`] naming the option for an empty value, a repeated option,
 /// or a `max_connections` that is not a whole number from 1.
-pub(crate) fn take(url: &str, known: &[&'static str]) -> Result<(String, Options)> {
+pub fn take(url: &str, known: &[&'static str]) -> Result<(String, Options)> {
     let Some((base, query)) = url.split_once('?') else {
         return Ok((url.to_owned(), Options::default()));
     };
