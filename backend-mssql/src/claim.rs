@@ -60,19 +60,12 @@ impl MssqlBackend {
 
 #[async_trait]
 impl Claim for MssqlBackend {
-    async fn claim_unchecked(&self, req_: ClaimRequest) -> Result<Vec<ClaimedJob>> {
-        let limit = i32::try_from(req_.limit.min(MAX_CLAIM)).unwrap_or(1);
-        let (mut jobs, doomed) = self.claim_up_to(&req_, limit).await?;
-        if doomed {
-            // Make them dead now (SPEC C5), which may release their group or stage,
-            // then fill the rest of the limit.
-            self.expire(&req_.queue, false).await?;
-            let room = limit - i32::try_from(jobs.len()).unwrap_or(limit);
-            if room > 0 {
-                jobs.extend(self.claim_up_to(&req_, room).await?.0);
-                jobs.sort_unstable_by_key(|j| (j.priority, j.run_at, j.lease.job));
-            }
-        }
-        Ok(jobs)
+    async fn claim_unchecked(&self, req: ClaimRequest) -> Result<Vec<ClaimedJob>> {
+        relayq_core::kit::claim_refilling(
+            req.limit.min(MAX_CLAIM),
+            |room| self.claim_up_to(&req, i32::try_from(room).unwrap_or(1)),
+            || async { self.expire(&req.queue, false).await.map(drop) },
+        )
+        .await
     }
 }

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use relayq_core::{Backend, Driver, Migrate, Result, TestServer, url_options};
+use relayq_core::{Backend, Driver, Migrate, Result, TestServer, kit::url_options};
 
 use crate::{Config, MssqlBackend};
 

@@ -159,7 +159,7 @@ impl Config {
 }
 
 /// How long [`MssqlBackend::connect_with`]'s first connection may take.
-pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+pub const CONNECT_TIMEOUT: std::time::Duration = relayq_core::kit::CONNECT_TIMEOUT;
 
 /// A relayq backend on a SQL Server database. Cheap to clone; clones share the pool.
 #[derive(Clone)]
@@ -212,7 +212,7 @@ impl MssqlBackend {
     /// As [`connect`](Self::connect); [`Error::InvalidInput`] on `schema` for a bad
     /// schema name.
     pub async fn connect_with(url: &str, config: Config) -> Result<Self> {
-        let schema = Schema::new(&config.schema)?;
+        let schema = schema::schema(&config.schema)?;
         let tds = conn::parse(url, config.command_timeout)?;
         let manager = Manager {
             config: tds,
@@ -221,15 +221,9 @@ impl MssqlBackend {
         // Fail now, not at first use, when the server is not there: one connection,
         // within CONNECT_TIMEOUT, with the driver's own cause. The pool would retry a
         // refused connection until its acquire timeout (30 s) and report only that.
-        let first = tokio::time::timeout(CONNECT_TIMEOUT, bb8::ManageConnection::connect(&manager))
-            .await
-            .map_err(|_| {
-                Error::transient(format!(
-                    "no answer from SQL Server within {} s",
-                    CONNECT_TIMEOUT.as_secs()
-                ))
-            })?
-            .map_err(db)?;
+        let first =
+            relayq_core::kit::probe("SQL Server", bb8::ManageConnection::connect(&manager), db)
+                .await?;
         drop(first);
         let pool = bb8::Pool::builder()
             .max_size(config.max_connections.max(1))

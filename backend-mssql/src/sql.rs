@@ -969,11 +969,11 @@ mod tests {
     use sqlparser::{ast::Statement, dialect::MsSqlDialect, parser::Parser};
 
     use super::*;
-    use crate::schema::Schema;
+    use crate::schema::schema;
 
     /// `template` as it is sent for schema `relayq` (and the default lock timeout).
     fn filled(template: &str) -> String {
-        let sql = Schema::new("relayq").unwrap().fill(template);
+        let sql = schema("relayq").unwrap().fill(template);
         migrate_begin(&sql, migrate_lock_timeout(Duration::from_secs(30)))
     }
 

@@ -488,22 +488,17 @@ impl PostgresBackend {
 #[async_trait]
 impl Claim for PostgresBackend {
     async fn claim_unchecked(&self, req: ClaimRequest) -> Result<Vec<ClaimedJob>> {
-        let limit = i64::from(req.limit);
-        let mut found = self.claim_up_to(&req, limit).await?;
-        if found.doomed {
-            // Make them dead now (SPEC C5), which may release their group or stage,
-            // then fill the rest of the limit.
-            self.expire(&req.queue, false).await?;
-            let room = limit - i64::try_from(found.jobs.len()).unwrap_or(limit);
-            if room > 0 {
-                found.jobs.extend(self.claim_up_to(&req, room).await?.jobs);
-            }
-        }
-        // RETURNING has no order: sort by order key (SPEC C3).
-        found
-            .jobs
-            .sort_unstable_by_key(|j| (j.priority, j.run_at, j.lease.job));
-        Ok(found.jobs)
+        // RETURNING has no order: the kit sorts by order key (SPEC C3).
+        let req = &req;
+        relayq_core::kit::claim_refilling(
+            req.limit,
+            |room| async move {
+                let found = self.claim_up_to(&req, i64::from(room)).await?;
+                Ok((found.jobs, found.doomed))
+            },
+            || async { self.expire(&req.queue, false).await.map(drop) },
+        )
+        .await
     }
 }
 

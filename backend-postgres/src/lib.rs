@@ -393,7 +393,7 @@ fn check_lock_timeout(timeout: Duration) -> Result<()> {
 }
 
 /// How long [`PostgresBackend::connect_with`]'s first connection may take.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+pub const CONNECT_TIMEOUT: Duration = relayq_core::kit::CONNECT_TIMEOUT;
 
 /// Opens and closes one connection, so that a server that cannot be reached is reported
 /// within [`CONNECT_TIMEOUT`] with the driver's own cause (refused, unknown host,
@@ -401,16 +401,13 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// timeout, 30 s by default, and then reports only that it timed out.
 async fn probe(options: &PgConnectOptions) -> Result<()> {
     use sqlx::Connection as _;
-    let host = format!("{}:{}", options.get_host(), options.get_port());
-    let conn = tokio::time::timeout(CONNECT_TIMEOUT, sqlx::PgConnection::connect_with(options))
-        .await
-        .map_err(|_| {
-            Error::transient(format!(
-                "no answer from the PostgreSQL server at {host} within {} s",
-                CONNECT_TIMEOUT.as_secs()
-            ))
-        })?
-        .map_err(db)?;
+    let server = format!(
+        "the PostgreSQL server at {}:{}",
+        options.get_host(),
+        options.get_port()
+    );
+    let conn = relayq_core::kit::probe(&server, sqlx::PgConnection::connect_with(options), db)
+        .await?;
     conn.close().await.map_err(db)
 }
 

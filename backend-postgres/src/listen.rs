@@ -12,7 +12,7 @@
 
 use std::{sync::OnceLock, time::Duration};
 
-use relayq_core::{EventBus, EventKind};
+use relayq_core::{EventBus, EventKind, retry::Policy};
 use sqlx::{PgPool, postgres::PgListener};
 use tokio_util::task::AbortOnDropHandle;
 
@@ -56,12 +56,18 @@ impl Listener {
 /// Listens until aborted: connect, LISTEN, tell waiters to re-check, forward
 /// notifications; on any error start over after a short backoff.
 async fn listen(pool: PgPool, channel: String, events: EventBus) {
-    let mut backoff = Duration::from_millis(20);
+    let relisten = Policy {
+        min_delay: Duration::from_millis(20),
+        max_delay: MAX_BACKOFF,
+        max_retries: None,
+        jitter: true,
+    };
+    let mut backoff = relisten.backoff();
     loop {
         match PgListener::connect_with(&pool).await {
             Ok(mut listener) => match listener.listen(&channel).await {
                 Ok(()) => {
-                    backoff = Duration::from_millis(20);
+                    backoff = relisten.backoff();
                     events.resync();
                     // `try_recv` gives `None` when the connection dropped and `Err` on
                     // other failures: either way, listen again on a new connection.
@@ -74,8 +80,7 @@ async fn listen(pool: PgPool, channel: String, events: EventBus) {
             },
             Err(e) => tracing::warn!(channel, error = %e, "relayq listener cannot connect"),
         }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(MAX_BACKOFF);
+        tokio::time::sleep(backoff.next().unwrap_or(MAX_BACKOFF)).await;
     }
 }
 

@@ -1,13 +1,9 @@
 //! The schema relayq lives in: its name, the statements written for it, and the
 //! migrations that create it.
 
-use std::{
-    collections::HashMap,
-    sync::{Arc, PoisonError, RwLock},
-    time::Duration,
-};
+use std::{sync::Arc, time::Duration};
 
-use relayq_core::{Error, Result};
+use relayq_core::{Error, Result, kit::Statements};
 use sqlx::{AssertSqlSafe, PgPool};
 
 use crate::db;
@@ -31,27 +27,23 @@ const MIGRATIONS: &[&str] = &[
 /// apart).
 pub const SCHEMA_VERSION: usize = MIGRATIONS.len();
 
-/// A validated schema name and the statements of this crate, written for it.
-///
-/// Statements are templates with `{s}` where the schema goes: identifiers cannot be
-/// bound as parameters, so the (validated, quoted) name is put into the text once per
-/// template and the result cached. Values are always bound (SPEC X2).
+/// A validated schema name and the statements of this crate, written for it (core's
+/// [`Statements`]: `{s}` is the quoted schema, values are always bound, SPEC X2).
 #[derive(Debug)]
 pub(crate) struct Schema {
+    statements: Statements,
     name: String,
     quoted: String,
-    statements: RwLock<HashMap<(&'static str, u32), Arc<str>>>,
 }
 
 impl Schema {
-    /// Checks `name`: 1 to 48 bytes of `a-z 0-9 _`, not starting with a digit, so it
-    /// needs no escaping and leaves room for the notification channel's name.
+    /// Checks `name` (core's rules), so it needs no escaping and leaves room for the
+    /// notification channel's name.
     pub(crate) fn new(name: &str) -> Result<Self> {
-        relayq_core::validate::schema_name(name)?;
         Ok(Self {
+            statements: Statements::new(name, |n| format!("\"{n}\""))?,
             name: name.to_owned(),
             quoted: format!("\"{name}\""),
-            statements: RwLock::default(),
         })
     }
 
@@ -66,7 +58,7 @@ impl Schema {
 
     /// `template` with the schema filled in, ready for `sqlx::query`.
     pub(crate) fn sql(&self, template: &'static str) -> AssertSqlSafe<Arc<str>> {
-        self.cached(template, 0)
+        AssertSqlSafe(self.statements.sql(template))
     }
 
     /// `template` with the schema filled in and `{limit}` replaced by `limit`.
@@ -78,33 +70,11 @@ impl Schema {
     /// honest. It costs one prepared statement per distinct limit and connection, so
     /// callers round limits to a few values (the claim: powers of two).
     pub(crate) fn sql_limit(&self, template: &'static str, limit: u32) -> AssertSqlSafe<Arc<str>> {
-        self.cached(template, limit)
-    }
-
-    fn cached(&self, template: &'static str, limit: u32) -> AssertSqlSafe<Arc<str>> {
-        let key = (template, limit);
-        let cached = self
-            .statements
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&key)
-            .cloned();
-        let sql = cached.unwrap_or_else(|| {
-            let sql: Arc<str> = self
-                .fill(template)
-                .replace("{limit}", &limit.to_string())
-                .into();
-            self.statements
-                .write()
-                .unwrap_or_else(PoisonError::into_inner)
-                .insert(key, sql.clone());
-            sql
-        });
-        AssertSqlSafe(sql)
+        AssertSqlSafe(self.statements.sql_limit(template, limit))
     }
 
     fn fill(&self, template: &str) -> String {
-        template.replace("{s}", &self.quoted)
+        self.statements.fill(template)
     }
 
     /// Applies the migrations not yet applied, in one transaction under an advisory
@@ -200,7 +170,7 @@ mod tests {
 
     #[test]
     fn bad_schema_names_are_refused() {
-        // The rules are core's (`validate::schema_name`); a quote would break the SQL.
+        // A quote in the name would break the SQL: core's rules refuse it.
         assert!(Schema::new("relayq_2").is_ok());
         assert!(matches!(
             Schema::new("a\"b]c"),

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use relayq_core::{Backend, Driver, Error, Migrate, Result, TestServer, url_options};
+use relayq_core::{Backend, Driver, Error, Migrate, Result, TestServer, kit::url_options};
 
 use crate::{DEFAULT_PREFIX, RedisBackend};
 

@@ -62,7 +62,7 @@ use redis::{
     cluster_async::ClusterConnection,
     io::tcp::TcpSettings,
 };
-use relayq_core::{Error, Event, EventBus, Events, Limits, Result};
+use relayq_core::{Error, Event, EventBus, Events, Limits, Result, retry::Policy};
 use tokio::sync::broadcast;
 
 use crate::listen::Listener;
@@ -261,16 +261,18 @@ impl RedisBackend {
         queue: &str,
         args: &[Vec<u8>],
     ) -> Result<T> {
-        let mut tries = 0;
-        loop {
-            match self.invoke(script, queue, args).await {
-                Err(e) if tries < 3 && (e.is_io_error() || e.is_connection_dropped()) => {
-                    tries += 1;
-                    tokio::time::sleep(std::time::Duration::from_millis(10 * tries)).await;
-                }
-                result => return result.map_err(script_error),
-            }
-        }
+        Policy::RECONNECT
+            .run(
+                || self.invoke(script, queue, args),
+                |e: &redis::RedisError| e.is_io_error() || e.is_connection_dropped(),
+            )
+            .await
+            .map_err(|e| {
+                // Tried as often as the policy allows: callers should not try again.
+                let lost = e.is_io_error() || e.is_connection_dropped();
+                let e = script_error(e);
+                if lost { e.retries_spent() } else { e }
+            })
     }
 
     /// Runs `script` for `queue` with `args` after the common ones.
@@ -405,22 +407,17 @@ fn check_prefix(prefix: &str) -> Result<()> {
 }
 
 /// How long the first connection of [`RedisBackend::connect_with_prefix`] may take.
-pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+pub const CONNECT_TIMEOUT: std::time::Duration = relayq_core::kit::CONNECT_TIMEOUT;
 
 /// Opens one connection, so that a server that cannot be reached is reported within
 /// [`CONNECT_TIMEOUT`] with the driver's cause: the connection manager retries a
 /// refused connection with backoff for about ten seconds first.
 async fn probe(client: &redis::Client) -> Result<()> {
-    let node = client.get_connection_info().addr().to_string();
-    tokio::time::timeout(CONNECT_TIMEOUT, client.get_multiplexed_async_connection())
-        .await
-        .map_err(|_| {
-            Error::transient(format!(
-                "no answer from the Redis server at {node} within {} s",
-                CONNECT_TIMEOUT.as_secs()
-            ))
-        })?
-        .map_err(db)?;
+    let server = format!(
+        "the Redis server at {}",
+        client.get_connection_info().addr()
+    );
+    relayq_core::kit::probe(&server, client.get_multiplexed_async_connection(), db).await?;
     Ok(())
 }
 

@@ -59,9 +59,8 @@ use std::{
     time::Duration,
 };
 
-use backon::{ExponentialBuilder, Retryable};
 use chrono::{DateTime, Utc};
-use relayq_core::{Error, Event, EventBus, EventKind, Events, Limits, Result};
+use relayq_core::{Error, Event, EventBus, EventKind, Events, Limits, Result, retry::Policy};
 use sqlx::{
     Connection, SqliteConnection, SqlitePool,
     sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous},
@@ -233,16 +232,16 @@ async fn enable_wal(options: &SqliteConnectOptions) -> Result<()> {
         let conn = SqliteConnection::connect_with(&wal).await?;
         conn.close().await
     };
-    switch
-        .retry(
-            ExponentialBuilder::default()
-                .with_min_delay(Duration::from_millis(5))
-                .with_max_delay(Duration::from_millis(200))
-                .with_max_times(20),
-        )
-        // Only a busy or locked file is worth another try; any other failure (a
-        // folder that does not exist, no permission) is reported at once.
-        .when(transient_db)
+    let policy = Policy {
+        min_delay: Duration::from_millis(5),
+        max_delay: Duration::from_millis(200),
+        max_retries: Some(20),
+        jitter: false,
+    };
+    // Only a busy or locked file is worth another try; any other failure (a folder
+    // that does not exist, no permission) is reported at once.
+    policy
+        .run(switch, transient_db)
         .await
         .map_err(|e| opening(&e, options.get_filename()).unwrap_or_else(|| db(e)))
 }

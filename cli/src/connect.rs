@@ -4,8 +4,7 @@
 
 use std::{sync::Arc, time::Duration};
 
-use backon::{BackoffBuilder, ExponentialBuilder};
-use relayq_core::{Backend, Error as CoreError};
+use relayq_core::{Backend, Error as CoreError, retry::Policy};
 
 use crate::{
     backend::{self, Use},
@@ -30,15 +29,13 @@ pub fn transient(e: &anyhow::Error) -> bool {
 /// The backoff between attempts: from 100 ms, doubling, at most [`MAX_DELAY`], with
 /// jitter so that a fleet of workers does not reconnect in step.
 pub fn backoff(max_times: Option<usize>) -> impl Iterator<Item = Duration> {
-    let b = ExponentialBuilder::default()
-        .with_min_delay(Duration::from_millis(100))
-        .with_max_delay(MAX_DELAY)
-        .with_jitter();
-    match max_times {
-        Some(n) => b.with_max_times(n),
-        None => b.without_max_times(),
+    Policy {
+        min_delay: Duration::from_millis(100),
+        max_delay: MAX_DELAY,
+        max_retries: max_times,
+        jitter: true,
     }
-    .build()
+    .backoff()
 }
 
 /// Opens the backend at `url`, waiting for its server as long as it takes: one line on

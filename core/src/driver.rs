@@ -1,8 +1,8 @@
 //! [`Driver`]: what a backend crate tells the rest of relayq about itself, in one
 //! place, as sqlx's `AnyDriver` does: its URL schemes, the facade's cargo feature that
 //! builds it in, an example URL, how to open it from a URL, and where its tests find a
-//! server. The facade (`relayq::connect`), the CLI's help, the conformance harness, the
-//! torture command and the bench all read their lists of backends from these.
+//! server. The facade (`relayq::connect`, `relayq::drivers`), the CLI's `--db` and its
+//! help, and the conformance suite's `Driven` subjects open backends through these.
 //!
 //! ```
 //! use relayq_core::{Driver, Migrate};
@@ -44,7 +44,7 @@ pub struct Driver {
     /// An example URL for help texts: `postgres://USER:PASSWORD@HOST:PORT/DB`.
     pub example_url: &'static str,
     /// Opens the backend `url` names, taking relayq's own query options (see
-    /// [`url_options`](crate::url_options)) out first.
+    /// [`url_options`](crate::kit::url_options)) out first.
     pub open: fn(url: String, migrate: Migrate) -> Opening,
     /// The server its tests need, when it needs one.
     pub server: Option<TestServer>,

@@ -65,6 +65,7 @@ pub mod driver;
 mod error;
 mod events;
 pub mod ext;
+pub mod kit;
 mod inspect;
 mod job;
 mod lease;
@@ -75,7 +76,6 @@ pub mod retry;
 pub mod settle;
 pub mod traced;
 mod traits;
-pub mod url_options;
 pub mod validate;
 pub mod worker;
 

@@ -378,7 +378,7 @@ pub trait Inspect: Send + Sync {
 #[async_trait]
 pub trait Admin: Send + Sync {
     /// Changes the settings of `queue` that `update` names, leaving the others as they
-    /// are; the queue is in use from then on (SPEC C6, M4).
+    /// are (SPEC C6); a queue paused or given a `max_running` is in use (SPEC M4).
     ///
     /// # Behavior
     /// - A paused queue's claims return nothing until it is resumed (SPEC C6).

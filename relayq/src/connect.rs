@@ -33,9 +33,10 @@ static BACKENDS: &[(&str, Option<&Driver>)] = &[
 /// Drivers added by [`register`].
 static REGISTERED: RwLock<Vec<&'static Driver>> = RwLock::new(Vec::new());
 
-/// Adds a backend from outside this repository, so that [`connect`] (and every tool
-/// built on it, such as the `relayq` CLI) opens its URLs. A driver registered later
-/// wins over an earlier one, and over a built-in one, for the schemes they share.
+/// Adds a backend from outside this repository, so that [`connect`] in this process
+/// (and a program built on it, such as a copy of the `relayq` CLI that registers the
+/// driver in its `main`) opens its URLs. A driver registered later wins over an
+/// earlier one, and over a built-in one, for the schemes they share.
 pub fn register(driver: &'static Driver) {
     REGISTERED
         .write()

@@ -18,7 +18,6 @@ use std::{panic::AssertUnwindSafe, sync::Arc, time::Duration};
 
 use futures::FutureExt;
 
-use backon::{ExponentialBuilder, Retryable};
 use tokio::{
     sync::{mpsc, watch},
     task::JoinSet,
@@ -26,7 +25,7 @@ use tokio::{
 };
 
 use super::{control::Settling, stats::Stats};
-use crate::{Backend, Error, Outcome, Settle, Settled};
+use crate::{Backend, Error, Outcome, Settle, Settled, retry::Policy};
 
 /// Settle calls a worker has in flight at most.
 const IN_FLIGHT: usize = 4;
@@ -42,6 +41,14 @@ pub(super) struct Settler {
     pub(super) dry: watch::Receiver<bool>,
 }
 
+/// How a worker retries a settle call that failed on a transient error.
+const SETTLE: Policy = Policy {
+    min_delay: Duration::from_millis(10),
+    max_delay: Duration::from_secs(1),
+    max_retries: Some(5),
+    jitter: true,
+};
+
 /// `settle_many`, retried a few times with backoff on transient backend errors (a lost
 /// connection, a deadlock victim, a busy server: [`Error::is_transient`]); any other
 /// error would fail again and is returned at once. A backend that panics fails the
@@ -55,14 +62,9 @@ pub(super) async fn settle_retrying(
             .catch_unwind()
             .map(|r| r.unwrap_or_else(|_| Err(Error::backend("settle_many panicked"))))
     };
-    attempt
-        .retry(
-            ExponentialBuilder::default()
-                .with_min_delay(Duration::from_millis(10))
-                .with_max_times(5),
-        )
-        .when(Error::is_transient)
-        .await
+    // A backend that already retried its own transaction reports the error as
+    // persistent, not transient, so these tries do not multiply the backend's.
+    SETTLE.run(attempt, Error::is_transient).await
 }
 
 impl Settler {
