@@ -6,6 +6,7 @@
 //! struct Pg;
 //!
 //! impl Driven for Pg {
+//!     const NAME: &'static str = "postgres";
 //!     const DRIVER: &'static Driver = &relayq_postgres::DRIVER;
 //!     const SERVER: Option<Server> = Some(Server::Postgres);
 //!     const CAPABILITIES: &'static [Capability] = &[Capability::Notifications];

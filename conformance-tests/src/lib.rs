@@ -141,9 +141,9 @@ impl Env {
                     .host_str()
                     .ok_or_else(|| anyhow::anyhow!("{url}: no host"))?
                     .to_owned();
-                let port = url
-                    .port()
-                    .ok_or_else(|| anyhow::anyhow!("{url}: no port"))?;
+                let port = url.port().ok_or_else(|| {
+                    anyhow::anyhow!("{url}: the connection-cut case needs the port in the URL")
+                })?;
                 let server = tokio::net::lookup_host((host.as_str(), port))
                     .await?
                     .next()
