@@ -493,7 +493,7 @@ impl Claim for PostgresBackend {
         relayq_core::kit::claim_refilling(
             req.limit,
             |room| async move {
-                let found = self.claim_up_to(&req, i64::from(room)).await?;
+                let found = self.claim_up_to(req, i64::from(room)).await?;
                 Ok((found.jobs, found.doomed))
             },
             || async { self.expire(&req.queue, false).await.map(drop) },

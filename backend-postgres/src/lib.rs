@@ -406,8 +406,8 @@ async fn probe(options: &PgConnectOptions) -> Result<()> {
         options.get_host(),
         options.get_port()
     );
-    let conn = relayq_core::kit::probe(&server, sqlx::PgConnection::connect_with(options), db)
-        .await?;
+    let conn =
+        relayq_core::kit::probe(&server, sqlx::PgConnection::connect_with(options), db).await?;
     conn.close().await.map_err(db)
 }
 

@@ -48,7 +48,6 @@ impl Policy {
     };
 
     /// The pauses, one per retry.
-    #[must_use]
     pub fn backoff(self) -> impl Iterator<Item = Duration> + Send + Sync + 'static {
         self.builder().build()
     }

@@ -11,8 +11,8 @@ use crate::{Env, poll_until, queue_name};
 
 /// Jobs enqueued before the cuts, in this many groups: a settle that finished a job
 /// but lost the promotion of its group's next one would leave that job blocked for ever.
-const SEED: u64 = 60;
-const GROUPS: u64 = 6;
+const SEED: u64 = 120;
+const GROUPS: u64 = 30;
 /// Jobs per enqueue call made through the proxy.
 const CALL: u64 = 20;
 /// The lease of claims made through the proxy: a claim whose reply is lost leaves its
@@ -48,7 +48,14 @@ pub async fn x3_cut_connections_lose_nothing_and_hold_nothing_twice(
     // How long each kind of call takes uncut, so that the cuts land inside calls
     // rather than between them: on loopback a call takes from a fraction of a
     // millisecond (Redis) to a few (a SQL transaction).
-    let took = time_each_call(&*cut, &q, &mut queues, &mut unsettled).await?;
+    // The shortest of three tries: a first call may also load scripts or connect.
+    let mut took = [Duration::MAX; 3];
+    for _ in 0..3 {
+        let once = time_each_call(&*cut, &q, &mut queues, &mut unsettled).await?;
+        for (t, o) in took.iter_mut().zip(once) {
+            *t = (*t).min(o);
+        }
+    }
     let mut errors = [0u32; 3];
     for round in 0..48 {
         // Start each call on live connections, so that the cut lands inside it rather
@@ -68,6 +75,14 @@ pub async fn x3_cut_connections_lose_nothing_and_hold_nothing_twice(
                 proxy.cut();
             })
         };
+        if kind == 2 && unsettled.len() < 20 {
+            // The claims before were cut: give the settle leases to carry, taken
+            // through the other handle, enough that the call lasts long enough to cut.
+            let jobs = direct
+                .claim(ClaimRequest::new(&q, "x3-direct", 30, CUT_LEASE))
+                .await?;
+            unsettled.extend(jobs.into_iter().map(|j| j.lease));
+        }
         let outcome = one_call(&*cut, &q, round, &mut unsettled).await;
         cutter
             .join()
