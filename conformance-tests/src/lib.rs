@@ -229,6 +229,7 @@ macro_rules! for_each_case {
             claim::c6_max_running_caps_claims,
             claim::c6_expired_lease_frees_its_slot,
             claim::c6_pause_stops_claims_until_resume,
+            claim::c6_update_queue_changes_only_what_it_names,
             scenarios::c6_max_running_holds_under_load,
             lease::l1_complete_twice_is_stale,
             lease::l1_wrong_token_changes_nothing,

@@ -134,3 +134,52 @@ fn unknown(scheme: &str) -> Error {
     }
     Error::invalid("url", reason)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A backend from outside the repository: in-memory, under a scheme of its own.
+    static OUTSIDE: Driver = Driver {
+        name: "outside",
+        schemes: &["outside-test"],
+        feature: "",
+        example_url: "outside-test://",
+        open: |_, _| {
+            Box::pin(async {
+                Ok(Arc::new(relayq_core::memory::MemoryBackend::new()) as Arc<dyn Backend>)
+            })
+        },
+        server: None,
+    };
+
+    #[tokio::test]
+    async fn a_registered_driver_opens_its_urls_and_is_listed() {
+        let before = connect("outside-test://").await.err();
+        assert_eq!(
+            before.as_ref().and_then(Error::invalid_field),
+            Some("url"),
+            "{before:?}"
+        );
+        register(&OUTSIDE);
+        assert!(connect("outside-test://").await.is_ok());
+        assert!(schemes().contains(&"outside-test://".to_owned()));
+        assert_eq!(
+            driver_for("outside-test://x").map(|d| d.name),
+            Some("outside")
+        );
+    }
+
+    #[tokio::test]
+    async fn unknown_schemes_and_missing_schemes_name_the_url() {
+        let Err(e) = connect("nosuch://x").await else {
+            panic!("nosuch:// opened")
+        };
+        assert_eq!(e.invalid_field(), Some("url"));
+        assert!(e.to_string().contains("unknown scheme nosuch://"), "{e}");
+        let Err(e) = connect("relayq.db").await else {
+            panic!("a path without a scheme opened")
+        };
+        assert!(e.to_string().contains("no scheme"), "{e}");
+    }
+}

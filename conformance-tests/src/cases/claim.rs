@@ -10,7 +10,7 @@ use anyhow::ensure;
 use chrono::{DateTime, TimeDelta, Utc};
 use relayq_core::{
     AttemptOutcome, Backend, ClaimRequest, ClaimedJob, CompleteExt, DEFAULT_RETENTION, JobId,
-    JobState, NewJob,
+    JobState, NewJob, QueueUpdate,
 };
 use tokio::time::{Instant, timeout};
 
@@ -461,6 +461,58 @@ pub async fn c6_pause_stops_claims_until_resume(env: &Env) -> anyhow::Result<()>
     ensure!(
         got.len() == 3,
         "after resume a claim returned {} of 3 jobs",
+        got.len()
+    );
+    Ok(())
+}
+
+/// SPEC C6: one `update_queue` call changes every setting it names and leaves the
+/// others as they were; a zero `max_running` is refused naming the field, and nothing
+/// of the call is stored.
+pub async fn c6_update_queue_changes_only_what_it_names(env: &Env) -> anyhow::Result<()> {
+    let b = env.backend();
+    let q = queue_name("c6update");
+    enqueue_n(b, &q, 3).await?;
+    b.update_queue(&q, QueueUpdate::default().paused(true).max_running(Some(1)))
+        .await?;
+    let stats = b.queue_stats(&q).await?;
+    ensure!(
+        stats.paused && stats.max_running == Some(1),
+        "one update set paused {} and max_running {:?}",
+        stats.paused,
+        stats.max_running
+    );
+    claim_nothing(b, &q, "the queue is paused").await?;
+    let refused = b
+        .update_queue(
+            &q,
+            QueueUpdate::default().paused(false).max_running(Some(0)),
+        )
+        .await;
+    ensure!(
+        refused
+            .as_ref()
+            .err()
+            .and_then(relayq_core::Error::invalid_field)
+            == Some("max_running"),
+        "a zero max_running: expected InvalidInput on max_running, got {refused:?}"
+    );
+    ensure!(
+        b.queue_stats(&q).await?.paused,
+        "a refused update still resumed the queue"
+    );
+    b.update_queue(&q, QueueUpdate::default().paused(false))
+        .await?;
+    let stats = b.queue_stats(&q).await?;
+    ensure!(
+        !stats.paused && stats.max_running == Some(1),
+        "a resume alone changed max_running to {:?}",
+        stats.max_running
+    );
+    let got = claim(b, &q, 10).await?;
+    ensure!(
+        got.len() == 1,
+        "max_running 1 let {} jobs be claimed",
         got.len()
     );
     Ok(())
