@@ -2,9 +2,13 @@
 //! half from a producer task while they run and the faults fire, so enqueues, batch
 //! fills and seals meet restarts and killed connections like the workers do.
 //!
-//! A late job carries its key as dedupe key, so an enqueue retried after an error whose
-//! outcome is unknown (the answer lost with its connection) finds the first one
-//! instead of storing the job twice: what an application should do (SPEC E3).
+//! Each late chunk goes in exactly once, as an application must do it: a call whose
+//! answer was lost (a transient error) may have stored its jobs, and a dedupe key alone
+//! cannot tell, since a job gives its key up when it finishes (SPEC E3), and a late
+//! chunk's jobs may finish before the call is retried. So every chunk goes into a
+//! batch (its own batch, or a one-stage "carrier" batch for grouped and plain jobs),
+//! and after a lost answer the producer reads the batch's jobs: the call stored all of
+//! them or none (SPEC E1), so it is retried only when none are there.
 
 use std::{
     collections::BTreeMap,
@@ -13,7 +17,7 @@ use std::{
 };
 
 use anyhow::Context;
-use relayq::{Backend, Batch, JobId, NewJob, RunAt};
+use relayq::{Backend, Batch, JobId, NewJob, OnFailure, RunAt};
 use tokio::sync::watch;
 
 use crate::{plan::Plan, run::QUEUE};
@@ -65,9 +69,17 @@ pub fn split(plan: &Plan) -> Split {
 }
 
 /// Job `i` of the plan as enqueued: its command, group, batch and stage, delay, and a
-/// dedupe key when it has one or when `late`.
+/// dedupe key when it has one or when `late`. A job of no batch of the plan goes into
+/// `carrier` (stage 0) when one is given.
 #[must_use]
-pub fn new_job(plan: &Plan, dir: &str, batches: &[Batch], i: usize, late: bool) -> NewJob {
+pub fn new_job(
+    plan: &Plan,
+    dir: &str,
+    batches: &[Batch],
+    i: usize,
+    late: bool,
+    carrier: Option<&Batch>,
+) -> NewJob {
     let job = &plan.jobs[i];
     let payload = serde_json::json!({
         "command": plan.command(dir, i),
@@ -80,8 +92,10 @@ pub fn new_job(plan: &Plan, dir: &str, batches: &[Batch], i: usize, late: bool) 
     if let Some(g) = &job.group {
         nj = nj.group(g.clone());
     }
-    if let Some((b, s)) = job.batch {
-        nj = nj.in_batch(&batches[b], s);
+    match (job.batch, carrier) {
+        (Some((b, s)), _) => nj = nj.in_batch(&batches[b], s),
+        (None, Some(c)) => nj = nj.in_batch(c, 0),
+        (None, None) => {}
     }
     if job.delay_ms > 0 {
         nj.run_at = RunAt::After(Duration::from_millis(job.delay_ms));
@@ -166,29 +180,45 @@ impl Producer {
                 .wait_for(|&f| enqueued.saturating_sub(f) < window)
                 .await
                 .context("the run ended before the producer")?;
+            let plan_batch = plan.jobs[chunk[0]].batch.map(|(b, _)| b);
+            // Grouped and plain chunks go into a batch of their own (see the module's
+            // comment); an open whose answer was lost leaves an empty batch behind.
+            let carrier = match plan_batch {
+                Some(_) => None,
+                None => {
+                    let (b, tries) = retry(|| backend.open_batch(QUEUE, OnFailure::Continue))
+                        .await
+                        .context("opening a carrier batch")?;
+                    out.retried += tries;
+                    Some(b)
+                }
+            };
+            let batch = match (plan_batch, &carrier) {
+                (Some(b), _) => &batches[b],
+                (None, Some(c)) => c,
+                (None, None) => unreachable!("a chunk of no batch has a carrier"),
+            };
             let jobs = || {
                 chunk
                     .iter()
-                    .map(|&i| new_job(&plan, &dir, &batches, i, true))
+                    .map(|&i| new_job(&plan, &dir, &batches, i, true, carrier.as_ref()))
                     .collect::<Vec<_>>()
             };
-            let batch = plan.jobs[chunk[0]].batch.map(|(b, _)| b);
-            match retry(|| backend.enqueue(jobs())).await {
-                Ok((got, tries)) => {
-                    out.retried += tries;
-                    for (&i, e) in chunk.iter().zip(got) {
-                        out.found_stored += u32::from(e.deduplicated);
-                        out.ids.push((i, e.id));
-                    }
+            match enqueue_once(&*backend, &plan, batch, chunk, jobs).await {
+                Ok(stored) => {
+                    out.retried += stored.tries;
+                    out.found_stored += stored.found;
+                    out.ids.extend(stored.ids);
                     enqueued += chunk.len() as u64;
                 }
                 // A batch that refuses the chunk may have taken it on a try whose answer
-                // was lost, and then closed the stage or halted: its job list tells.
-                Err(
+                // was lost and that ran after the producer looked, and then closed the
+                // stage or halted: its job list tells.
+                Err(Refused(
                     e @ (relayq::Error::StageClosed { .. }
                     | relayq::Error::InvalidInput { field: "batch", .. }),
-                ) if batch.is_some() => {
-                    let b = batch.expect("checked");
+                )) if plan_batch.is_some() => {
+                    let b = plan_batch.expect("checked");
                     let (stored, tries) =
                         retry(|| stored_in_batch(&*backend, &plan, &batches[b], chunk))
                             .await
@@ -209,9 +239,14 @@ impl Producer {
                         ));
                     }
                 }
-                Err(e) => return Err(e).context("enqueue of a late chunk"),
+                Err(Refused(e)) => return Err(e).context("enqueue of a late chunk"),
+                Err(Unclear(e)) => return Err(e),
             }
-            if let Some(b) = batch
+            if let Some(c) = &carrier {
+                let (_, tries) = retry(|| backend.seal(c)).await.context("seal")?;
+                out.retried += tries;
+            }
+            if let Some(b) = plan_batch
                 && last_chunk_of[&b] == c
             {
                 let (_, tries) = retry(|| backend.seal(&batches[b])).await.context("seal")?;
@@ -220,6 +255,75 @@ impl Producer {
             }
         }
         Ok(out)
+    }
+}
+
+/// A chunk stored once: its ids by plan index, the calls made again, and the jobs a
+/// call found stored already.
+struct Stored {
+    ids: Vec<(usize, JobId)>,
+    tries: u32,
+    found: u32,
+}
+
+/// Why [`enqueue_once`] did not store a chunk.
+enum NotStored {
+    /// The backend's answer to a call.
+    Refused(relayq::Error),
+    /// The batch holds part of the chunk, or the batch could not be read.
+    Unclear(anyhow::Error),
+}
+use NotStored::{Refused, Unclear};
+
+/// Enqueues `chunk` (the calls `jobs` make) into `batch` once: after a transient error
+/// the batch's jobs tell whether that call stored the chunk (all of it or none, SPEC
+/// E1), and the call is made again only when none of it is there. For up to 60 s.
+async fn enqueue_once(
+    backend: &dyn Backend,
+    plan: &Plan,
+    batch: &Batch,
+    chunk: &[usize],
+    jobs: impl Fn() -> Vec<NewJob>,
+) -> Result<Stored, NotStored> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut tries = 0;
+    loop {
+        match backend.enqueue(jobs()).await {
+            Ok(got) => {
+                let found = got.iter().map(|e| u32::from(e.deduplicated)).sum();
+                let ids = chunk
+                    .iter()
+                    .copied()
+                    .zip(got.iter().map(|e| e.id))
+                    .collect();
+                return Ok(Stored { ids, tries, found });
+            }
+            Err(e) if e.is_transient() && Instant::now() < deadline => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                let (stored, t) = retry(|| stored_in_batch(backend, plan, batch, chunk))
+                    .await
+                    .context("reading a batch's jobs after a lost answer")
+                    .map_err(Unclear)?;
+                tries += t;
+                if stored.len() == chunk.len() {
+                    let found = u32::try_from(stored.len()).unwrap_or(u32::MAX);
+                    return Ok(Stored {
+                        ids: stored,
+                        tries,
+                        found,
+                    });
+                }
+                if !stored.is_empty() {
+                    return Err(Unclear(anyhow::anyhow!(
+                        "a call whose answer was lost stored {} of its {} jobs",
+                        stored.len(),
+                        chunk.len()
+                    )));
+                }
+            }
+            Err(e) => return Err(Refused(e)),
+        }
     }
 }
 
@@ -276,6 +380,8 @@ where
 
 #[cfg(test)]
 mod tests {
+    use relayq::{Claim as _, Inspect as _, OrderBarrier as _};
+
     use super::*;
 
     #[test]
@@ -311,6 +417,88 @@ mod tests {
         assert!(early.windows(2).all(|w| w[0] < w[1]));
     }
 
+    /// Fails its first `lost` calls as a lost answer would, with a transient error:
+    /// with `stores`, after storing the jobs and finishing them; without, before.
+    struct LosesAnswers {
+        inner: relayq::memory::MemoryBackend,
+        lost: std::sync::atomic::AtomicU32,
+        stores: bool,
+    }
+
+    relayq::delegate!(LosesAnswers, inner => Events, Claim, Complete, OrderBarrier, Inspect, Admin);
+
+    #[relayq::async_trait]
+    impl relayq::Enqueue for LosesAnswers {
+        async fn enqueue_unchecked(
+            &self,
+            jobs: Vec<NewJob>,
+        ) -> relayq::Result<Vec<relayq::Enqueued>> {
+            use std::sync::atomic::Ordering;
+            let n = u32::try_from(jobs.len()).unwrap();
+            let lost = Err(relayq::Error::transient(std::io::Error::other(
+                "connection reset",
+            )));
+            if self.lost.load(Ordering::SeqCst) == 0 {
+                return self.inner.enqueue_unchecked(jobs).await;
+            }
+            self.lost.fetch_sub(1, Ordering::SeqCst);
+            if !self.stores {
+                return lost;
+            }
+            self.inner.enqueue_unchecked(jobs).await?;
+            let req = relayq::ClaimRequest::new(QUEUE, "w", n, Duration::from_secs(60));
+            for job in self.inner.claim_unchecked(req).await? {
+                relayq::CompleteExt::complete(&self.inner, &job.lease).await?;
+            }
+            lost
+        }
+    }
+
+    /// A call whose jobs were stored and had finished before its lost answer is not
+    /// made again (a dedupe key would not have caught them: SPEC E3), and a call whose
+    /// answer was lost with nothing stored is; each chunk is stored exactly once.
+    #[tokio::test]
+    async fn a_chunk_is_stored_once_whatever_answers_are_lost() {
+        let plan = Plan::generate(7, 300, 1000);
+        // Plain jobs a claim takes at once, so the lost call can finish them all.
+        let chunk: Vec<usize> = (0..plan.jobs.len())
+            .filter(|&i| {
+                let j = &plan.jobs[i];
+                j.batch.is_none() && j.group.is_none() && j.delay_ms == 0
+            })
+            .take(5)
+            .collect();
+        assert_eq!(chunk.len(), 5);
+        for stores in [true, false] {
+            let backend = LosesAnswers {
+                inner: relayq::memory::MemoryBackend::new(),
+                lost: 1.into(),
+                stores,
+            };
+            let carrier = backend
+                .open_batch(QUEUE, OnFailure::Continue)
+                .await
+                .unwrap();
+            let jobs = || {
+                chunk
+                    .iter()
+                    .map(|&i| new_job(&plan, "/d", &[], i, true, Some(&carrier)))
+                    .collect::<Vec<_>>()
+            };
+            let Ok(stored) = enqueue_once(&backend, &plan, &carrier, &chunk, jobs).await else {
+                panic!("not stored (stores: {stores})");
+            };
+            // Found in the batch after the lost answer, or stored by the second call.
+            let found = if stores { 5 } else { 0 };
+            assert_eq!((stored.tries, stored.found), (1, found), "stores: {stores}");
+            let stats = backend.queue_stats(QUEUE).await.unwrap();
+            assert_eq!(stats.total(), 5, "stores: {stores}: {stats:?}");
+            let mut ids: Vec<JobId> = stored.ids.iter().map(|&(_, id)| id).collect();
+            ids.sort_unstable();
+            assert_eq!(ids, backend.batch_jobs(&carrier, None, 100).await.unwrap());
+        }
+    }
+
     /// What the producer reads after a batch refused a chunk: the chunk's jobs the
     /// batch holds, told by their payload's key, and only those.
     #[tokio::test]
@@ -330,7 +518,7 @@ mod tests {
             .enqueue(
                 stored
                     .iter()
-                    .map(|&i| new_job(&plan, "/d", &batches, i, true))
+                    .map(|&i| new_job(&plan, "/d", &batches, i, true, None))
                     .collect(),
             )
             .await

@@ -362,7 +362,7 @@ async fn enqueue_early(
             .enqueue(
                 chunk
                     .iter()
-                    .map(|&i| feed::new_job(plan, dir, &batches, i, false))
+                    .map(|&i| feed::new_job(plan, dir, &batches, i, false, None))
                     .collect(),
             )
             .await
@@ -381,7 +381,7 @@ async fn enqueue_early(
         let got = backend
             .enqueue(
                 dups.iter()
-                    .map(|&i| feed::new_job(plan, dir, &batches, i, false))
+                    .map(|&i| feed::new_job(plan, dir, &batches, i, false, None))
                     .collect(),
             )
             .await
