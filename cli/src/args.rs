@@ -5,7 +5,7 @@ use std::time::Duration;
 /// The queue a command works on.
 #[derive(Debug, Clone, clap::Args)]
 pub struct QueueArg {
-    /// The queue (1 to 128 bytes of A-Z a-z 0-9 _ - . :).
+    /// The queue (1 to 128 bytes of A-Z a-z 0-9 _ - . :, not dots only).
     #[arg(long, short = 'q', env = "RELAYQ_QUEUE", default_value = "default")]
     pub queue: String,
 }

@@ -62,6 +62,14 @@ pub fn queue_name(name: &str) -> Result<()> {
             format!("may hold only A-Z a-z 0-9 _ - . : but has {bad:?}"),
         ));
     }
+    // A name of dots only is a path segment in the dashboard's URLs (`/queues/../dead`),
+    // which browsers and proxies rewrite before the request is sent.
+    if name.bytes().all(|b| b == b'.') {
+        return Err(Error::invalid(
+            "queue",
+            format!("{name:?} is dots only, a path segment in URLs"),
+        ));
+    }
     Ok(())
 }
 
@@ -333,7 +341,20 @@ mod tests {
         assert!(queue_name("a").is_ok());
         assert!(queue_name("Az09_-.:").is_ok());
         assert!(queue_name(&"q".repeat(128)).is_ok());
-        for bad in ["", "a b", "a{b}", "é", "a\0", "'; DROP TABLE x;--", "]"] {
+        assert!(queue_name("a.b").is_ok());
+        assert!(queue_name(".a").is_ok());
+        for bad in [
+            "",
+            "a b",
+            "a{b}",
+            "é",
+            "a\0",
+            "'; DROP TABLE x;--",
+            "]",
+            ".",
+            "..",
+            "...",
+        ] {
             assert_eq!(
                 queue_name(bad).unwrap_err().invalid_field(),
                 Some("queue"),

@@ -212,7 +212,7 @@ pub async fn e4_invalid_jobs_name_the_field(env: &Env) -> anyhow::Result<()> {
         let what = format!("job with bad {field}");
         expect_invalid(b.enqueue(vec![job(), bad]).await, field, &what)?;
     }
-    for name in ["", "a b", "é", "q/1", &"q".repeat(129)] {
+    for name in ["", "a b", "é", "q/1", ".", "..", &"q".repeat(129)] {
         let what = format!("queue name {name:?}");
         expect_invalid(
             b.enqueue(vec![NewJob::new(name, b"x".to_vec())]).await,

@@ -88,6 +88,8 @@ pub async fn x2_hostile_queue_names_rejected(env: &Env) -> anyhow::Result<()> {
         "a b",
         "\u{e9}",
         "",
+        ".",
+        "..",
         long.as_str(),
     ];
     let hour = Duration::from_secs(3600);
