@@ -3,17 +3,25 @@
 use relayq_core::{Batch, BatchId, JobId};
 
 use crate::{
-    args::QueueArg,
     backend::{self, Use},
     exit,
 };
+
+/// The queue of `relayq cancel`: optional, as `relayq job`'s.
+#[derive(Debug, clap::Args)]
+pub struct CancelQueue {
+    /// The queue. Without it, a job is looked for in every queue in use (as `relayq
+    /// job` does), and a batch in queue `default`.
+    #[arg(long, short = 'q', env = "RELAYQ_QUEUE")]
+    pub queue: Option<String>,
+}
 
 /// Arguments of `relayq cancel`.
 #[derive(Debug, clap::Args)]
 #[group(id = "target", required = true, multiple = false)]
 pub struct CancelArgs {
     #[command(flatten)]
-    pub queue: QueueArg,
+    pub queue: CancelQueue,
     /// Cancel this job: not started, it never runs; running, its lease is revoked and
     /// its worker stops it at its next heartbeat.
     #[arg(long, group = "target")]
@@ -26,17 +34,20 @@ pub struct CancelArgs {
 /// Cancels; returns the exit code.
 ///
 /// # Errors
-/// No database, an unknown job or batch, a backend failure.
+/// No database, an unknown job or batch, a job found in two queues, a backend failure.
 pub async fn run(db: &str, args: CancelArgs) -> anyhow::Result<u8> {
     let backend = backend::open(db, Use::Existing).await?;
     let queue = args.queue.queue;
     if let Some(id) = args.job {
+        let job = super::job::find(&*backend, queue.as_deref(), JobId(id)).await?;
+        let queue = job.queue;
         if backend.cancel_job(&queue, JobId(id)).await? {
             outln!("job {id} of queue {queue:?} is cancelled");
         } else {
             outln!("job {id} of queue {queue:?} had already finished; nothing to cancel");
         }
     } else if let Some(id) = args.batch {
+        let queue = queue.unwrap_or_else(|| "default".to_owned());
         let n = backend
             .cancel_batch(&Batch {
                 queue: queue.clone(),

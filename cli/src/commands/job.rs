@@ -85,7 +85,11 @@ pub async fn run(db: &str, args: JobArgs) -> anyhow::Result<u8> {
 }
 
 /// Job `id` of `queue`, or of whichever queue holds it.
-async fn find(backend: &dyn Backend, queue: Option<&str>, id: JobId) -> anyhow::Result<JobInfo> {
+pub(crate) async fn find(
+    backend: &dyn Backend,
+    queue: Option<&str>,
+    id: JobId,
+) -> anyhow::Result<JobInfo> {
     if let Some(q) = queue {
         return Ok(backend.job(q, id).await?);
     }
