@@ -3,7 +3,6 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
-use metrics_exporter_prometheus::PrometheusBuilder;
 use relayq_dashboard::Options;
 
 use crate::{
@@ -64,10 +63,11 @@ pub async fn run(db: &str, args: DashboardArgs) -> anyhow::Result<u8> {
     // The process's recorder: the dashboard's gauges, and anything else this process
     // records through the `metrics` facade, render at /metrics.
     options.metrics = Some(
-        PrometheusBuilder::new()
+        relayq_dashboard::prometheus()
             .install_recorder()
             .map_err(|e| anyhow::anyhow!("cannot install the metrics recorder: {e}"))?,
     );
+    relayq_dashboard::describe_metrics();
     let read_only = options.read_only;
     let guarded = options.token.is_some();
     let app = relayq_dashboard::router(backend, options);

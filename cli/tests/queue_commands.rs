@@ -287,6 +287,27 @@ fn cancel_a_job_and_a_batch() {
     assert!(out.stderr.contains("not found"), "{}", out.stderr);
 }
 
+/// Without `-q`, `cancel --job` finds the job in whichever queue holds it, as `job`
+/// does, rather than looking only in queue `default`.
+#[test]
+fn cancel_finds_a_job_of_any_queue() {
+    let env = Env::new();
+    let id = env
+        .run(&["enqueue", "--queue", "elsewhere", "--", "true"])
+        .expect_code(0)
+        .stdout
+        .trim()
+        .to_owned();
+    let out = env.run(&["cancel", "--job", &id]).expect_code(0);
+    assert!(
+        out.stdout
+            .contains(&format!("job {id} of queue \"elsewhere\" is cancelled")),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(env.count("elsewhere", "cancelled"), 1);
+}
+
 #[test]
 fn status_lists_running_jobs_with_worker_and_start() {
     let env = Env::new();
@@ -419,13 +440,28 @@ fn work_serves_its_counters_at_metrics_on_loopback() {
         "the completion in /metrics",
         Duration::from_secs(30),
         || {
-            scrape(port)
-                .filter(|t| t.contains(r#"relayq_worker_settled_total{outcome="succeeded"} 1"#))
+            scrape(port).filter(|t| {
+                t.contains(r#"relayq_worker_settled_total{queue="m",outcome="succeeded"} 1"#)
+            })
         },
     );
-    assert!(text.contains("relayq_worker_claimed_total 1"), "{text}");
     assert!(
-        text.contains(r#"relayq_worker_handler_seconds_count{outcome="succeeded"} 1"#),
+        text.contains(r#"relayq_worker_claimed_total{queue="m"} 1"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"relayq_worker_handler_seconds_count{queue="m",outcome="succeeded"} 1"#),
+        "{text}"
+    );
+    // A histogram, whose buckets add up across workers, and described.
+    assert!(
+        text.contains(
+            r#"relayq_worker_handler_seconds_bucket{queue="m",outcome="succeeded",le="+Inf"} 1"#
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("# HELP relayq_worker_claimed_total Jobs claimed, by queue."),
         "{text}"
     );
     let mut worker = worker;

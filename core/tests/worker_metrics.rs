@@ -67,17 +67,23 @@ fn worker_counters_reach_the_installed_recorder() {
         running.shutdown().await.unwrap();
     });
     assert_eq!(
-        sample(&text, "relayq_worker_claimed_total"),
+        sample(&text, r#"relayq_worker_claimed_total{queue="m"}"#),
         Some(4.0),
         "{text}"
     );
     assert_eq!(
-        sample(&text, r#"relayq_worker_settled_total{outcome="succeeded"}"#),
+        sample(
+            &text,
+            r#"relayq_worker_settled_total{queue="m",outcome="succeeded"}"#
+        ),
         Some(3.0),
         "{text}"
     );
     assert_eq!(
-        sample(&text, r#"relayq_worker_settled_total{outcome="failed"}"#),
+        sample(
+            &text,
+            r#"relayq_worker_settled_total{queue="m",outcome="failed"}"#
+        ),
         Some(1.0),
         "{text}"
     );
@@ -90,7 +96,7 @@ fn worker_counters_reach_the_installed_recorder() {
     assert_eq!(
         sample(
             &text,
-            r#"relayq_worker_handler_seconds_count{outcome="succeeded"}"#
+            r#"relayq_worker_handler_seconds_count{queue="m",outcome="succeeded"}"#
         ),
         Some(3.0),
         "{text}"
@@ -98,7 +104,7 @@ fn worker_counters_reach_the_installed_recorder() {
     assert_eq!(
         sample(
             &text,
-            r#"relayq_worker_handler_seconds_count{outcome="failed"}"#
+            r#"relayq_worker_handler_seconds_count{queue="m",outcome="failed"}"#
         ),
         Some(1.0),
         "{text}"
@@ -110,9 +116,10 @@ fn worker_counters_reach_the_installed_recorder() {
 #[test]
 fn failed_backend_calls_are_counted_by_call_and_kind() {
     use support::faulty::{Beats, Faulty};
+    let q = support::queue();
     let text = recorded(async {
         let memory = Arc::new(MemoryBackend::new());
-        let q = support::queue();
+        let q = q.clone();
         let id = support::enqueue_n(&memory, &q, 1, 3).await[0];
         let worker = Worker::builder(Faulty::new(&memory, Beats::Fail), [q.clone()])
             .lease(Duration::from_millis(300))
@@ -135,6 +142,30 @@ fn failed_backend_calls_are_counted_by_call_and_kind() {
         r#"relayq_worker_backend_errors_total{op="heartbeat",kind="backend"}"#,
     );
     assert!(errors.is_some_and(|n| n >= 1.0), "{text}");
-    let lost = sample(&text, "relayq_worker_lease_lost_total");
+    let lost = sample(
+        &text,
+        &format!(r#"relayq_worker_lease_lost_total{{queue="{q}"}}"#),
+    );
     assert!(lost.is_some_and(|n| n >= 1.0), "{text}");
+}
+
+/// `describe_metrics` gives every worker series its `# HELP` line, once a recorder is
+/// installed, and the list it reads names each series the worker records.
+#[test]
+fn every_worker_series_has_help_text() {
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    relayq_core::worker::describe_metrics();
+    for &(name, _, _) in relayq_core::worker::METRICS {
+        // A series shows in the text once it has a value.
+        metrics::counter!(name).increment(0);
+        metrics::gauge!(name).set(0.0);
+        metrics::histogram!(name).record(0.0);
+    }
+    let text = handle.render();
+    for &(name, _, help) in relayq_core::worker::METRICS {
+        let line = format!("# HELP {name} {help}");
+        assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
+    }
 }

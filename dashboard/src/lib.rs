@@ -41,7 +41,7 @@ use std::sync::Arc;
 
 use relayq_core::Backend;
 
-pub use metrics::record_queue_gauges;
+pub use metrics::{HANDLER_BUCKETS, describe as describe_metrics, prometheus, record_queue_gauges};
 pub use metrics_exporter_prometheus::PrometheusHandle;
 
 /// How the dashboard behaves.

@@ -9,6 +9,7 @@ use axum::{
     http::{StatusCode, header},
     response::{IntoResponse, Response},
 };
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 use relayq_core::{Backend, JobState, QueueStats};
 
 use crate::state::AppState;
@@ -31,6 +32,49 @@ pub async fn record_queue_gauges(
         set_gauges(queue, &backend.queue_stats(queue).await?);
     }
     Ok(())
+}
+
+/// The dashboard's gauges and their help texts.
+const GAUGES: &[(&str, &str)] = &[
+    ("relayq_queue_jobs", "Jobs of the queue in each state."),
+    ("relayq_queue_running", "Jobs of the queue running now."),
+    (
+        "relayq_queue_max_running",
+        "The queue's limit of running jobs; 0 when it has none.",
+    ),
+    ("relayq_queue_paused", "1 when the queue is paused, else 0."),
+    (
+        "relayq_queue_oldest_ready_seconds",
+        "How long the queue's longest-waiting claimable job has waited.",
+    ),
+];
+
+/// Upper bounds of `relayq_worker_handler_seconds`' buckets: 5 ms to an hour.
+pub const HANDLER_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
+];
+
+/// A Prometheus exporter set up for relayq's series: the handler time as a histogram
+/// (buckets add up across workers and processes; a summary's quantiles do not, and
+/// read 0 when idle). Install it, then call [`describe`].
+#[must_use]
+pub fn prometheus() -> PrometheusBuilder {
+    PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            Matcher::Full("relayq_worker_handler_seconds".to_owned()),
+            HANDLER_BUCKETS,
+        )
+        // Refused only for an empty list of buckets.
+        .unwrap_or_else(|_| PrometheusBuilder::new())
+}
+
+/// Gives the installed recorder the help text (`# HELP` line) of every relayq series:
+/// the worker's and the dashboard's.
+pub fn describe() {
+    relayq_core::worker::describe_metrics();
+    for &(name, help) in GAUGES {
+        metrics::describe_gauge!(name, help);
+    }
 }
 
 /// The gauges of one queue.

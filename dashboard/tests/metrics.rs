@@ -4,14 +4,14 @@
 mod common;
 
 use common::*;
-use metrics_exporter_prometheus::PrometheusBuilder;
 use relayq_core::{EnqueueExt, NewJob};
 use relayq_dashboard::{Options, router};
 
 #[tokio::test]
 async fn metrics_serve_queue_gauges() {
     // The one global recorder of this test binary.
-    let handle = PrometheusBuilder::new().install_recorder().unwrap();
+    let handle = relayq_dashboard::prometheus().install_recorder().unwrap();
+    relayq_dashboard::describe_metrics();
     let db = sqlite().await;
     let q = queue();
     for _ in 0..2 {
@@ -50,6 +50,16 @@ async fn metrics_serve_queue_gauges() {
         assert!(
             text.lines().any(|l| l == line),
             "missing {line:?} in\n{text}"
+        );
+    }
+    // Each series says what it counts.
+    for help in [
+        "# HELP relayq_queue_jobs Jobs of the queue in each state.",
+        "# HELP relayq_queue_paused 1 when the queue is paused, else 0.",
+    ] {
+        assert!(
+            text.lines().any(|l| l == help),
+            "missing {help:?} in\n{text}"
         );
     }
     // Two ready jobs wait: the gauge holds a wait of zero seconds or more.

@@ -4,7 +4,6 @@
 use std::net::SocketAddr;
 
 use axum::{Router, routing::get};
-use metrics_exporter_prometheus::PrometheusBuilder;
 
 use crate::exit::usage;
 
@@ -21,9 +20,10 @@ pub async fn serve(text: &str) -> anyhow::Result<SocketAddr> {
              listens on loopback only (scrape through a local agent, or use `relayq dashboard --token`)"
         )));
     }
-    let handle = PrometheusBuilder::new()
+    let handle = relayq_dashboard::prometheus()
         .install_recorder()
         .map_err(|e| anyhow::anyhow!("cannot install the metrics recorder: {e}"))?;
+    relayq_dashboard::describe_metrics();
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| anyhow::anyhow!("--metrics {addr}: cannot listen: {e}"))?;

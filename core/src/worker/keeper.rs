@@ -114,7 +114,7 @@ impl Keeper {
                                 // every claimed job lands in one counter.
                                 if !h.control.handed() {
                                     if h.control.stopped() {
-                                        self.stats.add_lease_lost();
+                                        self.stats.add_lease_lost(&h.lease.queue);
                                     } else {
                                         self.stats.add_lost(1, "no_outcome");
                                     }

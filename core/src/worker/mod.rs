@@ -47,7 +47,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use context::{JobContext, LeaseDeadline};
 pub use handler::{Done, Handler, JobError};
-pub use stats::WorkerReport;
+pub use stats::{Kind as MetricKind, METRICS, WorkerReport, describe_metrics};
 
 use crate::{Backend, Error, Result, validate};
 

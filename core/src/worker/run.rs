@@ -372,7 +372,7 @@ impl Runner {
                 match claimed {
                     Ok(got) => {
                         stats.outage.succeeded();
-                        stats.add_claimed(got.len());
+                        stats.add_claimed(queue, got.len());
                         jobs.extend(got);
                     }
                     Err(e) => {
@@ -469,8 +469,12 @@ async fn release(backend: &dyn Backend, stats: &Stats, jobs: Vec<ClaimedJob>) {
         let results = settler::settle_retrying(backend, &settles).await;
         match results {
             Ok(results) => {
+                for (job, result) in chunk.iter().zip(&results) {
+                    if result.is_ok() {
+                        stats.add_released(&job.lease.queue, 1);
+                    }
+                }
                 let released = results.iter().filter(|r| r.is_ok()).count();
-                stats.add_released(released);
                 stats.add_lost(n - released, "release_failed");
                 tracing::debug!(jobs = n, released, "released buffered jobs");
             }

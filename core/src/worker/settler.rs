@@ -140,9 +140,9 @@ impl Settler {
     fn record(&self, settle: &Settle, result: &crate::Result<Settled>) {
         let lease = &settle.lease;
         match result {
-            Ok(Settled::Completed) => self.stats.add_succeeded(),
-            Ok(Settled::Retrying { .. } | Settled::Dead) => self.stats.add_failed(),
-            Ok(Settled::Released) => self.stats.add_released(1),
+            Ok(Settled::Completed) => self.stats.add_succeeded(&lease.queue),
+            Ok(Settled::Retrying { .. } | Settled::Dead) => self.stats.add_failed(&lease.queue),
+            Ok(Settled::Released) => self.stats.add_released(&lease.queue, 1),
             Err(e) => {
                 self.stats.add_lost(1, "refused");
                 let outcome = match settle.outcome {

@@ -42,15 +42,7 @@ impl WorkerReport {
 }
 
 /// Each counter also goes to the `metrics` facade (a no-op until the program installs a
-/// recorder), process-wide and without labels beyond the outcome:
-/// `relayq_worker_claimed_total`, `relayq_worker_settled_total{outcome}` (succeeded,
-/// failed, released), `relayq_worker_lease_lost_total` and
-/// `relayq_worker_unsettled_total{reason}` (the report's `lost`: refused or untaken
-/// settles), `relayq_worker_backend_errors_total{op,kind}` (failed claims, heartbeats
-/// and settles by [`ErrorKind`](crate::ErrorKind)).
-/// Beside them: `relayq_worker_busy_slots` (gauge), `relayq_worker_handler_seconds{outcome}`
-/// (histogram: how long each handler ran, to its outcome), and the maintenance pass's
-/// `relayq_maintenance_pruned_total` and `relayq_maintenance_requeued_total`.
+/// recorder), summed over the process's workers: see [`METRICS`] for the series.
 #[derive(Debug, Default)]
 pub(super) struct Stats {
     claimed: AtomicU64,
@@ -63,27 +55,106 @@ pub(super) struct Stats {
     pub(super) outage: Arc<Outage>,
 }
 
+fn settled(queue: &str, outcome: &'static str, n: usize) {
+    metrics::counter!("relayq_worker_settled_total", "queue" => queue.to_owned(), "outcome" => outcome)
+        .increment(n as u64);
+}
+
+/// What kind of series a metric is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Only goes up.
+    Counter,
+    /// Goes up and down.
+    Gauge,
+    /// A distribution of observed values.
+    Histogram,
+}
+
+/// The worker's series: name, kind, help text. The help texts reach the recorder with
+/// [`describe_metrics`].
+pub const METRICS: &[(&str, Kind, &str)] = &[
+    (
+        "relayq_worker_claimed_total",
+        Kind::Counter,
+        "Jobs claimed, by queue.",
+    ),
+    (
+        "relayq_worker_settled_total",
+        Kind::Counter,
+        "Attempts settled, by queue and outcome (succeeded, failed, released).",
+    ),
+    (
+        "relayq_worker_lease_lost_total",
+        Kind::Counter,
+        "Handlers stopped because their lease was lost (cancelled, taken over, or ran out), by queue.",
+    ),
+    (
+        "relayq_worker_unsettled_total",
+        Kind::Counter,
+        "Outcomes the backend refused or could not take, by reason; those jobs run again after their lease.",
+    ),
+    (
+        "relayq_worker_backend_errors_total",
+        Kind::Counter,
+        "Failed backend calls of the worker, by operation and error kind.",
+    ),
+    (
+        "relayq_worker_busy_slots",
+        Kind::Gauge,
+        "Slots running a handler now.",
+    ),
+    (
+        "relayq_worker_handler_seconds",
+        Kind::Histogram,
+        "How long each handler ran, by queue and outcome.",
+    ),
+    (
+        "relayq_maintenance_pruned_total",
+        Kind::Counter,
+        "Finished jobs pruned by maintenance passes.",
+    ),
+    (
+        "relayq_maintenance_requeued_total",
+        Kind::Counter,
+        "Jobs whose lease had expired, requeued by maintenance passes.",
+    ),
+];
+
+/// Gives the installed recorder the help text of each of the worker's series (the
+/// `# HELP` lines of Prometheus text). Call it once after installing a recorder.
+pub fn describe_metrics() {
+    for &(name, kind, help) in METRICS {
+        match kind {
+            Kind::Counter => metrics::describe_counter!(name, help),
+            Kind::Gauge => metrics::describe_gauge!(name, help),
+            Kind::Histogram => metrics::describe_histogram!(name, help),
+        }
+    }
+}
+
 impl Stats {
-    pub(super) fn add_claimed(&self, n: usize) {
+    pub(super) fn add_claimed(&self, queue: &str, n: usize) {
         self.claimed.fetch_add(n as u64, Relaxed);
-        metrics::counter!("relayq_worker_claimed_total").increment(n as u64);
-    }
-    pub(super) fn add_succeeded(&self) {
-        self.succeeded.fetch_add(1, Relaxed);
-        metrics::counter!("relayq_worker_settled_total", "outcome" => "succeeded").increment(1);
-    }
-    pub(super) fn add_failed(&self) {
-        self.failed.fetch_add(1, Relaxed);
-        metrics::counter!("relayq_worker_settled_total", "outcome" => "failed").increment(1);
-    }
-    pub(super) fn add_released(&self, n: usize) {
-        self.released.fetch_add(n as u64, Relaxed);
-        metrics::counter!("relayq_worker_settled_total", "outcome" => "released")
+        metrics::counter!("relayq_worker_claimed_total", "queue" => queue.to_owned())
             .increment(n as u64);
     }
-    pub(super) fn add_lease_lost(&self) {
+    pub(super) fn add_succeeded(&self, queue: &str) {
+        self.succeeded.fetch_add(1, Relaxed);
+        settled(queue, "succeeded", 1);
+    }
+    pub(super) fn add_failed(&self, queue: &str) {
+        self.failed.fetch_add(1, Relaxed);
+        settled(queue, "failed", 1);
+    }
+    pub(super) fn add_released(&self, queue: &str, n: usize) {
+        self.released.fetch_add(n as u64, Relaxed);
+        settled(queue, "released", n);
+    }
+    pub(super) fn add_lease_lost(&self, queue: &str) {
         self.lease_lost.fetch_add(1, Relaxed);
-        metrics::counter!("relayq_worker_lease_lost_total").increment(1);
+        metrics::counter!("relayq_worker_lease_lost_total", "queue" => queue.to_owned())
+            .increment(1);
     }
     /// `reason`: `refused` (the backend refused the outcome: a stale lease),
     /// `backend_down` (the settle call failed), `release_failed`, or `no_outcome` (a
