@@ -9,8 +9,23 @@ use metrics_exporter_prometheus::PrometheusBuilder;
 use relayq_core::{
     ClaimedJob, Enqueue, Inspect, JobState, NewJob,
     memory::MemoryBackend,
-    worker::{JobError, Worker},
+    worker::{JobError, MetricKind, Worker},
 };
+
+/// Every series in `text` has a `# HELP` line: none recorded is missing from
+/// `worker::METRICS`.
+fn every_series_is_described(text: &str) {
+    for name in text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.split(' ').next())
+    {
+        let help = format!("# HELP {name} ");
+        assert!(
+            text.lines().any(|l| l.starts_with(&help)),
+            "{name} has no help text in\n{text}"
+        );
+    }
+}
 
 /// The value of the sample `name` (with its labels) in Prometheus text.
 fn sample(text: &str, name: &str) -> Option<f64> {
@@ -24,6 +39,7 @@ fn recorded(body: impl Future<Output = ()>) -> String {
     let recorder = PrometheusBuilder::new().build_recorder();
     let handle = recorder.handle();
     let _local = metrics::set_default_local_recorder(&recorder);
+    relayq_core::worker::describe_metrics();
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -66,6 +82,7 @@ fn worker_counters_reach_the_installed_recorder() {
         }
         running.shutdown().await.unwrap();
     });
+    every_series_is_described(&text);
     assert_eq!(
         sample(&text, r#"relayq_worker_claimed_total{queue="m"}"#),
         Some(4.0),
@@ -147,6 +164,7 @@ fn failed_backend_calls_are_counted_by_call_and_kind() {
         &format!(r#"relayq_worker_lease_lost_total{{queue="{q}"}}"#),
     );
     assert!(lost.is_some_and(|n| n >= 1.0), "{text}");
+    every_series_is_described(&text);
 }
 
 /// `describe_metrics` gives every worker series its `# HELP` line, once a recorder is
@@ -157,11 +175,13 @@ fn every_worker_series_has_help_text() {
     let handle = recorder.handle();
     let _local = metrics::set_default_local_recorder(&recorder);
     relayq_core::worker::describe_metrics();
-    for &(name, _, _) in relayq_core::worker::METRICS {
+    for &(name, kind, _) in relayq_core::worker::METRICS {
         // A series shows in the text once it has a value.
-        metrics::counter!(name).increment(0);
-        metrics::gauge!(name).set(0.0);
-        metrics::histogram!(name).record(0.0);
+        match kind {
+            MetricKind::Counter => metrics::counter!(name).increment(0),
+            MetricKind::Gauge => metrics::gauge!(name).set(0.0),
+            MetricKind::Histogram => metrics::histogram!(name).record(0.0),
+        }
     }
     let text = handle.render();
     for &(name, _, help) in relayq_core::worker::METRICS {

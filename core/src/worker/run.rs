@@ -469,12 +469,13 @@ async fn release(backend: &dyn Backend, stats: &Stats, jobs: Vec<ClaimedJob>) {
         let results = settler::settle_retrying(backend, &settles).await;
         match results {
             Ok(results) => {
+                let mut released = 0;
                 for (job, result) in chunk.iter().zip(&results) {
                     if result.is_ok() {
                         stats.add_released(&job.lease.queue, 1);
+                        released += 1;
                     }
                 }
-                let released = results.iter().filter(|r| r.is_ok()).count();
                 stats.add_lost(n - released, "release_failed");
                 tracing::debug!(jobs = n, released, "released buffered jobs");
             }
