@@ -1,20 +1,6 @@
-//! One build-time fact, for this crate's own unit tests only: when `RELAYQ_POSTGRES_URL` is
-//! unset and `RELAYQ_REQUIRE` does not name postgres, the unit tests that need the server
-//! are compiled as ignored, with the reason (`cfg(relayq_no_postgres)`). libtest cannot
-//! mark a test ignored once it runs, and a test that returned early would count as
-//! passed. Library code does not read the cfg.
+//! This crate's unit tests that need a server compile as ignored, with the reason, when
+//! `RELAYQ_POSTGRES_URL` is unset (see `relayq-testenv`).
 
 fn main() {
-    println!("cargo::rustc-check-cfg=cfg(relayq_no_postgres)");
-    println!("cargo::rerun-if-changed=build.rs");
-    println!("cargo::rerun-if-env-changed=RELAYQ_POSTGRES_URL");
-    println!("cargo::rerun-if-env-changed=RELAYQ_REQUIRE");
-    let set = std::env::var("RELAYQ_POSTGRES_URL").is_ok_and(|url| !url.trim().is_empty());
-    let required = std::env::var("RELAYQ_REQUIRE")
-        .unwrap_or_default()
-        .split(',')
-        .any(|s| s.trim() == "postgres");
-    if !set && !required {
-        println!("cargo::rustc-cfg=relayq_no_postgres");
-    }
+    relayq_testenv::build::server_cfg("postgres", "RELAYQ_POSTGRES_URL");
 }
