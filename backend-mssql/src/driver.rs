@@ -2,7 +2,11 @@
 
 use std::sync::Arc;
 
-use relayq_core::{Backend, Driver, Migrate, Result, TestServer, kit::url_options};
+use relayq_core::{
+    Backend, Driver, Migrate, Result, TestServer,
+    driver::{Image, Ready},
+    kit::url_options,
+};
 
 use crate::{Config, MssqlBackend};
 
@@ -17,6 +21,21 @@ pub static DRIVER: Driver = Driver {
     server: Some(TestServer {
         name: "mssql",
         env_var: "RELAYQ_MSSQL_URL",
+        image: Some(Image {
+            name: "mcr.microsoft.com/mssql/server",
+            tag: "2022-latest",
+            port: 1433,
+            env: &[
+                ("ACCEPT_EULA", "Y"),
+                ("MSSQL_PID", "Developer"),
+                ("MSSQL_SA_PASSWORD", "relayq-Test-1"),
+            ],
+            ready: &[
+                Ready::Stdout("SQL Server is now ready for client connections"),
+                Ready::Stdout("Recovery is complete"),
+            ],
+            url: "mssql://sa:relayq-Test-1@127.0.0.1:{port}/master?trust_cert=true",
+        }),
     }),
 };
 
@@ -30,8 +49,9 @@ async fn open(url: String, migrate: Migrate) -> Result<Arc<dyn Backend>> {
         config = config.with_max_connections(n);
     }
     let b = MssqlBackend::connect_with(&url, config).await?;
-    if migrate == Migrate::Yes {
-        b.migrate().await?;
+    match migrate {
+        Migrate::Yes => b.migrate().await?,
+        Migrate::No => b.check_schema().await?,
     }
     Ok(Arc::new(b))
 }

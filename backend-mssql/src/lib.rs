@@ -69,7 +69,9 @@ use std::{
     time::Duration,
 };
 
-use relayq_core::{Error, Event, EventBus, EventKind, Events, Limits, Result};
+use relayq_core::{
+    Error, Event, EventBus, EventKind, Events, Limits, Result, kit::schema as versions,
+};
 use tiberius::{Row, ToSql};
 use tokio::sync::broadcast;
 
@@ -274,15 +276,9 @@ impl MssqlBackend {
             .transpose()?
             .unwrap_or(0);
         let applied = usize::try_from(applied).unwrap_or(0);
-        if applied > sql::MIGRATIONS.len() {
-            return Err(Error::schema(
-                self.inner.schema.name(),
-                Some(applied),
-                sql::MIGRATIONS.len(),
-            ));
-        }
-        for (i, template) in sql::MIGRATIONS.iter().enumerate().skip(applied) {
-            let ddl = self.inner.schema.fill(template);
+        let pending = versions::pending(self.inner.schema.name(), applied, sql::MIGRATIONS.len())?;
+        for i in pending {
+            let ddl = self.inner.schema.fill(sql::MIGRATIONS[i]);
             c.simple_query(ddl)
                 .await
                 .map_err(db)?
@@ -302,6 +298,26 @@ impl MssqlBackend {
             .map_err(db)?;
         conn.done();
         Ok(())
+    }
+
+    /// Checks, without changing anything, that the schema exists at the version this
+    /// crate reads: for tools that only read and so do not [`migrate`](Self::migrate).
+    ///
+    /// # Errors
+    /// [`Error::Schema`] saying the schema is missing, older (run `migrate`) or newer
+    /// (use the newer relayq); [`Error::Backend`] when the server fails.
+    pub async fn check_schema(&self) -> Result<()> {
+        let sets = self.run(sql::SCHEMA_VERSION, &[]).await?;
+        let found: i32 = sets
+            .iter()
+            .flatten()
+            .next()
+            .map(|r| rows::req(r, 0))
+            .transpose()?
+            .unwrap_or(-1);
+        // -1: no migrations table.
+        let found = usize::try_from(found).ok();
+        versions::check(self.inner.schema.name(), found, sql::MIGRATIONS.len())
     }
 
     /// The schema holding relayq's tables.

@@ -84,6 +84,14 @@ pub(crate) const PING: &str = "SELECT 1;";
 /// still has open (0 means the connection can go back to the pool).
 pub(crate) const TRANCOUNT: &str = "SELECT @@TRANCOUNT;";
 
+/// The schema's version without changing anything: -1 when it has no migrations table.
+/// The table is named inside `EXEC`, so the batch compiles where it is missing.
+pub(crate) const SCHEMA_VERSION: &str = "
+IF OBJECT_ID(N'{s}.migrations', N'U') IS NULL
+    SELECT CAST(-1 AS int) AS version;
+ELSE
+    EXEC (N'SELECT ISNULL(MAX(version), 0) AS version FROM {s}.migrations');";
+
 /// Records migration `@P1` as applied (inside the migration transaction).
 pub(crate) const MIGRATE_RECORD: &str =
     "INSERT INTO {s}.migrations (version, applied_at) VALUES (@P1, SYSUTCDATETIME());";

@@ -412,23 +412,45 @@ async fn probe(options: &PgConnectOptions) -> Result<()> {
 }
 
 fn db(e: sqlx::Error) -> Error {
-    // A missing table, column or function: the schema was never created, or by an
-    // older version (its statements would fail the same way each time). Say what to do
-    // about it.
-    if let sqlx::Error::Database(d) = &e
-        && matches!(d.code().as_deref(), Some("42P01" | "42703" | "42883"))
-    {
-        return Error::backend(format!(
-            "{e} (the schema is missing or older than this relayq-postgres, which needs \
-             schema version {SCHEMA_VERSION}: run migrate())"
-        ))
-        .from_backend("postgres");
+    // A missing table, column or function: the schema was never created, was dropped,
+    // or is older than this crate (its statements would fail the same way each time).
+    if let Some(gone) = schema_gone(&e) {
+        return gone;
     }
     if transient(&e) {
         Error::transient(e).from_backend("postgres")
     } else {
         Error::backend(e).from_backend("postgres")
     }
+}
+
+/// [`Error::Schema`] for an undefined table (42P01: the schema is missing), column or
+/// function (42703, 42883: it is older), naming the schema when the server's message
+/// does (`relation "relayq.jobs" does not exist`; every statement here qualifies its
+/// tables).
+fn schema_gone(e: &sqlx::Error) -> Option<Error> {
+    use relayq_core::SchemaState;
+
+    let sqlx::Error::Database(d) = e else {
+        return None;
+    };
+    let state = match d.code().as_deref()? {
+        "42P01" => SchemaState::Missing,
+        "42703" | "42883" => SchemaState::Older,
+        _ => return None,
+    };
+    let schema = d
+        .message()
+        .split('"')
+        .nth(1)
+        .and_then(|relation| relation.rsplit_once('.'))
+        .map_or("(this handle's schema)", |(schema, _)| schema);
+    Some(Error::Schema {
+        schema: schema.to_owned(),
+        state,
+        found: None,
+        wanted: SCHEMA_VERSION,
+    })
 }
 
 /// Whether the same call may succeed if made again: the connection failed or was

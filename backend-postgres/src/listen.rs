@@ -10,16 +10,11 @@
 //! [`EventKind::Resync`](relayq_core::EventKind) so every waiter checks once:
 //! notifications sent meanwhile are gone.
 
-use std::{sync::OnceLock, time::Duration};
+use std::time::Duration;
 
-use relayq_core::{EventBus, EventKind, retry::Policy};
+pub(crate) use relayq_core::kit::wake::{FINISHED, READY, forward, messages as payloads};
+use relayq_core::{EventBus, kit::wake::ListenTask, retry::Policy};
 use sqlx::{PgPool, postgres::PgListener};
-use tokio_util::task::AbortOnDropHandle;
-
-/// Payload prefix of a notification that jobs became claimable.
-pub(crate) const READY: &str = "r";
-/// Payload prefix of a notification that jobs finished.
-pub(crate) const FINISHED: &str = "f";
 
 /// Longest wait between two attempts to reconnect the listener.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
@@ -30,7 +25,7 @@ pub(crate) struct Listener {
     pool: PgPool,
     channel: String,
     events: EventBus,
-    task: OnceLock<Option<AbortOnDropHandle<()>>>,
+    task: ListenTask,
 }
 
 impl Listener {
@@ -39,17 +34,14 @@ impl Listener {
             pool,
             channel,
             events,
-            task: OnceLock::new(),
+            task: ListenTask::default(),
         }
     }
 
     /// Starts the task, once, if a tokio runtime is running (otherwise callers poll).
     pub(crate) fn start(&self) {
-        self.task.get_or_init(|| {
-            let handle = tokio::runtime::Handle::try_current().ok()?;
-            let run = listen(self.pool.clone(), self.channel.clone(), self.events.clone());
-            Some(AbortOnDropHandle::new(handle.spawn(run)))
-        });
+        self.task
+            .start(|| listen(self.pool.clone(), self.channel.clone(), self.events.clone()));
     }
 }
 
@@ -82,29 +74,6 @@ async fn listen(pool: PgPool, channel: String, events: EventBus) {
         }
         tokio::time::sleep(backoff.next().unwrap_or(MAX_BACKOFF)).await;
     }
-}
-
-pub(crate) fn forward(events: &EventBus, payload: &str) {
-    match payload.split_once(':') {
-        Some((READY, queue)) => events.notify(queue, EventKind::Ready),
-        Some((FINISHED, queue)) => events.notify(queue, EventKind::Finished),
-        _ => tracing::debug!(payload, "ignoring an unknown relayq notification"),
-    }
-}
-
-/// The payloads telling listeners about `queues`: each queue once per kind.
-pub(crate) fn payloads<'a>(
-    ready: impl IntoIterator<Item = &'a str>,
-    finished: impl IntoIterator<Item = &'a str>,
-) -> Vec<String> {
-    let mut out: Vec<String> = ready
-        .into_iter()
-        .map(|q| format!("{READY}:{q}"))
-        .chain(finished.into_iter().map(|q| format!("{FINISHED}:{q}")))
-        .collect();
-    out.sort_unstable();
-    out.dedup();
-    out
 }
 
 /// Sends `payloads` on `channel` within the transaction on `c`, or, outside one, in a

@@ -3,7 +3,10 @@
 
 use std::{sync::Arc, time::Duration};
 
-use relayq_core::{Error, Result, kit::Statements};
+use relayq_core::{
+    Error, Result,
+    kit::{Statements, schema},
+};
 use sqlx::{AssertSqlSafe, PgPool};
 
 use crate::db;
@@ -101,18 +104,15 @@ impl Schema {
                 .fetch_one(&mut *tx)
                 .await
                 .map_err(db)?;
-        let applied = usize::try_from(applied).unwrap_or(0);
-        if applied > MIGRATIONS.len() {
-            return Err(Error::schema(&self.name, Some(applied), MIGRATIONS.len()));
-        }
+        let pending = schema::pending(&self.name, version(applied), MIGRATIONS.len())?;
         // Only for the migrations themselves: they may alter tables the workers use.
         sqlx::query("SELECT set_config('lock_timeout', $1, true)")
             .bind(format!("{}ms", lock_timeout.as_millis()))
             .execute(&mut *tx)
             .await
             .map_err(db)?;
-        for (i, sql) in MIGRATIONS.iter().enumerate().skip(applied) {
-            sqlx::raw_sql(AssertSqlSafe(self.fill(sql)))
+        for i in pending {
+            sqlx::raw_sql(AssertSqlSafe(self.fill(MIGRATIONS[i])))
                 .execute(&mut *tx)
                 .await
                 .map_err(|e| self.lock_not_granted(e, lock_timeout))?;
@@ -134,18 +134,14 @@ impl Schema {
             .await
             .map_err(db)?;
         if !exists {
-            return Err(Error::schema(&self.name, None, MIGRATIONS.len()));
+            return schema::check(&self.name, None, MIGRATIONS.len());
         }
         let applied: i32 =
             sqlx::query_scalar(self.sql("SELECT COALESCE(max(version), 0) FROM {s}.migrations"))
                 .fetch_one(pool)
                 .await
                 .map_err(db)?;
-        let applied = usize::try_from(applied).unwrap_or(0);
-        if applied != MIGRATIONS.len() {
-            return Err(Error::schema(&self.name, Some(applied), MIGRATIONS.len()));
-        }
-        Ok(())
+        schema::check(&self.name, Some(version(applied)), MIGRATIONS.len())
     }
 
     /// Says what to do when a migration's table lock was not granted in time.
@@ -162,6 +158,11 @@ impl Schema {
         }
         db(e)
     }
+}
+
+/// A version as the migrations table stores it.
+fn version(stored: i32) -> usize {
+    usize::try_from(stored).unwrap_or(0)
 }
 
 #[cfg(test)]

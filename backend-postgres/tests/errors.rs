@@ -75,6 +75,7 @@ async fn a_killed_connection_gives_a_transient_error(url: String) {
             .pause(&q)
             .await
             .expect_err("the schema was never made");
-    assert_eq!(err.kind(), ErrorKind::Backend, "{err}");
+    assert_eq!(err.kind(), ErrorKind::Schema, "{err}");
+    assert!(!err.is_transient(), "{err}");
     drop_schema(&admin).await;
 }

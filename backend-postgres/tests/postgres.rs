@@ -794,10 +794,13 @@ async fn unmigrated_schemas_say_to_migrate(url: String) {
         .claim(ClaimRequest::new(&q, "w", 1, LEASE))
         .await
         .unwrap_err();
+    // A typed schema error naming the schema, not a driver error to read.
     assert!(
-        matches!(err, Error::Backend { .. }) && err.to_string().contains("run migrate()"),
-        "{err}"
+        matches!(&err, Error::Schema { schema, state: relayq_core::SchemaState::Missing, .. }
+            if schema == none.schema()),
+        "{err:?}"
     );
+    assert!(err.to_string().contains("migrate()"), "{err}");
     // Version 1: claims need version 4's function. The failed claim changed nothing.
     let (old, s) = version_1(&url).await;
     let id = old.enqueue_one(NewJob::new(&q, vec![])).await.unwrap().id;
@@ -805,6 +808,16 @@ async fn unmigrated_schemas_say_to_migrate(url: String) {
         .claim(ClaimRequest::new(&q, "w", 1, LEASE))
         .await
         .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Schema {
+                state: relayq_core::SchemaState::Older,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
     assert!(err.to_string().contains("run migrate()"), "{err}");
     let state_of = |id: relayq_core::JobId| {
         let (pool, sql) = (

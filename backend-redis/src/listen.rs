@@ -11,11 +11,14 @@
 //! under 0.5. Each message now arrives once per master, first from its own; the
 //! copies are hints like any other (the worker folds a burst of them into one wake).
 
-use std::{collections::HashMap, sync::OnceLock, time::Duration};
+use std::{collections::HashMap, time::Duration};
 
 use futures::StreamExt;
 use redis::{Client, ConnectionAddr, Value};
-use relayq_core::{EventBus, EventKind};
+use relayq_core::{
+    EventBus,
+    kit::wake::{ListenTask, forward},
+};
 use tokio::time::Instant;
 use tokio_util::task::AbortOnDropHandle;
 
@@ -27,7 +30,7 @@ pub(crate) struct Listener {
     cluster: bool,
     channel: String,
     events: EventBus,
-    task: OnceLock<Option<AbortOnDropHandle<()>>>,
+    task: ListenTask,
 }
 
 impl Listener {
@@ -43,25 +46,26 @@ impl Listener {
             cluster,
             channel,
             events,
-            task: OnceLock::new(),
+            task: ListenTask::default(),
         }
     }
 
     /// Starts the task, once, if a tokio runtime is running (otherwise callers poll).
     pub(crate) fn start(&self) {
-        self.task.get_or_init(|| {
-            let handle = tokio::runtime::Handle::try_current().ok()?;
+        self.task.start(|| {
             let (clients, channel, events) = (
                 self.clients.clone(),
                 self.channel.clone(),
                 self.events.clone(),
             );
-            let task = if self.cluster {
-                handle.spawn(listen_cluster(clients, channel, events))
-            } else {
-                handle.spawn(listen(clients, channel, events))
-            };
-            Some(AbortOnDropHandle::new(task))
+            let cluster = self.cluster;
+            async move {
+                if cluster {
+                    listen_cluster(clients, channel, events).await;
+                } else {
+                    listen(clients, channel, events).await;
+                }
+            }
         });
     }
 }
@@ -231,14 +235,6 @@ impl Backoff {
         }
         tokio::time::sleep(self.0).await;
         self.0 = (self.0 * 2).min(Duration::from_secs(2));
-    }
-}
-
-fn forward(events: &EventBus, payload: &str) {
-    match payload.split_once(':') {
-        Some(("r", queue)) => events.notify(queue, EventKind::Ready),
-        Some(("f", queue)) => events.notify(queue, EventKind::Finished),
-        _ => tracing::debug!(payload, "ignoring an unknown relayq message"),
     }
 }
 

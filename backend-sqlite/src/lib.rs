@@ -60,7 +60,9 @@ use std::{
 };
 
 use chrono::{DateTime, Utc};
-use relayq_core::{Error, Event, EventBus, EventKind, Events, Limits, Result, retry::Policy};
+use relayq_core::{
+    Error, Event, EventBus, EventKind, Events, Limits, Result, kit::schema, retry::Policy,
+};
 use sqlx::{
     Connection, SqliteConnection, SqlitePool,
     sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous},
@@ -273,10 +275,7 @@ async fn migrate(pool: &SqlitePool) -> Result<()> {
         .await
         .map_err(db)?;
     let applied = usize::try_from(applied).unwrap_or(0);
-    if applied > MIGRATIONS.len() {
-        return Err(Error::schema("main", Some(applied), MIGRATIONS.len()));
-    }
-    for sql in &MIGRATIONS[applied..] {
+    for sql in &MIGRATIONS[schema::pending("main", applied, MIGRATIONS.len())?] {
         sqlx::raw_sql(*sql).execute(&mut *tx).await.map_err(db)?;
     }
     // PRAGMA takes no parameters; the value is our own constant.

@@ -111,7 +111,6 @@ fn state(transient: bool, retries_spent: bool) -> &'static str {
 }
 
 fn schema_message(schema: &str, state: SchemaState, found: Option<usize>, wanted: usize) -> String {
-    let found = found.unwrap_or(0);
     match state {
         SchemaState::Missing => format!(
             "schema {schema} holds no relayq tables: nothing was ever queued here, or the \
@@ -119,12 +118,14 @@ fn schema_message(schema: &str, state: SchemaState, found: Option<usize>, wanted
              CLI's commands that write migrate)"
         ),
         SchemaState::Older => format!(
-            "schema {schema} is at version {found}, this relayq reads version {wanted}: run \
-             migrate() (or a CLI command that writes) to bring it up to date"
+            "schema {schema} is at {}, this relayq reads version {wanted}: run migrate() (or \
+             a CLI command that writes) to bring it up to date",
+            found.map_or("an older version".to_owned(), |v| format!("version {v}"))
         ),
         SchemaState::Newer => format!(
-            "schema {schema} is at version {found}, newer than this relayq ({wanted}): use the \
-             newer relayq that wrote it"
+            "schema {schema} is at version {}, newer than this relayq ({wanted}): use the \
+             newer relayq that wrote it",
+            found.unwrap_or(0)
         ),
     }
 }

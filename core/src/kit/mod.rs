@@ -1,12 +1,15 @@
 //! The backend kit: what every backend would otherwise write again. Statement templates
-//! for a validated schema ([`Statements`]), relayq's URL options ([`url_options`]), a
-//! bounded first connection ([`probe`]); with [`retry::Policy`](crate::retry::Policy)
+//! for a validated schema ([`Statements`]), schema versions ([`schema`]), relayq's URL
+//! options ([`url_options`]), a bounded first connection ([`probe`]), wake-up messages
+//! and their listening task ([`wake`]), the claim's refill ([`claim_refilling`]); with [`retry::Policy`](crate::retry::Policy)
 //! for retries and [`listing`](crate::listing) for batch listings.
 
 mod claim;
 mod probe;
+pub mod schema;
 mod statements;
 pub mod url_options;
+pub mod wake;
 
 pub use claim::claim_refilling;
 pub use probe::{CONNECT_TIMEOUT, probe};
