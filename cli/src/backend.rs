@@ -16,14 +16,26 @@ fn built_in() -> String {
     format!("this binary has {}", relayq::schemes().join(", "))
 }
 
-/// `--db`'s help: an example URL of every backend this binary has.
+/// `--db`'s help: an example URL of every backend this binary has, with the other
+/// schemes it takes (`rediss://` for Redis over TLS).
 pub fn db_help() -> String {
     let examples: Vec<String> = relayq::drivers()
         .into_iter()
-        .map(|d| match d.name {
-            "sqlite" => format!("{} (default {DEFAULT_DB})", d.example_url),
-            "memory" => format!("{} (`run` only)", d.example_url),
-            _ => d.example_url.to_owned(),
+        .map(|d| {
+            let mut notes: Vec<String> = d.schemes[1..]
+                .iter()
+                .map(|s| format!("also {s}://"))
+                .collect();
+            match d.name {
+                "sqlite" => notes.push(format!("default {DEFAULT_DB}")),
+                "memory" => notes.push("`run` only".to_owned()),
+                _ => {}
+            }
+            if notes.is_empty() {
+                d.example_url.to_owned()
+            } else {
+                format!("{} ({})", d.example_url, notes.join(", "))
+            }
         })
         .collect();
     format!("The database: {}", examples.join(", "))
@@ -132,6 +144,16 @@ fn sqlite_file(rest: &str) -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn db_help_names_every_scheme_of_every_backend() {
+        let help = db_help();
+        for d in relayq::drivers() {
+            for s in d.schemes {
+                assert!(help.contains(&format!("{s}://")), "{s}:// missing: {help}");
+            }
+        }
+    }
 
     async fn open_err(url: &str, usage: Use) -> String {
         match open(url, usage).await {

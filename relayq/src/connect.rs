@@ -7,27 +7,48 @@ use relayq_core::{Backend, Driver, Error, Result};
 
 pub use relayq_core::Migrate;
 
-/// Picks a backend's driver when its feature is on, and `None` otherwise.
+/// A backend of this repository: the cargo feature that builds it in, its URL schemes
+/// (for the hint when the feature is off: the driver is not compiled then), and its
+/// driver when this build has it.
+struct Built {
+    feature: &'static str,
+    schemes: &'static [&'static str],
+    driver: Option<&'static Driver>,
+}
+
+/// A [`Built`], with the driver when its feature is on.
 macro_rules! built {
-    ($feature:literal, $driver:path) => {{
+    ($feature:literal, $schemes:expr, $driver:path) => {{
         #[cfg(feature = $feature)]
         let driver = Some(&$driver);
         #[cfg(not(feature = $feature))]
         let driver = None;
-        ($feature, driver)
+        Built {
+            feature: $feature,
+            schemes: &$schemes,
+            driver,
+        }
     }};
 }
 
-/// Every backend of this repository, by the cargo feature that builds it in, with its
-/// driver when this build has it. The one list of backends in the Rust source: a new
-/// backend adds its line here (see `docs/WRITING-A-BACKEND.md`).
-static BACKENDS: &[(&str, Option<&Driver>)] = &[
-    built!("sqlite", relayq_sqlite::DRIVER),
-    built!("postgres", relayq_postgres::DRIVER),
-    built!("redis", relayq_redis::DRIVER),
-    built!("redis", relayq_redis::CLUSTER_DRIVER),
-    built!("mssql", relayq_mssql::DRIVER),
-    ("", Some(&relayq_core::memory::DRIVER)),
+/// Every backend of this repository. The one list of backends in the Rust source: a
+/// new backend adds its line here (see `docs/WRITING-A-BACKEND.md`); a test checks
+/// that the schemes are its driver's.
+static BACKENDS: &[Built] = &[
+    built!("sqlite", ["sqlite"], relayq_sqlite::DRIVER),
+    built!(
+        "postgres",
+        ["postgres", "postgresql"],
+        relayq_postgres::DRIVER
+    ),
+    built!("redis", ["redis", "rediss"], relayq_redis::DRIVER),
+    built!("redis", ["redis-cluster"], relayq_redis::CLUSTER_DRIVER),
+    built!("mssql", ["mssql", "sqlserver"], relayq_mssql::DRIVER),
+    Built {
+        feature: "",
+        schemes: &["memory"],
+        driver: Some(&relayq_core::memory::DRIVER),
+    },
 ];
 
 /// Drivers added by [`register`].
@@ -53,7 +74,7 @@ pub fn drivers() -> Vec<&'static Driver> {
         .iter()
         .rev()
         .copied()
-        .chain(BACKENDS.iter().filter_map(|(_, d)| *d))
+        .chain(BACKENDS.iter().filter_map(|b| b.driver))
         .collect()
 }
 
@@ -108,28 +129,26 @@ pub async fn connect_with(url: &str, migrate: Migrate) -> Result<Arc<dyn Backend
 }
 
 fn unknown(scheme: &str) -> Error {
-    let missing: Vec<&str> = BACKENDS
-        .iter()
-        .filter(|(_, d)| d.is_none())
-        .map(|(feature, _)| *feature)
-        .collect();
-    // A backend's feature is named after its main scheme.
-    if let Some(feature) = missing.iter().find(|f| scheme.starts_with(**f)) {
+    let missing: Vec<&Built> = BACKENDS.iter().filter(|b| b.driver.is_none()).collect();
+    if let Some(b) = missing.iter().find(|b| b.schemes.contains(&scheme)) {
         return Error::invalid(
             "url",
             format!(
-                "{scheme}:// is not built into this program: enable relayq's `{feature}` feature"
+                "{scheme}:// is not built into this program: enable relayq's `{}` feature",
+                b.feature
             ),
         );
     }
+    let mut features: Vec<&str> = missing.iter().map(|b| b.feature).collect();
+    features.dedup();
     let mut reason = format!(
         "unknown scheme {scheme}://: this program has {}",
         schemes().join(", ")
     );
-    if !missing.is_empty() {
+    if !features.is_empty() {
         reason.push_str(&format!(
             "; relayq's cargo features {} add more",
-            missing.join(", ")
+            features.join(", ")
         ));
     }
     Error::invalid("url", reason)
@@ -168,6 +187,31 @@ mod tests {
             driver_for("outside-test://x").map(|d| d.name),
             Some("outside")
         );
+    }
+
+    #[test]
+    fn the_hint_schemes_are_the_drivers_own() {
+        for b in BACKENDS {
+            if let Some(d) = b.driver {
+                assert_eq!(b.schemes, d.schemes, "{}", d.name);
+            }
+        }
+    }
+
+    /// The default build has SQLite only: another backend's every scheme names its
+    /// feature, `sqlserver://` as well as `mssql://`.
+    #[cfg(not(feature = "mssql"))]
+    #[tokio::test]
+    async fn a_scheme_left_out_of_the_build_names_its_feature() {
+        for url in ["mssql://h/db", "sqlserver://h/db"] {
+            let Err(e) = connect(url).await else {
+                panic!("{url} opened")
+            };
+            assert!(
+                e.to_string().contains("enable relayq's `mssql` feature"),
+                "{e}"
+            );
+        }
     }
 
     #[tokio::test]
