@@ -27,7 +27,9 @@ fn config(tag: &str) -> Config {
 
 /// A migrated backend with one pooled connection.
 async fn backend(tag: &str) -> (String, MssqlBackend) {
-    let url = server_url(Server::Mssql).await.expect("RELAYQ_MSSQL_URL");
+    let url = server_url(Server::of(&crate::DRIVER))
+        .await
+        .expect("RELAYQ_MSSQL_URL");
     let b = MssqlBackend::connect_with(&url, config(tag)).await.unwrap();
     b.migrate().await.unwrap();
     (url, b)

@@ -6,16 +6,13 @@
 //! named after the schema version, so a server shared with another version of this
 //! crate never hands either one a schema it refuses.
 
-use relayq_conformance::{
-    Capability, Driven, DriverSubject, UNREACHABLE_PASSWORD, harness::Server, with_query,
-};
+use relayq_conformance::{Capability, Driven, DriverSubject, UNREACHABLE_PASSWORD, with_query};
 
 struct Mssql;
 
 impl Driven for Mssql {
     const NAME: &'static str = "mssql";
     const DRIVER: &'static relayq_core::Driver = &relayq_mssql::DRIVER;
-    const SERVER: Option<Server> = Some(Server::Mssql);
     // Handles on one server and schema in one process share an event bus.
     const CAPABILITIES: &'static [Capability] = &[
         Capability::Notifications,

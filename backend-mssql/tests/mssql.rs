@@ -114,7 +114,7 @@ async fn a_bad_url_is_invalid_input_before_any_connection() {
 }
 
 relayq_conformance::server_tests! {
-    server: Server::Mssql,
+    server: Server::of(&relayq_mssql::DRIVER),
     tests: [
         concurrent_migrations_apply_once,
         keys_differing_in_trailing_spaces_stay_distinct,

@@ -528,7 +528,7 @@ mod tests {
         ignore = "no postgres server: RELAYQ_POSTGRES_URL unset"
     )]
     async fn claims_between_expiry_looks_leave_the_running_index_alone() {
-        let url = server_url(Server::Postgres)
+        let url = server_url(Server::of(&crate::DRIVER))
             .await
             .expect("RELAYQ_POSTGRES_URL");
         let schema = crate::test_schema::fresh("ready");
@@ -558,7 +558,7 @@ mod tests {
         ignore = "no postgres server: RELAYQ_POSTGRES_URL unset"
     )]
     async fn claims_commit_asynchronously_unless_durable() {
-        let url = server_url(Server::Postgres)
+        let url = server_url(Server::of(&crate::DRIVER))
             .await
             .expect("RELAYQ_POSTGRES_URL");
         let schema = crate::test_schema::fresh("async");

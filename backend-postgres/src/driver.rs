@@ -2,7 +2,11 @@
 
 use std::sync::Arc;
 
-use relayq_core::{Backend, Driver, Migrate, Result, TestServer, kit::url_options};
+use relayq_core::{
+    Backend, Driver, Migrate, Result, TestServer,
+    driver::{Image, Ready},
+    kit::url_options,
+};
 
 use crate::{Config, PostgresBackend};
 
@@ -17,6 +21,19 @@ pub static DRIVER: Driver = Driver {
     server: Some(TestServer {
         name: "postgres",
         env_var: "RELAYQ_POSTGRES_URL",
+        image: Some(Image {
+            name: "postgres",
+            tag: "16",
+            port: 5432,
+            env: &[("POSTGRES_PASSWORD", "postgres")],
+            // The image's first server (during initdb) says it on one stream, the real
+            // one on both.
+            ready: &[
+                Ready::Stderr("database system is ready to accept connections"),
+                Ready::Stdout("database system is ready to accept connections"),
+            ],
+            url: "postgres://postgres:postgres@127.0.0.1:{port}/postgres",
+        }),
     }),
 };
 

@@ -461,7 +461,7 @@ mod tests {
         ignore = "no postgres server: RELAYQ_POSTGRES_URL unset"
     )]
     async fn plain_insert_notifies_no_one_itself() {
-        let url = server_url(Server::Postgres)
+        let url = server_url(Server::of(&crate::DRIVER))
             .await
             .expect("RELAYQ_POSTGRES_URL");
         let schema = crate::test_schema::fresh("quiet");

@@ -448,7 +448,7 @@ mod tests {
         ignore = "no postgres server: RELAYQ_POSTGRES_URL unset"
     )]
     async fn settle_groups_runs_the_explained_statements() {
-        let url = server_url(Server::Postgres)
+        let url = server_url(Server::of(&crate::DRIVER))
             .await
             .expect("RELAYQ_POSTGRES_URL");
         let schema = crate::test_schema::fresh("groupfn");

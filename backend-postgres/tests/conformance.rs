@@ -6,16 +6,13 @@
 //! server shared with another version of this crate never hands either one a schema it
 //! refuses.
 
-use relayq_conformance::{
-    Capability, Driven, DriverSubject, UNREACHABLE_PASSWORD, harness::Server, with_query,
-};
+use relayq_conformance::{Capability, Driven, DriverSubject, UNREACHABLE_PASSWORD, with_query};
 
 struct Postgres;
 
 impl Driven for Postgres {
     const NAME: &'static str = "postgres";
     const DRIVER: &'static relayq_core::Driver = &relayq_postgres::DRIVER;
-    const SERVER: Option<Server> = Some(Server::Postgres);
     const CAPABILITIES: &'static [Capability] = &[
         Capability::Notifications,
         Capability::Unreachable,

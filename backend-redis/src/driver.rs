@@ -3,7 +3,11 @@
 
 use std::sync::Arc;
 
-use relayq_core::{Backend, Driver, Error, Migrate, Result, TestServer, kit::url_options};
+use relayq_core::{
+    Backend, Driver, Error, Migrate, Result, TestServer,
+    driver::{Image, Ready},
+    kit::url_options,
+};
 
 use crate::{DEFAULT_PREFIX, RedisBackend};
 
@@ -18,6 +22,15 @@ pub static DRIVER: Driver = Driver {
     server: Some(TestServer {
         name: "redis",
         env_var: "RELAYQ_REDIS_URL",
+        // Redis 7: functions (FCALL) and the ACL the tests use.
+        image: Some(Image {
+            name: "redis",
+            tag: "7.2",
+            port: 6379,
+            env: &[],
+            ready: &[Ready::Stdout("Ready to accept connections")],
+            url: "redis://127.0.0.1:{port}",
+        }),
     }),
 };
 
@@ -32,6 +45,7 @@ pub static CLUSTER_DRIVER: Driver = Driver {
     server: Some(TestServer {
         name: "redis-cluster",
         env_var: "RELAYQ_REDIS_CLUSTER_URLS",
+        image: None,
     }),
 };
 

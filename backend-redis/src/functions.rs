@@ -73,7 +73,9 @@ mod tests {
     #[tokio::test]
     #[cfg_attr(relayq_no_redis, ignore = "no redis server: RELAYQ_REDIS_URL unset")]
     async fn refusals_are_told_from_other_errors() {
-        let url = server_url(Server::Redis).await.expect("RELAYQ_REDIS_URL");
+        let url = server_url(Server::of(&crate::DRIVER))
+            .await
+            .expect("RELAYQ_REDIS_URL");
         let client = redis::Client::open(url.as_str()).unwrap();
         let mut c = client.get_multiplexed_async_connection().await.unwrap();
         let info: String = redis::cmd("INFO")

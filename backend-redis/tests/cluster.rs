@@ -23,7 +23,7 @@ struct Cluster {
 
 impl Subject for Cluster {
     const NAME: &'static str = "redis-cluster";
-    const SERVER: Option<Server> = Some(Server::RedisCluster);
+    const SERVER: Option<Server> = Some(Server::of(&relayq_redis::CLUSTER_DRIVER));
     const CAPABILITIES: &'static [Capability] =
         &[Capability::Notifications, Capability::Unreachable];
 
@@ -57,7 +57,7 @@ impl Subject for Cluster {
 relayq_conformance::suite!(
     Cluster,
     [server_test(
-        Server::RedisCluster,
+        Server::of(&relayq_redis::CLUSTER_DRIVER),
         "wakeups_subscribe_on_every_master",
         wakeups_subscribe_on_every_master,
     )]

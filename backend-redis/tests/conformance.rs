@@ -2,16 +2,13 @@
 //! (`RELAYQ_REDIS_URL`, or a container; else reported as ignored), opened through the
 //! backend's driver. Cases isolate themselves by queue name.
 
-use relayq_conformance::{
-    Capability, Driven, DriverSubject, UNREACHABLE_PASSWORD, harness::Server, with_query,
-};
+use relayq_conformance::{Capability, Driven, DriverSubject, UNREACHABLE_PASSWORD, with_query};
 
 struct Redis;
 
 impl Driven for Redis {
     const NAME: &'static str = "redis";
     const DRIVER: &'static relayq_core::Driver = &relayq_redis::DRIVER;
-    const SERVER: Option<Server> = Some(Server::Redis);
     const CAPABILITIES: &'static [Capability] = &[
         Capability::Notifications,
         Capability::Unreachable,

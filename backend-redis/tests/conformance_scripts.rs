@@ -15,7 +15,7 @@ struct RedisScripts {
 
 impl Subject for RedisScripts {
     const NAME: &'static str = "redis-scripts";
-    const SERVER: Option<Server> = Some(Server::Redis);
+    const SERVER: Option<Server> = Some(Server::of(&relayq_redis::DRIVER));
     const CAPABILITIES: &'static [Capability] = &[
         Capability::Notifications,
         Capability::Unreachable,

@@ -33,7 +33,7 @@ fn free_port() -> u16 {
 }
 
 relayq_conformance::server_tests! {
-    server: relayq_conformance::harness::Server::Redis,
+    server: relayq_conformance::harness::Server::of(&relayq_redis::DRIVER),
     tests: [],
     local: [
         a_server_that_may_evict_keys_is_refused_unless_the_url_allows_it,
@@ -59,7 +59,7 @@ fn start(args: &[&str]) -> Server {
     let Ok(child) = child else {
         let _ = std::fs::remove_dir_all(&dir);
         relayq_conformance::runner::missing(
-            relayq_conformance::harness::Server::Redis,
+            relayq_conformance::harness::Server::of(&relayq_redis::DRIVER),
             "redis-server is not installed",
         );
     };

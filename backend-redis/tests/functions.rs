@@ -19,17 +19,17 @@ fn main() {
     use relayq_conformance::runner::{run, server_test};
     run(vec![
         server_test(
-            Server::Redis,
+            Server::of(&relayq_redis::DRIVER),
             "a_lost_library_is_loaded_again",
             a_lost_library_is_loaded_again,
         ),
         server_test(
-            Server::Redis,
+            Server::of(&relayq_redis::DRIVER),
             "without_functions_operations_run_as_scripts",
             without_functions_operations_run_as_scripts,
         ),
         server_test(
-            Server::RedisCluster,
+            Server::of(&relayq_redis::CLUSTER_DRIVER),
             "a_master_that_lacks_the_library_gets_it",
             a_master_that_lacks_the_library_gets_it,
         ),

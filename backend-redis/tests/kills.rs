@@ -129,7 +129,7 @@ async fn published_wakeups_survive_a_killed_subscriber(url: String) {
 }
 
 relayq_conformance::server_tests! {
-    server: relayq_conformance::harness::Server::Redis,
+    server: relayq_conformance::harness::Server::of(&relayq_redis::DRIVER),
     tests: [
         killed_connections_lose_no_job_and_hold_none_twice,
         published_wakeups_survive_a_killed_subscriber,

@@ -522,7 +522,7 @@ async fn try_maintain_skips_while_another_pass_holds_the_lock(url: String) {
 }
 
 relayq_conformance::server_tests! {
-    server: relayq_conformance::harness::Server::Redis,
+    server: relayq_conformance::harness::Server::of(&relayq_redis::DRIVER),
     tests: [
         try_maintain_skips_while_another_pass_holds_the_lock,
         order_is_exact_at_extremes,

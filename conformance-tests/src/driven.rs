@@ -1,5 +1,5 @@
 //! [`Driven`]: a [`Subject`] made from a backend's [`Driver`], so that a backend's
-//! conformance file says only what is its own: the driver, the server, the
+//! conformance file says only what is its own: the driver, the
 //! capabilities, and the URL options that keep the suite's data apart.
 //!
 //! ```ignore
@@ -8,7 +8,6 @@
 //! impl Driven for Pg {
 //!     const NAME: &'static str = "postgres";
 //!     const DRIVER: &'static Driver = &relayq_postgres::DRIVER;
-//!     const SERVER: Option<Server> = Some(Server::Postgres);
 //!     const CAPABILITIES: &'static [Capability] = &[Capability::Notifications];
 //!     fn url(server: Option<&str>) -> String {
 //!         with_query(server.unwrap_or_default(), "schema=relayq_conformance")
@@ -31,8 +30,9 @@ pub trait Driven: Send + Sync + 'static {
     const NAME: &'static str;
     /// The backend's driver.
     const DRIVER: &'static Driver;
-    /// The server its cases need; `None` for an embedded backend.
-    const SERVER: Option<Server> = None;
+    /// The server its cases need: by default the one its driver names (`None` for an
+    /// embedded backend).
+    const SERVER: Option<Server> = Server::needed_by(Self::DRIVER);
     /// What it can do beyond the core contract.
     const CAPABILITIES: &'static [Capability] = &[];
 

@@ -1,14 +1,14 @@
 //! Where the servers for backend suites come from.
 //!
-//! For each [`Server`]: the URL in its environment variable; else, where it has a
-//! container recipe and the `docker` feature is on, a container started by
+//! For each [`Server`]: the URL in its environment variable; else, where its driver
+//! gives a container [`Image`] and the `docker` feature is on, a container started by
 //! testcontainers when a Docker daemon answers; else its tests are reported as ignored,
 //! with the reason (see [`crate::runner`]). Naming the server in `RELAYQ_REQUIRE`
 //! (comma-separated, e.g. `postgres,redis`) turns that into a failure, so CI cannot pass
 //! by skipping.
 //!
-//! A `Server` is plain data: a new backend's tests define their own with
-//! [`Server::new`]; nothing here lists the backends.
+//! A `Server` is plain data, read off a backend's [`Driver`] ([`Server::of`]); nothing
+//! here lists the backends.
 
 use std::{
     collections::HashSet,
@@ -16,37 +16,17 @@ use std::{
     sync::{Mutex, OnceLock},
 };
 
-use futures::future::BoxFuture;
-
-/// Starts a container and returns its URL, or why it could not.
-pub type Container = fn() -> BoxFuture<'static, Result<String, String>>;
+use relayq_core::{Driver, driver::Image};
 
 /// A server some tests need.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Server {
     name: &'static str,
     env_var: &'static str,
-    container: Option<Container>,
+    image: Option<Image>,
 }
 
-#[allow(
-    non_upper_case_globals,
-    reason = "named like the enum variants they replace, so the unit tests inside the \
-              backend crates (`server_url(Server::Postgres)`) keep compiling"
-)]
 impl Server {
-    /// PostgreSQL: `RELAYQ_POSTGRES_URL`, or a container.
-    pub const Postgres: Self =
-        Self::new("postgres", "RELAYQ_POSTGRES_URL").with_container(containers::postgres);
-    /// Standalone Redis: `RELAYQ_REDIS_URL`, or a container.
-    pub const Redis: Self =
-        Self::new("redis", "RELAYQ_REDIS_URL").with_container(containers::redis);
-    /// Redis Cluster: `RELAYQ_REDIS_CLUSTER_URLS` (comma-separated node URLs).
-    pub const RedisCluster: Self = Self::new("redis-cluster", "RELAYQ_REDIS_CLUSTER_URLS");
-    /// SQL Server: `RELAYQ_MSSQL_URL`, or a container.
-    pub const Mssql: Self =
-        Self::new("mssql", "RELAYQ_MSSQL_URL").with_container(containers::mssql);
-
     /// A server named `name` (as written in `RELAYQ_REQUIRE`) whose URL is in the
     /// environment variable `env_var`.
     #[must_use]
@@ -54,15 +34,42 @@ impl Server {
         Self {
             name,
             env_var,
-            container: None,
+            image: None,
         }
     }
 
-    /// The same server, started by `container` when its variable is unset.
+    /// The same server, started from `image` in a container when its variable is
+    /// unset (with the `docker` feature, when a Docker daemon answers).
     #[must_use]
-    pub const fn with_container(mut self, container: Container) -> Self {
-        self.container = Some(container);
+    pub const fn with_image(mut self, image: Image) -> Self {
+        self.image = Some(image);
         self
+    }
+
+    /// The server `driver`'s tests need, as its [`TestServer`](relayq_core::TestServer)
+    /// says; `None` for an embedded backend.
+    #[must_use]
+    pub const fn needed_by(driver: &Driver) -> Option<Self> {
+        match driver.server {
+            Some(t) => Some(Self {
+                name: t.name,
+                env_var: t.env_var,
+                image: t.image,
+            }),
+            None => None,
+        }
+    }
+
+    /// The server `driver`'s tests need.
+    ///
+    /// # Panics
+    /// When the driver names none (at compile time, in a `const`).
+    #[must_use]
+    pub const fn of(driver: &Driver) -> Self {
+        match Self::needed_by(driver) {
+            Some(server) => server,
+            None => panic!("this driver's backend needs no server"),
+        }
     }
 
     /// The name used in `RELAYQ_REQUIRE` and in skip reasons.
@@ -96,14 +103,12 @@ pub fn names(list: &str, server: Server) -> bool {
 /// # Errors
 /// The reason, when the variable is unset and no container could be started.
 pub async fn locate(server: Server) -> Result<String, String> {
-    if let Ok(url) = std::env::var(server.env_var)
-        && !url.trim().is_empty()
-    {
+    if let Some(url) = relayq_testenv::url(server.env_var) {
         return Ok(url);
     }
-    let why = match server.container {
-        None => "no container recipe".to_owned(),
-        Some(start) => match start().await {
+    let why = match server.image {
+        None => "no container image".to_owned(),
+        Some(image) => match containers::start(server.name, image).await {
             Ok(url) => return Ok(url),
             Err(why) => why,
         },
@@ -155,109 +160,70 @@ pub fn docker_answers() -> bool {
     std::os::unix::net::UnixStream::connect(path).is_ok()
 }
 
-/// Container recipes for the servers of this repository's backends; a new backend may
-/// add its own recipe in its tests, or have none (its URL variable is then the only
-/// way in).
-pub mod containers {
-    #[cfg(feature = "docker")]
-    pub use with_docker::{mssql, postgres, redis};
-    #[cfg(not(feature = "docker"))]
-    pub use without_docker::{mssql, postgres, redis};
+/// Servers in containers, from a driver's [`Image`].
+mod containers {
+    use relayq_core::driver::Image;
 
     #[cfg(feature = "docker")]
-    mod with_docker {
-        use futures::future::BoxFuture;
-        use testcontainers_modules::{
-            mssql_server::MssqlServer,
-            postgres::Postgres,
-            redis::Redis,
-            testcontainers::{ContainerAsync, ImageExt, runners::AsyncRunner},
+    pub(super) async fn start(name: &'static str, image: Image) -> Result<String, String> {
+        use std::{
+            collections::HashMap,
+            sync::{Arc, Mutex, PoisonError},
+        };
+
+        use testcontainers_modules::testcontainers::{
+            ContainerAsync, ContainerRequest, GenericImage, ImageExt,
+            core::{IntoContainerPort, WaitFor},
+            runners::AsyncRunner,
         };
         use tokio::sync::OnceCell;
 
-        type Started<I> = OnceCell<Result<(ContainerAsync<I>, String), String>>;
-
+        type Started = Arc<OnceCell<Result<(ContainerAsync<GenericImage>, String), String>>>;
         /// Containers live as long as the test process: one per server, shared by tests.
-        static PG: Started<Postgres> = OnceCell::const_new();
-        static REDIS: Started<Redis> = OnceCell::const_new();
-        static MSSQL: Started<MssqlServer> = OnceCell::const_new();
+        static STARTED: Mutex<Option<HashMap<&'static str, Started>>> = Mutex::new(None);
 
-        async fn start<I: testcontainers_modules::testcontainers::Image>(
-            cell: &'static Started<I>,
-            image: impl AsyncRunner<I>,
-            port: u16,
-            url: impl FnOnce(u16) -> String,
-        ) -> Result<String, String> {
-            if !crate::harness::docker_answers() {
-                return Err("no Docker daemon".into());
+        if !super::docker_answers() {
+            return Err("no Docker daemon".into());
+        }
+        let cell = STARTED
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get_or_insert_with(HashMap::new)
+            .entry(name)
+            .or_default()
+            .clone();
+        cell.get_or_init(|| async move {
+            let mut generic =
+                GenericImage::new(image.name, image.tag).with_exposed_port(image.port.tcp());
+            for ready in image.ready {
+                generic = generic.with_wait_for(match *ready {
+                    relayq_core::driver::Ready::Stdout(line) => WaitFor::message_on_stdout(line),
+                    relayq_core::driver::Ready::Stderr(line) => WaitFor::message_on_stderr(line),
+                });
             }
-            cell.get_or_init(|| async {
-                let c = image.start().await.map_err(|e| e.to_string())?;
-                let port = c
-                    .get_host_port_ipv4(port)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                Ok((c, url(port)))
-            })
-            .await
-            .as_ref()
-            .map(|(_, url)| url.clone())
-            .map_err(|e| format!("its container failed: {e}"))
-        }
-
-        /// PostgreSQL in a container.
-        pub fn postgres() -> BoxFuture<'static, Result<String, String>> {
-            Box::pin(start(&PG, Postgres::default(), 5432, |port| {
-                format!("postgres://postgres:postgres@127.0.0.1:{port}/postgres")
-            }))
-        }
-
-        /// Redis 7.2 in a container: the module's default image is Redis 5.0, and
-        /// functions (FCALL) and the ACL that the Redis backend's tests use need Redis 7.
-        pub fn redis() -> BoxFuture<'static, Result<String, String>> {
-            Box::pin(start(
-                &REDIS,
-                Redis::default().with_tag("7.2"),
-                6379,
-                |port| format!("redis://127.0.0.1:{port}"),
-            ))
-        }
-
-        /// SQL Server 2022 in a container.
-        pub fn mssql() -> BoxFuture<'static, Result<String, String>> {
-            let image = MssqlServer::default()
-                .with_accept_eula()
-                .with_tag("2022-latest");
-            Box::pin(start(&MSSQL, image, 1433, |port| {
-                format!(
-                    "mssql://sa:{}@127.0.0.1:{port}/master?trust_cert=true",
-                    MssqlServer::DEFAULT_SA_PASSWORD
-                )
-            }))
-        }
+            let mut request = ContainerRequest::from(generic);
+            for (k, v) in image.env {
+                request = request.with_env_var(*k, *v);
+            }
+            let c = request.start().await.map_err(|e| e.to_string())?;
+            let port = c
+                .get_host_port_ipv4(image.port)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok((c, image.url_at(port)))
+        })
+        .await
+        .as_ref()
+        .map(|(_, url)| url.clone())
+        .map_err(|e| format!("its container failed: {e}"))
     }
 
     #[cfg(not(feature = "docker"))]
-    mod without_docker {
-        use futures::future::BoxFuture;
-
-        fn off() -> BoxFuture<'static, Result<String, String>> {
-            Box::pin(async { Err("`docker` feature off".into()) })
-        }
-
-        /// PostgreSQL in a container: not without the `docker` feature.
-        pub fn postgres() -> BoxFuture<'static, Result<String, String>> {
-            off()
-        }
-
-        /// Redis in a container: not without the `docker` feature.
-        pub fn redis() -> BoxFuture<'static, Result<String, String>> {
-            off()
-        }
-
-        /// SQL Server in a container: not without the `docker` feature.
-        pub fn mssql() -> BoxFuture<'static, Result<String, String>> {
-            off()
-        }
+    #[allow(
+        clippy::unused_async,
+        reason = "the same signature as with the feature"
+    )]
+    pub(super) async fn start(_name: &'static str, _image: Image) -> Result<String, String> {
+        Err("`docker` feature off".into())
     }
 }

@@ -76,15 +76,16 @@ pub struct TestServer {
     pub name: &'static str,
     /// The environment variable holding the server's URL: `RELAYQ_POSTGRES_URL`.
     pub env_var: &'static str,
+    /// A container image that runs the server, for test harnesses that start one when
+    /// the variable is unset.
+    pub image: Option<Image>,
 }
 
 impl TestServer {
     /// The server's URL from its environment variable, when set and not blank.
     #[must_use]
     pub fn url(&self) -> Option<String> {
-        std::env::var(self.env_var)
-            .ok()
-            .filter(|url| !url.trim().is_empty())
+        relayq_testenv::url(self.env_var)
     }
 
     /// Whether `RELAYQ_REQUIRE` (comma-separated names) names this server: its tests
@@ -95,18 +96,43 @@ impl TestServer {
     }
 }
 
-/// Whether the comma-separated `RELAYQ_REQUIRE` names `name`. The one place that reads
-/// the variable.
-#[must_use]
-pub fn required(name: &str) -> bool {
-    names(&std::env::var("RELAYQ_REQUIRE").unwrap_or_default(), name)
+/// A container image that runs a backend's server for its tests, as plain data: the
+/// conformance harness starts it (its `docker` feature) when a Docker daemon answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Image {
+    /// The image's name: `postgres`.
+    pub name: &'static str,
+    /// Its tag: `16`.
+    pub tag: &'static str,
+    /// The port the server listens on inside the container.
+    pub port: u16,
+    /// Environment variables the image needs.
+    pub env: &'static [(&'static str, &'static str)],
+    /// Log lines that, all seen, mean the server is ready.
+    pub ready: &'static [Ready],
+    /// The server's URL, with `{port}` for the port it is mapped to on loopback.
+    pub url: &'static str,
 }
 
-/// Whether the comma-separated `list` names `name`.
-#[must_use]
-pub fn names(list: &str, name: &str) -> bool {
-    list.split(',').any(|s| s.trim() == name)
+/// A log line an [`Image`]'s container prints when ready.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ready {
+    /// On its standard output.
+    Stdout(&'static str),
+    /// On its standard error.
+    Stderr(&'static str),
 }
+
+impl Image {
+    /// [`Image::url`] for the server mapped to `port` on loopback.
+    #[must_use]
+    pub fn url_at(&self, port: u16) -> String {
+        self.url.replace("{port}", &port.to_string())
+    }
+}
+
+/// Whether the comma-separated `RELAYQ_REQUIRE` names `name`.
+pub use relayq_testenv::{names, required};
 
 #[cfg(test)]
 mod tests {
@@ -120,5 +146,14 @@ mod tests {
         assert!(!d.handles("memoryx://"));
         assert!(names("postgres, redis", "redis"));
         assert!(!names("redis-cluster", "redis"));
+        let image = Image {
+            name: "x",
+            tag: "1",
+            port: 1,
+            env: &[],
+            ready: &[],
+            url: "x://127.0.0.1:{port}/db",
+        };
+        assert_eq!(image.url_at(5432), "x://127.0.0.1:5432/db");
     }
 }

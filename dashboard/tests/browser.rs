@@ -36,15 +36,19 @@ fn main() {
             the_dashboard_works_in_chromium(sqlite().await, true).await;
         }),
         server_test(
-            Server::Postgres,
+            Server::of(&relayq::postgres::DRIVER),
             &format!("postgres::{NAME}"),
             |url| async move {
                 the_dashboard_works_in_chromium(server(&url).await, false).await;
             },
         ),
-        server_test(Server::Redis, &format!("redis::{NAME}"), |url| async move {
-            the_dashboard_works_in_chromium(server(&url).await, false).await;
-        }),
+        server_test(
+            Server::of(&relayq::redis::DRIVER),
+            &format!("redis::{NAME}"),
+            |url| async move {
+                the_dashboard_works_in_chromium(server(&url).await, false).await;
+            },
+        ),
     ])
 }
 

@@ -12,11 +12,15 @@ use relayq_conformance::{
 fn main() {
     run(vec![
         server_test(
-            Server::Postgres,
+            Server::of(&relayq::postgres::DRIVER),
             "schema_and_max_connections_reach_postgres",
             schema_and_max_connections_reach_postgres,
         ),
-        server_test(Server::Redis, "prefix_reaches_redis", prefix_reaches_redis),
+        server_test(
+            Server::of(&relayq::redis::DRIVER),
+            "prefix_reaches_redis",
+            prefix_reaches_redis,
+        ),
     ])
 }
 

@@ -10,7 +10,7 @@ use relayq_postgres::{Config, PostgresBackend};
 pub const LEASE: Duration = Duration::from_secs(30);
 
 /// The server of these tests: `RELAYQ_POSTGRES_URL`, or a container.
-pub const SERVER: Server = Server::Postgres;
+pub const SERVER: Server = Server::of(&relayq_postgres::DRIVER);
 
 /// A backend on a new schema, migrated; `drop_schema` removes it.
 pub async fn fresh(url: &str, tag: &str) -> PostgresBackend {
