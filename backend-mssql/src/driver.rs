@@ -36,6 +36,7 @@ pub static DRIVER: Driver = Driver {
             ],
             url: "mssql://sa:relayq-Test-1@127.0.0.1:{port}/master?trust_cert=true",
         }),
+        to_url: None,
     }),
 };
 

@@ -34,6 +34,7 @@ pub static DRIVER: Driver = Driver {
             ],
             url: "postgres://postgres:postgres@127.0.0.1:{port}/postgres",
         }),
+        to_url: None,
     }),
 };
 

@@ -31,6 +31,7 @@ pub static DRIVER: Driver = Driver {
             ready: &[Ready::Stdout("Ready to accept connections")],
             url: "redis://127.0.0.1:{port}",
         }),
+        to_url: None,
     }),
 };
 
@@ -46,6 +47,7 @@ pub static CLUSTER_DRIVER: Driver = Driver {
         name: "redis-cluster",
         env_var: "RELAYQ_REDIS_CLUSTER_URLS",
         image: None,
+        to_url: Some(cluster_url),
     }),
 };
 
@@ -64,6 +66,21 @@ async fn open_cluster(url: String, _migrate: Migrate) -> Result<Arc<dyn Backend>
     let nodes: Vec<&str> = nodes.iter().map(String::as_str).collect();
     let prefix = o.prefix.as_deref().unwrap_or(DEFAULT_PREFIX);
     Ok(Arc::new(RedisBackend::cluster(&nodes, prefix).await?))
+}
+
+/// The node URLs `redis://a:7000,redis://b:7001` (as its tests are given them) as one
+/// `redis-cluster://a:7000,b:7001` URL.
+fn cluster_url(nodes: &str) -> String {
+    let hosts: Vec<&str> = nodes
+        .split(',')
+        .map(|u| {
+            u.trim()
+                .trim_start_matches("redis://")
+                .trim_end_matches('/')
+        })
+        .filter(|h| !h.is_empty())
+        .collect();
+    format!("redis-cluster://{}", hosts.join(","))
 }
 
 /// `redis-cluster://a:7000,b:7001/?query` → `redis://a:7000/?query`, `redis://b:7001/?query`:
@@ -104,5 +121,9 @@ mod tests {
             ["redis://u:p@a:7000/?x=1", "redis://u:p@b:7001/?x=1"]
         );
         assert!(cluster_nodes("redis-cluster://").is_err());
+        assert_eq!(
+            cluster_url("redis://a:7000, redis://b:7001/"),
+            "redis-cluster://a:7000,b:7001"
+        );
     }
 }

@@ -70,7 +70,7 @@ impl Driver {
 }
 
 /// Where a backend's tests find their server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 pub struct TestServer {
     /// The name `RELAYQ_REQUIRE` uses: `postgres`, `redis-cluster`.
     pub name: &'static str,
@@ -79,6 +79,9 @@ pub struct TestServer {
     /// A container image that runs the server, for test harnesses that start one when
     /// the variable is unset.
     pub image: Option<Image>,
+    /// Turns the variable's value into a URL the driver opens, when it is not one
+    /// already (a cluster's variable lists its nodes).
+    pub to_url: Option<fn(&str) -> String>,
 }
 
 impl TestServer {
@@ -86,6 +89,15 @@ impl TestServer {
     #[must_use]
     pub fn url(&self) -> Option<String> {
         relayq_testenv::url(self.env_var)
+    }
+
+    /// A URL the driver opens, made from the server's environment variable, when set:
+    /// for tools that run any backend whose server is given (the bench, the CLI's
+    /// tests).
+    #[must_use]
+    pub fn open_url(&self) -> Option<String> {
+        let url = self.url()?;
+        Some(self.to_url.map_or(url.clone(), |to_url| to_url(&url)))
     }
 
     /// Whether `RELAYQ_REQUIRE` (comma-separated names) names this server: its tests

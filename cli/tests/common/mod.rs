@@ -158,40 +158,44 @@ pub fn job<'a>(report: &'a Value, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no job {name:?} in the report"))
 }
 
-/// The backends the CLI tests run on: SQLite always, a server where its variable
-/// points.
-pub const BACKENDS: [(&str, Option<&str>); 3] = [
-    ("sqlite", None),
-    ("postgres", Some("RELAYQ_POSTGRES_URL")),
-    ("redis", Some("RELAYQ_REDIS_URL")),
-];
-
-/// One trial per backend and case, named `backend::case`: a server whose variable is
-/// unset is reported as ignored with the reason, or as failed when `RELAYQ_REQUIRE`
-/// names it. A case fails by returning an error or by panicking.
+/// One trial per backend and case, named `backend::case`: SQLite always, and every
+/// backend with a server that this CLI has (read off `relayq::drivers()`, so a new
+/// backend is tested without a change here). A server whose variable is unset is
+/// reported as ignored with the reason, or as failed when `RELAYQ_REQUIRE` names it. A
+/// case fails by returning an error or by panicking.
 pub fn per_backend<F>(cases: &[(&'static str, F)]) -> Vec<libtest_mimic::Trial>
 where
     F: Fn(&Env) -> Result<(), libtest_mimic::Failed> + Copy + Send + 'static,
 {
     use libtest_mimic::{Completion, Trial};
     let mut trials = Vec::new();
-    for (backend, var) in BACKENDS {
-        let url = var.and_then(|v| std::env::var(v).ok().filter(|u| !u.trim().is_empty()));
-        let required = relayq_core::driver::required(backend);
+    for driver in relayq::drivers() {
+        // Of the embedded backends, the CLI's commands share SQLite's file only.
+        let server = match driver.server {
+            Some(server) => Some(server),
+            None if driver.name == "sqlite" => None,
+            None => continue,
+        };
+        let backend = driver.name;
+        let url = server.and_then(|s| s.open_url());
+        let required = server.is_some_and(|s| s.required());
         for &(name, case) in cases {
             let url = url.clone();
             let trial = Trial::ignorable_test(format!("{backend}::{name}"), move || {
-                let env = match (var, url) {
+                let env = match (server, url) {
                     (None, _) => Env::new(),
                     (Some(_), Some(url)) => Env::with_db(&url),
-                    (Some(var), None) if required => {
-                        return Err(
-                            format!("{var} is unset, but RELAYQ_REQUIRE names {backend}").into(),
-                        );
+                    (Some(s), None) if required => {
+                        return Err(format!(
+                            "{} is unset, but RELAYQ_REQUIRE names {backend}",
+                            s.env_var
+                        )
+                        .into());
                     }
-                    (Some(var), None) => {
+                    (Some(s), None) => {
                         return Ok(Completion::ignored_with(format!(
-                            "no {backend} server: {var} unset"
+                            "no {backend} server: {} unset",
+                            s.env_var
                         )));
                     }
                 };
