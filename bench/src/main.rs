@@ -341,6 +341,7 @@ impl Target {
             Target::Redis(_) => "redis",
             Target::RedisCluster(_) => "redis-cluster",
             Target::Mssql(_) => "mssql",
+            Target::Other(driver, _) => driver.name,
         }
     }
 }

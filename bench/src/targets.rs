@@ -1,8 +1,10 @@
-//! The backends to measure: always memory and SQLite; servers where their URLs are set.
+//! The backends to measure: always memory and SQLite; every backend with a server
+//! where its URL is set (read off `relayq::drivers()`, so a new backend is measured
+//! without a change here).
 
 use std::sync::Arc;
 
-use relayq::Backend;
+use relayq::{Backend, Driver};
 
 pub enum Target {
     Memory,
@@ -11,23 +13,29 @@ pub enum Target {
     Redis(String),
     RedisCluster(Vec<String>),
     Mssql(String),
+    /// A backend the bench knows nothing special of (no raw loop, no peers, no
+    /// namespace of its own): opened through its driver, at its server's URL.
+    Other(&'static Driver, String),
 }
 
 pub async fn available() -> anyhow::Result<Vec<Target>> {
     let mut out = vec![Target::Memory, Target::Sqlite(tempfile::tempdir()?)];
-    if let Ok(url) = std::env::var("RELAYQ_POSTGRES_URL") {
-        out.push(Target::Postgres(url));
-    }
-    if let Ok(url) = std::env::var("RELAYQ_REDIS_URL") {
-        out.push(Target::Redis(url));
-    }
-    if let Ok(urls) = std::env::var("RELAYQ_REDIS_CLUSTER_URLS") {
-        out.push(Target::RedisCluster(
-            urls.split(',').map(|u| u.trim().to_owned()).collect(),
-        ));
-    }
-    if let Ok(url) = std::env::var("RELAYQ_MSSQL_URL") {
-        out.push(Target::Mssql(url));
+    for driver in relayq::drivers() {
+        let Some(server) = driver.server else {
+            continue;
+        };
+        let (Some(url), Some(open_url)) = (server.url(), server.open_url()) else {
+            continue;
+        };
+        out.push(match driver.name {
+            "postgres" => Target::Postgres(url),
+            "redis" => Target::Redis(url),
+            "redis-cluster" => {
+                Target::RedisCluster(url.split(',').map(|u| u.trim().to_owned()).collect())
+            }
+            "mssql" => Target::Mssql(url),
+            _ => Target::Other(driver, open_url),
+        });
     }
     Ok(out)
 }
@@ -62,7 +70,9 @@ impl Target {
         Ok(match self {
             // SQL Server's backlog stays in the shared bench schema; its queue name is
             // fresh, and `maintain` prunes what finished.
-            Target::Memory | Target::Mssql(_) => (self.open().await?, Cleanup::None),
+            Target::Memory | Target::Mssql(_) | Target::Other(..) => {
+                (self.open().await?, Cleanup::None)
+            }
             Target::RedisCluster(urls) => {
                 let prefix = format!("relayq-bench-{ns}");
                 let b = relayq::connect(&cluster_url(urls, &prefix)).await?;
@@ -104,6 +114,7 @@ impl Target {
             Target::Redis(url) => with(url, "prefix=relayq-bench"),
             Target::RedisCluster(urls) => cluster_url(urls, "relayq-bench"),
             Target::Mssql(url) => with(url, "schema=relayq_bench&max_connections=16"),
+            Target::Other(_, url) => url.clone(),
         };
         Ok(relayq::connect(&url).await?)
     }

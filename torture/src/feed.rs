@@ -20,7 +20,7 @@ use anyhow::Context;
 use relayq::{Backend, Batch, JobId, NewJob, OnFailure, RunAt};
 use tokio::sync::watch;
 
-use crate::{plan::Plan, run::QUEUE};
+use crate::{plan::Plan, run::queue};
 
 /// Jobs per enqueue call.
 const CHUNK: usize = 100;
@@ -86,7 +86,7 @@ pub fn new_job(
         "name": job.key,
         "env": {"LC_ALL": "C"},
     });
-    let mut nj = NewJob::new(QUEUE, payload.to_string().into_bytes())
+    let mut nj = NewJob::new(queue(), payload.to_string().into_bytes())
         .max_attempts(job.max_attempts)
         .enqueued_by("relayq-torture");
     if let Some(g) = &job.group {
@@ -186,7 +186,7 @@ impl Producer {
             let carrier = match plan_batch {
                 Some(_) => None,
                 None => {
-                    let (b, tries) = retry(|| backend.open_batch(QUEUE, OnFailure::Continue))
+                    let (b, tries) = retry(|| backend.open_batch(queue(), OnFailure::Continue))
                         .await
                         .context("opening a carrier batch")?;
                     out.retried += tries;
@@ -346,7 +346,7 @@ async fn stored_in_batch(
             return Ok(found);
         };
         for id in page {
-            let job = backend.job(QUEUE, id).await?;
+            let job = backend.job(queue(), id).await?;
             let payload: serde_json::Value =
                 serde_json::from_slice(&job.payload).unwrap_or_default();
             if let Some(&i) = payload["name"].as_str().and_then(|k| wanted.get(k)) {
@@ -446,7 +446,7 @@ mod tests {
                 return lost;
             }
             self.inner.enqueue_unchecked(jobs).await?;
-            let req = relayq::ClaimRequest::new(QUEUE, "w", n, Duration::from_secs(60));
+            let req = relayq::ClaimRequest::new(queue(), "w", n, Duration::from_secs(60));
             for job in self.inner.claim_unchecked(req).await? {
                 relayq::CompleteExt::complete(&self.inner, &job.lease).await?;
             }
@@ -476,7 +476,7 @@ mod tests {
                 stores,
             };
             let carrier = backend
-                .open_batch(QUEUE, OnFailure::Continue)
+                .open_batch(queue(), OnFailure::Continue)
                 .await
                 .unwrap();
             let jobs = || {
@@ -491,7 +491,7 @@ mod tests {
             // Found in the batch after the lost answer, or stored by the second call.
             let found = if stores { 5 } else { 0 };
             assert_eq!((stored.tries, stored.found), (1, found), "stores: {stores}");
-            let stats = backend.queue_stats(QUEUE).await.unwrap();
+            let stats = backend.queue_stats(queue()).await.unwrap();
             assert_eq!(stats.total(), 5, "stores: {stores}: {stats:?}");
             let mut ids: Vec<JobId> = stored.ids.iter().map(|&(_, id)| id).collect();
             ids.sort_unstable();
@@ -506,7 +506,7 @@ mod tests {
         let plan = Plan::generate(7, 300, 1000);
         let backend = relayq::connect("memory://").await.unwrap();
         let batch = backend
-            .open_batch(QUEUE, relayq::OnFailure::Continue)
+            .open_batch(queue(), relayq::OnFailure::Continue)
             .await
             .unwrap();
         let batches = vec![batch.clone()];

@@ -17,7 +17,8 @@ use relayq_torture::{
     soak::{self, SoakKind},
 };
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+/// What `--backend` names.
+#[derive(Debug, Clone, Copy)]
 enum Backend {
     Sqlite,
     Postgres,
@@ -27,6 +28,39 @@ enum Backend {
     RedisCluster,
     /// All four, in that order.
     All,
+    /// Any other backend with a server (`mssql`), at its test variable's URL.
+    Given(&'static relayq::Driver),
+}
+
+/// The four backends whose servers the runs start themselves, `all`, or the name of
+/// any other backend with a server that this program has.
+fn backend(name: &str) -> Result<Backend, String> {
+    Ok(match name {
+        "sqlite" => Backend::Sqlite,
+        "postgres" => Backend::Postgres,
+        "redis" => Backend::Redis,
+        "redis-cluster" => Backend::RedisCluster,
+        "all" => Backend::All,
+        name => {
+            // `given:postgres`: a backend the runs could start, at its given server.
+            let name = name.strip_prefix("given:").unwrap_or(name);
+            let given: Vec<&'static relayq::Driver> = relayq::drivers()
+                .into_iter()
+                .filter(|d| d.server.is_some())
+                .collect();
+            match given.iter().find(|d| d.name == name) {
+                Some(d) => Backend::Given(d),
+                None => {
+                    let names: Vec<&str> = given.iter().map(|d| d.name).collect();
+                    return Err(format!(
+                        "no backend {name:?}: sqlite, postgres, redis, redis-cluster, all, or \
+                         one of {} at its server's URL",
+                        names.join(", ")
+                    ));
+                }
+            }
+        }
+    })
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -41,8 +75,12 @@ enum FsyncArg {
 #[derive(Debug, Parser)]
 #[command(name = "relayq-torture", version)]
 struct Args {
-    /// The backends (comma-separated).
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "sqlite")]
+    /// The backends (comma-separated): sqlite, postgres, redis, redis-cluster (on
+    /// servers each run starts and crashes itself) or all four; or any other backend
+    /// with a server, such as mssql, at the URL in its test variable
+    /// (`RELAYQ_MSSQL_URL`), with worker faults only (`given:postgres` runs one of the
+    /// four that way).
+    #[arg(long, value_parser = backend, value_delimiter = ',', default_value = "sqlite")]
     backend: Vec<Backend>,
     /// Seed of the job mix and of the fault schedule.
     #[arg(long, default_value_t = 7)]
@@ -179,6 +217,10 @@ async fn run_all(args: &Args) -> anyhow::Result<usize> {
             Backend::Postgres => kinds.push(Kind::Postgres),
             Backend::Redis => kinds.extend(fsyncs.iter().map(|&f| Kind::Redis(f))),
             Backend::RedisCluster => kinds.push(Kind::Cluster),
+            Backend::Given(driver) => {
+                run::fresh_queue();
+                kinds.push(Kind::Given(driver));
+            }
             Backend::All => {
                 kinds.extend([Kind::Sqlite, Kind::Postgres]);
                 kinds.extend(fsyncs.iter().map(|&f| Kind::Redis(f)));
@@ -230,6 +272,10 @@ async fn soak_all(args: &Args, minutes: usize) -> anyhow::Result<usize> {
             Backend::Postgres => kinds.push(SoakKind::Postgres),
             Backend::Redis => kinds.push(SoakKind::Redis),
             Backend::RedisCluster => kinds.push(SoakKind::Cluster),
+            Backend::Given(driver) => anyhow::bail!(
+                "--soak starts its own servers: sqlite, postgres, redis or redis-cluster, not {}",
+                driver.name
+            ),
             Backend::All => kinds.extend([
                 SoakKind::Sqlite,
                 SoakKind::Postgres,

@@ -23,11 +23,21 @@ use crate::{
     workers::{WorkerConfig, Workers},
 };
 
-/// The queue every job goes to.
-pub const QUEUE: &str = "torture";
+/// The queue every job goes to: `torture` on the servers a run starts itself, a fresh
+/// name on a server it is given ([`Kind::Given`]), where earlier runs' jobs may be.
+pub fn queue() -> &'static str {
+    QUEUE.get().map_or("torture", String::as_str)
+}
+
+static QUEUE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Makes [`queue`] a fresh name, for the rest of the process.
+pub fn fresh_queue() {
+    let _ = QUEUE.set(format!("torture-{:08x}", fastrand::u32(..)));
+}
 
 /// Which backend a run tortures.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 pub enum Kind {
     /// A SQLite file.
     Sqlite,
@@ -37,6 +47,10 @@ pub enum Kind {
     Redis(Fsync),
     /// Its own 3-node Redis Cluster (`appendfsync always` on each node).
     Cluster,
+    /// Any other backend with a server, at the URL its driver's test variable gives:
+    /// worker faults only (kills, stops, and every worker killed at once in place of a
+    /// server crash), as the run cannot restart a server it did not start.
+    Given(&'static relayq::Driver),
 }
 
 impl fmt::Display for Kind {
@@ -46,6 +60,7 @@ impl fmt::Display for Kind {
             Self::Postgres => f.write_str("postgres"),
             Self::Redis(fsync) => write!(f, "redis (appendfsync {})", fsync.word()),
             Self::Cluster => f.write_str("redis-cluster"),
+            Self::Given(driver) => write!(f, "{} (given server)", driver.name),
         }
     }
 }
@@ -159,7 +174,7 @@ pub fn schedule(settings: &Settings) -> Vec<(u32, Fault)> {
         };
         out.push((at(&mut rng), fault));
     }
-    let server = !matches!(settings.kind, Kind::Sqlite);
+    let server = !matches!(settings.kind, Kind::Sqlite | Kind::Given(_));
     if server {
         for _ in 0..f.clean_restarts {
             out.push((at(&mut rng), Fault::CleanRestart));
@@ -185,6 +200,7 @@ enum Target {
     Postgres(Postgres),
     Redis(RedisNode),
     Cluster(Cluster),
+    Given(String),
 }
 
 impl Target {
@@ -194,6 +210,15 @@ impl Target {
             Kind::Postgres => Self::Postgres(Postgres::start(dir)?),
             Kind::Redis(fsync) => Self::Redis(RedisNode::start(dir.join("redis"), fsync, false)?),
             Kind::Cluster => Self::Cluster(Cluster::start(dir)?),
+            Kind::Given(driver) => {
+                let server = driver
+                    .server
+                    .context("the backend has no server: nothing to give")?;
+                let url = server
+                    .open_url()
+                    .with_context(|| format!("{} is unset", server.env_var))?;
+                Self::Given(url)
+            }
         })
     }
 
@@ -203,12 +228,13 @@ impl Target {
             Self::Postgres(pg) => pg.url(),
             Self::Redis(r) => format!("redis://127.0.0.1:{}", r.port),
             Self::Cluster(c) => c.url(),
+            Self::Given(url) => url.clone(),
         }
     }
 
     fn stop(&mut self) -> anyhow::Result<()> {
         match self {
-            Self::Sqlite(_) => Ok(()),
+            Self::Sqlite(_) | Self::Given(_) => Ok(()),
             Self::Postgres(pg) => pg.stop(),
             Self::Redis(r) => r.halt(false),
             Self::Cluster(c) => c.nodes.iter_mut().try_for_each(|n| n.halt(false)),
@@ -253,7 +279,7 @@ fn inject(
                 "worker {worker} stopped for {for_:?} (SIGCONT then)"
             ))
         }
-        (Fault::CrashRestart { .. }, Target::Sqlite(_)) => {
+        (Fault::CrashRestart { .. }, Target::Sqlite(_) | Target::Given(_)) => {
             for w in 0..workers.len() {
                 workers.sigkill(w)?;
             }
@@ -309,7 +335,9 @@ fn inject(
             Ok(format!("{n} connections killed on 3 nodes"))
         }
         (Fault::Cancel, _) => unreachable!("cancels are made by the run"),
-        (Fault::CleanRestart | Fault::ConnKill, Target::Sqlite(_)) => Ok("n/a".into()),
+        (Fault::CleanRestart | Fault::ConnKill, Target::Sqlite(_) | Target::Given(_)) => {
+            Ok("n/a".into())
+        }
     }
 }
 
@@ -354,7 +382,7 @@ async fn enqueue_early(
         } else {
             OnFailure::Continue
         };
-        batches.push(backend.open_batch(QUEUE, on).await?);
+        batches.push(backend.open_batch(queue(), on).await?);
     }
     let mut ids = vec![None; plan.jobs.len()];
     for chunk in early.chunks(200) {
@@ -475,7 +503,7 @@ pub async fn run(s: &Settings) -> anyhow::Result<Outcome> {
         WorkerConfig {
             exe: s.relayq.clone(),
             db: url.clone(),
-            queue: QUEUE.into(),
+            queue: queue().into(),
             concurrency: s.concurrency,
             lease: s.lease,
             dir: dir.join("logs"),
@@ -523,7 +551,7 @@ pub async fn run(s: &Settings) -> anyhow::Result<Outcome> {
             );
             workers.spawn(i)?;
         }
-        let Ok(stats) = backend.queue_stats(QUEUE).await else {
+        let Ok(stats) = backend.queue_stats(queue()).await else {
             continue;
         };
         let finished: u64 = [JobState::Succeeded, JobState::Dead, JobState::Cancelled]
@@ -568,7 +596,7 @@ pub async fn run(s: &Settings) -> anyhow::Result<Outcome> {
                 let targets = (0..plan.jobs.len()).filter(|&i| plan.jobs[i].cancel);
                 for i in targets {
                     let Some(id) = ids[i] else { continue };
-                    let r = retry("cancel", || backend.cancel_job(QUEUE, id)).await;
+                    let r = retry("cancel", || backend.cancel_job(queue(), id)).await;
                     cancels.insert(i, r.ok());
                 }
                 say(
@@ -641,14 +669,14 @@ pub async fn run(s: &Settings) -> anyhow::Result<Outcome> {
         excused: Vec::new(),
     };
 
-    let stats = retry("queue_stats", || backend.queue_stats(QUEUE)).await?;
+    let stats = retry("queue_stats", || backend.queue_stats(queue())).await?;
     let jobs: Vec<Option<relayq::JobInfo>> = futures::stream::iter(ids.iter().copied())
         .map(|id| {
             let backend = backend.clone();
             async move {
                 match id {
                     None => Ok(None),
-                    Some(id) => match retry("job", || backend.job(QUEUE, id)).await {
+                    Some(id) => match retry("job", || backend.job(queue(), id)).await {
                         Ok(j) => Ok(Some(j)),
                         Err(e)
                             if e.downcast_ref::<relayq::Error>()
