@@ -8,7 +8,7 @@
 //! use relayq_core::{Driver, Migrate};
 //! let memory = &relayq_core::memory::DRIVER;
 //! assert!(memory.handles("memory://"));
-//! assert_eq!(memory.server, None);
+//! assert!(memory.server.is_none());
 //! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 //! let backend = (memory.open)("memory://".into(), Migrate::Yes).await.unwrap();
 //! # let _ = backend; });
