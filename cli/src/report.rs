@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use relayq_core::{AttemptOutcome, AttemptRecord, BatchId, JobInfo, JobState, OnFailure};
 use serde::Serialize;
 
+use crate::commands::printable;
 use crate::spec::{CommandSpec, shorten};
 
 /// What a run did, per job, from the backend's execution log.
@@ -178,7 +179,7 @@ impl RunReport {
         for j in jobs {
             let outcome = match (j.state, j.error_line()) {
                 (JobState::Succeeded, _) => "succeeded (exit 0)".to_owned(),
-                (state, Some(err)) => format!("{state}: {}", shorten(err, 48)),
+                (state, Some(err)) => format!("{state}: {}", shorten(&printable(err), 48)),
                 (state, None) => state.to_string(),
             };
             table.add_row([
@@ -289,7 +290,7 @@ impl RunReport {
                 counted(&j.attempts)
             );
             for line in j.last_error.as_deref().unwrap_or("(no error text)").lines() {
-                let _ = writeln!(out, "    {line}");
+                let _ = writeln!(out, "    {}", crate::commands::printable(line));
             }
         }
         out

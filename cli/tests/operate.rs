@@ -30,6 +30,10 @@ const CASES: &[(&str, Case)] = &[
         status_counts_and_all,
     ),
     ("the_example_plan_runs", the_example_plan_runs),
+    (
+        "job_output_cannot_drive_the_terminal",
+        job_output_cannot_drive_the_terminal,
+    ),
 ];
 
 fn main() {
@@ -84,6 +88,32 @@ fn pause_resume_and_limit(env: &Env) -> Result<(), Failed> {
             zero.code, zero.stderr
         )
     })?;
+    // A name nothing uses is refused (a typo would create a queue and change nothing),
+    // unless --new says the queue is set up before its first job.
+    let typo = format!("{q}x");
+    for args in [["pause", "-q", &typo], ["limit", "2", "-q"]] {
+        let mut args: Vec<&str> = args.to_vec();
+        if args[0] == "limit" {
+            args.push(&typo);
+        }
+        let out = env.run(&args);
+        check(
+            out.code == 2 && out.stderr.contains("--new") && out.stderr.contains(&q),
+            || {
+                format!(
+                    "{args:?} should be refused, naming the queues in use: {} {}",
+                    out.code, out.stderr
+                )
+            },
+        )?;
+    }
+    let s = json(env, &["status", "--all", "--json"])?;
+    check(!s.to_string().contains(&typo), || {
+        format!("a refused setting created queue {typo}: {s}")
+    })?;
+    env.run(&["pause", "-q", &typo, "--new"]).expect_code(0);
+    let s = json(env, &["status", "-q", &typo, "--json"])?;
+    check(s["stats"]["paused"] == true, || format!("pause --new: {s}"))?;
     env.run(&["resume", "-q", &q]).expect_code(0);
     env.run(&["limit", "none", "-q", &q]).expect_code(0);
     let s = json(env, &["status", "-q", &q, "--json"])?;
@@ -190,6 +220,34 @@ fn job_by_id_alone(env: &Env) -> Result<(), Failed> {
         missing.code == 2 && missing.stderr.contains("not found"),
         || format!("an unknown id: {} {}", missing.code, missing.stderr),
     )
+}
+
+/// What a job printed (escape sequences, carriage returns, a bell) reaches the
+/// operator's terminal written out, never as raw control bytes.
+fn job_output_cannot_drive_the_terminal(env: &Env) -> Result<(), Failed> {
+    let q = queue("ctl");
+    let plan = env.path("ctl.toml");
+    std::fs::write(
+        &plan,
+        "[[job]]\nname = \"noisy\"\nmax_attempts = 1\n\
+         command = \"printf '\\\\033[2J\\\\033[31mred\\\\rX\\\\007\\\\n'; exit 3\"\n",
+    )?;
+    let (run, report) = env.run_plan(&plan, &["-q", &q]);
+    check(run.code == 1, || {
+        format!("the failing plan exited {}: {}", run.code, run.stderr)
+    })?;
+    check(
+        !run.stdout.contains('\u{1b}') && !run.stderr.contains('\u{1b}'),
+        || format!("run's summary printed raw escapes: {:?}", run.stdout),
+    )?;
+    let id = report["jobs"][0]["id"].to_string();
+    let text = env.run(&["job", &id, "-q", &q]).expect_code(0).stdout;
+    check(text.contains("red") && text.contains(r"\u{1b}[31m"), || {
+        format!("the output should be shown, its escapes written out: {text:?}")
+    })?;
+    check(!text.contains(['\u{1b}', '\r', '\u{7}']), || {
+        format!("raw control bytes reached the terminal: {text:?}")
+    })
 }
 
 fn status_counts_and_all(env: &Env) -> Result<(), Failed> {

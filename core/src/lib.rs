@@ -72,6 +72,7 @@ mod lease;
 pub mod listing;
 pub mod memory;
 mod queue;
+pub mod redact;
 pub mod retry;
 pub mod settle;
 pub mod traced;

@@ -68,7 +68,8 @@
       });
       const out = await r.json().catch(() => ({}));
       if (!r.ok) throw new Error(out.error || `${r.status} ${r.statusText}`);
-      showError(null);
+      // An action that did less than asked says why (retry all: jobs that stay dead).
+      showError(out.note || null);
     } catch (e) {
       showError(`action failed: ${e.message}`);
     }

@@ -115,7 +115,11 @@ pub(crate) async fn retry_job(
     Ok(Json(json!({ "retried": retried })))
 }
 
-/// `POST /api/queues/{queue}/dead/retry`: every dead job of the queue back to ready.
+/// How many dead jobs left behind by "retry all" are counted at most.
+const STAYED_LIMIT: u32 = 1000;
+
+/// `POST /api/queues/{queue}/dead/retry`: every dead job of the queue back to ready;
+/// the answer also counts those that stay dead, and says why in `note`.
 pub(crate) async fn retry_all(
     State(state): State<AppState>,
     Path(name): Path<String>,
@@ -123,7 +127,28 @@ pub(crate) async fn retry_all(
     let retried = state.backend.retry_dead(queue(&name)?, None).await?;
     state.counts.changed(&name, Change::Jobs);
     tracing::info!(queue = %name, retried, "relayq-dashboard: retry all dead jobs");
-    Ok(Json(json!({ "retried": retried })))
+    // Say what stayed dead and why, rather than let "0 retried" look like none were.
+    let left = state.backend.dead_jobs(&name, STAYED_LIMIT).await?;
+    let in_batches = left.iter().filter(|j| j.batch.is_some()).count();
+    let note = (!left.is_empty()).then(|| {
+        format!(
+            "{retried} retried; {}{} stayed dead: {in_batches} in batches (dead jobs of a batch \
+             stay dead: rerun the batch), {} whose dedupe key another unfinished job holds",
+            left.len(),
+            if left.len() == STAYED_LIMIT as usize {
+                " or more"
+            } else {
+                ""
+            },
+            left.len() - in_batches
+        )
+    });
+    Ok(Json(json!({
+        "retried": retried,
+        "stayed": left.len(),
+        "stayed_in_batches": in_batches,
+        "note": note,
+    })))
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use relayq_core::{AttemptRecord, BatchId, JobId, JobInfo, JobState};
+use relayq_core::{AttemptRecord, BatchId, JobId, JobInfo, JobState, redact};
 use serde::Serialize;
 
 use crate::counts::Counted;
@@ -74,7 +74,8 @@ impl QueueView {
     }
 }
 
-/// A job: its payload as text (invalid UTF-8 replaced, flagged by `payload_utf8`).
+/// A job: its payload as text, secrets masked (invalid UTF-8 replaced, flagged by
+/// `payload_utf8`).
 #[derive(Debug, Serialize)]
 pub(crate) struct JobView {
     pub(crate) id: JobId,
@@ -99,10 +100,10 @@ pub(crate) struct JobView {
 
 impl From<JobInfo> for JobView {
     fn from(job: JobInfo) -> Self {
-        let (payload, payload_utf8) = match String::from_utf8(job.payload) {
-            Ok(text) => (text, true),
-            Err(e) => (String::from_utf8_lossy(e.as_bytes()).into_owned(), false),
-        };
+        // Secret-looking fields and URLs' passwords are masked (core's `redact`), as
+        // everywhere a person reads a payload.
+        let payload_utf8 = std::str::from_utf8(&job.payload).is_ok();
+        let payload = redact::payload(&job.payload);
         Self {
             id: job.id,
             queue: job.queue,
@@ -120,10 +121,17 @@ impl From<JobInfo> for JobView {
             enqueued_by: job.enqueued_by,
             created_at: job.created_at,
             finished_at: job.finished_at,
-            last_error: job.last_error,
-            attempt_log: job.attempt_log,
+            last_error: job.last_error.as_deref().map(redact::urls),
+            attempt_log: job.attempt_log.into_iter().map(redacted).collect(),
         }
     }
+}
+
+/// An attempt with the URLs' passwords in its error and output masked.
+fn redacted(mut a: AttemptRecord) -> AttemptRecord {
+    a.error = a.error.as_deref().map(redact::urls);
+    a.output = a.output.as_deref().map(redact::urls);
+    a
 }
 
 /// A job of a batch as its timeline needs it: no payload, every attempt.
@@ -141,7 +149,7 @@ impl From<JobInfo> for BatchJobView {
             id: job.id,
             stage: job.stage,
             state: job.state,
-            attempt_log: job.attempt_log,
+            attempt_log: job.attempt_log.into_iter().map(redacted).collect(),
         }
     }
 }

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use axum::Router;
 use common::*;
-use relayq_core::{ClaimRequest, EnqueueExt, JobState, NewJob, OnFailure};
+use relayq_core::{
+    ClaimRequest, CompleteExt, EnqueueExt, JobState, NewJob, OnFailure, Retry, Settle,
+};
 use relayq_dashboard::{Options, router};
 use serde_json::json;
 
@@ -81,6 +83,46 @@ async fn queues_show_counts_of_every_state_and_settings() {
         (answer.status.as_u16(), answer.json()["field"].as_str()),
         (400, Some("queues"))
     );
+}
+
+/// A secret in a job's payload or error never reaches the page: secret-looking fields
+/// and URLs' passwords are masked in the dead list and on the job's own answer.
+#[tokio::test]
+async fn payloads_and_errors_show_no_secret() {
+    let db = sqlite().await;
+    let q = queue();
+    let payload = r#"{"command":"deploy","env":{"API_TOKEN":"s3cret-1","HOME":"/root"}}"#;
+    let id = dead_job(
+        db.backend.as_ref(),
+        &q,
+        payload,
+        "cannot reach postgres://app:s3cret-2@db:5432/x",
+    )
+    .await;
+    let (app, _) = app_and_csrf(&db).await;
+    for uri in [
+        format!("/api/queues/{q}/dead"),
+        format!("/api/queues/{q}/jobs/{}", id.0),
+    ] {
+        let answer = get(&app, &uri).await;
+        assert_eq!(answer.status.as_u16(), 200, "{uri}: {}", answer.body);
+        assert!(!answer.body.contains("s3cret"), "{uri}: {}", answer.body);
+        assert!(
+            answer.body.contains(r#"\"API_TOKEN\":\"***\""#),
+            "{uri}: {}",
+            answer.body
+        );
+        assert!(
+            answer.body.contains("postgres://app:***@db:5432/x"),
+            "{uri}: {}",
+            answer.body
+        );
+        assert!(
+            answer.body.contains("/root"),
+            "{uri}: other fields stay: {}",
+            answer.body
+        );
+    }
 }
 
 #[tokio::test]
@@ -302,8 +344,52 @@ async fn actions_pause_limit_cancel_and_retry() {
     );
     let answer = post(&app, &format!("/api/queues/{q}/dead/retry"), &csrf, "").await;
     assert_eq!(answer.json()["retried"], 2);
+    assert_eq!(answer.json()["stayed"], 0);
+    assert!(answer.json()["note"].is_null(), "{}", answer.body);
     assert_eq!(stats().await.count(JobState::Dead), 0);
     assert_eq!(stats().await.count(JobState::Ready), 3);
+
+    // A dead job of a batch stays dead, and retry all says so instead of "0 retried".
+    let other = queue();
+    let batch = db
+        .backend
+        .open_batch(&other, OnFailure::Continue)
+        .await
+        .unwrap();
+    db.backend
+        .enqueue(vec![
+            NewJob::new(&other, b"b".to_vec()).in_batch(batch.id, 0),
+        ])
+        .await
+        .unwrap();
+    let claimed = db
+        .backend
+        .claim(relayq_core::ClaimRequest::new(
+            &other,
+            "w",
+            1,
+            std::time::Duration::from_secs(60),
+        ))
+        .await
+        .unwrap();
+    db.backend
+        .settle_one(Settle::fail(claimed[0].lease.clone(), "boom", Retry::Never))
+        .await
+        .unwrap();
+    let answer = post(&app, &format!("/api/queues/{other}/dead/retry"), &csrf, "").await;
+    let out = answer.json();
+    assert_eq!(
+        (out["retried"].clone(), out["stayed"].clone()),
+        (json!(0), json!(1)),
+        "{out}"
+    );
+    assert_eq!(out["stayed_in_batches"], 1, "{out}");
+    assert!(
+        out["note"]
+            .as_str()
+            .is_some_and(|n| n.contains("in batches")),
+        "{out}"
+    );
 
     let unknown = post(
         &app,

@@ -2,7 +2,7 @@
 
 use relayq_core::{Error as CoreError, JobId, JobState};
 
-use super::{table, time};
+use super::{printable, table, time};
 use crate::{
     args::QueueArg,
     backend::{self, Use},
@@ -67,10 +67,12 @@ pub async fn run(db: &str, cmd: DeadCommand) -> anyhow::Result<u8> {
                     format!("{}/{}", j.attempts, j.max_attempts),
                     j.finished_at.map_or_else(|| "-".into(), time),
                     shorten(
-                        j.last_error
-                            .as_deref()
-                            .and_then(|e| e.lines().next())
-                            .unwrap_or("-"),
+                        &printable(
+                            j.last_error
+                                .as_deref()
+                                .and_then(|e| e.lines().next())
+                                .unwrap_or("-"),
+                        ),
                         60,
                     ),
                 ]);
@@ -87,6 +89,23 @@ pub async fn run(db: &str, cmd: DeadCommand) -> anyhow::Result<u8> {
                 .retry_dead(&queue.queue, (!ids.is_empty()).then_some(&ids[..]))
                 .await?;
             outln!("{n} dead job(s) of queue {:?} are ready again", queue.queue);
+            if ids.is_empty() {
+                // Say what stayed, rather than let "0 ready again" look like no dead jobs.
+                let left = backend.dead_jobs(&queue.queue, 1000).await?;
+                if !left.is_empty() {
+                    let in_batches = left.iter().filter(|j| j.batch.is_some()).count();
+                    let more = if left.len() == 1000 { " (or more)" } else { "" };
+                    eprintln!(
+                        "{}{more} dead job(s) stay dead: {in_batches} in batches (reviving one \
+                         could break the order of its stages: run the plan again instead), {} \
+                         whose dedupe key another unfinished job holds; `relayq dead list -q {}` \
+                         lists them",
+                        left.len(),
+                        left.len() - in_batches,
+                        queue.queue
+                    );
+                }
+            }
             if !ids.is_empty() && n < ids.len() as u64 {
                 // Say why each job that stayed did.
                 for &id in &ids {

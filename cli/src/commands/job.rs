@@ -4,7 +4,7 @@
 use anyhow::bail;
 use relayq_core::{Backend, Error as CoreError, JobId, JobInfo};
 
-use super::{table, time};
+use super::{printable, table, time};
 use crate::{
     backend::{self, Use},
     exit::{self, usage},
@@ -40,8 +40,8 @@ pub async fn run(db: &str, args: JobArgs) -> anyhow::Result<u8> {
         return Ok(exit::OK);
     }
     outln!("job {} of queue {:?}: {}", job.id, queue, job.state);
-    outln!("  name:     {}", job.name);
-    outln!("  command:  {}", job.command);
+    outln!("  name:     {}", printable(&job.name));
+    outln!("  command:  {}", printable(&job.command));
     if let Some(stage) = job.stage {
         outln!("  stage:    {stage}");
     }
@@ -56,15 +56,17 @@ pub async fn run(db: &str, args: JobArgs) -> anyhow::Result<u8> {
         for a in &job.attempts {
             t.add_row([
                 a.attempt.to_string(),
-                a.worker.clone(),
+                printable(&a.worker).into_owned(),
                 time(a.started_at),
                 a.ended_at.map_or_else(|| "-".into(), time),
                 a.outcome.to_string(),
-                a.error
-                    .as_deref()
-                    .and_then(|e| e.lines().next())
-                    .unwrap_or("")
-                    .to_owned(),
+                printable(
+                    a.error
+                        .as_deref()
+                        .and_then(|e| e.lines().next())
+                        .unwrap_or(""),
+                )
+                .into_owned(),
             ]);
         }
         outln!("{t}");
@@ -72,13 +74,13 @@ pub async fn run(db: &str, args: JobArgs) -> anyhow::Result<u8> {
     if let Some(out) = job.attempts.iter().rev().find_map(|a| a.output.as_deref()) {
         outln!("output (last 64 KiB):");
         for line in out.lines() {
-            outln!("    {line}");
+            outln!("    {}", printable(line));
         }
     }
     if let Some(err) = &job.last_error {
         outln!("last error:");
         for line in err.lines() {
-            outln!("    {line}");
+            outln!("    {}", printable(line));
         }
     }
     Ok(exit::OK)

@@ -12,6 +12,8 @@ pub mod status;
 pub mod wait;
 pub mod work;
 
+use std::borrow::Cow;
+
 use chrono::{DateTime, SecondsFormat, Utc};
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 
@@ -26,7 +28,38 @@ where
     t
 }
 
+/// `text` safe to print on a terminal: every control character but line feed and tab
+/// is written out (`\u{1b}`, `\r`), so what a job printed cannot move the cursor,
+/// recolour or clear the operator's screen.
+pub fn printable(text: &str) -> Cow<'_, str> {
+    let unsafe_char = |c: char| c.is_control() && c != '\n' && c != '\t';
+    if !text.chars().any(unsafe_char) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if unsafe_char(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
 /// A time as RFC 3339 UTC with milliseconds.
 pub fn time(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::printable;
+
+    #[test]
+    fn control_characters_are_written_out() {
+        assert_eq!(printable("plain\ttext\n"), "plain\ttext\n");
+        assert_eq!(printable("\u{1b}[2Jred\rX\u{7}"), "\\u{1b}[2Jred\\rX\\u{7}");
+        assert!(!printable("\u{1b}\u{9b}").chars().any(char::is_control));
+    }
 }

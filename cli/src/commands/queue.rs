@@ -1,6 +1,8 @@
 //! `relayq pause`, `relayq resume`, `relayq limit N|none`: a queue's settings
 //! (SPEC C6).
 
+use relayq_core::Backend;
+
 use crate::{
     args::QueueArg,
     backend::{self, Use},
@@ -12,6 +14,10 @@ use crate::{
 pub struct QueueOnly {
     #[command(flatten)]
     pub queue: QueueArg,
+    /// The queue is not in use yet: set it before its first job is enqueued (without
+    /// this, a name no job or setting uses is refused as a likely typo).
+    #[arg(long)]
+    pub new: bool,
 }
 
 /// Arguments of `relayq limit`.
@@ -23,6 +29,9 @@ pub struct LimitArgs {
     pub max: Limit,
     #[command(flatten)]
     pub queue: QueueArg,
+    /// The queue is not in use yet (see `relayq pause --help`).
+    #[arg(long)]
+    pub new: bool,
 }
 
 /// A limit, or none.
@@ -47,6 +56,7 @@ fn max_running(text: &str) -> Result<Limit, String> {
 /// No database, a backend failure.
 pub async fn pause(db: &str, args: QueueOnly) -> anyhow::Result<u8> {
     let backend = backend::open(db, Use::Existing).await?;
+    in_use(backend.as_ref(), &args.queue.queue, args.new).await?;
     backend.pause(&args.queue.queue).await?;
     outln!(
         "queue {:?} is paused: workers claim nothing from it until `relayq resume`; running jobs go on",
@@ -61,6 +71,7 @@ pub async fn pause(db: &str, args: QueueOnly) -> anyhow::Result<u8> {
 /// No database, a backend failure.
 pub async fn resume(db: &str, args: QueueOnly) -> anyhow::Result<u8> {
     let backend = backend::open(db, Use::Existing).await?;
+    in_use(backend.as_ref(), &args.queue.queue, args.new).await?;
     backend.resume(&args.queue.queue).await?;
     outln!("queue {:?} is running", args.queue.queue);
     Ok(exit::OK)
@@ -72,6 +83,7 @@ pub async fn resume(db: &str, args: QueueOnly) -> anyhow::Result<u8> {
 /// No database, a bad limit, a backend failure.
 pub async fn limit(db: &str, args: LimitArgs) -> anyhow::Result<u8> {
     let backend = backend::open(db, Use::Existing).await?;
+    in_use(backend.as_ref(), &args.queue.queue, args.new).await?;
     backend
         .set_max_running(&args.queue.queue, args.max.0)
         .await?;
@@ -83,4 +95,34 @@ pub async fn limit(db: &str, args: LimitArgs) -> anyhow::Result<u8> {
         None => outln!("queue {:?}: no limit of running jobs", args.queue.queue),
     }
     Ok(exit::OK)
+}
+
+/// Refuses a queue that no job or setting uses, unless the caller says it is `new`: a
+/// setting stored under a mistyped name would create a queue and change nothing.
+async fn in_use(backend: &dyn Backend, queue: &str, new: bool) -> anyhow::Result<()> {
+    if new {
+        return Ok(());
+    }
+    let queues = backend.queues().await?;
+    if queues.iter().any(|q| q == queue) {
+        return Ok(());
+    }
+    let known = if queues.is_empty() {
+        "none is in use yet".to_owned()
+    } else {
+        // The names closest to the one given: the longest shared start first.
+        let shared = |q: &str| {
+            q.bytes()
+                .zip(queue.bytes())
+                .take_while(|(a, b)| a == b)
+                .count()
+        };
+        let mut close: Vec<&str> = queues.iter().map(String::as_str).collect();
+        close.sort_by_key(|q| std::cmp::Reverse(shared(q)));
+        close.truncate(5);
+        format!("{} in use, the closest: {}", queues.len(), close.join(", "))
+    };
+    Err(crate::exit::usage(format!(
+        "no queue {queue:?} ({known}); pass --new to set it before its first job"
+    )))
 }
