@@ -61,7 +61,7 @@ pub async fn open_waiting(url: &str, need: Use) -> anyhow::Result<Arc<dyn Backen
                     eprintln!(
                         "relayq: {}; waiting for the server (retrying every {} at most; Ctrl-C stops)",
                         crate::exit::describe(&e),
-                        humantime::format_duration(MAX_DELAY)
+                        crate::words::duration(MAX_DELAY)
                     );
                 }
                 failures += 1;

@@ -59,7 +59,7 @@ impl std::fmt::Display for Ending {
             Self::TimedOut(d) => write!(
                 f,
                 "timed out after {}; process group killed",
-                humantime::format_duration(*d)
+                crate::words::duration(*d)
             ),
             Self::Interrupted => f.write_str("interrupted; process group killed"),
             Self::NotStarted(why) => write!(f, "could not start: {why}"),

@@ -206,7 +206,7 @@ mod tests {
         };
         assert_eq!(
             failure_text(&run),
-            "timed out after 2s; process group killed\n(no output)"
+            "timed out after 2 s; process group killed\n(no output)"
         );
     }
 }

@@ -107,6 +107,7 @@ mod report;
 mod run;
 mod spec;
 mod telemetry;
+mod words;
 
 use std::process::ExitCode;
 

@@ -304,8 +304,8 @@ impl RunReport {
             _ => String::new(),
         };
         let mut line = format!(
-            "{} jobs{took}: {} succeeded, {} dead, {} cancelled",
-            self.jobs.len(),
+            "{}{took}: {} succeeded, {} dead, {} cancelled",
+            crate::words::plural(self.jobs.len(), "job"),
             count(JobState::Succeeded),
             count(JobState::Dead),
             count(JobState::Cancelled)

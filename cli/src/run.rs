@@ -92,8 +92,8 @@ fn print_summary(report: &RunReport) {
     outln!();
     outln!("{}", report.totals());
     outln!(
-        "({} jobs: every job's row and timeline with --full; every job with its attempts in --report-json)",
-        report.jobs.len()
+        "({}: every job's row and timeline with --full; every job with its attempts in --report-json)",
+        crate::words::plural(report.jobs.len(), "job")
     );
 }
 
@@ -154,8 +154,8 @@ pub async fn run(db: &str, args: RunArgs) -> anyhow::Result<u8> {
     outln!(
         "relayq run {}: {} in {}; batch {} of queue {queue:?}; on_failure = {}; {} worker slots ({name})",
         plan.file,
-        plural(plan.jobs.len(), "job"),
-        plural(plan.stages().len(), "stage"),
+        crate::words::plural(plan.jobs.len(), "job"),
+        crate::words::plural(plan.stages().len(), "stage"),
         batch.id,
         plan.on_failure.as_str(),
         args.workers,
@@ -235,7 +235,7 @@ async fn watch(
                 Err(CoreError::Timeout { .. }) => {
                     progress.line(&format!(
                         "timed out after {}: cancelling the batch",
-                        humantime::format_duration(timeout.unwrap_or_default())
+                        crate::words::duration(timeout.unwrap_or_default())
                     ));
                     break End::TimedOut;
                 }
@@ -272,14 +272,6 @@ async fn watch(
 }
 
 /// `1 job`, `3 jobs`.
-fn plural(n: usize, what: &str) -> String {
-    if n == 1 {
-        format!("1 {what}")
-    } else {
-        format!("{n} {what}s")
-    }
-}
-
 /// Waits for a `Finished` event of `queue` (or a lag, which may hide one); never returns
 /// when the backend sends no events.
 async fn next_finished(events: &mut Option<broadcast::Receiver<Event>>, queue: &str) {

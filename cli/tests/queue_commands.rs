@@ -195,7 +195,7 @@ fn wait_times_out_with_exit_code_124_and_a_clear_message() {
     assert!(begun.elapsed() >= Duration::from_millis(300));
     assert!(
         out.stderr.contains(&format!(
-            "timed out after 300ms waiting for stage 1 of batch {batch} of queue \"w\": 1 pending and 0 running jobs left"
+            "timed out after 300 ms waiting for stage 1 of batch {batch} of queue \"w\": 1 pending and 0 running jobs left"
         )),
         "{}",
         out.stderr
@@ -435,28 +435,40 @@ fn work_serves_its_counters_at_metrics_on_loopback() {
         .expect("a free port")
         .port();
     let addr = format!("127.0.0.1:{port}");
-    let worker = Reap(Some(env.spawn(&["work", "-q", "m", "--metrics", &addr])));
+    let worker = Reap(Some(env.spawn(&[
+        "work",
+        "-q",
+        "m",
+        "--name",
+        "w1",
+        "--metrics",
+        &addr,
+    ])));
     let text = eventually(
         "the completion in /metrics",
         Duration::from_secs(30),
         || {
             scrape(port).filter(|t| {
-                t.contains(r#"relayq_worker_settled_total{queue="m",outcome="succeeded"} 1"#)
+                t.contains(
+                    r#"relayq_worker_settled_total{queue="m",outcome="succeeded",worker="w1"} 1"#,
+                )
             })
         },
     );
     assert!(
-        text.contains(r#"relayq_worker_claimed_total{queue="m"} 1"#),
+        text.contains(r#"relayq_worker_claimed_total{queue="m",worker="w1"} 1"#),
         "{text}"
     );
     assert!(
-        text.contains(r#"relayq_worker_handler_seconds_count{queue="m",outcome="succeeded"} 1"#),
+        text.contains(
+            r#"relayq_worker_handler_seconds_count{queue="m",outcome="succeeded",worker="w1"} 1"#
+        ),
         "{text}"
     );
     // A histogram, whose buckets add up across workers, and described.
     assert!(
         text.contains(
-            r#"relayq_worker_handler_seconds_bucket{queue="m",outcome="succeeded",le="+Inf"} 1"#
+            r#"relayq_worker_handler_seconds_bucket{queue="m",outcome="succeeded",worker="w1",le="+Inf"} 1"#
         ),
         "{text}"
     );

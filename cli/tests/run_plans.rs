@@ -367,12 +367,12 @@ fn a_job_past_its_timeout_is_killed_and_ends_dead() {
     assert_eq!(slow["state"], "dead");
     let error = slow["last_error"].as_str().unwrap();
     assert!(
-        error.starts_with("timed out after 300ms; process group killed\n"),
+        error.starts_with("timed out after 300 ms; process group killed\n"),
         "{error}"
     );
     assert!(error.ends_with("begun\n"), "{error}");
     assert!(
-        run.stdout.contains("dead: timed out after 300ms"),
+        run.stdout.contains("dead: timed out after 300 ms"),
         "{}",
         run.stdout
     );
@@ -460,7 +460,7 @@ fn a_run_past_its_timeout_cancels_the_rest_and_exits_124() {
     );
     assert!(
         run.stdout
-            .contains("timed out after 1s: cancelling the batch"),
+            .contains("timed out after 1 s: cancelling the batch"),
         "{}",
         run.stdout
     );

@@ -57,6 +57,7 @@ fn worker_counters_reach_the_installed_recorder() {
             .to_vec();
         backend.enqueue(jobs).await.unwrap();
         let worker = Worker::builder(backend.clone(), ["m"])
+            .name("w1")
             .concurrency(2)
             .handler(|job: ClaimedJob| async move {
                 if job.payload == b"fail" {
@@ -84,14 +85,17 @@ fn worker_counters_reach_the_installed_recorder() {
     });
     every_series_is_described(&text);
     assert_eq!(
-        sample(&text, r#"relayq_worker_claimed_total{queue="m"}"#),
+        sample(
+            &text,
+            r#"relayq_worker_claimed_total{queue="m",worker="w1"}"#
+        ),
         Some(4.0),
         "{text}"
     );
     assert_eq!(
         sample(
             &text,
-            r#"relayq_worker_settled_total{queue="m",outcome="succeeded"}"#
+            r#"relayq_worker_settled_total{queue="m",outcome="succeeded",worker="w1"}"#
         ),
         Some(3.0),
         "{text}"
@@ -99,13 +103,13 @@ fn worker_counters_reach_the_installed_recorder() {
     assert_eq!(
         sample(
             &text,
-            r#"relayq_worker_settled_total{queue="m",outcome="failed"}"#
+            r#"relayq_worker_settled_total{queue="m",outcome="failed",worker="w1"}"#
         ),
         Some(1.0),
         "{text}"
     );
     assert_eq!(
-        sample(&text, "relayq_worker_busy_slots"),
+        sample(&text, r#"relayq_worker_busy_slots{worker="w1"}"#),
         Some(0.0),
         "{text}"
     );
@@ -113,7 +117,7 @@ fn worker_counters_reach_the_installed_recorder() {
     assert_eq!(
         sample(
             &text,
-            r#"relayq_worker_handler_seconds_count{queue="m",outcome="succeeded"}"#
+            r#"relayq_worker_handler_seconds_count{queue="m",outcome="succeeded",worker="w1"}"#
         ),
         Some(3.0),
         "{text}"
@@ -121,7 +125,7 @@ fn worker_counters_reach_the_installed_recorder() {
     assert_eq!(
         sample(
             &text,
-            r#"relayq_worker_handler_seconds_count{queue="m",outcome="failed"}"#
+            r#"relayq_worker_handler_seconds_count{queue="m",outcome="failed",worker="w1"}"#
         ),
         Some(1.0),
         "{text}"
@@ -139,6 +143,7 @@ fn failed_backend_calls_are_counted_by_call_and_kind() {
         let q = q.clone();
         let id = support::enqueue_n(&memory, &q, 1, 3).await[0];
         let worker = Worker::builder(Faulty::new(&memory, Beats::Fail), [q.clone()])
+            .name("w2")
             .lease(Duration::from_millis(300))
             .handler(|_job: ClaimedJob| async {
                 tokio::time::sleep(Duration::from_secs(60)).await;
@@ -156,12 +161,12 @@ fn failed_backend_calls_are_counted_by_call_and_kind() {
     });
     let errors = sample(
         &text,
-        r#"relayq_worker_backend_errors_total{op="heartbeat",kind="backend"}"#,
+        r#"relayq_worker_backend_errors_total{op="heartbeat",kind="backend",worker="w2"}"#,
     );
     assert!(errors.is_some_and(|n| n >= 1.0), "{text}");
     let lost = sample(
         &text,
-        &format!(r#"relayq_worker_lease_lost_total{{queue="{q}"}}"#),
+        &format!(r#"relayq_worker_lease_lost_total{{queue="{q}",worker="w2"}}"#),
     );
     assert!(lost.is_some_and(|n| n >= 1.0), "{text}");
     every_series_is_described(&text);

@@ -34,8 +34,23 @@ pub async fn record_queue_gauges(
     Ok(())
 }
 
+/// How many queues `/metrics` exports at most: the configured ones, then those in use.
+pub(crate) const MAX_EXPORTED: usize = crate::api::MAX_LISTED;
+
 /// The dashboard's gauges and their help texts.
 const GAUGES: &[(&str, &str)] = &[
+    (
+        "relayq_queues_in_use",
+        "Queues that hold a job or a setting.",
+    ),
+    (
+        "relayq_queues_not_exported",
+        "Queues in use whose gauges /metrics leaves out: past its bound of 200.",
+    ),
+    (
+        "relayq_queue_counted_seconds_ago",
+        "How old the counts behind the queue's gauges are (big queues are counted at most every 30 s).",
+    ),
     ("relayq_queue_jobs", "Jobs of the queue in each state."),
     ("relayq_queue_running", "Jobs of the queue running now."),
     (
@@ -113,10 +128,36 @@ pub(crate) async fn serve(State(state): State<AppState>) -> Response {
     // The dashboard's counts (see counts/mod.rs): a big queue's gauges are its last count,
     // up to 30 s (and one count's time) old, and a queue whose first count is still
     // running has none yet.
-    let queues = &state.options.queues;
-    for (queue, answer) in queues.iter().zip(state.counts.get_many(queues).await) {
+    //
+    // Every queue in use, not only the configured ones (a paused queue elsewhere would
+    // be invisible), up to the queue list's bound: each costs a count. How many were
+    // left out is a gauge of its own, so a truncated export is visible.
+    let Ok(in_use) = state.backend.queues().await else {
+        return (StatusCode::SERVICE_UNAVAILABLE, "cannot list the queues\n").into_response();
+    };
+    let mut queues = state.options.queues.clone();
+    let mut left_out = 0_u64;
+    for name in &in_use {
+        if queues.contains(name) {
+            continue;
+        }
+        if queues.len() < MAX_EXPORTED {
+            queues.push(name.clone());
+        } else {
+            left_out += 1;
+        }
+    }
+    metrics::gauge!("relayq_queues_in_use").set(count(in_use.len() as u64));
+    metrics::gauge!("relayq_queues_not_exported").set(count(left_out));
+    let now = chrono::Utc::now();
+    for (queue, answer) in queues.iter().zip(state.counts.get_many(&queues).await) {
         match answer {
-            Ok(Some(counted)) => set_gauges(queue, &counted.stats),
+            Ok(Some(counted)) => {
+                set_gauges(queue, &counted.stats);
+                let age = (now - counted.at).to_std().unwrap_or_default();
+                metrics::gauge!("relayq_queue_counted_seconds_ago", "queue" => queue.clone())
+                    .set(age.as_secs_f64());
+            }
             Ok(None) => {}
             Err(_) => {
                 // Stale gauges would look current: fail the scrape so Prometheus marks

@@ -22,6 +22,10 @@ async fn metrics_serve_queue_gauges() {
     }
     dead_job(db.backend.as_ref(), &q, "p", "e").await;
     db.backend.pause(&q).await.unwrap();
+    // A queue the options do not name: its gauges are exported all the same.
+    let elsewhere = queue();
+    dead_job(db.backend.as_ref(), &elsewhere, "p", "e").await;
+    db.backend.pause(&elsewhere).await.unwrap();
     let app = router(
         db.backend.clone(),
         Options {
@@ -31,7 +35,11 @@ async fn metrics_serve_queue_gauges() {
         },
     );
     let ready = format!(r#"relayq_queue_jobs{{queue="{q}",state="ready"}}"#);
-    let answer = get_until(&app, "/metrics", |a| a.body.contains(&ready)).await;
+    let dead_elsewhere = format!(r#"relayq_queue_jobs{{queue="{elsewhere}",state="dead"}}"#);
+    let answer = get_until(&app, "/metrics", |a| {
+        a.body.contains(&ready) && a.body.contains(&dead_elsewhere)
+    })
+    .await;
     assert_eq!(answer.status, 200);
     assert!(
         answer.headers["content-type"]
@@ -46,6 +54,10 @@ async fn metrics_serve_queue_gauges() {
         format!(r#"relayq_queue_jobs{{queue="{q}",state="running"}} 0"#),
         format!(r#"relayq_queue_paused{{queue="{q}"}} 1"#),
         format!(r#"relayq_queue_max_running{{queue="{q}"}} 0"#),
+        format!(r#"relayq_queue_jobs{{queue="{elsewhere}",state="dead"}} 1"#),
+        format!(r#"relayq_queue_paused{{queue="{elsewhere}"}} 1"#),
+        "relayq_queues_in_use 2".to_owned(),
+        "relayq_queues_not_exported 0".to_owned(),
     ] {
         assert!(
             text.lines().any(|l| l == line),
@@ -61,6 +73,17 @@ async fn metrics_serve_queue_gauges() {
             text.lines().any(|l| l == help),
             "missing {help:?} in\n{text}"
         );
+    }
+    // The counts' age is there, for every exported queue.
+    for queue in [&q, &elsewhere] {
+        let prefix = format!(r#"relayq_queue_counted_seconds_ago{{queue="{queue}"}} "#);
+        let age: f64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .unwrap_or_else(|| panic!("missing {prefix:?} in\n{text}"))
+            .parse()
+            .unwrap();
+        assert!((0.0..60.0).contains(&age), "{age}");
     }
     // Two ready jobs wait: the gauge holds a wait of zero seconds or more.
     let prefix = format!(r#"relayq_queue_oldest_ready_seconds{{queue="{q}"}} "#);

@@ -54,7 +54,7 @@ pub async fn run(db: &str, args: PruneArgs) -> anyhow::Result<u8> {
         outln!(
             "queue {queue:?}: deleted {} finished job(s) older than {}; {} expired lease(s) recovered, {} job(s) out of attempts now dead",
             m.pruned,
-            humantime::format_duration(args.older_than),
+            crate::words::duration(args.older_than),
             m.requeued,
             m.dead
         );

@@ -163,9 +163,9 @@ async fn all(backend: &dyn Backend, json: bool) -> anyhow::Result<u8> {
 fn print_text(s: &Status) {
     let st = &s.stats;
     outln!(
-        "queue {:?}: {} jobs; paused: {}; max running: {}",
+        "queue {:?}: {}; paused: {}; max running: {}",
         st.queue,
-        st.total,
+        crate::words::plural(st.total, "job"),
         if st.paused { "yes" } else { "no" },
         st.max_running
             .map_or_else(|| "none".into(), |m| m.to_string())

@@ -113,7 +113,7 @@ pub async fn run(db: &str, args: WaitArgs) -> anyhow::Result<u8> {
                 .fold((0, 0), |(p, r), s| (p + s.pending, r + s.running));
             eprintln!(
                 "relayq: timed out after {} waiting for {what} of queue {:?}: {pending} pending and {running} running jobs left{}",
-                humantime::format_duration(args.timeout.unwrap_or_default()),
+                crate::words::duration(args.timeout.unwrap_or_default()),
                 batch.queue,
                 if target == WaitFor::Batch && !now.sealed {
                     "; the batch is not sealed"

@@ -115,7 +115,7 @@ pub async fn run(db: &str, args: WorkArgs) -> anyhow::Result<u8> {
     outln!(
         "{} {why}: stopping; running commands get up to {} to finish",
         time(Utc::now()),
-        humantime::format_duration(args.shutdown_timeout)
+        crate::words::duration(args.shutdown_timeout)
     );
     let shutdown = worker.shutdown();
     tokio::pin!(shutdown);
@@ -147,7 +147,11 @@ fn print_event(ev: &JobEvent) {
         ev.job, ev.queue, ev.attempt, ev.max_attempts
     );
     let what = match &ev.kind {
-        EventKind::Started { command } => format!("start   {who} {}: {command}", ev.name),
+        EventKind::Started { command } => format!(
+            "start   {who} {}: {}",
+            super::printable(&ev.name),
+            super::printable(command)
+        ),
         EventKind::Ended { ending, elapsed } if ending.success() => {
             format!("ok      {who} in {}", format_secs(*elapsed))
         }

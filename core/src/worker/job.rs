@@ -134,7 +134,7 @@ impl JobRun {
             Outcome::Fail { .. } => "failed",
             Outcome::Release => "released",
         };
-        metrics::histogram!("relayq_worker_handler_seconds", "queue" => settle.lease.queue.clone(), "outcome" => outcome)
+        metrics::histogram!("relayq_worker_handler_seconds", "queue" => settle.lease.queue.clone(), "outcome" => outcome, "worker" => settle.lease.worker.clone())
             .record(started.elapsed().as_secs_f64());
         span.in_scope(|| tracing::debug!(outcome = ?settle.outcome, "job done"));
         // The guard goes along: the settler drops it once done with the outcome. If the

@@ -16,15 +16,25 @@ use crate::Error;
 /// The server's state as the worker's calls see it.
 #[derive(Debug, Default)]
 pub(super) struct Outage {
+    /// The worker's name: the `worker` label of its error counts.
+    worker: String,
     /// When the current outage began; `None` while calls succeed.
     since: Mutex<Option<(Instant, u64)>>,
 }
 
 impl Outage {
+    /// No outage yet, for the worker named `worker`.
+    pub(super) fn new(worker: &str) -> Self {
+        Self {
+            worker: worker.to_owned(),
+            ..Self::default()
+        }
+    }
+
     /// A call failed with a backend error: `op` is `claim`, `heartbeat` or `settle`,
     /// `what` says more. Counted in `relayq_worker_backend_errors_total{op,kind}`.
     pub(super) fn failed(&self, op: &'static str, what: &str, error: &Error) {
-        metrics::counter!("relayq_worker_backend_errors_total", "op" => op, "kind" => error.kind().as_str())
+        metrics::counter!("relayq_worker_backend_errors_total", "op" => op, "kind" => error.kind().as_str(), "worker" => self.worker.clone())
             .increment(1);
         let mut since = self
             .since

@@ -79,6 +79,7 @@ impl Runner {
             .heartbeat
             .unwrap_or(w.config.lease / 3)
             .max(Duration::from_millis(1));
+        let stats = Arc::new(Stats::new(&w.config.name));
         Self {
             template: JobRun {
                 handler: w.handler,
@@ -90,7 +91,7 @@ impl Runner {
             backend: w.backend,
             queues: w.queues.into(),
             config: w.config,
-            stats: Arc::new(Stats::default()),
+            stats,
             settle_rx: Some(rx),
             keeper,
             keeper_rx: Some(keeper_rx),
@@ -133,6 +134,7 @@ impl Runner {
         self.pool = Some(Pool::start(
             self.config.concurrency as usize,
             &self.template,
+            &self.config.name,
         ));
         let slots = self.pool().shared.clone();
         let mut events = self.backend.subscribe();

@@ -12,6 +12,8 @@ use tokio::sync::Notify;
 /// What the slots share with the claim loop: how many are busy, which are idle, and a
 /// wake-up for the loop when one frees.
 pub(super) struct Shared {
+    /// The worker's name: the `worker` label of the busy-slots gauge.
+    worker: String,
     busy: AtomicU32,
     idle: Mutex<Vec<usize>>,
     pub(super) freed: Notify,
@@ -19,8 +21,9 @@ pub(super) struct Shared {
 
 impl Shared {
     /// `n` idle slots.
-    pub(super) fn new(n: usize) -> Self {
+    pub(super) fn new(n: usize, worker: &str) -> Self {
         Self {
+            worker: worker.to_owned(),
             busy: AtomicU32::new(0),
             // Popped from the end: the first slots are used first.
             idle: Mutex::new((0..n).rev().collect()),
@@ -40,7 +43,7 @@ impl Shared {
             .unwrap_or_else(PoisonError::into_inner)
             .pop()?;
         self.busy.fetch_add(1, Ordering::SeqCst);
-        metrics::gauge!("relayq_worker_busy_slots").increment(1.0);
+        metrics::gauge!("relayq_worker_busy_slots", "worker" => self.worker.clone()).increment(1.0);
         Some(Slot {
             shared: self.clone(),
             index,
@@ -70,7 +73,8 @@ impl Drop for Slot {
             .unwrap_or_else(PoisonError::into_inner)
             .push(self.index);
         self.shared.busy.fetch_sub(1, Ordering::SeqCst);
-        metrics::gauge!("relayq_worker_busy_slots").decrement(1.0);
+        metrics::gauge!("relayq_worker_busy_slots", "worker" => self.shared.worker.clone())
+            .decrement(1.0);
         self.shared.freed.notify_one();
     }
 }

@@ -29,8 +29,8 @@ pub(super) struct Pool {
 
 impl Pool {
     /// Starts `n` slot tasks, each running its jobs with `run`.
-    pub(super) fn start(n: usize, run: &JobRun) -> Self {
-        let shared = Arc::new(Shared::new(n));
+    pub(super) fn start(n: usize, run: &JobRun, worker: &str) -> Self {
+        let shared = Arc::new(Shared::new(n, worker));
         let mut pool = Self {
             shared,
             mailboxes: Vec::with_capacity(n),
@@ -167,7 +167,7 @@ pub(super) mod tests {
             abort: CancellationToken::new(),
             settle,
         };
-        (Pool::start(n, &run), outcomes)
+        (Pool::start(n, &run, "test"), outcomes)
     }
 
     /// Hands `job` to an idle slot with a fresh control; returns the control and what

@@ -45,6 +45,8 @@ impl WorkerReport {
 /// recorder), summed over the process's workers: see [`METRICS`] for the series.
 #[derive(Debug, Default)]
 pub(super) struct Stats {
+    /// The worker's name: the `worker` label of its series.
+    worker: String,
     claimed: AtomicU64,
     succeeded: AtomicU64,
     failed: AtomicU64,
@@ -55,8 +57,8 @@ pub(super) struct Stats {
     pub(super) outage: Arc<Outage>,
 }
 
-fn settled(queue: &str, outcome: &'static str, n: usize) {
-    metrics::counter!("relayq_worker_settled_total", "queue" => queue.to_owned(), "outcome" => outcome)
+fn settled(worker: &str, queue: &str, outcome: &'static str, n: usize) {
+    metrics::counter!("relayq_worker_settled_total", "queue" => queue.to_owned(), "outcome" => outcome, "worker" => worker.to_owned())
         .increment(n as u64);
 }
 
@@ -134,26 +136,34 @@ pub fn describe_metrics() {
 }
 
 impl Stats {
+    /// The counts of the worker named `worker`, all zero.
+    pub(super) fn new(worker: &str) -> Self {
+        Self {
+            worker: worker.to_owned(),
+            outage: Arc::new(Outage::new(worker)),
+            ..Self::default()
+        }
+    }
     pub(super) fn add_claimed(&self, queue: &str, n: usize) {
         self.claimed.fetch_add(n as u64, Relaxed);
-        metrics::counter!("relayq_worker_claimed_total", "queue" => queue.to_owned())
+        metrics::counter!("relayq_worker_claimed_total", "queue" => queue.to_owned(), "worker" => self.worker.clone())
             .increment(n as u64);
     }
     pub(super) fn add_succeeded(&self, queue: &str) {
         self.succeeded.fetch_add(1, Relaxed);
-        settled(queue, "succeeded", 1);
+        settled(&self.worker, queue, "succeeded", 1);
     }
     pub(super) fn add_failed(&self, queue: &str) {
         self.failed.fetch_add(1, Relaxed);
-        settled(queue, "failed", 1);
+        settled(&self.worker, queue, "failed", 1);
     }
     pub(super) fn add_released(&self, queue: &str, n: usize) {
         self.released.fetch_add(n as u64, Relaxed);
-        settled(queue, "released", n);
+        settled(&self.worker, queue, "released", n);
     }
     pub(super) fn add_lease_lost(&self, queue: &str) {
         self.lease_lost.fetch_add(1, Relaxed);
-        metrics::counter!("relayq_worker_lease_lost_total", "queue" => queue.to_owned())
+        metrics::counter!("relayq_worker_lease_lost_total", "queue" => queue.to_owned(), "worker" => self.worker.clone())
             .increment(1);
     }
     /// `reason`: `refused` (the backend refused the outcome: a stale lease),
@@ -161,7 +171,8 @@ impl Stats {
     /// run that ended without one).
     pub(super) fn add_lost(&self, n: usize, reason: &'static str) {
         self.lost.fetch_add(n as u64, Relaxed);
-        metrics::counter!("relayq_worker_unsettled_total", "reason" => reason).increment(n as u64);
+        metrics::counter!("relayq_worker_unsettled_total", "reason" => reason, "worker" => self.worker.clone())
+            .increment(n as u64);
     }
     pub(super) fn report(&self) -> WorkerReport {
         WorkerReport {
