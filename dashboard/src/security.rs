@@ -40,9 +40,9 @@ pub(crate) async fn require_token(
             return login(&state, &request, rest.as_deref());
         }
         // No detail: the answer must not help guess the token.
-        return unauthorized();
+        return unauthorized(&request);
     }
-    unauthorized()
+    unauthorized(&request)
 }
 
 /// Sets the session cookie and sends the browser back to the URL it asked for, less
@@ -72,17 +72,63 @@ fn login(state: &AppState, request: &Request, rest: Option<&str>) -> Response {
     response
 }
 
-fn unauthorized() -> Response {
-    let mut response = ApiError::status(
-        StatusCode::UNAUTHORIZED,
-        "this dashboard needs its token: send `Authorization: Bearer <token>`, or open any page once with ?token=<token>",
-    )
-    .into_response();
+fn unauthorized(request: &Request) -> Response {
+    let mut response = if wants_page(request) {
+        login_form(request)
+    } else {
+        ApiError::status(
+            StatusCode::UNAUTHORIZED,
+            "this dashboard needs its token: send `Authorization: Bearer <token>`, or open any page once with ?token=<token>",
+        )
+        .into_response()
+    };
     response.headers_mut().insert(
         header::WWW_AUTHENTICATE,
         HeaderValue::from_static("Bearer realm=\"relayq\""),
     );
     response
+}
+
+/// Whether `request` is a browser opening a page (not the API, an asset or a script's
+/// fetch): it gets the login form rather than JSON.
+fn wants_page(request: &Request) -> bool {
+    let path = request.uri().path();
+    request.method() == Method::GET
+        && !path.starts_with("/api/")
+        && !path.starts_with("/assets/")
+        && path != "/metrics"
+        && request
+            .headers()
+            .get(header::ACCEPT)
+            .and_then(|a| a.to_str().ok())
+            .is_some_and(|a| a.contains("text/html"))
+}
+
+/// A page with one field, the token, sent back to the same address as `?token=`, which
+/// sets the session cookie and drops the token from the address (see [`login`]). Plain
+/// HTML: the stylesheet is behind the token too, and the policy allows no inline style.
+fn login_form(request: &Request) -> Response {
+    let path = request
+        .extensions()
+        .get::<axum::extract::OriginalUri>()
+        .map_or_else(|| request.uri().path().to_owned(), |o| o.path().to_owned());
+    let action = escape_html(&format!("/{}", path.trim_start_matches('/')));
+    let page = format!(
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <title>relayq: sign in</title></head>\n<body><main>\
+         <h1>relayq</h1><p>This dashboard needs its token.</p>\
+         <form method=\"get\" action=\"{action}\">\
+         <label>Token <input type=\"password\" name=\"token\" autocomplete=\"current-password\" \
+         required autofocus></label> <button type=\"submit\">Sign in</button></form>\
+         </main></body></html>\n"
+    );
+    (
+        StatusCode::UNAUTHORIZED,
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        page,
+    )
+        .into_response()
 }
 
 /// Without a token, answers only requests addressed to loopback or to

@@ -148,6 +148,53 @@ async fn with_a_token_every_request_needs_it() {
         .await;
         assert_eq!(wrong.status, 401, "{path}");
     }
+    // A browser opening a page gets a form asking for the token (sent back as ?token=
+    // to the same page), not JSON; the API and the assets keep answering JSON.
+    let q_dead = format!("/queues/{q}/dead");
+    for (path, form) in [
+        ("/", true),
+        (q_dead.as_str(), true),
+        ("/api/queues", false),
+        ("/assets/app.js", false),
+    ] {
+        let answer = send(
+            &app,
+            Request::get(path)
+                .header("accept", "text/html,application/xhtml+xml")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(answer.status, 401, "{path}");
+        let html = answer.headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/html");
+        assert_eq!(html, form, "{path}: {}", answer.body);
+        if form {
+            assert!(
+                answer.body.contains(&format!(r#"action="{path}""#)),
+                "{}",
+                answer.body
+            );
+            assert!(
+                answer.body.contains(r#"type="password" name="token""#),
+                "{}",
+                answer.body
+            );
+        }
+    }
+    // The form's address is escaped.
+    let hostile = send(
+        &app,
+        Request::get("/queues/%22%3E%3Cscript%3E/dead")
+            .header("accept", "text/html")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert!(!hostile.body.contains("<script>"), "{}", hostile.body);
+
     let bearer = format!("Bearer {token}");
     let ok = send(
         &app,
