@@ -339,15 +339,42 @@
 
   const pages = { queues: drawQueues, batches: drawBatches, batch: drawBatch, running: drawRunning, dead: drawDead, job: drawJob };
 
+  // How often the page asks again (ms; 0: paused), kept across pages in this browser.
+  const RATE_KEY = "relayq-refresh-ms";
+  let every = 1000;
+  try {
+    const kept = localStorage.getItem(RATE_KEY);
+    if (kept !== null && !Number.isNaN(Number(kept))) every = Number(kept);
+  } catch (_) {}
+  const rate = $("#rate");
+  if (rate) {
+    rate.value = String(every);
+    if (rate.value === "") rate.value = String((every = 1000));
+    rate.onchange = () => {
+      every = Number(rate.value);
+      try { localStorage.setItem(RATE_KEY, String(every)); } catch (_) {}
+      refresh();
+    };
+  }
+
   let timer = null;
   async function refresh() {
     clearTimeout(timer);
-    // Redrawing would drop what the user is typing: wait until the field loses focus.
+    // Redrawing would drop what the user is typing, or the text they selected: wait
+    // until the field loses focus or the selection is cleared.
     const typing = document.activeElement && document.activeElement.tagName === "INPUT";
-    if (!typing) {
+    const sel = window.getSelection();
+    const selecting = sel && !sel.isCollapsed && $("#content").contains(sel.anchorNode);
+    if (!typing && !selecting) {
       try {
         const content = await pages[page]();
+        // Scrolled boxes (output, the timeline) keep their place across the redraw.
+        const scrolled = () => [...$("#content").querySelectorAll("pre, .timeline-wrap")];
+        const tops = scrolled().map((e) => [e.scrollTop, e.scrollLeft]);
         $("#content").replaceChildren(...[content].flat(2).filter(Boolean));
+        scrolled().forEach((e, i) => {
+          if (tops[i]) [e.scrollTop, e.scrollLeft] = tops[i];
+        });
         $("#status").textContent = `updated ${new Date().toLocaleTimeString()}`;
         $("#status").dataset.updated = String(Date.now());
         if ($("#error").textContent.startsWith("refresh failed")) showError(null);
@@ -355,7 +382,8 @@
         showError(`refresh failed: ${e.message}`);
       }
     }
-    timer = setTimeout(refresh, 1000);
+    if (every > 0) timer = setTimeout(refresh, every);
+    else $("#status").textContent = "paused";
   }
   nav();
   refresh();

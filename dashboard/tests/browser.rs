@@ -392,6 +392,27 @@ async fn the_dashboard_works_in_chromium(db: Db, screenshots: bool) {
     assert!(db.backend.queue_stats(&qb).await.unwrap().paused);
     screenshot(&b, "queues", screenshots).await;
 
+    // The refresh can be paused from the header: the page stops asking and says so;
+    // back at every second it redraws again.
+    let set_rate = |ms: &str| {
+        format!(
+            "const r = document.querySelector('#rate'); r.value = '{ms}'; \
+             r.dispatchEvent(new Event('change')); return r.value"
+        )
+    };
+    b.execute(&set_rate("0"), vec![]).await.unwrap();
+    until(&b, "status says paused", &text_of("#status"), |v| {
+        v == &json!("paused")
+    })
+    .await;
+    let updated = "return document.querySelector('#status').dataset.updated || ''";
+    let paused_at = b.execute(updated, vec![]).await.unwrap();
+    b.execute(&set_rate("1000"), vec![]).await.unwrap();
+    until(&b, "redraws again after the pause", updated, |v| {
+        v != &paused_at
+    })
+    .await;
+
     b.close().await.unwrap();
     worker.shutdown().await.unwrap();
     server.abort();
