@@ -740,9 +740,7 @@ WHERE queue = @P1 AND state = 'dead' AND batch_id IS NULL AND group_key IS NOT N
     lock!(),
     "
 UPDATE j SET state = CASE WHEN j.group_key IS NULL THEN 'ready' ELSE 'blocked' END,
-    run_at = @now, finished_at = NULL,
-    max_attempts = CASE WHEN CAST(j.attempts AS int) + j.max_attempts > 32767 THEN 32767
-                        ELSE CAST(j.attempts AS int) + j.max_attempts END
+    run_at = @now, attempts = 0, finished_at = NULL
 OUTPUT inserted.id, inserted.group_key INTO @rv (id, group_key)
 FROM {s}.jobs AS j WITH (ROWLOCK, READCOMMITTEDLOCK)
 WHERE j.queue = @P1 AND j.state = 'dead' AND j.batch_id IS NULL

@@ -172,8 +172,7 @@ impl PostgresBackend {
                                        attempts, group_key, dedupe_key, enqueued_by, created_at,
                                        last_error)
                  SELECT id, queue, CASE WHEN group_key IS NULL THEN 'ready' ELSE 'blocked' END,
-                        payload, priority, now(), LEAST(attempts::int + max_attempts, 32767),
-                        attempts, group_key, dedupe_key,
+                        payload, priority, now(), max_attempts, 0, group_key, dedupe_key,
                         enqueued_by, created_at, last_error
                  FROM d ORDER BY id
                  ON CONFLICT (queue, dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING

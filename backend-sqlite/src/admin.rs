@@ -149,8 +149,7 @@ impl Admin for SqliteBackend {
             }
             revived += 1;
             sqlx::query(
-                "UPDATE relayq_jobs SET state = ?2, finished_at = NULL, run_at = ?3,
-                     max_attempts = MIN(attempts + max_attempts, 32767)
+                "UPDATE relayq_jobs SET state = ?2, attempts = 0, finished_at = NULL, run_at = ?3
                  WHERE id = ?1",
             )
             .bind(id)

@@ -48,18 +48,6 @@ impl RunAt {
 /// Default number of attempts a job gets.
 pub const DEFAULT_MAX_ATTEMPTS: u16 = 3;
 
-/// The most attempts a job can ever be given, after dead retries (SPEC M2): the
-/// largest value the SQL backends' `smallint` column holds.
-pub const MAX_ATTEMPTS_EVER: u16 = 32_767;
-
-/// A dead job's `max_attempts` once retried (SPEC M2): as many attempts again as it
-/// had, on top of the `attempts` it used, at most [`MAX_ATTEMPTS_EVER`].
-#[must_use]
-pub fn retried_max_attempts(attempts: u32, max_attempts: u16) -> u16 {
-    let total = u64::from(attempts) + u64::from(max_attempts);
-    u16::try_from(total.min(u64::from(MAX_ATTEMPTS_EVER))).unwrap_or(MAX_ATTEMPTS_EVER)
-}
-
 /// A job to enqueue. Build it with [`NewJob::new`] and the chained setters.
 ///
 /// ```

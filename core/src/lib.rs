@@ -92,10 +92,7 @@ pub use ext::{CompleteExt, EnqueueExt, OrderBarrierExt};
 pub use inspect::{
     AttemptOutcome, AttemptRecord, DEFAULT_RETENTION, JobInfo, Maintenance, QueueStats, RunningJob,
 };
-pub use job::{
-    DEFAULT_MAX_ATTEMPTS, Enqueued, JobId, JobState, MAX_ATTEMPTS_EVER, NewJob, RunAt,
-    retried_max_attempts,
-};
+pub use job::{DEFAULT_MAX_ATTEMPTS, Enqueued, JobId, JobState, NewJob, RunAt};
 pub use lease::{ClaimRequest, ClaimedJob, Lease, LeaseToken};
 pub use queue::QueueUpdate;
 pub use settle::{DEFAULT_SETTLE_BATCH, Outcome, Retry, Settle, Settled};

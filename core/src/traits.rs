@@ -453,15 +453,12 @@ pub trait Admin: Send + Sync {
     /// [`cancel_batch`](Self::cancel_batch) after validation of the batch's queue.
     async fn cancel_batch_unchecked(&self, batch: &Batch) -> Result<u64>;
 
-    /// Puts dead jobs back to `ready` (or `blocked` behind their group) with as many
-    /// attempts again as their `max_attempts`: those in `ids`, or every dead job of the
-    /// queue when `ids` is `None` (SPEC M2). Returns how many.
+    /// Puts dead jobs back to `ready` (or `blocked` behind their group) with attempts
+    /// reset: those in `ids`, or every dead job of the queue when `ids` is `None`
+    /// (SPEC M2). Returns how many.
     ///
     /// # Behavior
     /// - Only dead jobs move; others named in `ids` are left alone (SPEC M2).
-    /// - `max_attempts` becomes `attempts + max_attempts` (at most
-    ///   [`MAX_ATTEMPTS_EVER`](crate::MAX_ATTEMPTS_EVER)); `attempts` stays, so the next
-    ///   attempt's number follows the last one's (SPEC M2).
     /// - Dead jobs of a batch stay dead: running one again after later stages started
     ///   would break the order barrier (SPEC B2). Rerun the batch instead.
     /// - A dead job whose dedupe key another unfinished job now holds stays dead, and of

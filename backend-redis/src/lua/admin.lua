@@ -36,13 +36,7 @@ elseif op == 'retry' then
       redis.call('ZREM', B .. ':dead', id)
       redis.call('ZREM', B .. ':done', id)
       redis.call('HDEL', jk(id), 'fa')
-      -- As many attempts again as it had; the count goes on (SPEC M2). The claim reads
-      -- max_attempts from the fixed fields too, so they are written again (a job of a
-      -- batch is never revived: no batch, no stage).
-      local m = redis.call('HMGET', jk(id), 'at', 'ma', 'by')
-      local ma = s(math.min((tonumber(m[1]) or 0) + (tonumber(m[2]) or 0), 32767))
-      redis.call('HSET', jk(id), 'ra', s(NOW), 'ma', ma,
-        'f', fixed_fields(h[4], ma, h[3], nil, nil, m[3], h[2]))
+      redis.call('HSET', jk(id), 'at', '0', 'ra', s(NOW))
       if h[2] then redis.call('HSET', B .. ':dedupe', h[2], s(id)) end
       if h[3] then
         local gm = okey(NOW, id)

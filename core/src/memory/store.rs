@@ -563,7 +563,7 @@ impl QueueState {
                 self.dedupe.insert(key.clone(), id);
             }
             job.phase = Phase::Waiting;
-            job.max_attempts = crate::retried_max_attempts(job.attempts, job.max_attempts);
+            job.attempts = 0;
             job.finished_at = None;
             job.run_at = now;
             self.open.insert(id);
