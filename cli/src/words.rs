@@ -20,6 +20,10 @@ pub fn duration(d: Duration) -> String {
         0 => format!("{ms} ms"),
         1..60 => {
             let tenths = (ms + 50) / 100;
+            if tenths >= 600 {
+                // 59.96 s rounds to a minute.
+                return duration(Duration::from_secs(60));
+            }
             if tenths.is_multiple_of(10) {
                 format!("{} s", tenths / 10)
             } else {
@@ -66,6 +70,7 @@ mod tests {
         assert_eq!(duration(Duration::ZERO), "0 ms");
         assert_eq!(duration(ms(1500)), "1.5 s");
         assert_eq!(duration(secs(30)), "30 s");
+        assert_eq!(duration(ms(59_960)), "1 min");
         assert_eq!(duration(secs(125)), "2 min 5 s");
         assert_eq!(duration(secs(3600)), "1 h");
         assert_eq!(duration(secs(12_000)), "3 h 20 min");

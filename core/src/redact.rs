@@ -56,20 +56,23 @@ pub fn secret_name(name: &str) -> bool {
     words(name).any(|w| SECRET_WORDS.contains(&w.to_ascii_lowercase().as_str()))
 }
 
-/// `name`'s parts: `dbPassword` → `db`, `Password`; `API_TOKEN` → `API`, `TOKEN`.
+/// `name`'s parts: `dbPassword` → `db`, `Password`; `API_TOKEN` → `API`, `TOKEN`. Cuts
+/// fall on character boundaries only (`größe` is one part).
 fn words(name: &str) -> impl Iterator<Item = &str> {
     let mut cuts = vec![0];
-    let bytes = name.as_bytes();
-    for i in 1..bytes.len() {
-        let (a, b) = (bytes[i - 1], bytes[i]);
-        let boundary = !b.is_ascii_alphanumeric() || !a.is_ascii_alphanumeric();
-        if boundary || (a.is_ascii_lowercase() && b.is_ascii_uppercase()) {
-            cuts.push(i);
+    let mut previous: Option<char> = None;
+    for (i, b) in name.char_indices() {
+        if let Some(a) = previous {
+            let boundary = !b.is_alphanumeric() || !a.is_alphanumeric();
+            if boundary || (a.is_lowercase() && b.is_uppercase()) {
+                cuts.push(i);
+            }
         }
+        previous = Some(b);
     }
     cuts.push(name.len());
     cuts.windows(2)
-        .map(move |w| name[w[0]..w[1]].trim_matches(|c: char| !c.is_ascii_alphanumeric()))
+        .map(move |w| name[w[0]..w[1]].trim_matches(|c: char| !c.is_alphanumeric()))
         .filter(|w| !w.is_empty())
         .collect::<Vec<_>>()
         .into_iter()
@@ -168,9 +171,15 @@ mod tests {
             "timeout_ms",
             "name",
             "monkey",
+            "größe",
+            "名前",
+            "aé",
         ] {
             assert!(!secret_name(name), "{name} taken for a secret");
         }
+        assert!(secret_name("Schlüssel_token"));
+        let unicode = "{\"größe\":1,\"名前\":\"x\"}";
+        assert_eq!(payload(unicode.as_bytes()), unicode);
     }
 
     #[test]

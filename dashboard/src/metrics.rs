@@ -1,8 +1,10 @@
-//! `/metrics`: queue gauges set from the dashboard's counts at each scrape, rendered by
-//! the Prometheus recorder the application installed.
+//! `/metrics`: the queue gauges, written from the dashboard's counts at each scrape,
+//! then everything the Prometheus recorder the application installed holds (the
+//! workers' series).
 //!
-//! The gauges go through the `metrics` facade, so a program with a recorder of its own
-//! can call [`record_queue_gauges`] on its own schedule instead.
+//! A program that serves its own metrics instead can set the same gauges through the
+//! `metrics` facade with [`record_queue_gauges`], on its own schedule (not together
+//! with the dashboard's `/metrics`, which would then show each family twice).
 
 use axum::{
     extract::State,
@@ -147,16 +149,13 @@ pub(crate) async fn serve(State(state): State<AppState>) -> Response {
             left_out += 1;
         }
     }
-    metrics::gauge!("relayq_queues_in_use").set(count(in_use.len() as u64));
-    metrics::gauge!("relayq_queues_not_exported").set(count(left_out));
     let now = chrono::Utc::now();
+    let mut rows = Vec::with_capacity(queues.len());
     for (queue, answer) in queues.iter().zip(state.counts.get_many(&queues).await) {
         match answer {
             Ok(Some(counted)) => {
-                set_gauges(queue, &counted.stats);
                 let age = (now - counted.at).to_std().unwrap_or_default();
-                metrics::gauge!("relayq_queue_counted_seconds_ago", "queue" => queue.clone())
-                    .set(age.as_secs_f64());
+                rows.push((queue.as_str(), counted.stats, age.as_secs_f64()));
             }
             Ok(None) => {}
             Err(_) => {
@@ -167,12 +166,88 @@ pub(crate) async fn serve(State(state): State<AppState>) -> Response {
             }
         }
     }
+    let mut text = queue_text(&rows, in_use.len(), left_out);
+    text.push_str(&handle.render());
     (
         [(
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        handle.render(),
+        text,
     )
         .into_response()
+}
+
+/// The queue gauges as Prometheus text, written fresh at each scrape rather than kept
+/// in the recorder, which holds a gauge's last value forever: a queue that leaves the
+/// export (pruned, or past the bound) must leave no series behind that looks current.
+fn queue_text(rows: &[(&str, QueueStats, f64)], in_use: usize, left_out: u64) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let mut family = |name: &str, samples: &mut dyn Iterator<Item = (String, f64)>| {
+        let help = GAUGES
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or("", |(_, h)| *h);
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+        for (labels, value) in samples {
+            let _ = writeln!(out, "{name}{labels} {value}");
+        }
+    };
+    let q = |queue: &str| label("queue", queue);
+    family(
+        "relayq_queues_in_use",
+        &mut std::iter::once((String::new(), count(in_use as u64))),
+    );
+    family(
+        "relayq_queues_not_exported",
+        &mut std::iter::once((String::new(), count(left_out))),
+    );
+    family(
+        "relayq_queue_jobs",
+        &mut rows.iter().flat_map(|(queue, stats, _)| {
+            JobState::ALL.into_iter().map(move |state| {
+                let labels = format!("{{{},{}}}", q(queue), label("state", state.as_str()));
+                (labels, count(stats.count(state)))
+            })
+        }),
+    );
+    let per_queue = |f: fn(&QueueStats, f64) -> f64| {
+        rows.iter()
+            .map(move |(queue, stats, age)| (format!("{{{}}}", q(queue)), f(stats, *age)))
+    };
+    family(
+        "relayq_queue_running",
+        &mut per_queue(|s, _| count(s.count(JobState::Running))),
+    );
+    family(
+        "relayq_queue_max_running",
+        &mut per_queue(|s, _| s.max_running.map_or(0.0, f64::from)),
+    );
+    family(
+        "relayq_queue_paused",
+        &mut per_queue(|s, _| if s.paused { 1.0 } else { 0.0 }),
+    );
+    family(
+        "relayq_queue_oldest_ready_seconds",
+        &mut per_queue(|s, _| {
+            s.oldest_ready_age(chrono::Utc::now())
+                .unwrap_or_default()
+                .as_secs_f64()
+        }),
+    );
+    family(
+        "relayq_queue_counted_seconds_ago",
+        &mut per_queue(|_, age| age),
+    );
+    out
+}
+
+/// `name="value"`, the value escaped as the text format asks.
+fn label(name: &str, value: &str) -> String {
+    let value = value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n");
+    format!("{name}=\"{value}\"")
 }

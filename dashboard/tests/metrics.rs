@@ -64,16 +64,22 @@ async fn metrics_serve_queue_gauges() {
             "missing {line:?} in\n{text}"
         );
     }
-    // Each series says what it counts.
+    // Each series says what it counts, once: the queue gauges are written at each scrape
+    // and nothing else writes them.
     for help in [
         "# HELP relayq_queue_jobs Jobs of the queue in each state.",
         "# HELP relayq_queue_paused 1 when the queue is paused, else 0.",
     ] {
-        assert!(
-            text.lines().any(|l| l == help),
-            "missing {help:?} in\n{text}"
+        assert_eq!(
+            text.lines().filter(|l| *l == help).count(),
+            1,
+            "{help:?} in\n{text}"
         );
     }
+    let families = text.lines().filter(|l| l.starts_with("# TYPE ")).count();
+    let unique: std::collections::HashSet<&str> =
+        text.lines().filter(|l| l.starts_with("# TYPE ")).collect();
+    assert_eq!(families, unique.len(), "a family twice in\n{text}");
     // The counts' age is there, for every exported queue.
     for queue in [&q, &elsewhere] {
         let prefix = format!(r#"relayq_queue_counted_seconds_ago{{queue="{queue}"}} "#);

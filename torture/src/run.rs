@@ -707,7 +707,12 @@ pub async fn run(s: &Settings) -> anyhow::Result<Outcome> {
     // times are transaction starts.
     let allow = check::Allowances {
         lost_claims: matches!(s.kind, Kind::Postgres) && s.faults.crash_restarts > 0,
-        tx_start_times: matches!(s.kind, Kind::Postgres),
+        // PostgreSQL's now() and SQL Server's batch-start @now are transaction starts.
+        tx_start_times: match s.kind {
+            Kind::Postgres => true,
+            Kind::Given(driver) => matches!(driver.name, "postgres" | "mssql"),
+            _ => false,
+        },
     };
     let mut report = check::check(&plan, &obs, &ledger, allow);
     report.checks.push(stopped);

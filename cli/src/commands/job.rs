@@ -73,13 +73,13 @@ pub async fn run(db: &str, args: JobArgs) -> anyhow::Result<u8> {
     }
     if let Some(out) = job.attempts.iter().rev().find_map(|a| a.output.as_deref()) {
         outln!("output (last 64 KiB):");
-        for line in out.lines() {
+        for line in relayq_core::redact::urls(out).lines() {
             outln!("    {}", printable(line));
         }
     }
     if let Some(err) = &job.last_error {
         outln!("last error:");
-        for line in err.lines() {
+        for line in relayq_core::redact::urls(err).lines() {
             outln!("    {}", printable(line));
         }
     }
