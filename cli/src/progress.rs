@@ -104,10 +104,9 @@ impl Progress {
                     bar.enable_steady_tick(Duration::from_millis(100));
                     running.insert((ev.job, ev.attempt), bar);
                 }
-                View::Plain => self.line(&format!(
-                    "start   {stage}{}  (job {}, {tries})",
-                    ev.name, ev.job
-                )),
+                // One line per job, when it ends: a start line each too doubled a long
+                // run's log without saying anything its end line does not.
+                View::Plain => {}
             },
             EventKind::Ended { ending, elapsed } => {
                 if let View::Bars { multi, running, .. } = &mut self.view
@@ -119,7 +118,10 @@ impl Progress {
                 let took = format_secs(*elapsed);
                 if ending.success() {
                     if matches!(self.view, View::Plain) {
-                        self.line(&format!("ok      {stage}{}  in {took}", ev.name));
+                        self.line(&format!(
+                            "ok      {stage}{}  in {took}  (job {}, {tries})",
+                            ev.name, ev.job
+                        ));
                     }
                 } else {
                     let next = if matches!(ending, Ending::Interrupted) {

@@ -48,7 +48,7 @@ pub struct RunArgs {
     /// Also write the report (every job with its attempts and times) as JSON here.
     #[arg(long, value_name = "FILE")]
     pub report_json: Option<PathBuf>,
-    /// Plain progress lines even on a terminal.
+    /// Plain progress lines even on a terminal: one per job as it ends, one per stage.
     #[arg(long)]
     pub plain: bool,
     /// Print the table and timeline of every job even for a plan of more than 50

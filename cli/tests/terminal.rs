@@ -23,9 +23,14 @@ const COLS: u16 = 160;
 /// Runs `args` on a pseudo-terminal until it exits; returns the exit code and the
 /// screen at the end (the visible rows and the scrollback, oldest first).
 fn on_terminal(env: &Env, args: &[&str], limit: Duration) -> (i32, Vec<String>) {
+    on_terminal_of(env, args, limit, COLS)
+}
+
+/// [`on_terminal`] on a terminal `cols` columns wide.
+fn on_terminal_of(env: &Env, args: &[&str], limit: Duration, cols: u16) -> (i32, Vec<String>) {
     let size = Winsize {
         ws_row: ROWS,
-        ws_col: COLS,
+        ws_col: cols,
         ws_xpixel: 0,
         ws_ypixel: 0,
     };
@@ -52,7 +57,7 @@ fn on_terminal(env: &Env, args: &[&str], limit: Duration) -> (i32, Vec<String>) 
             }
         }
     });
-    let mut screen = vt100::Parser::new(ROWS, COLS, 10_000);
+    let mut screen = vt100::Parser::new(ROWS, cols, 10_000);
     let deadline = Instant::now() + limit;
     let code = loop {
         while let Ok(bytes) = rx.try_recv() {
@@ -73,11 +78,11 @@ fn on_terminal(env: &Env, args: &[&str], limit: Duration) -> (i32, Vec<String>) 
     while let Ok(bytes) = rx.recv_timeout(Duration::from_millis(200)) {
         screen.process(&bytes);
     }
-    (code, lines(&mut screen))
+    (code, lines(&mut screen, cols))
 }
 
 /// Every row of the terminal, scrollback first.
-fn lines(parser: &mut vt100::Parser) -> Vec<String> {
+fn lines(parser: &mut vt100::Parser, cols: u16) -> Vec<String> {
     parser.screen_mut().set_scrollback(usize::MAX);
     let back = parser.screen().scrollback();
     let mut out = Vec::new();
@@ -85,7 +90,7 @@ fn lines(parser: &mut vt100::Parser) -> Vec<String> {
     let mut offset = back;
     loop {
         parser.screen_mut().set_scrollback(offset);
-        let rows: Vec<String> = parser.screen().rows(0, COLS).collect();
+        let rows: Vec<String> = parser.screen().rows(0, cols).collect();
         let take = if offset >= usize::from(ROWS) {
             usize::from(ROWS)
         } else {
@@ -98,8 +103,45 @@ fn lines(parser: &mut vt100::Parser) -> Vec<String> {
         offset = offset.saturating_sub(usize::from(ROWS));
     }
     parser.screen_mut().set_scrollback(0);
-    out.extend(parser.screen().rows(0, COLS));
+    out.extend(parser.screen().rows(0, cols));
     out
+}
+
+/// `relayq dead list` on a 60-column terminal: the table fits, every row a whole row
+/// between its borders, its long error wrapped inside its cell.
+#[test]
+fn tables_fit_a_narrow_terminal() {
+    let env = Env::new();
+    let plan = env.path("narrow.toml");
+    std::fs::write(
+        &plan,
+        "[[job]]\nname = \"a-job-with-a-rather-long-name\"\nmax_attempts = 1\n\
+         command = \"echo 'error: the table orders is locked by another session, try again later' >&2; exit 3\"\n",
+    )
+    .unwrap();
+    env.run(&["run", plan.to_str().unwrap(), "-q", "narrow"])
+        .expect_code(1);
+    let (code, screen) = on_terminal_of(
+        &env,
+        &["dead", "list", "-q", "narrow"],
+        Duration::from_secs(30),
+        60,
+    );
+    assert_eq!(code, 0, "{screen:#?}");
+    let table: Vec<&str> = screen
+        .iter()
+        .map(|l| l.trim_end())
+        .filter(|l| l.starts_with(['┌', '│', '╞', '├', '└', '┆']))
+        .collect();
+    assert!(table.len() >= 5, "no table on the screen: {screen:#?}");
+    for row in &table {
+        assert!(
+            row.ends_with(['┐', '│', '╡', '┤', '┘', '┆']),
+            "a row broken by the terminal's wrapping: {row:?} in {screen:#?}"
+        );
+    }
+    let text = screen.join("\n");
+    assert!(text.contains("status 3"), "the error is shown: {text}");
 }
 
 #[test]

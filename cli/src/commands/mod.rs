@@ -15,16 +15,20 @@ pub mod work;
 use std::borrow::Cow;
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
+use comfy_table::{ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
 
-/// A table with the look every command uses.
+/// A table with the look every command uses. On a terminal it fits the terminal's
+/// width, wrapping long cells, instead of running past the edge (where the terminal's
+/// own wrapping breaks every row in two); piped, it keeps each row on one line.
 pub fn table<I, S>(header: I) -> Table
 where
     I: IntoIterator<Item = S>,
     S: Into<comfy_table::Cell>,
 {
     let mut t = Table::new();
-    t.load_style(UTF8_FULL_CONDENSED).set_header(header);
+    t.load_style(UTF8_FULL_CONDENSED)
+        .set_content_arrangement(ContentArrangement::Dynamic)
+        .set_header(header);
     t
 }
 
