@@ -180,7 +180,13 @@
   const batchDone = (b) => b.sealed && b.stages.every((s) => s.pending + s.running === 0);
   function batchState(b) {
     if (b.failed) return badge("failed");
-    if (batchDone(b)) return badge("finished", "succeeded");
+    if (batchDone(b)) {
+      // A Continue batch finishes with its dead jobs: say so, not a green "finished".
+      const sum = (k) => b.stages.reduce((n, s) => n + s[k], 0);
+      if (sum("dead")) return badge(`finished, ${sum("dead")} dead`, "dead");
+      if (sum("cancelled")) return badge(`finished, ${sum("cancelled")} cancelled`, "cancelled");
+      return badge("finished", "succeeded");
+    }
     return badge(b.sealed ? "running" : "open", "running");
   }
 

@@ -105,20 +105,31 @@ fn wants_page(request: &Request) -> bool {
 }
 
 /// A page with one field, the token, sent back to the same address as `?token=`, which
-/// sets the session cookie and drops the token from the address (see [`login`]). Plain
-/// HTML: the stylesheet is behind the token too, and the policy allows no inline style.
+/// sets the session cookie and drops the token from the address (see [`login`]); the
+/// address's other query fields ride along as hidden fields. Plain HTML: the stylesheet
+/// is behind the token too, and the policy allows no inline style.
 fn login_form(request: &Request) -> Response {
     let path = request
         .extensions()
         .get::<axum::extract::OriginalUri>()
         .map_or_else(|| request.uri().path().to_owned(), |o| o.path().to_owned());
     let action = escape_html(&format!("/{}", path.trim_start_matches('/')));
+    let kept: String = url::form_urlencoded::parse(request.uri().query().unwrap_or("").as_bytes())
+        .filter(|(k, _)| k != "token")
+        .map(|(k, v)| {
+            format!(
+                "<input type=\"hidden\" name=\"{}\" value=\"{}\">",
+                escape_html(&k),
+                escape_html(&v)
+            )
+        })
+        .collect();
     let page = format!(
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
          <title>relayq: sign in</title></head>\n<body><main>\
          <h1>relayq</h1><p>This dashboard needs its token.</p>\
-         <form method=\"get\" action=\"{action}\">\
+         <form method=\"get\" action=\"{action}\">{kept}\
          <label>Token <input type=\"password\" name=\"token\" autocomplete=\"current-password\" \
          required autofocus></label> <button type=\"submit\">Sign in</button></form>\
          </main></body></html>\n"

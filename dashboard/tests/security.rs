@@ -184,6 +184,22 @@ async fn with_a_token_every_request_needs_it() {
             );
         }
     }
+    // The page's query rides along the sign-in, its values escaped.
+    let listed = send(
+        &app,
+        Request::get("/?queues=a,b&limit=5&x=%22%3E%3Cb%3E")
+            .header("accept", "text/html")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    for field in [
+        r#"<input type="hidden" name="queues" value="a,b">"#,
+        r#"<input type="hidden" name="limit" value="5">"#,
+        r#"<input type="hidden" name="x" value="&quot;&gt;&lt;b&gt;">"#,
+    ] {
+        assert!(listed.body.contains(field), "{field} in {}", listed.body);
+    }
     // The form's address is escaped.
     let hostile = send(
         &app,
