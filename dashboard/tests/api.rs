@@ -7,9 +7,7 @@ use std::time::Duration;
 
 use axum::Router;
 use common::*;
-use relayq_core::{
-    ClaimRequest, CompleteExt, EnqueueExt, JobState, NewJob, OnFailure, Retry, Settle,
-};
+use relayq_core::{ClaimRequest, EnqueueExt, JobState, NewJob, OnFailure};
 use relayq_dashboard::{Options, router};
 use serde_json::json;
 
@@ -351,31 +349,7 @@ async fn actions_pause_limit_cancel_and_retry() {
 
     // A dead job of a batch stays dead, and retry all says so instead of "0 retried".
     let other = queue();
-    let batch = db
-        .backend
-        .open_batch(&other, OnFailure::Continue)
-        .await
-        .unwrap();
-    db.backend
-        .enqueue(vec![
-            NewJob::new(&other, b"b".to_vec()).in_batch(batch.id, 0),
-        ])
-        .await
-        .unwrap();
-    let claimed = db
-        .backend
-        .claim(relayq_core::ClaimRequest::new(
-            &other,
-            "w",
-            1,
-            std::time::Duration::from_secs(60),
-        ))
-        .await
-        .unwrap();
-    db.backend
-        .settle_one(Settle::fail(claimed[0].lease.clone(), "boom", Retry::Never))
-        .await
-        .unwrap();
+    dead_batch_job(db.backend.as_ref(), &other).await;
     let answer = post(&app, &format!("/api/queues/{other}/dead/retry"), &csrf, "").await;
     let out = answer.json();
     assert_eq!(

@@ -393,36 +393,8 @@ async fn the_dashboard_works_in_chromium(db: Db, screenshots: bool) {
     screenshot(&b, "queues", screenshots).await;
 
     // A batch that finished with a dead job says so, not a green "finished".
-    use relayq_core::CompleteExt as _;
     let qf = queue();
-    let batch = db
-        .backend
-        .open_batch(&qf, OnFailure::Continue)
-        .await
-        .unwrap();
-    db.backend
-        .enqueue(vec![NewJob::new(&qf, b"x".to_vec()).in_batch(batch.id, 1)])
-        .await
-        .unwrap();
-    db.backend.seal(&batch).await.unwrap();
-    let claimed = db
-        .backend
-        .claim(relayq_core::ClaimRequest::new(
-            &qf,
-            "w",
-            1,
-            Duration::from_secs(60),
-        ))
-        .await
-        .unwrap();
-    db.backend
-        .settle_one(relayq_core::Settle::fail(
-            claimed[0].lease.clone(),
-            "boom",
-            relayq_core::Retry::Never,
-        ))
-        .await
-        .unwrap();
+    let (batch, _) = dead_batch_job(db.backend.as_ref(), &qf).await;
     b.goto(&format!("{base}/queues/{qf}/batches"))
         .await
         .unwrap();

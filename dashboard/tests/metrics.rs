@@ -82,23 +82,17 @@ async fn metrics_serve_queue_gauges() {
     assert_eq!(families, unique.len(), "a family twice in\n{text}");
     // The counts' age is there, for every exported queue.
     for queue in [&q, &elsewhere] {
-        let prefix = format!(r#"relayq_queue_counted_seconds_ago{{queue="{queue}"}} "#);
-        let age: f64 = text
-            .lines()
-            .find_map(|l| l.strip_prefix(&prefix))
-            .unwrap_or_else(|| panic!("missing {prefix:?} in\n{text}"))
-            .parse()
-            .unwrap();
+        let age = value(
+            &text,
+            &format!(r#"relayq_queue_counted_seconds_ago{{queue="{queue}"}}"#),
+        );
         assert!((0.0..60.0).contains(&age), "{age}");
     }
     // Two ready jobs wait: the gauge holds a wait of zero seconds or more.
-    let prefix = format!(r#"relayq_queue_oldest_ready_seconds{{queue="{q}"}} "#);
-    let waited: f64 = text
-        .lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .unwrap_or_else(|| panic!("missing {prefix:?} in\n{text}"))
-        .parse()
-        .unwrap();
+    let waited = value(
+        &text,
+        &format!(r#"relayq_queue_oldest_ready_seconds{{queue="{q}"}}"#),
+    );
     assert!(waited >= 0.0, "{waited}");
 
     // A drained state drops to 0 at the next scrape.
@@ -112,4 +106,14 @@ async fn metrics_serve_queue_gauges() {
     // Without a handle there is no /metrics.
     let plain = router(db.backend.clone(), Options::default());
     assert_eq!(get(&plain, "/metrics").await.status, 404);
+}
+
+/// The value of the sample `series` (name and labels) in the Prometheus `text`.
+fn value(text: &str, series: &str) -> f64 {
+    let prefix = format!("{series} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .unwrap_or_else(|| panic!("missing {series:?} in\n{text}"))
+        .parse()
+        .unwrap()
 }

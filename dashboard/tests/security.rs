@@ -20,6 +20,18 @@ const ACTIONS: [&str; 7] = [
     "dead/retry",
 ];
 
+/// GETs `uri` as a browser opening a page does.
+async fn page(app: &axum::Router, uri: &str) -> Answer {
+    send(
+        app,
+        Request::get(uri)
+            .header("accept", "text/html")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await
+}
+
 fn raw_post(uri: &str, headers: &[(&str, &str)]) -> Request<Body> {
     let mut request = Request::builder().method(Method::POST).uri(uri);
     for (k, v) in headers {
@@ -185,14 +197,7 @@ async fn with_a_token_every_request_needs_it() {
         }
     }
     // The page's query rides along the sign-in, its values escaped.
-    let listed = send(
-        &app,
-        Request::get("/?queues=a,b&limit=5&x=%22%3E%3Cb%3E")
-            .header("accept", "text/html")
-            .body(Body::empty())
-            .unwrap(),
-    )
-    .await;
+    let listed = page(&app, "/?queues=a,b&limit=5&x=%22%3E%3Cb%3E").await;
     for field in [
         r#"<input type="hidden" name="queues" value="a,b">"#,
         r#"<input type="hidden" name="limit" value="5">"#,
@@ -201,14 +206,7 @@ async fn with_a_token_every_request_needs_it() {
         assert!(listed.body.contains(field), "{field} in {}", listed.body);
     }
     // The form's address is escaped.
-    let hostile = send(
-        &app,
-        Request::get("/queues/%22%3E%3Cscript%3E/dead")
-            .header("accept", "text/html")
-            .body(Body::empty())
-            .unwrap(),
-    )
-    .await;
+    let hostile = page(&app, "/queues/%22%3E%3Cscript%3E/dead").await;
     assert!(!hostile.body.contains("<script>"), "{}", hostile.body);
 
     let bearer = format!("Bearer {token}");

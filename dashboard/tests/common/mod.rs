@@ -9,7 +9,9 @@ use axum::{
     body::Body,
     http::{HeaderMap, Method, Request, StatusCode},
 };
-use relayq_core::{Backend, ClaimRequest, CompleteExt, EnqueueExt, JobId, NewJob, Retry, Settle};
+use relayq_core::{
+    Backend, Batch, ClaimRequest, CompleteExt, EnqueueExt, JobId, NewJob, OnFailure, Retry, Settle,
+};
 use relayq_sqlite::SqliteBackend;
 use tower::ServiceExt;
 
@@ -42,6 +44,23 @@ pub fn queue() -> String {
     format!("dash-{}", uuid::Uuid::new_v4().simple())
 }
 
+/// A sealed `Continue` batch of one job on `queue`, claimed and failed for good: a
+/// batch that finished with a dead job.
+pub async fn dead_batch_job(backend: &dyn Backend, queue: &str) -> (Batch, JobId) {
+    let batch = backend
+        .open_batch(queue, OnFailure::Continue)
+        .await
+        .unwrap();
+    let id = backend
+        .enqueue_one(NewJob::new(queue, b"b".to_vec()).in_batch(batch.id, 1))
+        .await
+        .unwrap()
+        .id;
+    backend.seal(&batch).await.unwrap();
+    fail_next(backend, queue, "boom").await;
+    (batch, id)
+}
+
 /// Enqueues one job with `payload`, claims it as `worker` and fails it for good with
 /// `error` and `output`: a dead job.
 pub async fn dead_job(backend: &dyn Backend, queue: &str, payload: &str, error: &str) -> JobId {
@@ -50,6 +69,13 @@ pub async fn dead_job(backend: &dyn Backend, queue: &str, payload: &str, error: 
         .await
         .unwrap()
         .id;
+    fail_next(backend, queue, error).await;
+    id
+}
+
+/// Claims the next job of `queue` as `w<1>` and fails it for good with `error` and
+/// `output: <error>`.
+async fn fail_next(backend: &dyn Backend, queue: &str, error: &str) {
     let claimed = backend
         .claim(ClaimRequest::new(queue, "w<1>", 1, Duration::from_secs(60)))
         .await
@@ -62,7 +88,6 @@ pub async fn dead_job(backend: &dyn Backend, queue: &str, payload: &str, error: 
         )
         .await
         .unwrap();
-    id
 }
 
 pub struct Answer {
