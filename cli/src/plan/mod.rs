@@ -101,6 +101,13 @@ fn check_folders(plan: &Plan, text: &str) -> Result<(), PlanError> {
     Ok(())
 }
 
+/// The number in serde's "invalid type: integer `N` as i128, ..." (a TOML integer
+/// beyond i64), if that is the message.
+fn beyond_i64(message: &str) -> Option<&str> {
+    let rest = message.strip_prefix("invalid type: integer `")?;
+    rest.split_once("` as i128").map(|(n, _)| n)
+}
+
 /// Parses and validates plan `text` (from `file`); relative `cwd`s are joined to `base`.
 ///
 /// # Errors
@@ -116,10 +123,12 @@ pub fn parse(file: &str, text: &str, base: &Path) -> Result<Plan, PlanError> {
             (None, None) => String::new(),
         };
         // Numbers are read as i64 and range-checked later; "an integer" says it better.
-        let message = e
-            .message()
-            .trim_end()
-            .replace("expected i64", "expected an integer");
+        // One past i64 reaches serde as an i128, whose message names the Rust type.
+        let message = e.message().trim_end();
+        let message = match beyond_i64(message) {
+            Some(n) => format!("{n} is out of range"),
+            None => message.replace("expected i64", "expected an integer"),
+        };
         PlanError(format!(
             "{file}:{line}:{col}: {place}{message}\n{}",
             location::snippet(text, at)

@@ -141,6 +141,13 @@ fn numbers_out_of_range_name_their_field() {
         e.contains(r#"job 1: field "stage": 3000000000 is out of range"#),
         "{e}"
     );
+    // Beyond i64 too, without naming a Rust type.
+    let e = err("[[job]]\ncommand = \"true\"\nstage = 99999999999999999999\n");
+    assert!(
+        e.contains(r#"job 1: field "stage": 99999999999999999999 is out of range"#)
+            && !e.contains("i128"),
+        "{e}"
+    );
     for bad in ["0", "1001", "-1"] {
         let e = err(&format!(
             "[[job]]\ncommand = \"true\"\nmax_attempts = {bad}\n"
