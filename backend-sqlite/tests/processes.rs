@@ -7,6 +7,9 @@ use relayq_sqlite::SqliteBackend;
 
 const CHILD_DB: &str = "RELAYQ_TEST_CHILD_DB";
 const CHILD_QUEUE: &str = "RELAYQ_TEST_CHILD_QUEUE";
+/// A folder where each child says it is ready, so that both start draining together:
+/// otherwise the first could drain every job while the second still starts.
+const CHILD_GATE: &str = "RELAYQ_TEST_CHILD_GATE";
 const JOBS: usize = 3000;
 
 #[tokio::test]
@@ -38,6 +41,7 @@ async fn two_processes_drain_one_file_each_job_once() {
                 ])
                 .env(CHILD_DB, &url)
                 .env(CHILD_QUEUE, &queue)
+                .env(CHILD_GATE, dir.path())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::inherit())
                 .kill_on_drop(true)
@@ -95,6 +99,26 @@ async fn child_drain() {
     };
     let backend = SqliteBackend::open(&url).await.unwrap();
     let worker = format!("child-{}", std::process::id());
+    if let Ok(gate) = std::env::var(CHILD_GATE) {
+        let gate = std::path::Path::new(&gate);
+        std::fs::write(gate.join(format!("ready-{worker}")), b"").unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let ready = std::fs::read_dir(gate)
+                .unwrap()
+                .filter_map(Result::ok)
+                .filter(|e| e.file_name().to_string_lossy().starts_with("ready-"))
+                .count();
+            if ready >= 2 {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the other child never got ready"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
     // libtest has already printed "test child_drain ... " with no newline.
     let mut lines = String::from("\n");
     loop {
