@@ -17,6 +17,7 @@ impl Driven for Postgres {
         Capability::Notifications,
         Capability::Unreachable,
         Capability::ConnectionCut,
+        Capability::Schema,
     ];
 
     fn url(server: Option<&str>) -> String {
@@ -25,6 +26,14 @@ impl Driven for Postgres {
             server.unwrap_or_default(),
             &format!("schema={schema}&max_connections=4"),
         )
+    }
+
+    fn unmigrated_url(server: Option<&str>) -> Option<String> {
+        let schema = format!(
+            "relayq_unmigrated_{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        );
+        Some(with_query(server?, &format!("schema={schema}")))
     }
 
     fn unreachable_url() -> Option<String> {

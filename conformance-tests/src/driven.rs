@@ -47,6 +47,12 @@ pub trait Driven: Send + Sync + 'static {
     fn unreachable_url() -> Option<String> {
         None
     }
+
+    /// A URL on the server of a namespace nobody migrated, fresh at each call, for
+    /// [`Capability::Schema`].
+    fn unmigrated_url(_server: Option<&str>) -> Option<String> {
+        None
+    }
 }
 
 /// The [`Subject`] of a [`Driven`] backend: the first handle migrates, the others
@@ -54,6 +60,7 @@ pub trait Driven: Send + Sync + 'static {
 /// server's URL for [`Capability::ConnectionCut`].
 pub struct DriverSubject<D> {
     url: String,
+    server: Option<String>,
     driven: PhantomData<fn() -> D>,
 }
 
@@ -65,6 +72,7 @@ impl<D: Driven> Subject for DriverSubject<D> {
     async fn open(url: Option<String>) -> anyhow::Result<Self> {
         Ok(Self {
             url: D::url(url.as_deref()),
+            server: url,
             driven: PhantomData,
         })
     }
@@ -79,6 +87,13 @@ impl<D: Driven> Subject for DriverSubject<D> {
         });
         if let Some(unreachable) = D::unreachable_url() {
             env = env.with_unreachable(move || open(unreachable.clone(), Migrate::No));
+        }
+        if D::unmigrated_url(self.server.as_deref()).is_some() {
+            let server = self.server.clone();
+            env = env.with_unmigrated(move || {
+                let url = D::unmigrated_url(server.as_deref()).unwrap_or_default();
+                open(url, Migrate::No)
+            });
         }
         if D::CAPABILITIES.contains(&Capability::ConnectionCut) {
             env = env.with_proxy(self.url.clone(), move |url| async move {

@@ -64,6 +64,7 @@ pub struct Env {
     backend: Arc<dyn Backend>,
     connect: Connect,
     unreachable: Option<Unreachable>,
+    unmigrated: Option<Unreachable>,
     proxied: Option<(String, OpenUrl)>,
 }
 
@@ -94,6 +95,7 @@ impl Env {
             backend: Arc::new(backend),
             connect: Box::new(move || Box::pin(connect())),
             unreachable: None,
+            unmigrated: None,
             proxied: None,
         }
     }
@@ -109,6 +111,7 @@ impl Env {
             backend,
             connect: Box::new(move || Box::pin(connect())),
             unreachable: None,
+            unmigrated: None,
             proxied: None,
         }
     }
@@ -178,6 +181,28 @@ impl Env {
     /// subject gave no way to (see [`Env::with_unreachable`]).
     pub async fn open_unreachable(&self) -> Option<relayq_core::Result<Arc<dyn Backend>>> {
         match &self.unreachable {
+            Some(open) => Some(open().await),
+            None => None,
+        }
+    }
+
+    /// The same environment, with `open` opening this backend without migrating, on a
+    /// namespace (a schema) nobody migrated, a fresh one each call: for the subjects
+    /// that declare [`Capability::Schema`].
+    #[must_use]
+    pub fn with_unmigrated<F, Fut>(mut self, open: F) -> Self
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = relayq_core::Result<Arc<dyn Backend>>> + Send + 'static,
+    {
+        self.unmigrated = Some(Box::new(move || Box::pin(open())));
+        self
+    }
+
+    /// Opens a handle on a namespace nobody migrated, without migrating; `None` when
+    /// the subject gave no way to (see [`Env::with_unmigrated`]).
+    pub async fn open_unmigrated(&self) -> Option<relayq_core::Result<Arc<dyn Backend>>> {
+        match &self.unmigrated {
             Some(open) => Some(open().await),
             None => None,
         }
@@ -288,6 +313,7 @@ macro_rules! for_each_case {
             monitor::m5_batch_jobs_lists_a_batch_page_by_page,
             monitor::m1_oldest_ready_is_the_longest_wait,
             errors::x1_error_kinds_are_distinct,
+            errors::x1_a_missing_schema_is_a_schema_error => Schema,
             errors::x2_hostile_queue_names_rejected,
             errors::x2_hostile_text_stored_verbatim,
             errors::x2_bad_labels_rejected,

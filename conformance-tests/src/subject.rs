@@ -51,6 +51,10 @@ pub enum Capability {
     /// case puts a [`Proxy`](crate::Proxy) in between and cuts its connections
     /// mid-operation.
     ConnectionCut,
+    /// The backend keeps a schema that it migrates, and the subject's [`Env`] can open a
+    /// handle, without migrating, on a namespace nobody migrated
+    /// ([`Env::with_unmigrated`]), for SPEC X1's `Schema`.
+    Schema,
 }
 
 impl fmt::Display for Capability {
@@ -59,6 +63,7 @@ impl fmt::Display for Capability {
             Self::Notifications => "notifications",
             Self::Unreachable => "unreachable-server",
             Self::ConnectionCut => "connection-cut",
+            Self::Schema => "schema",
         })
     }
 }

@@ -319,6 +319,35 @@ pub async fn x3_failed_calls_leave_nothing_behind(env: &Env) -> anyhow::Result<(
     expect_state(b, &q, held, JobState::Succeeded).await
 }
 
+/// SPEC X1: a handle opened without migrating on a namespace nobody migrated is refused
+/// with `ErrorKind::Schema` (state missing) saying to migrate, and creates nothing: a
+/// second such open finds it missing too.
+pub async fn x1_a_missing_schema_is_a_schema_error(env: &Env) -> anyhow::Result<()> {
+    for attempt in ["first", "second"] {
+        let Some(res) = env.open_unmigrated().await else {
+            anyhow::bail!("the subject declares Schema but its Env has no with_unmigrated");
+        };
+        let Err(e) = res else {
+            anyhow::bail!("the {attempt} open of an unmigrated namespace succeeded");
+        };
+        ensure!(
+            matches!(
+                e,
+                relayq_core::Error::Schema {
+                    state: relayq_core::SchemaState::Missing,
+                    ..
+                }
+            ),
+            "the {attempt} open gave {e:?}, expected a Schema error (missing)"
+        );
+        ensure!(
+            e.kind() == relayq_core::ErrorKind::Schema && e.to_string().contains("migrate()"),
+            "the message should say to migrate: {e}"
+        );
+    }
+    Ok(())
+}
+
 /// SPEC X4: a server that cannot be reached is reported within a few seconds, as a
 /// transient error (the same call may succeed later), with its cause and without the
 /// password of the URL.
