@@ -69,8 +69,10 @@ async fn open_cluster(url: String, _migrate: Migrate) -> Result<Arc<dyn Backend>
 }
 
 /// The node URLs `redis://a:7000,redis://b:7001` (as its tests are given them) as one
-/// `redis-cluster://a:7000,b:7001` URL.
+/// `redis-cluster://a:7000,b:7001` URL; a user and password, given on the nodes, go
+/// once before the hosts, as [`cluster_nodes`] reads them.
 fn cluster_url(nodes: &str) -> String {
+    let mut auth = "";
     let hosts: Vec<&str> = nodes
         .split(',')
         .map(|u| {
@@ -79,8 +81,20 @@ fn cluster_url(nodes: &str) -> String {
                 .trim_end_matches('/')
         })
         .filter(|h| !h.is_empty())
+        .map(|h| match h.rsplit_once('@') {
+            Some((a, host)) => {
+                auth = a;
+                host
+            }
+            None => h,
+        })
         .collect();
-    format!("redis-cluster://{}", hosts.join(","))
+    let auth = if auth.is_empty() {
+        String::new()
+    } else {
+        format!("{auth}@")
+    };
+    format!("redis-cluster://{auth}{}", hosts.join(","))
 }
 
 /// `redis-cluster://a:7000,b:7001/?query` → `redis://a:7000/?query`, `redis://b:7001/?query`:
@@ -124,6 +138,13 @@ mod tests {
         assert_eq!(
             cluster_url("redis://a:7000, redis://b:7001/"),
             "redis-cluster://a:7000,b:7001"
+        );
+        // The password survives the round trip to each node's URL.
+        let url = cluster_url("redis://:pw@a:7000,redis://:pw@b:7001");
+        assert_eq!(url, "redis-cluster://:pw@a:7000,b:7001");
+        assert_eq!(
+            cluster_nodes(&url).unwrap(),
+            ["redis://:pw@a:7000", "redis://:pw@b:7001"]
         );
     }
 }

@@ -94,26 +94,60 @@ pub fn describe() {
     }
 }
 
-/// The gauges of one queue.
-fn set_gauges(queue: &str, stats: &QueueStats) {
-    for state in JobState::ALL {
-        metrics::gauge!("relayq_queue_jobs", "queue" => queue.to_owned(), "state" => state.as_str())
-            .set(count(stats.count(state)));
-    }
-    metrics::gauge!("relayq_queue_running", "queue" => queue.to_owned())
-        .set(count(stats.count(JobState::Running)));
-    metrics::gauge!("relayq_queue_max_running", "queue" => queue.to_owned())
-        .set(stats.max_running.map_or(0.0, f64::from));
-    metrics::gauge!("relayq_queue_paused", "queue" => queue.to_owned()).set(if stats.paused {
-        1.0
-    } else {
-        0.0
-    });
+/// One sample of a queue gauge: its name, its labels, its value.
+type Sample = (&'static str, Vec<(&'static str, String)>, f64);
+
+/// Every gauge of one queue, the one list behind both [`record_queue_gauges`] and
+/// `/metrics`' text.
+fn queue_samples(queue: &str, stats: &QueueStats) -> Vec<Sample> {
+    let q = || vec![("queue", queue.to_owned())];
+    let mut out: Vec<Sample> = JobState::ALL
+        .into_iter()
+        .map(|state| {
+            let labels = vec![
+                ("queue", queue.to_owned()),
+                ("state", state.as_str().to_owned()),
+            ];
+            ("relayq_queue_jobs", labels, count(stats.count(state)))
+        })
+        .collect();
     let waited = stats
         .oldest_ready_age(chrono::Utc::now())
         .unwrap_or_default();
-    metrics::gauge!("relayq_queue_oldest_ready_seconds", "queue" => queue.to_owned())
-        .set(waited.as_secs_f64());
+    out.extend([
+        (
+            "relayq_queue_running",
+            q(),
+            count(stats.count(JobState::Running)),
+        ),
+        (
+            "relayq_queue_max_running",
+            q(),
+            stats.max_running.map_or(0.0, f64::from),
+        ),
+        (
+            "relayq_queue_paused",
+            q(),
+            if stats.paused { 1.0 } else { 0.0 },
+        ),
+        (
+            "relayq_queue_oldest_ready_seconds",
+            q(),
+            waited.as_secs_f64(),
+        ),
+    ]);
+    out
+}
+
+/// The gauges of one queue, through the `metrics` facade.
+fn set_gauges(queue: &str, stats: &QueueStats) {
+    for (name, labels, value) in queue_samples(queue, stats) {
+        let labels: Vec<metrics::Label> = labels
+            .into_iter()
+            .map(|(k, v)| metrics::Label::new(k, v))
+            .collect();
+        metrics::gauge!(name, labels).set(value);
+    }
 }
 
 /// A job count as a gauge value: exact up to 2^53, far beyond any queue.
@@ -183,63 +217,29 @@ pub(crate) async fn serve(State(state): State<AppState>) -> Response {
 /// export (pruned, or past the bound) must leave no series behind that looks current.
 fn queue_text(rows: &[(&str, QueueStats, f64)], in_use: usize, left_out: u64) -> String {
     use std::fmt::Write as _;
+    let mut samples: Vec<Sample> = vec![
+        ("relayq_queues_in_use", Vec::new(), count(in_use as u64)),
+        ("relayq_queues_not_exported", Vec::new(), count(left_out)),
+    ];
+    for (queue, stats, age) in rows {
+        samples.extend(queue_samples(queue, stats));
+        let labels = vec![("queue", (*queue).to_owned())];
+        samples.push(("relayq_queue_counted_seconds_ago", labels, *age));
+    }
+    // One family at a time, each with its help text once.
     let mut out = String::new();
-    let mut family = |name: &str, samples: &mut dyn Iterator<Item = (String, f64)>| {
-        let help = GAUGES
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map_or("", |(_, h)| *h);
+    for &(name, help) in GAUGES {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
-        for (labels, value) in samples {
+        for (_, labels, value) in samples.iter().filter(|(n, ..)| *n == name) {
+            let labels: Vec<String> = labels.iter().map(|(k, v)| label(k, v)).collect();
+            let labels = if labels.is_empty() {
+                String::new()
+            } else {
+                format!("{{{}}}", labels.join(","))
+            };
             let _ = writeln!(out, "{name}{labels} {value}");
         }
-    };
-    let q = |queue: &str| label("queue", queue);
-    family(
-        "relayq_queues_in_use",
-        &mut std::iter::once((String::new(), count(in_use as u64))),
-    );
-    family(
-        "relayq_queues_not_exported",
-        &mut std::iter::once((String::new(), count(left_out))),
-    );
-    family(
-        "relayq_queue_jobs",
-        &mut rows.iter().flat_map(|(queue, stats, _)| {
-            JobState::ALL.into_iter().map(move |state| {
-                let labels = format!("{{{},{}}}", q(queue), label("state", state.as_str()));
-                (labels, count(stats.count(state)))
-            })
-        }),
-    );
-    let per_queue = |f: fn(&QueueStats, f64) -> f64| {
-        rows.iter()
-            .map(move |(queue, stats, age)| (format!("{{{}}}", q(queue)), f(stats, *age)))
-    };
-    family(
-        "relayq_queue_running",
-        &mut per_queue(|s, _| count(s.count(JobState::Running))),
-    );
-    family(
-        "relayq_queue_max_running",
-        &mut per_queue(|s, _| s.max_running.map_or(0.0, f64::from)),
-    );
-    family(
-        "relayq_queue_paused",
-        &mut per_queue(|s, _| if s.paused { 1.0 } else { 0.0 }),
-    );
-    family(
-        "relayq_queue_oldest_ready_seconds",
-        &mut per_queue(|s, _| {
-            s.oldest_ready_age(chrono::Utc::now())
-                .unwrap_or_default()
-                .as_secs_f64()
-        }),
-    );
-    family(
-        "relayq_queue_counted_seconds_ago",
-        &mut per_queue(|_, age| age),
-    );
+    }
     out
 }
 
@@ -250,4 +250,47 @@ fn label(name: &str, value: &str) -> String {
         .replace('"', "\\\"")
         .replace('\n', "\\n");
     format!("{name}=\"{value}\"")
+}
+
+#[cfg(test)]
+mod tests {
+    use relayq_core::{Admin, EnqueueExt, NewJob, memory::MemoryBackend};
+
+    use super::*;
+
+    /// `record_queue_gauges` sets, through the facade, the same samples `/metrics`
+    /// writes (one list behind both).
+    #[test]
+    fn recorded_gauges_are_the_exported_ones() {
+        let recorder = PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        let _local = metrics::set_default_local_recorder(&recorder);
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async {
+                let backend = MemoryBackend::new();
+                backend
+                    .enqueue_one(NewJob::new("m", b"x".to_vec()))
+                    .await
+                    .unwrap();
+                backend.pause("m").await.unwrap();
+                record_queue_gauges(&backend, &["m".to_owned()])
+                    .await
+                    .unwrap();
+            });
+        let text = handle.render();
+        for line in [
+            r#"relayq_queue_jobs{queue="m",state="ready"} 1"#,
+            r#"relayq_queue_jobs{queue="m",state="dead"} 0"#,
+            r#"relayq_queue_paused{queue="m"} 1"#,
+            r#"relayq_queue_max_running{queue="m"} 0"#,
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+    }
 }
