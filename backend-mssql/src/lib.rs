@@ -57,6 +57,7 @@ mod error;
 mod inspect;
 mod keys;
 mod rows;
+mod schedules;
 mod schema;
 #[cfg(test)]
 mod server_tests;

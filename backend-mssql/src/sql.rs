@@ -195,6 +195,19 @@ IF EXISTS (SELECT 1 FROM sys.tables WHERE object_id = OBJECT_ID(N'{s}.batches')
 IF EXISTS (SELECT 1 FROM sys.tables WHERE object_id = OBJECT_ID(N'{s}.queues')
            AND lock_escalation <> 1)
     ALTER TABLE {s}.queues SET (LOCK_ESCALATION = DISABLE);",
+    "
+CREATE TABLE {s}.schedules (
+    queue      nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
+    name       nvarchar(256) COLLATE Latin1_General_100_BIN2 NOT NULL,
+    definition nvarchar(max) NOT NULL,
+    version    bigint        NOT NULL,
+    mark       datetime2(6)  NOT NULL,
+    paused     bit           NOT NULL,
+    last_slot  datetime2(6)  NULL,
+    last_job   bigint        NULL,
+    last_batch bigint        NULL,
+    CONSTRAINT schedules_pk PRIMARY KEY (queue, name));
+ALTER TABLE {s}.schedules SET (LOCK_ESCALATION = DISABLE);",
 ];
 
 /// Declarations the promotion fragment needs; the batch fills the `@t*` tables with
@@ -899,6 +912,7 @@ SELECT paused, max_running FROM {s}.queues WHERE queue = @P1;";
 pub(crate) const QUEUES: &str = "
 SELECT queue FROM {s}.jobs
 UNION SELECT queue FROM {s}.batches
+UNION SELECT queue FROM {s}.schedules
 UNION SELECT queue FROM {s}.queues WHERE paused = 1 OR max_running IS NOT NULL
 ORDER BY queue;";
 
@@ -935,6 +949,112 @@ SELECT TOP (@P4) id FROM {s}.jobs WHERE batch_id = @P1 AND id > @P3 ORDER BY id;
 pub(crate) const DEAD_IDS: &str =
     "SELECT TOP (@P2) id FROM {s}.jobs WHERE queue = @P1 AND state = 'dead' ORDER BY id;";
 
+/// Stores schedule `@P2` (a stored key) of queue `@P1` with definition `@P3`, or
+/// replaces its definition, keeping its mark and pause (SPEC S1). A new one's mark is
+/// `@P4`, or the server's time when NULL.
+pub(crate) const SCHEDULE_PUT: &str = "
+BEGIN TRANSACTION;
+UPDATE {s}.schedules WITH (UPDLOCK, HOLDLOCK)
+SET definition = @P3, version = version + 1
+WHERE queue = @P1 AND name = @P2;
+IF @@ROWCOUNT = 0
+    INSERT INTO {s}.schedules (queue, name, definition, version, mark, paused)
+    VALUES (@P1, @P2, @P3, 1, ISNULL(@P4, SYSUTCDATETIME()), 0);
+COMMIT TRANSACTION;";
+
+/// The schedules of queue `@P1`, then the server's time.
+pub(crate) const SCHEDULE_LIST: &str = "
+SELECT name, definition, version, mark, paused, last_slot, last_job, last_batch
+FROM {s}.schedules WHERE queue = @P1 ORDER BY name;
+SELECT SYSUTCDATETIME() AS now;";
+
+/// Pauses (`@P3` = 1) or resumes schedule `@P2` of queue `@P1`; how many rows matched.
+pub(crate) const SCHEDULE_PAUSE: &str = "
+UPDATE {s}.schedules SET paused = @P3 WHERE queue = @P1 AND name = @P2;
+SELECT @@ROWCOUNT AS n;";
+
+/// Deletes schedule `@P2` of queue `@P1`; how many rows it deleted.
+pub(crate) const SCHEDULE_DELETE: &str = "
+DELETE FROM {s}.schedules WHERE queue = @P1 AND name = @P2;
+SELECT @@ROWCOUNT AS n;";
+
+/// The start of [`fire`]: `@P3` schedule, `@P4` version, `@P5` slot (NULL: run now),
+/// `@P6` the batch's on_failure (NULL: none). Locks the schedule's row, skipping it
+/// when another scheduler holds it, checks it, and opens the slot's batch. The first
+/// result set is the verdict: NULL to go on, else why not, and the batch.
+const FIRE_GATE: &str = "
+DECLARE @fv bigint = NULL;
+DECLARE @fm datetime2(6) = NULL;
+DECLARE @fp bit = NULL;
+DECLARE @fwhy varchar(8) = NULL;
+DECLARE @fb bigint = NULL;
+BEGIN TRANSACTION;
+SELECT @fv = version, @fm = mark, @fp = paused
+FROM {s}.schedules WITH (UPDLOCK, ROWLOCK, READPAST)
+WHERE queue = @P1 AND name = @P3;
+IF @fv IS NULL
+    SET @fwhy = CASE WHEN EXISTS (SELECT 1 FROM {s}.schedules WITH (NOLOCK)
+                                  WHERE queue = @P1 AND name = @P3)
+                     THEN 'busy' ELSE 'gone' END;
+ELSE IF @fv <> @P4 SET @fwhy = 'changed';
+ELSE IF @P5 IS NOT NULL AND @fp = 1 SET @fwhy = 'paused';
+ELSE IF @P5 IS NOT NULL AND @fm >= @P5 SET @fwhy = 'taken';
+ELSE IF @P5 IS NOT NULL AND @P5 > SYSUTCDATETIME() SET @fwhy = 'notdue';
+IF @fwhy IS NOT NULL
+BEGIN
+    ROLLBACK TRANSACTION;
+    SELECT @fwhy AS why, @fb AS batch;
+    RETURN;
+END;
+IF @P6 IS NOT NULL AND EXISTS (SELECT 1 FROM OPENJSON(@P2))
+BEGIN
+    INSERT INTO {s}.batches (queue, on_failure, sealed, failed, created_at)
+    VALUES (@P1, @P6, 0, 0, SYSUTCDATETIME());
+    SET @fb = SCOPE_IDENTITY();
+END;
+SELECT @fwhy AS why, @fb AS batch;";
+
+/// The end of [`fire`], before the enqueue's commit: seals the slot's batch and moves
+/// the mark with the record of what the slot made.
+const FIRE_END: &str = "
+IF @fb IS NOT NULL UPDATE {s}.batches SET sealed = 1 WHERE id = @fb;
+IF @P5 IS NOT NULL
+    UPDATE {s}.schedules
+    SET mark = @P5,
+        last_slot = CASE WHEN EXISTS (SELECT 1 FROM @in) THEN @P5 ELSE last_slot END,
+        last_job = CASE WHEN EXISTS (SELECT 1 FROM @in) THEN (SELECT MIN(id) FROM @ins)
+                        ELSE last_job END,
+        last_batch = CASE WHEN EXISTS (SELECT 1 FROM @in) THEN @fb ELSE last_batch END
+    WHERE queue = @P1 AND name = @P3;
+";
+
+/// Fires one slot (SPEC S2) in one batch and one transaction: [`FIRE_GATE`], then
+/// [`ENQUEUE`] (its transaction nested in the gate's) with every job put in the
+/// slot's batch, then [`FIRE_END`] before the commits. Result sets: the verdict, then
+/// the enqueue's.
+pub(crate) static FIRE: std::sync::LazyLock<String> = std::sync::LazyLock::new(fire);
+
+fn fire() -> String {
+    let begin = "BEGIN TRANSACTION;\nINSERT INTO @tb";
+    let commit = "\nCOMMIT TRANSACTION;";
+    assert!(ENQUEUE.contains(begin) && ENQUEUE.contains(commit));
+    let (body, events) = ENQUEUE.rsplit_once(commit).expect("checked");
+    let body = body.replacen(
+        begin,
+        &format!("UPDATE @in SET batch = @fb WHERE @fb IS NOT NULL;\n{begin}"),
+        1,
+    );
+    format!("{FIRE_GATE}{body}{FIRE_END}COMMIT TRANSACTION;{commit}{events}")
+}
+
+/// Every statement, built ones included, for the parse test.
+#[cfg(test)]
+pub(crate) fn all() -> Vec<(&'static str, &'static str)> {
+    let mut all = ALL.to_vec();
+    all.push(("FIRE", FIRE.as_str()));
+    all
+}
+
 /// Every statement template, for the parse test.
 #[cfg(test)]
 pub(crate) const ALL: &[(&str, &str)] = &[
@@ -946,6 +1066,7 @@ pub(crate) const ALL: &[(&str, &str)] = &[
     ("TRANCOUNT", TRANCOUNT),
     ("MIGRATION_1", MIGRATIONS[0]),
     ("MIGRATION_2", MIGRATIONS[1]),
+    ("MIGRATION_3", MIGRATIONS[2]),
     ("CLAIM", CLAIM),
     ("SETTLE", SETTLE),
     ("HEARTBEAT", HEARTBEAT),
@@ -968,6 +1089,10 @@ pub(crate) const ALL: &[(&str, &str)] = &[
     ("BATCH_IDS", BATCH_IDS),
     ("BATCH_JOB_IDS", BATCH_JOB_IDS),
     ("DEAD_IDS", DEAD_IDS),
+    ("SCHEDULE_PUT", SCHEDULE_PUT),
+    ("SCHEDULE_LIST", SCHEDULE_LIST),
+    ("SCHEDULE_PAUSE", SCHEDULE_PAUSE),
+    ("SCHEDULE_DELETE", SCHEDULE_DELETE),
 ];
 
 #[cfg(test)]
@@ -997,7 +1122,7 @@ mod tests {
     #[test]
     fn every_statement_parses_as_tsql() {
         let mut failed = Vec::new();
-        for (name, template) in ALL {
+        for (name, template) in all() {
             let sql = filled(template);
             assert!(!sql.contains('{') && !sql.contains('}'), "{name}");
             if let Err(e) = Parser::parse_sql(&MsSqlDialect {}, &sql) {
@@ -1013,7 +1138,9 @@ mod tests {
 
     #[test]
     fn every_migration_is_in_the_parse_test() {
-        let listed = ALL.iter().filter(|(n, _)| n.starts_with("MIGRATION_"));
+        let listed = all()
+            .into_iter()
+            .filter(|(n, _)| n.starts_with("MIGRATION_"));
         assert_eq!(listed.count(), MIGRATIONS.len());
     }
 
@@ -1034,7 +1161,7 @@ mod tests {
 
     #[test]
     fn write_batches_commit_what_they_begin() {
-        for (name, sql) in ALL {
+        for (name, sql) in all() {
             let begins = sql.matches("BEGIN TRANSACTION").count();
             let ends = sql.matches("COMMIT TRANSACTION").count();
             if !name.starts_with("MIGRATE_") {
@@ -1125,7 +1252,10 @@ mod tests {
     #[test]
     fn nothing_after_a_commit_touches_a_queue_table() {
         let mut checked = 0;
-        for (name, sql) in ALL.iter().filter(|(n, _)| !n.starts_with("MIGRATE_")) {
+        for (name, sql) in all()
+            .into_iter()
+            .filter(|(n, _)| !n.starts_with("MIGRATE_"))
+        {
             if let Some((_, after)) = sql.rsplit_once("COMMIT TRANSACTION;") {
                 assert!(!after.contains("{s}."), "{name}: {after}");
                 checked += 1;
@@ -1147,7 +1277,7 @@ mod tests {
     /// (error 334 once the table has a trigger).
     #[test]
     fn every_output_clause_goes_into_a_table_variable() {
-        for (name, template) in ALL {
+        for (name, template) in all() {
             let (_, without) = outputs(&filled(template));
             assert_eq!(without, 0, "{name} has an OUTPUT without INTO");
         }

@@ -155,7 +155,7 @@ impl PostgresBackend {
     }
 
     /// The whole enqueue inside the transaction on `c`.
-    async fn enqueue_on(
+    pub(crate) async fn enqueue_on(
         &self,
         c: &mut PgConnection,
         jobs: &[NewJob],

@@ -156,6 +156,7 @@ impl Inspect for PostgresBackend {
              UNION SELECT name FROM f WHERE name IS NOT NULL
              UNION SELECT queue FROM {s}.batches
              UNION SELECT queue FROM {s}.queues WHERE paused OR max_running IS NOT NULL
+             UNION SELECT queue FROM {s}.schedules
              ORDER BY 1",
         ))
         .fetch_all(self.pool())

@@ -56,6 +56,7 @@ mod explain;
 mod inspect;
 mod listen;
 mod promote;
+mod schedules;
 mod schema;
 mod settle;
 #[cfg(test)]

@@ -16,6 +16,31 @@ use crate::{
     scripts,
 };
 
+/// Appends `job`'s 10 fields in the order `enqueue_jobs` (lib.lua) reads them.
+pub(crate) fn push_job(args: &mut Vec<Vec<u8>>, job: &NewJob) {
+    // Relative times resolve against the server's clock, in the script.
+    let (at, delay) = match job.run_at {
+        RunAt::Now => (String::new(), "0".to_owned()),
+        RunAt::After(d) => (String::new(), micros(d).to_string()),
+        RunAt::At(t) => (t.timestamp_micros().to_string(), String::new()),
+    };
+    args.push(job.payload.clone());
+    args.push(arg(job.priority));
+    args.push(at.into_bytes());
+    args.push(delay.into_bytes());
+    args.push(arg(job.max_attempts));
+    args.push(job.group.clone().unwrap_or_default().into_bytes());
+    args.push(
+        job.batch
+            .map(|b| b.0.to_string())
+            .unwrap_or_default()
+            .into_bytes(),
+    );
+    args.push(arg(job.stage.unwrap_or(0)));
+    args.push(job.dedupe_key.clone().unwrap_or_default().into_bytes());
+    args.push(job.enqueued_by.clone().unwrap_or_default().into_bytes());
+}
+
 /// Fields per claimed job in the claim script's reply.
 const CLAIMED_FIELDS: usize = 5;
 
@@ -33,27 +58,7 @@ impl Enqueue for RedisBackend {
         let mut args = Vec::with_capacity(1 + jobs.len() * 10);
         args.push(arg(jobs.len()));
         for job in &jobs {
-            // Relative times resolve against the server's clock, in the script.
-            let (at, delay) = match job.run_at {
-                RunAt::Now => (String::new(), "0".to_owned()),
-                RunAt::After(d) => (String::new(), micros(d).to_string()),
-                RunAt::At(t) => (t.timestamp_micros().to_string(), String::new()),
-            };
-            args.push(job.payload.clone());
-            args.push(arg(job.priority));
-            args.push(at.into_bytes());
-            args.push(delay.into_bytes());
-            args.push(arg(job.max_attempts));
-            args.push(job.group.clone().unwrap_or_default().into_bytes());
-            args.push(
-                job.batch
-                    .map(|b| b.0.to_string())
-                    .unwrap_or_default()
-                    .into_bytes(),
-            );
-            args.push(arg(job.stage.unwrap_or(0)));
-            args.push(job.dedupe_key.clone().unwrap_or_default().into_bytes());
-            args.push(job.enqueued_by.clone().unwrap_or_default().into_bytes());
+            push_job(&mut args, job);
         }
         let out: Value = self.run(&scripts::ENQUEUE, &queue, &args).await?;
         let items = reply::items(out)?;

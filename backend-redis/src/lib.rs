@@ -48,6 +48,7 @@ mod functions;
 mod jobs;
 mod listen;
 mod queues;
+mod schedules;
 mod scripts;
 
 use std::sync::{

@@ -58,12 +58,15 @@ ops! {
     CANCEL = "cancel" in "cancel.lua";
     BATCH = "batch" in "batch.lua";
     ADMIN = "admin" in "admin.lua";
+    SCHEDULE = "schedule" in "schedule.lua";
+    FIRE = "fire" in "fire.lua";
     // Functions that may write are refused up front when the server is out of memory
     // (or short of replicas, or failing to persist); scripts ran until their first
     // write. Reads are flagged, so they still answer then: the batch's reads
     // (`progress`, `reached`) run its body under this flag.
     BATCH_READ = "batch_read" in "batch.lua", "no-writes";
     READ = "read" in "read.lua", "no-writes";
+    SCHEDULE_READ = "schedule_read" in "schedule.lua", "no-writes";
 }
 
 /// The functions library: its name and the source `FUNCTION LOAD` takes.
@@ -115,10 +118,13 @@ mod tests {
             &ADMIN,
             &BATCH_READ,
             &READ,
+            &SCHEDULE,
+            &FIRE,
+            &SCHEDULE_READ,
         ] {
             let registered = format!("function_name = '{}'", *op.function);
             assert!(LIBRARY.source.contains(&registered), "{registered}");
         }
-        assert_eq!(BODIES.len(), 9);
+        assert_eq!(BODIES.len(), 12);
     }
 }

@@ -30,48 +30,59 @@ impl Enqueue for SqliteBackend {
             return Ok(Vec::new());
         };
         let (mut tx, now) = self.write().await?;
-        let released = check_batches(&mut tx, &queue, &jobs).await?;
-        let (mut groups, mut batches) = (BTreeSet::new(), BTreeSet::new());
-        let out = if jobs.iter().all(|j| j.dedupe_key.is_none()) {
-            let ids = insert_all(&mut tx, &queue, &jobs, &released, now).await?;
-            for job in &jobs {
-                note(job, &released, &mut groups, &mut batches);
-            }
-            ids.into_iter()
-                .map(|id| Enqueued {
-                    id: JobId(id),
-                    deduplicated: false,
-                })
-                .collect()
-        } else {
-            let mut out = Vec::with_capacity(jobs.len());
-            for job in &jobs {
-                if let Some(id) = duplicate(&mut tx, &queue, job).await? {
-                    out.push(Enqueued {
-                        id: JobId(id),
-                        deduplicated: true,
-                    });
-                    continue;
-                }
-                let id = insert_one(&mut tx, &queue, job, &released, now).await?;
-                note(job, &released, &mut groups, &mut batches);
-                out.push(Enqueued {
-                    id: JobId(id),
-                    deduplicated: false,
-                });
-            }
-            out
-        };
-        for batch in batches {
-            promote::release_stage(&mut tx, batch).await?;
-        }
-        for group in groups {
-            promote::settle_group(&mut tx, &queue, &group).await?;
-        }
+        let out = enqueue_in(&mut tx, &queue, &jobs, now).await?;
         tx.commit().await.map_err(db)?;
         self.notify(&queue, EventKind::Ready);
         Ok(out)
     }
+}
+
+/// The whole enqueue inside the write transaction on `tx`, which the caller commits.
+pub(crate) async fn enqueue_in(
+    tx: &mut Conn,
+    queue: &str,
+    jobs: &[NewJob],
+    now: DateTime<Utc>,
+) -> Result<Vec<Enqueued>> {
+    let released = check_batches(&mut *tx, queue, jobs).await?;
+    let (mut groups, mut batches) = (BTreeSet::new(), BTreeSet::new());
+    let out = if jobs.iter().all(|j| j.dedupe_key.is_none()) {
+        let ids = insert_all(&mut *tx, queue, jobs, &released, now).await?;
+        for job in jobs {
+            note(job, &released, &mut groups, &mut batches);
+        }
+        ids.into_iter()
+            .map(|id| Enqueued {
+                id: JobId(id),
+                deduplicated: false,
+            })
+            .collect()
+    } else {
+        let mut out = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            if let Some(id) = duplicate(&mut *tx, queue, job).await? {
+                out.push(Enqueued {
+                    id: JobId(id),
+                    deduplicated: true,
+                });
+                continue;
+            }
+            let id = insert_one(&mut *tx, queue, job, &released, now).await?;
+            note(job, &released, &mut groups, &mut batches);
+            out.push(Enqueued {
+                id: JobId(id),
+                deduplicated: false,
+            });
+        }
+        out
+    };
+    for batch in batches {
+        promote::release_stage(&mut *tx, batch).await?;
+    }
+    for group in groups {
+        promote::settle_group(&mut *tx, queue, &group).await?;
+    }
+    Ok(out)
 }
 
 /// The unfinished job of `job`'s dedupe key, if it has one (SPEC E3).

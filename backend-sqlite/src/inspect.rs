@@ -112,6 +112,7 @@ impl Inspect for SqliteBackend {
              SELECT name FROM q WHERE name IS NOT NULL
              UNION SELECT queue FROM relayq_batches
              UNION SELECT queue FROM relayq_queues WHERE paused OR max_running IS NOT NULL
+             UNION SELECT queue FROM relayq_schedules
              ORDER BY 1",
         )
         .fetch_all(self.pool())

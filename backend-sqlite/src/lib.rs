@@ -48,6 +48,7 @@ mod hot;
 mod inspect;
 mod open_error;
 mod promote;
+mod schedules;
 mod settle;
 
 use std::{
@@ -264,6 +265,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0001_init.sql"),
     include_str!("../migrations/0002_attempt_output.sql"),
     include_str!("../migrations/0003_group_holder.sql"),
+    include_str!("../migrations/0004_schedules.sql"),
 ];
 
 /// Applies the migrations not yet applied. The whole check-and-apply runs under

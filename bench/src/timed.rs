@@ -27,7 +27,7 @@ impl Timed {
     }
 }
 
-relayq::delegate!(Timed, inner => Events, Enqueue, Complete, OrderBarrier, Inspect, Admin);
+relayq::delegate!(Timed, inner => Events, Enqueue, Complete, OrderBarrier, Inspect, Admin, Schedules);
 
 #[async_trait]
 impl Claim for Timed {

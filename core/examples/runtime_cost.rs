@@ -36,7 +36,7 @@ struct Immediate {
 
 impl Events for Immediate {}
 
-relayq_core::delegate!(Immediate, unused => Enqueue, OrderBarrier, Inspect, Admin);
+relayq_core::delegate!(Immediate, unused => Enqueue, OrderBarrier, Inspect, Admin, Schedules);
 
 #[async_trait]
 impl Claim for Immediate {

@@ -19,7 +19,7 @@
 ///     claims: AtomicU64,
 /// }
 ///
-/// relayq_core::delegate!(Counted, inner => Events, Enqueue, Complete, OrderBarrier, Inspect, Admin);
+/// relayq_core::delegate!(Counted, inner => Events, Enqueue, Complete, OrderBarrier, Inspect, Admin, Schedules);
 ///
 /// #[async_trait]
 /// impl Claim for Counted {
@@ -220,6 +220,48 @@ macro_rules! delegate {
             }
         }
     };
+    (@Schedules $ty:ty, $f:tt) => {
+        #[$crate::async_trait]
+        impl $crate::Schedules for $ty {
+            async fn put_schedule_unchecked(
+                &self,
+                queue: &str,
+                name: &str,
+                definition: &str,
+                starting: Option<$crate::__private::DateTime<$crate::__private::Utc>>,
+            ) -> $crate::Result<()> {
+                #[allow(unused_imports)]
+                use $crate::Schedules as _;
+                self.$f.put_schedule_unchecked(queue, name, definition, starting).await
+            }
+            async fn stored_schedules_unchecked(
+                &self,
+                queue: &str,
+            ) -> $crate::Result<(
+                Vec<$crate::schedule::StoredSchedule>,
+                $crate::__private::DateTime<$crate::__private::Utc>,
+            )> {
+                #[allow(unused_imports)]
+                use $crate::Schedules as _;
+                self.$f.stored_schedules_unchecked(queue).await
+            }
+            async fn delete_schedule_unchecked(&self, queue: &str, name: &str) -> $crate::Result<bool> {
+                #[allow(unused_imports)]
+                use $crate::Schedules as _;
+                self.$f.delete_schedule_unchecked(queue, name).await
+            }
+            async fn pause_schedule_unchecked(&self, queue: &str, name: &str, paused: bool) -> $crate::Result<()> {
+                #[allow(unused_imports)]
+                use $crate::Schedules as _;
+                self.$f.pause_schedule_unchecked(queue, name, paused).await
+            }
+            async fn fire_unchecked(&self, fire: $crate::schedule::Fire) -> $crate::Result<$crate::schedule::Fired> {
+                #[allow(unused_imports)]
+                use $crate::Schedules as _;
+                self.$f.fire_unchecked(fire).await
+            }
+        }
+    };
 }
 
 #[cfg(test)]
@@ -233,7 +275,7 @@ mod tests {
     /// Prefers settle calls of 7: an override the outer wrapper must pass on.
     struct Seven(MemoryBackend);
 
-    crate::delegate!(Seven, 0 => Events, Enqueue, Claim, OrderBarrier, Inspect, Admin);
+    crate::delegate!(Seven, 0 => Events, Enqueue, Claim, OrderBarrier, Inspect, Admin, Schedules);
 
     #[async_trait]
     impl Complete for Seven {
@@ -259,7 +301,7 @@ mod tests {
         inner: Arc<dyn Backend>,
     }
 
-    crate::delegate!(Outer, inner => Events, Enqueue, Claim, Complete, OrderBarrier, Inspect, Admin);
+    crate::delegate!(Outer, inner => Events, Enqueue, Claim, Complete, OrderBarrier, Inspect, Admin, Schedules);
 
     #[tokio::test]
     async fn every_call_and_override_reaches_the_wrapped_backend() {
@@ -282,7 +324,7 @@ mod tests {
         calls: std::sync::atomic::AtomicU32,
     }
 
-    crate::delegate!(Counting, inner => Events, Claim, Complete, OrderBarrier, Inspect, Admin);
+    crate::delegate!(Counting, inner => Events, Claim, Complete, OrderBarrier, Inspect, Admin, Schedules);
 
     #[async_trait]
     impl crate::Enqueue for Counting {

@@ -74,6 +74,7 @@ pub mod memory;
 mod queue;
 pub mod redact;
 pub mod retry;
+pub mod schedule;
 pub mod settle;
 pub mod traced;
 mod traits;
@@ -97,7 +98,9 @@ pub use lease::{ClaimRequest, ClaimedJob, Lease, LeaseToken};
 pub use queue::QueueUpdate;
 pub use settle::{DEFAULT_SETTLE_BATCH, Outcome, Retry, Settle, Settled};
 pub use traced::Traced;
-pub use traits::{Admin, Backend, Claim, Complete, Enqueue, Events, Inspect, OrderBarrier};
+pub use traits::{
+    Admin, Backend, Claim, Complete, Enqueue, Events, Inspect, OrderBarrier, Schedules,
+};
 pub use validate::Limits;
 
 /// What [`delegate!`] expands to needs; not part of the API.

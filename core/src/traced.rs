@@ -37,7 +37,7 @@ impl Traced {
     }
 }
 
-crate::delegate!(Traced, inner => Events, OrderBarrier, Inspect, Admin);
+crate::delegate!(Traced, inner => Events, OrderBarrier, Inspect, Admin, Schedules);
 
 // Input is checked by the public methods before these run, so a rejected call opens no
 // span.

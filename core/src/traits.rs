@@ -19,7 +19,10 @@ use tokio::sync::broadcast;
 use crate::{
     Batch, BatchProgress, ClaimRequest, ClaimedJob, Enqueued, Event, JobId, JobInfo, Lease, Limits,
     Maintenance, NewJob, OnFailure, QueueStats, QueueUpdate, Result, RunningJob, Settle, Settled,
-    WaitFor, settle::DEFAULT_SETTLE_BATCH, validate,
+    WaitFor,
+    schedule::{self, Fire, Fired, Schedule, ScheduleInfo, StoredSchedule, Tick},
+    settle::DEFAULT_SETTLE_BATCH,
+    validate,
 };
 
 /// Wake-up hints from the backend (SPEC W2, B5).
@@ -518,7 +521,138 @@ pub trait Admin: Send + Sync {
     }
 }
 
-/// A whole backend: every trait above, usable as `Arc<dyn Backend>`.
-pub trait Backend: Enqueue + Claim + Complete + OrderBarrier + Inspect + Admin {}
+/// Recurring jobs and batches: one enqueue per slot, with no leader (SPEC S).
+///
+/// A backend stores each schedule's definition (JSON text only core reads), version,
+/// mark and pause flag, and fires slots with [`fire_unchecked`](Self::fire_unchecked);
+/// core works out which slot is due.
+#[async_trait]
+pub trait Schedules: Enqueue {
+    /// Stores `schedule`, or replaces the definition of the one with its queue and name
+    /// (SPEC S1).
+    ///
+    /// # Behavior
+    /// - A new schedule's mark is its `starting`, or the server's time: no slot at or
+    ///   before it runs (SPEC S1).
+    /// - Replacing keeps the mark and the pause flag and raises the version, so no slot
+    ///   fires twice and no scheduler fires the old definition after (SPEC S1).
+    /// - A malformed cron expression, an unknown time zone, a bad name or queue, no
+    ///   jobs or a bad job, a catch-up window outside 1 s..=366 days is
+    ///   [`Error::InvalidInput`](crate::Error::InvalidInput) naming the field, and nothing
+    ///   is stored (SPEC S6).
+    async fn put_schedule(&self, schedule: &Schedule) -> Result<()> {
+        let definition = validate::schedule(schedule, &self.limits())?;
+        self.put_schedule_unchecked(
+            &schedule.queue,
+            &schedule.name,
+            &definition,
+            schedule.starting,
+        )
+        .await
+        .map_err(|e| e.during("put_schedule"))
+    }
 
-impl<T: Enqueue + Claim + Complete + OrderBarrier + Inspect + Admin + ?Sized> Backend for T {}
+    /// [`put_schedule`](Self::put_schedule) after validation: `definition` is the
+    /// schedule's [`Definition`](schedule::Definition) as JSON.
+    async fn put_schedule_unchecked(
+        &self,
+        queue: &str,
+        name: &str,
+        definition: &str,
+        starting: Option<DateTime<Utc>>,
+    ) -> Result<()>;
+
+    /// The schedules of `queue`, by name, each with its next slot (SPEC S5).
+    ///
+    /// # Behavior
+    /// - Lists each stored schedule once with its pause flag, last slot, the job or
+    ///   batch that slot made, and its next slot by the server's time (SPEC S5).
+    async fn schedules(&self, queue: &str) -> Result<Vec<ScheduleInfo>> {
+        validate::queue_name(queue)?;
+        let (rows, now) = self
+            .stored_schedules_unchecked(queue)
+            .await
+            .map_err(|e| e.during("schedules"))?;
+        Ok(rows
+            .into_iter()
+            .map(|r| schedule::decode(queue, r, now))
+            .collect())
+    }
+
+    /// The stored schedules of `queue`, by name, and the server's time.
+    async fn stored_schedules_unchecked(
+        &self,
+        queue: &str,
+    ) -> Result<(Vec<StoredSchedule>, DateTime<Utc>)>;
+
+    /// Deletes a schedule; returns whether it existed (SPEC S5).
+    ///
+    /// # Behavior
+    /// - No slot of it fires after; the jobs it made are left alone (SPEC S5).
+    async fn delete_schedule(&self, queue: &str, name: &str) -> Result<bool> {
+        validate::queue_name(queue)?;
+        validate::schedule_name(name)?;
+        self.delete_schedule_unchecked(queue, name)
+            .await
+            .map_err(|e| e.during("delete_schedule"))
+    }
+
+    /// [`delete_schedule`](Self::delete_schedule) after validation.
+    async fn delete_schedule_unchecked(&self, queue: &str, name: &str) -> Result<bool>;
+
+    /// Pauses (`true`) or resumes a schedule (SPEC S5).
+    ///
+    /// # Behavior
+    /// - A paused schedule fires no slot; resumed, it handles the slots it missed by
+    ///   its policy (SPEC S3, S5).
+    /// - An unknown schedule is [`Error::NotFound`](crate::Error::NotFound).
+    async fn pause_schedule(&self, queue: &str, name: &str, paused: bool) -> Result<()> {
+        validate::queue_name(queue)?;
+        validate::schedule_name(name)?;
+        self.pause_schedule_unchecked(queue, name, paused)
+            .await
+            .map_err(|e| e.during("pause_schedule"))
+    }
+
+    /// [`pause_schedule`](Self::pause_schedule) after validation.
+    async fn pause_schedule_unchecked(&self, queue: &str, name: &str, paused: bool) -> Result<()>;
+
+    /// Fires every due slot of `queue`'s schedules once (SPEC S2, S3): what a
+    /// [`Worker`](crate::worker::Worker) runs about once a second.
+    async fn run_schedules(&self, queue: &str) -> Result<Tick> {
+        schedule::run_due(self, queue).await
+    }
+
+    /// Enqueues one slot's jobs of a schedule now: an extra run that moves no mark and
+    /// ignores a pause (SPEC S5).
+    ///
+    /// # Behavior
+    /// - An unknown schedule is [`Error::NotFound`](crate::Error::NotFound).
+    async fn run_schedule_now(&self, queue: &str, name: &str) -> Result<Fired> {
+        validate::queue_name(queue)?;
+        validate::schedule_name(name)?;
+        schedule::run_now(self, queue, name).await
+    }
+
+    /// Fires one slot (SPEC S2).
+    ///
+    /// # Behavior
+    /// - In one atomic unit (transaction, script): when the schedule exists, has
+    ///   `fire.version`, is not paused, its mark lies before `fire.slot`, and the slot
+    ///   is not after the server's time, moves the mark to the slot, stores the jobs
+    ///   (opening and sealing a batch for them when `fire.batch` is set) and records
+    ///   the slot and what it made; otherwise changes nothing and says why (SPEC S2).
+    /// - With `fire.slot` `None` ("run now"), stores the jobs whatever the mark and
+    ///   the pause, and changes nothing else.
+    /// - A backend that locks the schedule answers [`Fired::Busy`] rather than wait
+    ///   for another holder.
+    async fn fire_unchecked(&self, fire: Fire) -> Result<Fired>;
+}
+
+/// A whole backend: every trait above, usable as `Arc<dyn Backend>`.
+pub trait Backend: Enqueue + Claim + Complete + OrderBarrier + Inspect + Admin + Schedules {}
+
+impl<T: Enqueue + Claim + Complete + OrderBarrier + Inspect + Admin + Schedules + ?Sized> Backend
+    for T
+{
+}

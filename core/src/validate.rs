@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeZone, Utc};
 
+pub use crate::schedule::check::{schedule, schedule_name};
 use crate::{ClaimRequest, Error, NewJob, Outcome, Result, Retry, RunAt, Settle};
 
 /// Default payload limit: 1 MiB.
@@ -124,7 +125,7 @@ fn delay(field: &'static str, d: Duration) -> Result<()> {
     Ok(())
 }
 
-fn instant(field: &'static str, t: DateTime<Utc>) -> Result<()> {
+pub(crate) fn instant(field: &'static str, t: DateTime<Utc>) -> Result<()> {
     let low = Utc.timestamp_opt(0, 0).single().expect("epoch is valid");
     let high = Utc
         .with_ymd_and_hms(9999, 12, 31, 0, 0, 0)

@@ -425,7 +425,7 @@ mod tests {
         stores: bool,
     }
 
-    relayq::delegate!(LosesAnswers, inner => Events, Claim, Complete, OrderBarrier, Inspect, Admin);
+    relayq::delegate!(LosesAnswers, inner => Events, Claim, Complete, OrderBarrier, Inspect, Admin, Schedules);
 
     #[relayq::async_trait]
     impl relayq::Enqueue for LosesAnswers {

@@ -313,7 +313,7 @@ struct Timed {
     claims: Mutex<Vec<f64>>,
 }
 
-relayq::delegate!(Timed, inner => Events, Enqueue, Complete, OrderBarrier, Inspect, Admin);
+relayq::delegate!(Timed, inner => Events, Enqueue, Complete, OrderBarrier, Inspect, Admin, Schedules);
 
 #[relayq::async_trait]
 impl Claim for Timed {

@@ -347,3 +347,97 @@ local function expire(id)
   finish(id, 'dead', 'lease expired')
   return false
 end
+
+-- SPEC E: stores `n` jobs of 10 fields each, the first field of job i (from 0) at
+-- A[o0 + i * 10 + 1]: payload, priority, run_at (absolute, or ''), delay (microseconds,
+-- or ''), max_attempts, group, batch, stage, dedupe key, enqueued_by ('' = none for the
+-- optional ones). Returns id, deduplicated (0/1) per job, or an error reply before any
+-- write. The caller adds the 'r' event and publishes.
+local function enqueue_jobs(A, o0, n)
+  local F = 10
+  -- Every check before the first write: a script that fails after writing keeps what
+  -- it wrote (SPEC E4, B3). Each batch is read once: `rel[b]` is its released stage, or
+  -- false before any.
+  local rel = {}
+  for i = 0, n - 1 do
+    local o = o0 + i * F
+    local b = A[o + 7]
+    if b ~= '' and rel[b] == nil then
+      local h = redis.call('HMGET', bk(b), 'of', 'sealed', 'failed', 'rel')
+      if not h[1] then
+        return redis.error_reply('RELAYQ_INVALID batch batch ' .. b .. ' is unknown in this queue')
+      end
+      if h[2] == '1' then
+        return redis.error_reply('RELAYQ_INVALID batch batch ' .. b .. ' is sealed')
+      end
+      if h[3] == '1' then
+        return redis.error_reply('RELAYQ_INVALID batch batch ' .. b .. ' halted after a dead job')
+      end
+      rel[b] = h[4] and tonumber(h[4]) or false
+    end
+    if b ~= '' and rel[b] and tonumber(A[o + 8]) < rel[b] then
+      return redis.error_reply('RELAYQ_STAGE_CLOSED ' .. A[o + 8] .. ' ' .. s(rel[b]))
+    end
+  end
+  local out, groups, batches = {}, {}, {}
+  local function add(t, f, v) t[#t + 1], t[#t + 2] = f, v end
+  for i = 0, n - 1 do
+    local o = o0 + i * F
+    local g, b, dk, by = A[o + 6], A[o + 7], A[o + 9], A[o + 10]
+    local held = dk ~= '' and redis.call('HGET', B .. ':dedupe', dk)
+    if held then
+      out[#out + 1] = tonumber(held)
+      out[#out + 1] = 1
+    else
+      local id = redis.call('INCR', B .. ':seq')
+      local ra = A[o + 3] ~= '' and tonumber(A[o + 3]) or NOW + tonumber(A[o + 4])
+      -- A job without a group is ready at once when it has no batch or joins its batch's
+      -- released stage: nothing below that stage is unfinished (SPEC B3 turns lower ones
+      -- away). Other jobs with a group or a batch start blocked; promotion below decides.
+      local ready = g == '' and (b == '' or (rel[b] and tonumber(A[o + 8]) <= rel[b]))
+      local fields = {'p', A[o + 1], 'pr', A[o + 2], 'ra', s(ra), 'ma', A[o + 5],
+        'at', '0', 'ca', s(NOW), 'f', fixed_fields(A[o + 2], A[o + 5], g, b,
+          b ~= '' and A[o + 8] or '', by, dk), 'st', ready and 'ready' or 'blocked'}
+      if by ~= '' then add(fields, 'by', by) end
+      if dk ~= '' then
+        add(fields, 'dk', dk)
+        redis.call('HSET', B .. ':dedupe', dk, s(id))
+      end
+      if g ~= '' then
+        local gm = okey(ra, id)
+        add(fields, 'g', g)
+        add(fields, 'gm', gm)
+        redis.call('ZADD', gk(g), A[o + 2], gm)
+        groups[g] = true
+      end
+      if b ~= '' then
+        add(fields, 'b', b)
+        add(fields, 's', A[o + 8])
+        redis.call('ZADD', bk(b) .. ':live', A[o + 8], id)
+        redis.call('SADD', bk(b) .. ':jobs', id)
+        batches[b] = true
+      end
+      redis.call('HSET', jk(id), unpack(fields))
+      if ready then
+        stat('ready', 1)
+        if ra > NOW then
+          redis.call('ZADD', B .. ':delay', s(ra), id)
+        else
+          redis.call('ZADD', B .. ':ready', A[o + 2], okey(ra, id))
+        end
+      else
+        stat('blocked', 1)
+      end
+      out[#out + 1] = id
+      out[#out + 1] = 0
+    end
+  end
+  -- Only a batch whose floor is above its released stage (or that has none yet) has a
+  -- stage to release. At the released stage, ungrouped jobs went in ready above and
+  -- grouped ones are their groups' business, so its jobs are not read again.
+  for b in pairs(batches) do
+    if not rel[b] or rel[b] < floor(b) then release_stage(b) end
+  end
+  for g in pairs(groups) do settle_group(g) end
+  return out
+end

@@ -10,4 +10,5 @@ pub mod groups;
 pub mod lease;
 pub mod monitor;
 pub mod scenarios;
+pub mod schedules;
 pub mod support;

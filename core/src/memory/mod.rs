@@ -18,6 +18,7 @@
 //! ```
 
 mod clock;
+mod schedules;
 mod store;
 mod view;
 

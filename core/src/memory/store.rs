@@ -96,6 +96,8 @@ pub(crate) struct QueueState {
     pub(crate) paused: bool,
     pub(crate) max_running: Option<u32>,
     batches: BTreeMap<i64, BatchState>,
+    /// Schedules by name (SPEC S).
+    pub(crate) schedules: BTreeMap<String, crate::schedule::StoredSchedule>,
 }
 
 fn after(now: DateTime<Utc>, d: std::time::Duration) -> DateTime<Utc> {
@@ -106,7 +108,11 @@ impl QueueState {
     /// Whether the queue ever held a job or a batch, or has a setting (SPEC M4): the
     /// store makes a state for every queue named, even one only looked at.
     pub(crate) fn in_use(&self) -> bool {
-        self.next_id > 0 || self.next_batch > 0 || self.paused || self.max_running.is_some()
+        self.next_id > 0
+            || self.next_batch > 0
+            || self.paused
+            || self.max_running.is_some()
+            || !self.schedules.is_empty()
     }
 
     pub(crate) fn open_jobs(&self) -> impl Iterator<Item = &Job> {

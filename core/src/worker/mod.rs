@@ -35,6 +35,7 @@ mod maintainer;
 mod outage;
 mod pace;
 mod run;
+mod scheduler;
 mod settler;
 mod slot;
 mod slots;
@@ -71,6 +72,8 @@ struct Config {
     poll_max: Duration,
     /// `None`: no maintenance timer.
     maintenance: Option<maintainer::Schedule>,
+    /// Whether the worker fires its queues' schedules.
+    schedules: bool,
 }
 
 /// A worker: build it with [`Worker::builder`], then [`run`](Worker::run) or
@@ -121,6 +124,7 @@ impl Worker {
                     every: DEFAULT_MAINTENANCE_EVERY,
                     retention: crate::DEFAULT_RETENTION,
                 }),
+                schedules: true,
             },
         }
     }
@@ -363,6 +367,15 @@ impl WorkerBuilder {
     #[must_use]
     pub fn no_maintenance(mut self) -> Self {
         self.config.maintenance = None;
+        self
+    }
+
+    /// Stops the worker firing its queues' schedules (SPEC S5), which it does by
+    /// default: about once a second, or at the next slot when that is sooner. Any
+    /// number of workers may fire a schedule; each slot is enqueued once.
+    #[must_use]
+    pub fn no_schedules(mut self) -> Self {
+        self.config.schedules = false;
         self
     }
 

@@ -27,6 +27,7 @@ use super::{
     keeper::{self, Keeper},
     maintainer::Maintainer,
     pace::Pace,
+    scheduler::Scheduler,
     settler::{self, Settler},
     slots::Pool,
     stats::Stats,
@@ -131,6 +132,14 @@ impl Runner {
             };
             tokio::spawn(m.run(maintenance_stop.clone()))
         });
+        let scheduler = self.config.schedules.then(|| {
+            let s = Scheduler {
+                backend: self.backend.clone(),
+                queues: self.queues.clone(),
+                worker: self.config.name.clone(),
+            };
+            tokio::spawn(s.run(maintenance_stop.clone()))
+        });
         self.pool = Some(Pool::start(
             self.config.concurrency as usize,
             &self.template,
@@ -208,6 +217,9 @@ impl Runner {
         maintenance_stop.cancel();
         if let Some(m) = maintainer {
             m.await.ok();
+        }
+        if let Some(s) = scheduler {
+            s.await.ok();
         }
         // Each step that waits on the server gets at most the shutdown timeout: a server
         // that stops answering (a SQLite file whose write lock a frozen process holds, a

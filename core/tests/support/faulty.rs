@@ -59,7 +59,7 @@ impl Faulty {
     }
 }
 
-relayq_core::delegate!(Faulty, inner => Events, Enqueue, OrderBarrier, Inspect, Admin);
+relayq_core::delegate!(Faulty, inner => Events, Enqueue, OrderBarrier, Inspect, Admin, Schedules);
 
 #[async_trait]
 impl Claim for Faulty {

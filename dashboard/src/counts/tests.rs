@@ -22,7 +22,7 @@ struct Costly {
     counts: AtomicU64,
 }
 
-relayq_core::delegate!(Costly, inner => Events, Enqueue, Claim, Complete, OrderBarrier, Admin);
+relayq_core::delegate!(Costly, inner => Events, Enqueue, Claim, Complete, OrderBarrier, Admin, Schedules);
 
 #[async_trait]
 impl Inspect for Costly {

@@ -1,0 +1,183 @@
+//! A scheduler's pass over one queue's schedules, and "run now" (SPEC S2, S5).
+
+use chrono::{DateTime, TimeDelta, Utc};
+
+use super::{
+    Definition, Fire, Fired, ScheduleInfo, StoredSchedule, Timetable,
+    due::{Due, due},
+};
+use crate::{Error, NewJob, Result, Schedules, validate};
+
+/// Most slots one pass fires or passes over per schedule; a pass that stops here
+/// says the queue is due again at once.
+const MAX_STEPS: usize = 64;
+
+/// What one pass over a queue's schedules did.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct Tick {
+    /// The slots this pass fired: schedule, slot, and what the backend made.
+    pub fired: Vec<(String, DateTime<Utc>, Fired)>,
+    /// The earliest next slot of the queue's running schedules; `None` when none
+    /// will come.
+    pub next: Option<DateTime<Utc>>,
+    /// The server's time the pass judged by.
+    pub now: Option<DateTime<Utc>>,
+}
+
+impl Tick {
+    /// How long a scheduler may sleep before its next pass, at most `cap`.
+    #[must_use]
+    pub fn sleep(&self, cap: std::time::Duration) -> std::time::Duration {
+        match (self.next, self.now) {
+            (Some(next), Some(now)) => (next - now).to_std().unwrap_or_default().min(cap),
+            _ => cap,
+        }
+    }
+}
+
+/// Fires every slot of `queue`'s schedules that is due by the server's time, each at
+/// most once however many schedulers run this at once (SPEC S2, S3).
+///
+/// # Errors
+/// The backend's errors; [`Error::InvalidInput`] on `queue` for a bad name.
+pub async fn run_due<B: Schedules + ?Sized>(b: &B, queue: &str) -> Result<Tick> {
+    validate::queue_name(queue)?;
+    let (rows, now) = b.stored_schedules_unchecked(queue).await?;
+    let mut tick = Tick {
+        now: Some(now),
+        ..Tick::default()
+    };
+    for row in rows.into_iter().filter(|r| !r.paused) {
+        let Some((def, table)) = read(&row) else {
+            continue;
+        };
+        let mut mark = row.mark;
+        let mut steps = 0;
+        loop {
+            if steps == MAX_STEPS {
+                tick.next = Some(now);
+                break;
+            }
+            steps += 1;
+            let (slot, jobs) = match due(&table, mark, now, def.missed) {
+                Due::Wait(next) => {
+                    tick.next = earliest(tick.next, next);
+                    break;
+                }
+                Due::Fire(slot) => (slot, jobs_of(queue, &row.name, &def)),
+                Due::Skip(slot) => (slot, Vec::new()),
+            };
+            let fired_any = !jobs.is_empty();
+            let fired = b
+                .fire_unchecked(Fire {
+                    queue: queue.to_owned(),
+                    name: row.name.clone(),
+                    version: row.version,
+                    slot: Some(slot),
+                    jobs,
+                    batch: def.batch,
+                })
+                .await
+                .map_err(|e| e.during("fire"))?;
+            if !matches!(fired, Fired::Made { .. }) {
+                // Another scheduler moved on, or the schedule changed: the next pass
+                // reads it again.
+                tick.next = earliest(tick.next, Some(now + TimeDelta::seconds(1)));
+                break;
+            }
+            mark = slot;
+            if fired_any {
+                tick.fired.push((row.name.clone(), slot, fired));
+            }
+        }
+    }
+    Ok(tick)
+}
+
+/// Enqueues one slot's jobs of schedule `name` now, outside its timetable: no mark
+/// moves and a pause is ignored (SPEC S5).
+pub(crate) async fn run_now<B: Schedules + ?Sized>(
+    b: &B,
+    queue: &str,
+    name: &str,
+) -> Result<Fired> {
+    let (rows, _) = b.stored_schedules_unchecked(queue).await?;
+    let Some(row) = rows.into_iter().find(|r| r.name == name) else {
+        return Err(Error::not_found(format!(
+            "schedule {name:?} in queue {queue:?}"
+        )));
+    };
+    let Some((def, _)) = read(&row) else {
+        return Err(Error::invalid(
+            "schedule",
+            format!("schedule {name:?} was stored by a newer relayq and cannot be read"),
+        ));
+    };
+    b.fire_unchecked(Fire {
+        queue: queue.to_owned(),
+        name: row.name.clone(),
+        version: row.version,
+        slot: None,
+        jobs: jobs_of(queue, &row.name, &def),
+        batch: def.batch,
+    })
+    .await
+    .map_err(|e| e.during("run_now"))
+}
+
+/// The listing's view of a stored schedule, with its next slot after `now`.
+pub(crate) fn decode(queue: &str, row: StoredSchedule, now: DateTime<Utc>) -> ScheduleInfo {
+    let read = read(&row);
+    let next_slot = match (&read, row.paused) {
+        (Some((def, table)), false) => match due(table, row.mark, now, def.missed) {
+            Due::Wait(next) => next,
+            Due::Fire(slot) => Some(slot),
+            Due::Skip(_) => table.next_after(now),
+        },
+        _ => None,
+    };
+    ScheduleInfo {
+        queue: queue.to_owned(),
+        name: row.name,
+        definition: read.map(|(d, _)| d),
+        version: row.version,
+        paused: row.paused,
+        mark: row.mark,
+        last_slot: row.last_slot,
+        last_job: row.last_job,
+        last_batch: row.last_batch,
+        next_slot,
+    }
+}
+
+fn read(row: &StoredSchedule) -> Option<(Definition, Timetable)> {
+    let def: Definition = match serde_json::from_str(&row.definition) {
+        Ok(d) => d,
+        Err(e) => {
+            tracing::warn!(schedule = %row.name, error = %e, "a stored schedule does not read; skipped");
+            return None;
+        }
+    };
+    match Timetable::new(&def.cron, &def.time_zone) {
+        Ok(t) => Some((def, t)),
+        Err(e) => {
+            tracing::warn!(schedule = %row.name, error = %e, "a stored schedule does not read; skipped");
+            None
+        }
+    }
+}
+
+fn jobs_of(queue: &str, name: &str, def: &Definition) -> Vec<NewJob> {
+    def.jobs
+        .iter()
+        .map(|j| j.to_new_job(queue, name, def.batch.is_some()))
+        .collect()
+}
+
+fn earliest(a: Option<DateTime<Utc>>, b: Option<DateTime<Utc>>) -> Option<DateTime<Utc>> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
