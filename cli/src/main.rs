@@ -67,6 +67,8 @@
 //! | `pause` / `resume` / `limit N\|none` `[-q Q]` | stop and restart claims of a queue; cap its running jobs across workers |
 //! | `prune [-q Q] [--older-than D] [--json]` | delete finished jobs older than D (default 7 days) now |
 //! | `batch open [--on-failure halt]` / `batch seal ID` | batches for `enqueue --batch` |
+//! | `schedule add NAME --cron EXPR [--tz ZONE] [--catch-up latest\|skip\|WINDOW] (--plan PLAN.toml \| -- COMMAND...)` | a recurring command or plan; `relayq work` enqueues each slot once |
+//! | `schedule list [--json]` / `rm` / `pause` / `resume` / `run-now NAME` | see and operate schedules |
 //!
 //! `--db URL` (or `RELAYQ_DB`) selects the database: `sqlite://PATH` (default
 //! `sqlite://relayq.db`), `postgres://USER@HOST/DB` (with the default `postgres`
@@ -121,6 +123,7 @@ use crate::commands::{
     job::JobArgs,
     prune::PruneArgs,
     queue::{LimitArgs, QueueOnly},
+    schedule::ScheduleCommand,
     status::StatusArgs,
     wait::WaitArgs,
     work::WorkArgs,
@@ -206,6 +209,9 @@ enum Command {
     /// `relayq work` runs the same pass every minute with a retention of 7 days
     /// (--retention); this is for other set-ups, or to prune now.
     Prune(PruneArgs),
+    /// Recurring commands or plans: each slot enqueued once by `relayq work`.
+    #[command(subcommand, after_help = SECURITY)]
+    Schedule(ScheduleCommand),
     /// Open or seal a batch, for jobs added with `relayq enqueue --batch`.
     #[command(subcommand)]
     Batch(BatchCommand),
@@ -261,6 +267,7 @@ async fn cli() -> ExitCode {
         Command::Limit(args) => commands::queue::limit(db, args).await,
         Command::Prune(args) => commands::prune::run(db, args).await,
         Command::Batch(cmd) => commands::batch::run(db, cmd).await,
+        Command::Schedule(cmd) => commands::schedule::run(db, cmd).await,
         Command::Dashboard(args) => dashboard::run(db, args).await,
     };
     match result {

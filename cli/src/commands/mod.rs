@@ -8,6 +8,7 @@ pub mod job;
 pub mod metrics;
 pub mod prune;
 pub mod queue;
+pub mod schedule;
 pub mod status;
 pub mod wait;
 pub mod work;
