@@ -59,7 +59,14 @@ async fn a_version_1_database_is_upgraded_on_open() {
         .fetch_one(backend.pool())
         .await
         .unwrap();
-    assert_eq!(version, 3);
+    assert_eq!(version, 4);
+    let schedules: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'relayq_schedules'",
+    )
+    .fetch_one(backend.pool())
+    .await
+    .unwrap();
+    assert_eq!(schedules, 1, "version 4 adds the schedules table");
     let holder: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = 'relayq_jobs_holder'",
     )
