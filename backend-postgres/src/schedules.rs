@@ -6,6 +6,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use relayq_core::{
     BatchId, Error, JobId, Result, Schedules,
+    kit::fire::refusal,
     retry::retry_transient,
     schedule::{Fire, Fired, StoredSchedule},
 };
@@ -66,19 +67,8 @@ impl PostgresBackend {
                 .map_err(db)?;
             return Ok((if exists { Fired::Busy } else { Fired::Gone }, Vec::new()));
         };
-        if version != fire.version {
-            return Ok((Fired::Changed, Vec::new()));
-        }
-        if let Some(slot) = fire.slot {
-            if paused {
-                return Ok((Fired::Paused, Vec::new()));
-            }
-            if mark >= slot {
-                return Ok((Fired::Taken, Vec::new()));
-            }
-            if slot > now {
-                return Ok((Fired::NotDue, Vec::new()));
-            }
+        if let Some(no) = refusal(fire, version, mark, paused, now) {
+            return Ok((no, Vec::new()));
         }
         let asked = !fire.jobs.is_empty();
         let batch = match fire.batch.filter(|_| asked) {

@@ -5,6 +5,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use relayq_core::{
     BatchId, Error, EventKind, JobId, Result, Schedules,
+    kit::fire::refusal,
     schedule::{Fire, Fired, StoredSchedule},
 };
 
@@ -126,19 +127,8 @@ impl Schedules for SqliteBackend {
         let Some((version, mark, paused)) = row else {
             return Ok(Fired::Gone);
         };
-        if version != fire.version {
-            return Ok(Fired::Changed);
-        }
-        if let Some(slot) = fire.slot {
-            if paused {
-                return Ok(Fired::Paused);
-            }
-            if mark >= us(slot) {
-                return Ok(Fired::Taken);
-            }
-            if slot > now {
-                return Ok(Fired::NotDue);
-            }
+        if let Some(no) = refusal(&fire, version, at(mark), paused, now) {
+            return Ok(no);
         }
         let asked = !fire.jobs.is_empty();
         let batch = match fire.batch.filter(|_| asked) {

@@ -43,19 +43,8 @@ impl QueueState {
         let Some(s) = self.schedules.get(&fire.name) else {
             return Ok(Fired::Gone);
         };
-        if s.version != fire.version {
-            return Ok(Fired::Changed);
-        }
-        if let Some(slot) = fire.slot {
-            if s.paused {
-                return Ok(Fired::Paused);
-            }
-            if s.mark >= slot {
-                return Ok(Fired::Taken);
-            }
-            if slot > now {
-                return Ok(Fired::NotDue);
-            }
+        if let Some(no) = crate::kit::fire::refusal(&fire, s.version, s.mark, s.paused, now) {
+            return Ok(no);
         }
         let asked = !fire.jobs.is_empty();
         let batch = match (fire.batch, fire.jobs.is_empty()) {

@@ -48,7 +48,14 @@ pub async fn run_due<B: Schedules + ?Sized>(b: &B, queue: &str) -> Result<Tick> 
         now: Some(now),
         ..Tick::default()
     };
-    for row in rows.into_iter().filter(|r| !r.paused) {
+    let mut rows: Vec<StoredSchedule> = rows.into_iter().filter(|r| !r.paused).collect();
+    // Schedulers that start at the same moment would otherwise walk the schedules in
+    // the same order and meet at every one: each starts at a random place instead.
+    if !rows.is_empty() {
+        let start = fastrand::usize(..rows.len());
+        rows.rotate_left(start);
+    }
+    for row in rows {
         let Some((def, table)) = read(&row) else {
             continue;
         };
