@@ -1410,9 +1410,56 @@ async fn check_schema_says_missing_old_or_fine(url: String) {
     drop_schema(&b).await;
 }
 
+/// SPEC S2: a scheduler that holds a schedule's row in an open transaction (a slot
+/// being fired, or a frozen process mid-fire) makes another scheduler move on at once,
+/// firing nothing; once it rolls back, the slot fires, once.
+async fn s2_a_schedule_held_elsewhere_is_skipped_not_waited_for(url: String) {
+    use relayq_core::{
+        Schedules,
+        schedule::{Fired, Schedule},
+    };
+    let b = fresh(&url, "s2held").await;
+    let q = queue_name("s2held");
+    let start = chrono::Utc::now() - chrono::TimeDelta::seconds(3);
+    b.put_schedule(
+        &Schedule::new(&q, "tick", "* * * * * *")
+            .starting(start)
+            .job(NewJob::new(&q, b"x".to_vec())),
+    )
+    .await
+    .unwrap();
+    let mut holder = b.pool().begin().await.unwrap();
+    let sql = format!(
+        "SELECT mark FROM \"{}\".schedules WHERE queue = $1 FOR UPDATE",
+        b.schema()
+    );
+    sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(&q)
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let pass = tokio::time::timeout(Duration::from_secs(10), b.run_schedules(&q))
+        .await
+        .expect("the scheduler waited for the held row")
+        .unwrap();
+    assert!(
+        pass.fired.is_empty(),
+        "fired under another's lock: {:?}",
+        pass.fired
+    );
+    assert_eq!(b.queue_stats(&q).await.unwrap().total(), 0);
+    holder.rollback().await.unwrap();
+    let pass = b.run_schedules(&q).await.unwrap();
+    assert_eq!(pass.fired.len(), 1, "latest: one slot once the row is free");
+    assert!(matches!(pass.fired[0].2, Fired::Made { .. }));
+    assert_eq!(b.queue_stats(&q).await.unwrap().total(), 1);
+    drop_schema(&b).await;
+}
+
 relayq_conformance::server_tests! {
     server: common::SERVER,
     tests: [
+        s2_a_schedule_held_elsewhere_is_skipped_not_waited_for,
         try_maintain_skips_while_another_pass_holds_the_lock,
         check_schema_says_missing_old_or_fine,
         c4_claim_skips_a_row_locked_elsewhere,

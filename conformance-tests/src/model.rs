@@ -16,6 +16,7 @@ use relayq_core::{
     Backend, Batch, ClaimRequest, CompleteExt, Error, JobId, Lease, NewJob, OnFailure, Retry,
     Settle,
     memory::{Clock, MemoryBackend},
+    schedule::{Fired, Schedule},
 };
 
 /// One job to enqueue.
@@ -50,6 +51,15 @@ pub enum Op {
     CancelBatch(usize),
     /// Retry the n-th job if dead, or with `None` every dead job.
     RetryDead(Option<usize>),
+    /// Store (or replace) schedule n of three, firing once a year: its slot makes a
+    /// staged batch when true, else one job holding a dedupe key.
+    Schedule(u8, bool),
+    /// Pause (true) or resume schedule n.
+    PauseSchedule(u8, bool),
+    /// Delete schedule n.
+    DeleteSchedule(u8),
+    /// Run schedule n now.
+    RunNow(u8),
 }
 
 fn spec() -> impl Strategy<Value = Spec> {
@@ -78,6 +88,10 @@ fn op() -> impl Strategy<Value = Op> {
         1 => any::<usize>().prop_map(Op::Seal),
         1 => any::<usize>().prop_map(Op::CancelBatch),
         1 => any::<Option<usize>>().prop_map(Op::RetryDead),
+        1 => (0u8..3, any::<bool>()).prop_map(|(n, b)| Op::Schedule(n, b)),
+        1 => (0u8..3, any::<bool>()).prop_map(|(n, p)| Op::PauseSchedule(n, p)),
+        1 => (0u8..3).prop_map(Op::DeleteSchedule),
+        2 => (0u8..3).prop_map(Op::RunNow),
     ]
 }
 
@@ -123,6 +137,8 @@ fn verdict<T: Debug>(r: &Result<T, Error>) -> String {
         Ok(v) => format!("ok {v:?}"),
         Err(Error::InvalidInput { field, .. }) => format!("invalid {field}"),
         Err(e @ (Error::StaleLease | Error::StageClosed { .. })) => e.to_string(),
+        // Its text names the queue, which differs between the two sides.
+        Err(Error::NotFound { .. }) => "not found".to_owned(),
         Err(e) => format!("error {e}"),
     }
 }
@@ -225,6 +241,43 @@ impl Side {
                     .map(|i| vec![self.ids[i % self.ids.len()]]);
                 verdict(&b.retry_dead(&self.queue, ids.as_deref()).await)
             }
+            Op::Schedule(n, batch) => {
+                let q = &self.queue;
+                let mut s = Schedule::new(q, format!("s{n}"), "0 0 1 1 *");
+                s = if *batch {
+                    s.batch(OnFailure::Halt)
+                        .job(NewJob::new(q, vec![]).stage(1))
+                        .job(NewJob::new(q, vec![]).stage(2))
+                } else {
+                    s.job(NewJob::new(q, vec![]).dedupe_key(format!("k{n}")))
+                };
+                verdict(&b.put_schedule(&s).await)
+            }
+            Op::PauseSchedule(n, paused) => verdict(
+                &b.pause_schedule(&self.queue, &format!("s{n}"), *paused)
+                    .await,
+            ),
+            Op::DeleteSchedule(n) => {
+                verdict(&b.delete_schedule(&self.queue, &format!("s{n}")).await)
+            }
+            Op::RunNow(n) => {
+                let r = b.run_schedule_now(&self.queue, &format!("s{n}")).await;
+                let answer = match &r {
+                    Ok(Fired::Made { batch, jobs }) => {
+                        let mut made = Vec::new();
+                        for e in jobs {
+                            if !e.deduplicated {
+                                self.ids.push(e.id);
+                            }
+                            made.push((self.index(e.id), e.deduplicated));
+                        }
+                        format!("made batch {} jobs {made:?}", batch.is_some())
+                    }
+                    Ok(other) => format!("{other:?}"),
+                    Err(_) => String::new(),
+                };
+                verdict(&r.map(|_| answer))
+            }
         })
     }
 
@@ -243,6 +296,15 @@ impl Side {
             out.push(format!(
                 "batch {i}: sealed {} failed {} released {:?} stages {:?}",
                 p.sealed, p.failed, p.released_stage, p.stages
+            ));
+        }
+        for s in self.b.schedules(&self.queue).await? {
+            out.push(format!(
+                "schedule {}: version {} paused {} fired {}",
+                s.name,
+                s.version,
+                s.paused,
+                s.last_slot.is_some()
             ));
         }
         Ok(out)
