@@ -88,7 +88,7 @@
   function nav() {
     const items = [link(`${base}/`, "queues", page === "queues" ? "current" : null)];
     if (queue) {
-      for (const [p, label] of [["batches", "batches"], ["running", "running"], ["dead", "dead"]]) {
+      for (const [p, label] of [["batches", "batches"], ["running", "running"], ["dead", "dead"], ["schedules", "schedules"]]) {
         items.push(link(`${qpath(queue)}/${p}`, label, page === p ? "current" : null));
       }
     }
@@ -313,6 +313,28 @@
       moreLink(list)];
   }
 
+  async function drawSchedules() {
+    const [head, list] = await Promise.all([queueHeader(), api(`/queues/${q(queue)}/schedules`)]);
+    const path = (s, what) => `/queues/${q(queue)}/schedules/${q(s.name)}/${what}`;
+    const made = (s) => s.last_batch !== null ? link(`${qpath(queue)}/batches/${s.last_batch}`, `batch ${s.last_batch}`)
+      : s.last_job !== null ? link(`${qpath(queue)}/jobs/${s.last_job}`, `#${s.last_job}`) : h("span", { class: "muted" }, "—");
+    const rows = list.map((s) =>
+      h("tr", { "data-schedule": s.name },
+        h("td", {}, s.name),
+        h("td", {}, h("code", {}, s.cron ?? "?"), " ", h("span", { class: "muted" }, s.time_zone ?? "")),
+        h("td", {}, s.paused ? badge("paused") : badge("running")),
+        h("td", {}, s.makes === null ? "?" : h("pre", { class: "payload" }, s.makes)),
+        h("td", {}, s.missed ?? "?"),
+        h("td", {}, s.last_slot ? when(s.last_slot) : h("span", { class: "muted" }, "—")),
+        h("td", {}, made(s)),
+        h("td", {}, s.next_slot ? when(s.next_slot) : h("span", { class: "muted" }, "—")),
+        readOnly ? null : h("td", {},
+          s.paused ? button("resume", path(s, "resume"), {}, { name: "resume" }) : button("pause", path(s, "pause"), {}, { name: "pause" }),
+          " ", button("run now", path(s, "run-now"), {}, { name: "run-now", confirm: `Enqueue one run of ${s.name} now?` }))));
+    return [head,
+      list.length ? h("table", { id: "schedules" }, h("thead", {}, h("tr", {}, h("th", {}, "name"), h("th", {}, "cron"), h("th", {}, "state"), h("th", {}, "each slot"), h("th", {}, "missed slots"), h("th", {}, "last slot"), h("th", {}, "made"), h("th", {}, "next slot"), readOnly ? null : h("th", {}, ""))), h("tbody", {}, rows)) : h("p", { class: "muted" }, "No schedules: add one with relayq schedule add.")];
+  }
+
   async function drawJob() {
     const j = await api(`/queues/${q(queue)}/jobs/${q(id)}`);
     const field = (k, v) => [h("dt", {}, k), h("dd", {}, v ?? h("span", { class: "muted" }, "—"))];
@@ -343,7 +365,7 @@
     ];
   }
 
-  const pages = { queues: drawQueues, batches: drawBatches, batch: drawBatch, running: drawRunning, dead: drawDead, job: drawJob };
+  const pages = { queues: drawQueues, batches: drawBatches, batch: drawBatch, running: drawRunning, dead: drawDead, schedules: drawSchedules, job: drawJob };
 
   // How often the page asks again (ms; 0: paused), kept across pages in this browser.
   const RATE_KEY = "relayq-refresh-ms";

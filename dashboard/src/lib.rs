@@ -33,6 +33,7 @@ mod error;
 mod metrics;
 mod pages;
 mod routes;
+mod schedules;
 mod security;
 mod state;
 mod views;

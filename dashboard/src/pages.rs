@@ -86,7 +86,7 @@ pub(crate) async fn queues(
     render(&state, &original, &uri, &shell)
 }
 
-/// `GET /queues/{queue}/{batches|running|dead}`.
+/// `GET /queues/{queue}/{batches|running|dead|schedules}`.
 pub(crate) async fn queue_page(
     State(state): State<AppState>,
     original: OriginalUri,
@@ -97,6 +97,7 @@ pub(crate) async fn queue_page(
         "batches" => ("batches", "batches"),
         "running" => ("running", "running now"),
         "dead" => ("dead", "dead jobs"),
+        "schedules" => ("schedules", "schedules"),
         _ => return Ok(StatusCode::NOT_FOUND.into_response()),
     };
     let shell = Shell {

@@ -9,7 +9,7 @@ use axum::{
     routing::{get, post},
 };
 
-use crate::{actions, api, metrics, pages, security, state::AppState};
+use crate::{actions, api, metrics, pages, schedules, security, state::AppState};
 
 pub(crate) fn build(state: AppState) -> Router {
     let read = Router::new()
@@ -29,6 +29,7 @@ pub(crate) fn build(state: AppState) -> Router {
         )
         .route("/api/queues/{queue}/running", get(api::running))
         .route("/api/queues/{queue}/dead", get(api::dead))
+        .route("/api/queues/{queue}/schedules", get(schedules::list))
         .route("/api/queues/{queue}/jobs/{id}", get(api::job))
         .route("/metrics", get(metrics::serve));
     let app = if state.options.read_only {
@@ -55,6 +56,18 @@ pub(crate) fn build(state: AppState) -> Router {
                 post(actions::cancel_batch),
             )
             .route("/api/queues/{queue}/dead/retry", post(actions::retry_all))
+            .route(
+                "/api/queues/{queue}/schedules/{name}/pause",
+                post(schedules::pause),
+            )
+            .route(
+                "/api/queues/{queue}/schedules/{name}/resume",
+                post(schedules::resume),
+            )
+            .route(
+                "/api/queues/{queue}/schedules/{name}/run-now",
+                post(schedules::run_now),
+            )
             .route_layer(from_fn_with_state(
                 state.clone(),
                 security::require_same_origin,

@@ -404,3 +404,73 @@ async fn a_nested_router_links_under_its_mount_path() {
         200
     );
 }
+
+#[tokio::test]
+async fn schedules_are_listed_paused_resumed_and_run_now() {
+    use relayq_core::schedule::Schedule;
+    let db = sqlite().await;
+    let q = queue();
+    let name = "night ly <b>";
+    db.backend
+        .put_schedule(
+            &Schedule::new(&q, name, "0 2 * * *")
+                .time_zone("Europe/Berlin")
+                .job(NewJob::new(
+                    &q,
+                    br#"{"command": "report", "password": "hunter2"}"#.to_vec(),
+                )),
+        )
+        .await
+        .unwrap();
+    let (app, csrf) = app_and_csrf(&db).await;
+    let list = get(&app, &format!("/api/queues/{q}/schedules"))
+        .await
+        .json();
+    let s = &list[0];
+    assert_eq!(s["name"], name);
+    assert_eq!(
+        (s["cron"].as_str(), s["time_zone"].as_str()),
+        (Some("0 2 * * *"), Some("Europe/Berlin"))
+    );
+    assert_eq!(s["paused"], false);
+    assert!(s["next_slot"].is_string(), "{s}");
+    let makes = s["makes"].as_str().unwrap();
+    assert!(
+        makes.contains("report") && !makes.contains("hunter2"),
+        "secrets masked: {makes}"
+    );
+
+    let path = |what: &str| format!("/api/queues/{q}/schedules/night%20ly%20%3Cb%3E/{what}");
+    assert_eq!(post(&app, &path("pause"), &csrf, "").await.status, 200);
+    let list = get(&app, &format!("/api/queues/{q}/schedules"))
+        .await
+        .json();
+    assert_eq!(list[0]["paused"], true);
+    assert!(
+        list[0]["next_slot"].is_null(),
+        "a paused schedule has no next slot"
+    );
+
+    let ran = post(&app, &path("run-now"), &csrf, "").await;
+    assert_eq!(ran.status, 200);
+    let job = ran.json()["jobs"][0].as_i64().expect("a job id");
+    let info = db.backend.job(&q, relayq_core::JobId(job)).await.unwrap();
+    assert_eq!(
+        info.enqueued_by.as_deref(),
+        Some(format!("schedule {name}").as_str())
+    );
+
+    assert_eq!(post(&app, &path("resume"), &csrf, "").await.status, 200);
+    assert!(!db.backend.schedules(&q).await.unwrap()[0].paused);
+    let missing = post(
+        &app,
+        &format!("/api/queues/{q}/schedules/nope/pause"),
+        &csrf,
+        "",
+    )
+    .await;
+    assert_eq!(missing.status, 404);
+    let forged = post(&app, &path("pause"), "not-the-token", "").await;
+    assert_eq!(forged.status, 403, "actions need the CSRF token");
+    assert!(!db.backend.schedules(&q).await.unwrap()[0].paused);
+}

@@ -406,6 +406,38 @@ async fn the_dashboard_works_in_chromium(db: Db, screenshots: bool) {
     )
     .await;
 
+    // A schedule's page: its command shown as text, and pause from the row.
+    let qs = queue();
+    db.backend
+        .put_schedule(
+            &relayq_core::schedule::Schedule::new(&qs, "nightly", "0 2 * * *")
+                .job(NewJob::new(&qs, PWN.as_bytes().to_vec())),
+        )
+        .await
+        .unwrap();
+    b.goto(&format!("{base}/queues/{qs}/schedules"))
+        .await
+        .unwrap();
+    let srow = "[data-schedule=\"nightly\"]";
+    until(
+        &b,
+        "the schedule's command as text",
+        &text_of(&format!("{srow} pre.payload")),
+        |v| v == &json!(PWN),
+    )
+    .await;
+    no_injected_markup(&b).await;
+    screenshot(&b, "schedules", screenshots).await;
+    click(&b, &format!("{srow} button[data-action=\"pause\"]")).await;
+    until(
+        &b,
+        "the schedule shows paused",
+        &text_of(&format!("{srow} .badge")),
+        |v| v == &json!("paused"),
+    )
+    .await;
+    assert!(db.backend.schedules(&qs).await.unwrap()[0].paused);
+
     // The refresh can be paused from the header: the page stops asking and says so;
     // back at every second it redraws again.
     let set_rate = |ms: &str| {
