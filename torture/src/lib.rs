@@ -14,5 +14,6 @@ pub mod plan;
 pub mod report;
 pub mod run;
 pub mod servers;
+pub mod slots;
 pub mod soak;
 pub mod workers;

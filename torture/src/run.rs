@@ -20,6 +20,7 @@ use crate::{
     ledger::Ledger,
     plan::{JOB_SCRIPT, Plan},
     servers::{Cluster, Fsync, Postgres, RedisNode},
+    slots,
     workers::{WorkerConfig, Workers},
 };
 
@@ -342,7 +343,7 @@ fn inject(
 }
 
 /// Retries `f` on transient errors for up to 60 s (the server may be restarting).
-async fn retry<T, F, Fut>(what: &str, mut f: F) -> anyhow::Result<T>
+pub(crate) async fn retry<T, F, Fut>(what: &str, mut f: F) -> anyhow::Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = relayq::Result<T>>,
@@ -499,11 +500,13 @@ pub async fn run(s: &Settings) -> anyhow::Result<Outcome> {
         ),
     );
 
+    let cell = slots::start(&*backend).await?;
     let mut workers = Workers::start(
         WorkerConfig {
             exe: s.relayq.clone(),
             db: url.clone(),
             queue: queue().into(),
+            schedule_queue: Some(cell.queue.clone()),
             concurrency: s.concurrency,
             lease: s.lease,
             dir: dir.join("logs"),
@@ -646,6 +649,7 @@ pub async fn run(s: &Settings) -> anyhow::Result<Outcome> {
         t0,
         &format!("workload done in {elapsed:.1?}; stopping workers"),
     );
+    let stopping = cell.stopping(&*backend).await?;
     let killed = tokio::task::block_in_place(|| workers.stop_all(Duration::from_secs(20)))?;
     if !killed.is_empty() {
         say(
@@ -716,6 +720,7 @@ pub async fn run(s: &Settings) -> anyhow::Result<Outcome> {
     };
     let mut report = check::check(&plan, &obs, &ledger, allow);
     report.checks.push(stopped);
+    report.checks.push(cell.check(&*backend, stopping).await?);
     if s.library.is_some() {
         report.checks.push(library_took_part(&obs));
     }

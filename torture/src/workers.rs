@@ -22,6 +22,8 @@ pub struct WorkerConfig {
     pub db: String,
     /// `--queue`.
     pub queue: String,
+    /// A second `--queue` for the `relayq work` processes: the schedule cell's.
+    pub schedule_queue: Option<String>,
     /// `--concurrency`.
     pub concurrency: u32,
     /// `--lease`.
@@ -105,6 +107,11 @@ impl Workers {
                     .arg(&c.db)
                     .arg("work")
                     .args(["--queue", &c.queue])
+                    .args(
+                        c.schedule_queue
+                            .iter()
+                            .flat_map(|q| ["--queue", q.as_str()]),
+                    )
                     .args(["--concurrency", &c.concurrency.to_string()])
                     .args(["--lease", &format!("{}ms", c.lease.as_millis())])
                     .args(["--shutdown-timeout", "5s"])
