@@ -28,6 +28,7 @@ mod phases;
 mod phases_raw;
 mod raw;
 mod scenarios;
+mod schedules;
 mod stages;
 mod targets;
 mod timed;
@@ -61,7 +62,7 @@ struct Args {
     runs: usize,
     /// Run only these scenarios (comma-separated: enqueue, drain, drain16 (the
     /// concurrency-16 rows alone), prefetch (the prefetch row alone, for profiling it),
-    /// raw, latency, stages, groups, backlog, burst; and phases, which only runs when
+    /// raw, latency, stages, groups, backlog, burst, schedules; and phases, which only runs when
     /// named here).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
@@ -215,6 +216,13 @@ async fn main() -> anyhow::Result<()> {
     if on("burst") {
         // Printed as measured inside.
         rows.extend(burst::burst(&targets, if quick { 5_000 } else { 50_000 }).await?);
+    }
+    if on("schedules") {
+        // Printed as measured inside.
+        let (n, window) = if quick { (200, 6) } else { (1_000, 21) };
+        rows.extend(
+            schedules::schedules(&targets, n, std::time::Duration::from_secs(window)).await?,
+        );
     }
     let measured = started.elapsed();
     say(&format!("all measured in {measured:.0?}"));
