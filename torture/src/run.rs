@@ -514,6 +514,8 @@ pub async fn run(s: &Settings) -> anyhow::Result<Outcome> {
         },
         s.processes,
     )?;
+    let embedded = matches!(s.kind, Kind::Sqlite);
+    let mut skewed = cell.start_skewed(&s.relayq, &url, &dir.join("logs"), embedded)?;
     let started = Instant::now();
     let (finished_tx, finished_rx) = watch::channel(0_u64);
     // The producer keeps about a quarter of the plan enqueued and unfinished.
@@ -651,6 +653,7 @@ pub async fn run(s: &Settings) -> anyhow::Result<Outcome> {
     );
     let stopping = cell.stopping(&*backend).await?;
     let killed = tokio::task::block_in_place(|| workers.stop_all(Duration::from_secs(20)))?;
+    tokio::task::block_in_place(|| skewed.stop());
     if !killed.is_empty() {
         say(
             s.kind,
@@ -721,6 +724,9 @@ pub async fn run(s: &Settings) -> anyhow::Result<Outcome> {
     let mut report = check::check(&plan, &obs, &ledger, allow);
     report.checks.push(stopped);
     report.checks.push(cell.check(&*backend, stopping).await?);
+    report
+        .figures
+        .push(("schedule cell's skewed scheduler".into(), skewed.note.clone()));
     if s.library.is_some() {
         report.checks.push(library_took_part(&obs));
     }

@@ -7,11 +7,21 @@
 //!
 //! A scheduler's own clock is never read: slots are judged by the server's time, so a
 //! process with a skewed clock fires the same slots (the fire is refused in the
-//! backend when a slot lies in the server's future).
+//! backend when a slot lies in the server's future). One more `relayq work` process,
+//! outside the faults, serves the cell's queue alone with its clock 30 s ahead
+//! ([`Skewed`]); a mark ahead of the server's time at the end is a violation.
 
-use std::time::Duration;
+use std::{
+    path::Path,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
 
 use chrono::{DateTime, TimeDelta, Utc};
+use nix::{
+    sys::signal::{Signal, kill},
+    unistd::Pid,
+};
 use relayq::{
     Backend, NewJob,
     schedule::{Missed, Schedule},
@@ -76,7 +86,7 @@ impl Cell {
         backend: &dyn Backend,
         stopping: DateTime<Utc>,
     ) -> anyhow::Result<Check> {
-        let (mark, _) = read(backend, &self.queue).await?;
+        let (mark, now) = read(backend, &self.queue).await?;
         // Per-second slots after the start, up to the mark: whole seconds.
         let slots = mark.timestamp() - self.start.timestamp();
         let stats = crate::run::retry("queue_stats", || backend.queue_stats(&self.queue)).await?;
@@ -86,6 +96,11 @@ impl Cell {
             violations.push(format!(
                 "{jobs} jobs stored for the {slots} slots from {} to {mark}",
                 self.start
+            ));
+        }
+        if mark > now {
+            violations.push(format!(
+                "the mark {mark} is ahead of the server's time {now}: a slot fired early"
             ));
         }
         if mark < stopping - BEHIND {
@@ -100,5 +115,108 @@ impl Cell {
             violations,
             excused: Vec::new(),
         })
+    }
+}
+
+/// Debian's libfaketime (package `libfaketime`), for the scheduler whose clock runs
+/// ahead: the multi-threaded build, since `relayq work` runs threads.
+const FAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
+/// How far ahead that scheduler's clock runs.
+const SKEW_SECS: i64 = 30;
+
+/// A `relayq work` process serving the cell's queue alone, its clock [`SKEW_SECS`]
+/// ahead of the machine's (libfaketime; its timers keep the real monotonic clock). It
+/// stands outside the run's faults: it shows that a scheduler's own clock fires no slot
+/// early, since slots are judged by the server's time. Its jobs are `true`: nothing it
+/// runs writes to the ledger.
+pub struct Skewed {
+    child: Option<Child>,
+    /// What was run, or why not, for the run's figures.
+    pub note: String,
+}
+
+impl Cell {
+    /// Starts the skewed scheduler, or says why it could not. `embedded`: the
+    /// database has no server (SQLite), so its clock is each process's own, the
+    /// machine's, which every process opening the file shares; a process with a clock
+    /// of its own would be a server with a wrong clock, and is not run.
+    ///
+    /// # Errors
+    /// When the process cannot be started.
+    pub fn start_skewed(
+        &self,
+        exe: &Path,
+        db: &str,
+        logs: &Path,
+        embedded: bool,
+    ) -> anyhow::Result<Skewed> {
+        let none = |note: String| Ok(Skewed { child: None, note });
+        if embedded {
+            return none("not run: SQLite's clock is the machine's, which its processes share".into());
+        }
+        if !Path::new(FAKETIME).exists() {
+            return none(format!("not run: no {FAKETIME} (apt-get install libfaketime)"));
+        }
+        let shifted = faked(Command::new("date").arg("+%s")).output()?;
+        let ahead = String::from_utf8_lossy(&shifted.stdout)
+            .trim()
+            .parse::<i64>()
+            .map(|t| t - Utc::now().timestamp())
+            .unwrap_or(0);
+        if !(SKEW_SECS - 5..=SKEW_SECS + 5).contains(&ahead) {
+            return none(format!("not run: libfaketime moved `date` by {ahead} s, not {SKEW_SECS}"));
+        }
+        std::fs::create_dir_all(logs)?;
+        let log = std::fs::File::create(logs.join("skewed.log"))?;
+        let child = faked(
+            Command::new(exe)
+                .args(["--db", db, "work", "--queue", &self.queue])
+                .args(["--name", "skewed", "--concurrency", "2", "--shutdown-timeout", "5s"]),
+        )
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()?;
+        Ok(Skewed {
+            child: Some(child),
+            note: format!("a scheduler {ahead} s ahead ran throughout (libfaketime)"),
+        })
+    }
+}
+
+/// `cmd` under libfaketime, [`SKEW_SECS`] ahead.
+fn faked(cmd: &mut Command) -> &mut Command {
+    cmd.env("LD_PRELOAD", FAKETIME)
+        .env("FAKETIME", format!("+{SKEW_SECS}s"))
+        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+}
+
+impl Skewed {
+    /// SIGTERM, then SIGKILL after 20 s.
+    pub fn stop(&mut self) {
+        let Some(mut c) = self.child.take() else {
+            return;
+        };
+        if let Ok(pid) = i32::try_from(c.id()) {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if matches!(c.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+impl Drop for Skewed {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 }
