@@ -35,7 +35,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 pub use due::ON_TIME;
-pub use run::{Tick, run_due};
+pub use run::{Memo, Tick, run_due, run_due_with};
 pub(crate) use run::{decode, run_now};
 pub use timetable::Timetable;
 

@@ -1,5 +1,7 @@
 //! A scheduler's pass over one queue's schedules, and "run now" (SPEC S2, S5).
 
+use std::collections::HashMap;
+
 use chrono::{DateTime, TimeDelta, Utc};
 
 use super::{
@@ -42,12 +44,45 @@ impl Tick {
 /// # Errors
 /// The backend's errors; [`Error::InvalidInput`] on `queue` for a bad name.
 pub async fn run_due<B: Schedules + ?Sized>(b: &B, queue: &str) -> Result<Tick> {
+    run_due_with(b, queue, &mut Memo::default()).await
+}
+
+/// What a scheduler keeps between its passes: each schedule's definition read and its
+/// next slot, so that a pass over schedules none of which is due reads their rows and
+/// parses nothing (an idle worker passes once a second).
+#[derive(Debug, Default)]
+pub struct Memo {
+    seen: HashMap<(String, String), Seen>,
+}
+
+#[derive(Debug)]
+struct Seen {
+    version: i64,
+    text: String,
+    def: Definition,
+    table: Timetable,
+    /// The mark the next slot below was worked out from.
+    mark: DateTime<Utc>,
+    next: Option<DateTime<Utc>>,
+}
+
+/// [`run_due`], keeping what it read in `memo` for the next pass.
+///
+/// # Errors
+/// As [`run_due`].
+pub async fn run_due_with<B: Schedules + ?Sized>(
+    b: &B,
+    queue: &str,
+    memo: &mut Memo,
+) -> Result<Tick> {
     validate::queue_name(queue)?;
     let (rows, now) = b.stored_schedules_unchecked(queue).await?;
     let mut tick = Tick {
         now: Some(now),
         ..Tick::default()
     };
+    memo.seen
+        .retain(|(q, name), _| q != queue || rows.iter().any(|r| &r.name == name));
     let mut rows: Vec<StoredSchedule> = rows.into_iter().filter(|r| !r.paused).collect();
     // Schedulers that start at the same moment would otherwise walk the schedules in
     // the same order and meet at every one: each starts at a random place instead.
@@ -56,9 +91,34 @@ pub async fn run_due<B: Schedules + ?Sized>(b: &B, queue: &str) -> Result<Tick> 
         rows.rotate_left(start);
     }
     for row in rows {
-        let Some((def, table)) = read(&row) else {
+        let key = (queue.to_owned(), row.name.clone());
+        let known = memo
+            .seen
+            .get(&key)
+            .is_some_and(|s| s.version == row.version && s.text == row.definition);
+        if !known {
+            let Some((def, table)) = read(&row) else {
+                continue;
+            };
+            memo.seen.insert(
+                key.clone(),
+                Seen {
+                    version: row.version,
+                    text: row.definition.clone(),
+                    def,
+                    table,
+                    mark: row.mark,
+                    next: None,
+                },
+            );
+        }
+        let seen = memo.seen.get_mut(&key).expect("inserted above");
+        if let (true, Some(next)) = (seen.mark == row.mark, seen.next)
+            && next > now
+        {
+            tick.next = earliest(tick.next, Some(next));
             continue;
-        };
+        }
         let mut mark = row.mark;
         let mut steps = 0;
         loop {
@@ -67,12 +127,14 @@ pub async fn run_due<B: Schedules + ?Sized>(b: &B, queue: &str) -> Result<Tick> 
                 break;
             }
             steps += 1;
-            let (slot, jobs) = match due(&table, mark, now, def.missed) {
+            let (slot, jobs) = match due(&seen.table, mark, now, seen.def.missed) {
                 Due::Wait(next) => {
                     tick.next = earliest(tick.next, next);
+                    seen.mark = mark;
+                    seen.next = next;
                     break;
                 }
-                Due::Fire(slot) => (slot, jobs_of(queue, &row.name, &def)),
+                Due::Fire(slot) => (slot, jobs_of(queue, &row.name, &seen.def)),
                 Due::Skip(slot) => (slot, Vec::new()),
             };
             let fired_any = !jobs.is_empty();
@@ -83,7 +145,7 @@ pub async fn run_due<B: Schedules + ?Sized>(b: &B, queue: &str) -> Result<Tick> 
                     version: row.version,
                     slot: Some(slot),
                     jobs,
-                    batch: def.batch,
+                    batch: seen.def.batch,
                 })
                 .await
                 .map_err(|e| e.during("fire"))?;
@@ -91,6 +153,7 @@ pub async fn run_due<B: Schedules + ?Sized>(b: &B, queue: &str) -> Result<Tick> 
                 // Another scheduler moved on, or the schedule changed: the next pass
                 // reads it again.
                 tick.next = earliest(tick.next, Some(now + TimeDelta::seconds(1)));
+                seen.next = None;
                 break;
             }
             mark = slot;

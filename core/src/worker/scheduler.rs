@@ -10,7 +10,10 @@ use std::{sync::Arc, time::Duration};
 use tokio::time::sleep;
 use tokio_util::sync::CancellationToken;
 
-use crate::Backend;
+use crate::{
+    Backend,
+    schedule::{Memo, run_due_with},
+};
 
 /// Longest time between two passes.
 const MAX_WAIT: Duration = Duration::from_secs(1);
@@ -27,14 +30,25 @@ pub(super) struct Scheduler {
 impl Scheduler {
     /// Runs passes until `stop` fires.
     pub(super) async fn run(self, stop: CancellationToken) {
+        let mut memo = Memo::default();
         loop {
             // A pass runs on a task of its own and is not cancelled when the worker
             // stops: dropping a fire midway could leave its connection inside a
-            // transaction. Stopping only stops waiting for it.
+            // transaction. Stopping only stops waiting for it. The pass takes the memo
+            // and hands it back; a pass that panicked leaves a fresh one.
             let me = self.clone();
-            let pass = tokio::spawn(async move { me.pass().await });
+            let pass = tokio::spawn(async move { me.pass(memo).await });
             let wait = tokio::select! {
-                done = pass => done.unwrap_or(MAX_WAIT),
+                done = pass => match done {
+                    Ok((wait, kept)) => {
+                        memo = kept;
+                        wait
+                    }
+                    Err(_) => {
+                        memo = Memo::default();
+                        MAX_WAIT
+                    }
+                },
                 () = stop.cancelled() => return,
             };
             tokio::select! {
@@ -44,11 +58,12 @@ impl Scheduler {
         }
     }
 
-    /// One pass over every queue; returns how long to wait before the next.
-    async fn pass(&self) -> Duration {
+    /// One pass over every queue; returns how long to wait before the next, and the
+    /// memo.
+    async fn pass(&self, mut memo: Memo) -> (Duration, Memo) {
         let mut wait = MAX_WAIT;
         for queue in self.queues.iter() {
-            match self.backend.run_schedules(queue).await {
+            match run_due_with(&*self.backend, queue, &mut memo).await {
                 Ok(tick) => {
                     for (name, slot, _) in &tick.fired {
                         metrics::counter!("relayq_schedule_slots_total").increment(1);
@@ -65,6 +80,6 @@ impl Scheduler {
                 }
             }
         }
-        wait
+        (wait, memo)
     }
 }
