@@ -223,6 +223,8 @@ async fn main() -> anyhow::Result<()> {
         rows.extend(
             schedules::schedules(&targets, n, std::time::Duration::from_secs(window)).await?,
         );
+        let idle = std::time::Duration::from_secs(if quick { 3 } else { 20 });
+        rows.extend(schedules::idle(&targets, n, idle).await?);
     }
     let measured = started.elapsed();
     say(&format!("all measured in {measured:.0?}"));
