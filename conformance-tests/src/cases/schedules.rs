@@ -365,7 +365,8 @@ fn last_change(now: DateTime<Utc>, month: u32) -> NaiveDate {
 }
 
 /// SPEC S4: around Berlin's last clock changes, 02:30 runs once a day: on the spring
-/// day at 03:00 (02:30 does not exist), on the autumn day once (02:30 happens twice).
+/// day at 03:00 (02:30 does not exist), on the autumn day once (02:30 happens twice);
+/// under `latest`, the missed days run the change's day alone, once.
 pub async fn s4_daylight_saving_changes_run_each_slot_once(env: &Env) -> anyhow::Result<()> {
     let b = env.backend();
     let q = queue_name("s4");
@@ -386,15 +387,37 @@ pub async fn s4_daylight_saving_changes_run_each_slot_once(env: &Env) -> anyhow:
                 .expect("valid"),
         );
         b.put_schedule(
-            &Schedule::new(&q, name, cron)
+            &Schedule::new(&q, name, cron.clone())
                 .time_zone("Europe/Berlin")
                 .missed(Missed::all_within(relayq_core::schedule::MAX_CATCH_UP))
                 .starting(start)
                 .job(job(&q, name)),
         )
         .await?;
+        // The same missed slots under `latest`: only the change's day runs, once.
+        b.put_schedule(
+            &Schedule::new(&q, format!("{name}-latest"), cron)
+                .time_zone("Europe/Berlin")
+                .starting(start)
+                .job(job(&q, name)),
+        )
+        .await?;
     }
     let fired = run_until_quiet(b, &q).await?;
+    for (name, on_day) in [
+        ("spring-latest", "03:00 CEST"),
+        ("autumn-latest", "02:30 CEST"),
+    ] {
+        let local: Vec<String> = fired
+            .iter()
+            .filter(|f| f.0 == name)
+            .map(|f| f.1.with_timezone(&Berlin).format("%H:%M %Z").to_string())
+            .collect();
+        ensure!(
+            local == [on_day],
+            "{name}: fired {local:?}, want [{on_day:?}]"
+        );
+    }
     for (name, month) in [("spring", 3), ("autumn", 10)] {
         let day = last_change(now, month);
         let slots: Vec<_> = fired_slots(

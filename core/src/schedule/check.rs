@@ -2,7 +2,7 @@
 
 use chrono::Utc;
 
-use super::{MAX_CATCH_UP, MAX_NAME, MAX_SLOT_JOBS, Missed, Schedule, Timetable};
+use super::{MAX_CATCH_UP, MAX_DEFINITION, MAX_NAME, MAX_SLOT_JOBS, Missed, Schedule, Timetable};
 use crate::{Error, Limits, Result, validate};
 
 /// Checks a schedule's name: 1 to 128 bytes, no control characters.
@@ -34,6 +34,9 @@ pub fn schedule_name(name: &str) -> Result<()> {
 pub fn schedule(s: &Schedule, limits: &Limits) -> Result<String> {
     validate::queue_name(&s.queue)?;
     schedule_name(&s.name)?;
+    if let Some(t) = s.starting {
+        validate::instant("starting", t)?;
+    }
     let d = &s.definition;
     let table = Timetable::new(&d.cron, &d.time_zone)?;
     if table
@@ -77,8 +80,15 @@ pub fn schedule(s: &Schedule, limits: &Limits) -> Result<String> {
         new.batch = d.batch.map(|_| crate::BatchId(0));
         validate::new_job(&new, limits)?;
     }
-    if let Some(t) = s.starting {
-        validate::instant("starting", t)?;
+    let text = serde_json::to_string(d).map_err(|e| Error::invalid("definition", e.to_string()))?;
+    if text.len() > MAX_DEFINITION {
+        return Err(Error::invalid(
+            "jobs",
+            format!(
+                "the schedule's jobs take {} bytes stored, more than {MAX_DEFINITION}",
+                text.len()
+            ),
+        ));
     }
-    serde_json::to_string(d).map_err(|e| Error::invalid("definition", e.to_string()))
+    Ok(text)
 }

@@ -105,6 +105,33 @@ mod tests {
     }
 
     #[test]
+    fn latest_after_a_daylight_saving_change_fires_one_real_slot() {
+        let t = Timetable::new("30 2 * * *", "Europe/Berlin").unwrap();
+        let utc = |d, h, m| Utc.with_ymd_and_hms(2026, 3, d, h, m, 0).unwrap();
+        // Missed since before the 28th; now just after the shifted 03:00 CEST.
+        let now = utc(29, 1, 5);
+        let Due::Fire(slot) = due(&t, utc(27, 12, 0), now, Missed::Latest) else {
+            panic!("a slot is due");
+        };
+        assert_eq!(slot, utc(29, 1, 0));
+        assert_eq!(
+            due(&t, slot, now, Missed::Latest),
+            Due::Wait(Some(utc(30, 0, 30)))
+        );
+        let autumn = Timetable::new("*/15 * * * *", "Europe/Berlin").unwrap();
+        let at = |h, m| Utc.with_ymd_and_hms(2026, 10, 25, h, m, 0).unwrap();
+        let Due::Fire(slot) = due(&autumn, at(0, 0), at(1, 20), Missed::Latest) else {
+            panic!("a slot is due");
+        };
+        // The repeated hour runs no local time twice: 02:45 CEST is the latest.
+        assert_eq!(slot, at(0, 45), "the latest, once");
+        assert!(matches!(
+            due(&autumn, slot, at(1, 20), Missed::Latest),
+            Due::Wait(_)
+        ));
+    }
+
+    #[test]
     fn all_runs_missed_slots_in_order_within_the_bound() {
         let two_hours = Missed::All {
             within_secs: 2 * 3600,

@@ -45,6 +45,9 @@ use crate::{BatchId, Enqueued, JobId, NewJob, OnFailure};
 pub const MAX_NAME: usize = 128;
 /// Most jobs one slot may enqueue.
 pub const MAX_SLOT_JOBS: usize = 1000;
+/// Largest definition a backend stores, as JSON: every worker reads it about once a
+/// second.
+pub const MAX_DEFINITION: usize = 4 * 1024 * 1024;
 /// Longest catch-up window of [`Missed::All`]: 366 days.
 pub const MAX_CATCH_UP: Duration = Duration::from_secs(366 * 24 * 3600);
 
@@ -81,7 +84,8 @@ impl Missed {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct SlotJob {
-    /// The payload.
+    /// The payload (base64 in the stored definition).
+    #[serde(with = "base64_bytes")]
     pub payload: Vec<u8>,
     /// Lower runs first.
     pub priority: i16,
@@ -317,5 +321,21 @@ impl Fired {
             }
             _ => None,
         }
+    }
+}
+
+/// Bytes as standard base64 text in JSON, a third larger than the bytes rather than
+/// four times as an array of numbers.
+mod base64_bytes {
+    use base64::{Engine, engine::general_purpose::STANDARD};
+    use serde::{Deserialize, Deserializer, Serializer, de::Error};
+
+    pub(super) fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&STANDARD.encode(bytes))
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let text = String::deserialize(d)?;
+        STANDARD.decode(text).map_err(D::Error::custom)
     }
 }

@@ -2,7 +2,7 @@
 
 use std::str::FromStr;
 
-use chrono::{DateTime, Timelike, Utc};
+use chrono::{DateTime, TimeDelta, Timelike, Utc};
 use chrono_tz::Tz;
 use croner::{
     Cron,
@@ -59,9 +59,41 @@ impl Timetable {
     }
 
     /// The last slot at or before `t`.
+    ///
+    /// Croner's backward search does not always agree with its forward one around a
+    /// daylight-saving change: into a spring-forward gap it answers the last second
+    /// before the gap, which is no slot, and in a repeated fall-back hour it may answer
+    /// the first of several slots. Slots are what the forward search finds, so the
+    /// backward answer is only a starting point: moved back until the forward search
+    /// confirms a slot at or before it, then forward to the last slot up to `t`.
     #[must_use]
     pub fn last_until(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        self.find(floor(t), true, Direction::Previous)
+        let t = floor(t);
+        let mut p = self.find(t, true, Direction::Previous)?;
+        let mut tries = 0;
+        loop {
+            match self.next_from(p) {
+                Some(q) if q <= t => {
+                    p = q;
+                    break;
+                }
+                _ => {
+                    tries += 1;
+                    if tries > 8 {
+                        return None;
+                    }
+                    p = self.find(p - TimeDelta::seconds(1), true, Direction::Previous)?;
+                }
+            }
+        }
+        // A bound, not an expected count: within one repeated hour slots are a few.
+        for _ in 0..100_000 {
+            match self.next_after(p) {
+                Some(n) if n <= t => p = n,
+                _ => break,
+            }
+        }
+        Some(p)
     }
 
     /// Croner keeps the fraction of a second it is given in what it finds; slots are
@@ -134,6 +166,33 @@ mod tests {
                 utc(2026, 10, 25, 0, 30),
                 utc(2026, 10, 26, 1, 30)
             ]
+        );
+    }
+
+    #[test]
+    fn the_last_slot_is_a_slot_across_both_changes() {
+        let t = Timetable::new("30 2 * * *", "Europe/Berlin").unwrap();
+        // After the spring change: the shifted 03:00 CEST, not a second before the gap.
+        assert_eq!(
+            t.last_until(utc(2026, 3, 29, 1, 10)),
+            Some(utc(2026, 3, 29, 1, 0))
+        );
+        // Inside the gap's hour, before the shifted slot: the day before's.
+        assert_eq!(
+            t.last_until(utc(2026, 3, 29, 0, 59)),
+            Some(utc(2026, 3, 28, 1, 30))
+        );
+        let q = Timetable::new("*/15 * * * *", "Europe/Berlin").unwrap();
+        // Each local time runs once: the repeated hour (02:xx CET) has no slot, so in it
+        // the last slot is 02:45 CEST, not the first 02:xx that croner's backward search
+        // answers.
+        assert_eq!(
+            q.last_until(utc(2026, 10, 25, 1, 20)),
+            Some(utc(2026, 10, 25, 0, 45))
+        );
+        assert_eq!(
+            q.last_until(utc(2026, 10, 25, 0, 50)),
+            Some(utc(2026, 10, 25, 0, 45))
         );
     }
 
