@@ -44,7 +44,7 @@ pub(crate) fn jobs_json(jobs: &[NewJob]) -> Result<String> {
 }
 
 /// The error for the first job that failed its batch's check.
-fn batch_error(jobs: &[NewJob], r: &Row) -> Result<Error> {
+pub(crate) fn batch_error(jobs: &[NewJob], r: &Row) -> Result<Error> {
     let at: usize = rows::num(req::<i32>(r, 0)?)?;
     let batch = jobs
         .get(at)

@@ -12,7 +12,7 @@ use relayq_core::{
 
 use crate::{
     MssqlBackend,
-    enqueue::{assign, jobs_json},
+    enqueue::{assign, batch_error, jobs_json},
     keys,
     rows::{self, get, req, time, time_opt},
     sql,
@@ -51,6 +51,13 @@ impl MssqlBackend {
             });
         }
         let batch = get::<i64>(verdict, 1)?.map(BatchId);
+        // The enqueue's own checks, which core's validation should leave nothing to.
+        let status = rows::set(&sets, 1)?
+            .first()
+            .ok_or_else(|| Error::backend("fire returned no enqueue status"))?;
+        if get::<i32>(status, 0)?.is_some() {
+            return Err(batch_error(&fire.jobs, status)?);
+        }
         let inserted = rows::set(&sets, 2)?
             .iter()
             .map(|r| req::<i64>(r, 0))

@@ -989,9 +989,16 @@ DECLARE @fp bit = NULL;
 DECLARE @fwhy varchar(8) = NULL;
 DECLARE @fb bigint = NULL;
 BEGIN TRANSACTION;
-SELECT @fv = version, @fm = mark, @fp = paused
-FROM {s}.schedules WITH (UPDLOCK, ROWLOCK, READPAST)
-WHERE queue = @P1 AND name = @P3;
+-- A slot locks the row, skipping it when another scheduler holds it; a run now
+-- changes nothing of the row and only reads it.
+IF @P5 IS NULL
+    SELECT @fv = version, @fm = mark, @fp = paused
+    FROM {s}.schedules WITH (READCOMMITTEDLOCK)
+    WHERE queue = @P1 AND name = @P3;
+ELSE
+    SELECT @fv = version, @fm = mark, @fp = paused
+    FROM {s}.schedules WITH (UPDLOCK, ROWLOCK, READPAST, READCOMMITTEDLOCK)
+    WHERE queue = @P1 AND name = @P3;
 IF @fv IS NULL
     SET @fwhy = CASE WHEN EXISTS (SELECT 1 FROM {s}.schedules WITH (NOLOCK)
                                   WHERE queue = @P1 AND name = @P3)

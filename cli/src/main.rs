@@ -58,7 +58,7 @@
 //! |---|---|
 //! | `run PLAN.toml [--workers N] [--queue Q] [--timeout D] [--report-json F] [--full]` | run a plan (above); above 50 jobs the end shows totals per stage and failures first (`--full`: every job) |
 //! | `enqueue [--queue Q] [--batch B --stage S] [--group G] [--priority P] [--max-attempts N] [--delay D] [--timeout D] -- COMMAND...` | queue one command; prints its id |
-//! | `work [--queue Q]... [--concurrency N] [--shutdown-timeout D] [--retention D]` | execute queued commands until Ctrl-C / SIGTERM, then shut down gracefully; prunes finished jobs older than `--retention` (7 days) every minute |
+//! | `work [--queue Q]... [--concurrency N] [--shutdown-timeout D] [--retention D] [--no-schedules]` | execute queued commands until Ctrl-C / SIGTERM, then shut down gracefully; prunes finished jobs older than `--retention` (7 days) every minute; enqueues the due slots of its queues' schedules |
 //! | `status [-q Q] [--batch ID] [--all] [--json]` | counts per state, running jobs (worker, start), a batch's stages; `--all`: every queue in use |
 //! | `wait BATCH_ID [-q Q] [--stage S] [--timeout D] [--json]` | wait for a stage or a batch: exit 0 reached, 1 reached with failures, 124 timeout |
 //! | `job ID [-q Q] [--json]` | one job: attempts, workers, times, last error with output; found in any queue without `-q` |

@@ -724,9 +724,10 @@ pub async fn run(s: &Settings) -> anyhow::Result<Outcome> {
     let mut report = check::check(&plan, &obs, &ledger, allow);
     report.checks.push(stopped);
     report.checks.push(cell.check(&*backend, stopping).await?);
-    report
-        .figures
-        .push(("schedule cell's skewed scheduler".into(), skewed.note.clone()));
+    report.figures.push((
+        "schedule cell's skewed scheduler".into(),
+        skewed.note.clone(),
+    ));
     if s.library.is_some() {
         report.checks.push(library_took_part(&obs));
     }

@@ -152,26 +152,38 @@ impl Cell {
     ) -> anyhow::Result<Skewed> {
         let none = |note: String| Ok(Skewed { child: None, note });
         if embedded {
-            return none("not run: SQLite's clock is the machine's, which its processes share".into());
+            return none(
+                "not run: SQLite's clock is the machine's, which its processes share".into(),
+            );
         }
         if !Path::new(FAKETIME).exists() {
-            return none(format!("not run: no {FAKETIME} (apt-get install libfaketime)"));
+            return none(format!(
+                "not run: no {FAKETIME} (apt-get install libfaketime)"
+            ));
         }
         let shifted = faked(Command::new("date").arg("+%s")).output()?;
         let ahead = String::from_utf8_lossy(&shifted.stdout)
             .trim()
             .parse::<i64>()
-            .map(|t| t - Utc::now().timestamp())
-            .unwrap_or(0);
+            .map_or(0, |t| t - Utc::now().timestamp());
         if !(SKEW_SECS - 5..=SKEW_SECS + 5).contains(&ahead) {
-            return none(format!("not run: libfaketime moved `date` by {ahead} s, not {SKEW_SECS}"));
+            return none(format!(
+                "not run: libfaketime moved `date` by {ahead} s, not {SKEW_SECS}"
+            ));
         }
         std::fs::create_dir_all(logs)?;
         let log = std::fs::File::create(logs.join("skewed.log"))?;
         let child = faked(
             Command::new(exe)
                 .args(["--db", db, "work", "--queue", &self.queue])
-                .args(["--name", "skewed", "--concurrency", "2", "--shutdown-timeout", "5s"]),
+                .args([
+                    "--name",
+                    "skewed",
+                    "--concurrency",
+                    "2",
+                    "--shutdown-timeout",
+                    "5s",
+                ]),
         )
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)

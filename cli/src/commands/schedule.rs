@@ -121,6 +121,12 @@ pub async fn run(db: &str, cmd: ScheduleCommand) -> anyhow::Result<u8> {
                         outln!("{}", e.id);
                     }
                 }
+                Fired::Gone => {
+                    return Err(anyhow::Error::new(CoreError::not_found(format!(
+                        "schedule {:?} in queue {:?}",
+                        a.name, a.queue.queue
+                    ))));
+                }
                 other => return Err(anyhow::anyhow!("the schedule did not run: {other:?}")),
             }
             Ok(exit::OK)

@@ -56,6 +56,10 @@ pub struct WorkArgs {
     /// running `relayq prune`).
     #[arg(long, conflicts_with_all = ["retention", "maintain_every"])]
     pub no_maintenance: bool,
+    /// Fire no schedule (by default the worker enqueues each due slot of its queues'
+    /// schedules, checking about once a second; see `relayq schedule`).
+    #[arg(long)]
+    pub no_schedules: bool,
     /// Serve the worker's counters (claims, settles by outcome, busy slots, handler
     /// durations, pruning) as Prometheus text at http://ADDR/metrics; loopback only.
     #[arg(long, value_name = "ADDR")]
@@ -91,6 +95,11 @@ pub async fn run(db: &str, args: WorkArgs) -> anyhow::Result<u8> {
         .maintenance(args.maintain_every, args.retention);
     let worker = if args.no_maintenance {
         worker.no_maintenance()
+    } else {
+        worker
+    };
+    let worker = if args.no_schedules {
+        worker.no_schedules()
     } else {
         worker
     };
