@@ -61,7 +61,7 @@
 //! | `work [--queue Q]... [--concurrency N] [--shutdown-timeout D] [--retention D] [--no-schedules]` | execute queued commands until Ctrl-C / SIGTERM, then shut down gracefully; prunes finished jobs older than `--retention` (7 days) every minute; enqueues the due slots of its queues' schedules |
 //! | `status [-q Q] [--batch ID] [--all] [--json]` | counts per state, running jobs (worker, start), a batch's stages; `--all`: every queue in use |
 //! | `wait BATCH_ID [-q Q] [--stage S] [--timeout D] [--json]` | wait for a stage or a batch: exit 0 reached, 1 reached with failures, 124 timeout |
-//! | `job ID [-q Q] [--json]` | one job: attempts, workers, times, last error with output; found in any queue without `-q` |
+//! | `job ID [-q Q] [--why] [--json]` | one job: attempts, workers, times, last error with output; found in any queue without `-q`; `--why`: what holds it back (its stage, group, paused queue, limit, time) |
 //! | `dead list [--json]` / `dead retry [ID...]` | dead jobs; put them back to ready |
 //! | `cancel (--job ID \| --batch ID)` | cancel a job or a whole batch |
 //! | `pause` / `resume` / `limit N\|none` `[-q Q]` | stop and restart claims of a queue; cap its running jobs across workers |

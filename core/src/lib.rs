@@ -79,6 +79,7 @@ pub mod settle;
 pub mod traced;
 mod traits;
 pub mod validate;
+pub mod why;
 pub mod worker;
 
 /// The attribute the backend traits are written with, for implementing them.
@@ -102,6 +103,7 @@ pub use traits::{
     Admin, Backend, Claim, Complete, Enqueue, Events, Inspect, OrderBarrier, Schedules,
 };
 pub use validate::Limits;
+pub use why::{Hold, InspectExt, Why};
 
 /// What [`delegate!`] expands to needs; not part of the API.
 #[doc(hidden)]

@@ -336,12 +336,13 @@
   }
 
   async function drawJob() {
-    const j = await api(`/queues/${q(queue)}/jobs/${q(id)}`);
+    const [j, why] = await Promise.all([api(`/queues/${q(queue)}/jobs/${q(id)}`), api(`/queues/${q(queue)}/jobs/${q(id)}/why`)]);
     const field = (k, v) => [h("dt", {}, k), h("dd", {}, v ?? h("span", { class: "muted" }, "—"))];
     const unfinished = ["scheduled", "ready", "blocked", "running", "retrying"].includes(j.state);
     return [
       h("dl", { id: "job" },
         field("state", badge(j.state)),
+        field("why", h("ul", { id: "why" }, why.why.map((line) => h("li", {}, line)))),
         field("payload", h("pre", { class: "payload" }, j.payload + (j.payload_utf8 ? "" : "\n(not UTF-8: invalid bytes shown as �)"))),
         field("attempts", `${j.attempts} of ${j.max_attempts}`),
         field("priority", String(j.priority)),

@@ -259,6 +259,17 @@ pub(crate) async fn dead(
     )))
 }
 
+/// `GET /api/queues/{queue}/jobs/{id}/why`: what holds the job back, in words (SPEC
+/// M6).
+pub(crate) async fn why(
+    State(state): State<AppState>,
+    Path((name, job)): Path<(String, String)>,
+) -> ApiResult<Json<serde_json::Value>> {
+    let job = JobId(id("job", &job)?);
+    let why = relayq_core::InspectExt::why(&*state.backend, queue(&name)?, job).await?;
+    Ok(Json(serde_json::json!({ "why": why.lines() })))
+}
+
 /// `GET /api/queues/{queue}/jobs/{id}`: the job with every attempt.
 pub(crate) async fn job(
     State(state): State<AppState>,

@@ -31,6 +31,7 @@ pub(crate) fn build(state: AppState) -> Router {
         .route("/api/queues/{queue}/dead", get(api::dead))
         .route("/api/queues/{queue}/schedules", get(schedules::list))
         .route("/api/queues/{queue}/jobs/{id}", get(api::job))
+        .route("/api/queues/{queue}/jobs/{id}/why", get(api::why))
         .route("/metrics", get(metrics::serve));
     let app = if state.options.read_only {
         // Not hidden, absent: a read-only dashboard has no route that changes anything.

@@ -474,3 +474,27 @@ async fn schedules_are_listed_paused_resumed_and_run_now() {
     assert_eq!(forged.status, 403, "actions need the CSRF token");
     assert!(!db.backend.schedules(&q).await.unwrap()[0].paused);
 }
+
+#[tokio::test]
+async fn a_jobs_why_names_what_holds_it() {
+    let db = sqlite().await;
+    let q = queue();
+    let later = db
+        .backend
+        .enqueue_one(NewJob::new(&q, b"x".to_vec()).delay(Duration::from_secs(3600)))
+        .await
+        .unwrap()
+        .id;
+    let (app, _) = app_and_csrf(&db).await;
+    let why = get(&app, &format!("/api/queues/{q}/jobs/{}/why", later.0))
+        .await
+        .json();
+    let lines = why["why"].as_array().expect("a list of lines");
+    assert_eq!(lines.len(), 1, "{why}");
+    assert!(
+        lines[0].as_str().unwrap().starts_with("not before "),
+        "{why}"
+    );
+    let missing = get(&app, &format!("/api/queues/{q}/jobs/999999/why")).await;
+    assert_eq!(missing.status, 404);
+}

@@ -355,6 +355,13 @@ async fn the_dashboard_works_in_chromium(db: Db, screenshots: bool) {
     .await;
     until(
         &b,
+        "the job page says why it waits",
+        &text_of("#why li"),
+        |v| v == &json!("nothing holds it: the next claim of its queue may take it"),
+    )
+    .await;
+    until(
+        &b,
         "attempt error as text",
         &text_of("#attempts pre"),
         |v| v == &json!(PWN),

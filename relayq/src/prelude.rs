@@ -6,9 +6,9 @@
 pub use chrono::{DateTime, Utc};
 pub use relayq_core::{
     Admin, Backend, Batch, BatchId, BatchProgress, Claim, ClaimRequest, ClaimedJob, Complete,
-    CompleteExt, Enqueue, EnqueueExt, Enqueued, Error, ErrorKind, Events, Inspect, JobId, JobState,
-    Lease, NewJob, OnFailure, OrderBarrier, OrderBarrierExt, QueueStats, Result, Retry, Settle,
-    Settled, WaitFor, wait_drained,
+    CompleteExt, Enqueue, EnqueueExt, Enqueued, Error, ErrorKind, Events, Inspect, InspectExt,
+    JobId, JobState, Lease, NewJob, OnFailure, OrderBarrier, OrderBarrierExt, QueueStats, Result,
+    Retry, Schedules, Settle, Settled, WaitFor, wait_drained,
     worker::{JobError, Worker},
 };
 pub use std::sync::Arc;

@@ -24,6 +24,10 @@ pub struct JobArgs {
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
+    /// Say what holds the job back (its stage, group, queue, time), or that it runs or
+    /// finished.
+    #[arg(long)]
+    pub why: bool,
 }
 
 /// Shows the job; returns the exit code.
@@ -34,12 +38,26 @@ pub async fn run(db: &str, args: JobArgs) -> anyhow::Result<u8> {
     let backend = backend::open(db, Use::Read).await?;
     let info = find(&*backend, args.queue.as_deref(), JobId(args.id)).await?;
     let queue = info.queue.clone();
+    let why = if args.why {
+        Some(super::why::lines(
+            &relayq_core::InspectExt::why(&*backend, &queue, JobId(args.id)).await?,
+        ))
+    } else {
+        None
+    };
     let job = JobReport::new(info);
     if args.json {
-        outln!("{}", serde_json::to_string_pretty(&job)?);
+        let mut value = serde_json::to_value(&job)?;
+        if let (Some(lines), Some(map)) = (&why, value.as_object_mut()) {
+            map.insert("why".into(), serde_json::json!(lines));
+        }
+        outln!("{}", serde_json::to_string_pretty(&value)?);
         return Ok(exit::OK);
     }
     outln!("job {} of queue {:?}: {}", job.id, queue, job.state);
+    for line in why.iter().flatten() {
+        outln!("  why:      {line}");
+    }
     outln!("  name:     {}", printable(&job.name));
     outln!("  command:  {}", printable(&job.command));
     if let Some(stage) = job.stage {

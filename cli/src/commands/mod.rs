@@ -11,6 +11,7 @@ pub mod queue;
 pub mod schedule;
 pub mod status;
 pub mod wait;
+pub mod why;
 pub mod work;
 
 use std::borrow::Cow;

@@ -535,3 +535,98 @@ pub async fn m1_oldest_ready_is_the_longest_wait(env: &Env) -> anyhow::Result<()
     );
     Ok(())
 }
+
+/// SPEC M6: `why` names every rule holding a job back: `run_at`, a backoff, a lower
+/// stage, the group's running job, a paused queue, `max_running`; and says when a job
+/// runs, finished, or waits for a claim alone.
+pub async fn m6_why_names_what_holds_a_job(env: &Env) -> anyhow::Result<()> {
+    use relayq_core::{Hold, InspectExt, Why};
+    let b = env.backend();
+    let q = queue_name("m6");
+    let later = enqueue(
+        b,
+        NewJob::new(&q, b"later".to_vec()).delay(Duration::from_secs(3600)),
+    )
+    .await?;
+    let head = enqueue(b, NewJob::new(&q, b"head".to_vec()).group("g")).await?;
+    let behind = enqueue(b, NewJob::new(&q, b"behind".to_vec()).group("g")).await?;
+    let batch = b.open_batch(&q, OnFailure::Continue).await?;
+    let low = enqueue(b, NewJob::new(&q, b"low".to_vec()).in_batch(batch.id, 1)).await?;
+    let high = enqueue(b, NewJob::new(&q, b"high".to_vec()).in_batch(batch.id, 2)).await?;
+    let free = enqueue(b, NewJob::new(&q, b"free".to_vec())).await?;
+    ensure!(
+        b.why(&q, free).await? == Why::Claimable,
+        "a ready job with nothing ahead waits for a claim alone"
+    );
+    let why = b.why(&q, later).await?;
+    ensure!(
+        matches!(&why, Why::Held(h) if matches!(h.as_slice(), [Hold::NotBefore(_)])),
+        "a delayed job: {why:?}"
+    );
+    let why = b.why(&q, high).await?;
+    ensure!(
+        why == Why::Held(vec![Hold::Stage {
+            batch: batch.id,
+            stage: 2,
+            waiting_for: 1,
+            unfinished: 1
+        }]),
+        "a job behind a lower stage: {why:?}"
+    );
+    // Claim the group's head (and whatever else is ready): it holds the group.
+    let got = claim(b, &q, 10).await?;
+    let held = got
+        .iter()
+        .find(|j| j.id() == head)
+        .ok_or_else(|| anyhow::anyhow!("the group's head was not claimed"))?;
+    let why = b.why(&q, head).await?;
+    ensure!(
+        matches!(&why, Why::Running { worker, .. } if worker == &held.lease.worker),
+        "a running job names its worker: {why:?}"
+    );
+    let why = b.why(&q, behind).await?;
+    ensure!(
+        why == Why::Held(vec![Hold::Group {
+            group: "g".into(),
+            holder: Some(head)
+        }]),
+        "a job behind its group names the running holder: {why:?}"
+    );
+    // The low-stage job fails with an hour's backoff.
+    let low_lease = got
+        .iter()
+        .find(|j| j.id() == low)
+        .ok_or_else(|| anyhow::anyhow!("the stage-1 job was not claimed"))?
+        .lease
+        .clone();
+    b.fail(&low_lease, "boom", Retry::After(Duration::from_secs(3600)))
+        .await?;
+    let why = b.why(&q, low).await?;
+    ensure!(
+        matches!(&why, Why::Held(h) if matches!(h.as_slice(), [Hold::Backoff { attempts: 1, .. }])),
+        "a retrying job names its backoff: {why:?}"
+    );
+    b.complete(&held.lease).await?;
+    ensure!(
+        b.why(&q, head).await? == Why::Finished(JobState::Succeeded),
+        "a finished job says so"
+    );
+    b.set_max_running(&q, Some(1)).await?;
+    // Whatever is running now fills the one slot; pausing adds a second rule.
+    let running = b.queue_stats(&q).await?.count(JobState::Running);
+    b.pause(&q).await?;
+    let why = b.why(&q, behind).await?;
+    let Why::Held(holds) = &why else {
+        anyhow::bail!("a paused queue holds its jobs: {why:?}");
+    };
+    ensure!(holds.contains(&Hold::Paused), "the pause is named: {why:?}");
+    ensure!(
+        (running >= 1) == holds.contains(&Hold::MaxRunning { max: 1, running }),
+        "max_running is named exactly when it is reached ({running} running): {why:?}"
+    );
+    expect_not_found(
+        b.why(&q, JobId(i64::MAX - 1)).await,
+        "why of an unknown job",
+    )?;
+    Ok(())
+}

@@ -1,0 +1,251 @@
+//! "Why is this job not running?" (SPEC M6): every rule that holds a job back, each
+//! naming what it waits for, read from the backend's own answers.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use crate::{Batch, BatchId, Inspect, JobId, JobInfo, JobState, OrderBarrier, Result, validate};
+
+/// How many running jobs are read, at most, to name a group's holder.
+const HOLDER_LOOKUPS: usize = 200;
+
+/// One rule holding a job back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Hold {
+    /// Its `run_at` lies ahead (SPEC E2).
+    NotBefore(DateTime<Utc>),
+    /// A failed attempt's backoff: it is tried again then (SPEC L2).
+    Backoff {
+        /// When it is tried again.
+        until: DateTime<Utc>,
+        /// Attempts made so far.
+        attempts: u32,
+        /// Attempts it gets.
+        max_attempts: u16,
+    },
+    /// A lower stage of its batch is unfinished (SPEC B2).
+    Stage {
+        /// Its batch.
+        batch: BatchId,
+        /// Its own stage.
+        stage: i32,
+        /// The lowest stage with unfinished jobs.
+        waiting_for: i32,
+        /// Unfinished jobs in the stages below its own.
+        unfinished: u64,
+    },
+    /// Another job of its group goes first (SPEC G1, G2): the one running it now when
+    /// found, else one that is retrying or earlier in the group's order.
+    Group {
+        /// The group.
+        group: String,
+        /// The job running in the group now, if one is.
+        holder: Option<JobId>,
+    },
+    /// Its queue is paused (SPEC C6).
+    Paused,
+    /// Its queue runs as many jobs as its `max_running` allows (SPEC C6).
+    MaxRunning {
+        /// The limit.
+        max: u32,
+        /// Jobs running now.
+        running: u64,
+    },
+}
+
+/// What [`InspectExt::why`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Why {
+    /// It runs now.
+    Running {
+        /// The worker holding it.
+        worker: String,
+        /// Since when.
+        since: DateTime<Utc>,
+    },
+    /// It finished, in this state.
+    Finished(JobState),
+    /// Nothing holds it: the next claim of its queue may take it.
+    Claimable,
+    /// These rules hold it, every one of them.
+    Held(Vec<Hold>),
+}
+
+/// "Why is this job not running?", written once over [`Inspect`] and [`OrderBarrier`].
+#[async_trait]
+pub trait InspectExt: Inspect + OrderBarrier {
+    /// Every rule that holds job `id` of `queue` back, or that it runs, finished, or
+    /// waits for nothing but a claim (SPEC M6).
+    ///
+    /// # Behavior
+    /// - A job not yet due names its `run_at`; a retrying one its backoff's end; one
+    ///   behind a lower stage the stage and how many jobs are unfinished below its own;
+    ///   one behind its group the group and the job running in it (when one is); a
+    ///   paused queue; a queue at its `max_running`, with the running count (SPEC M6).
+    /// - A running job names its worker; a finished one its state.
+    /// - An unknown job is [`Error::NotFound`](crate::Error::NotFound).
+    async fn why(&self, queue: &str, id: JobId) -> Result<Why> {
+        validate::queue_name(queue)?;
+        let job = self.job(queue, id).await?;
+        if job.state.is_finished() {
+            return Ok(Why::Finished(job.state));
+        }
+        if job.state == JobState::Running {
+            let running = self.running(queue).await?;
+            if let Some(r) = running.into_iter().find(|r| r.id == id) {
+                return Ok(Why::Running {
+                    worker: r.worker,
+                    since: r.started_at,
+                });
+            }
+        }
+        let mut holds = Vec::new();
+        match job.state {
+            JobState::Scheduled => holds.push(Hold::NotBefore(job.run_at)),
+            JobState::Retrying if job.run_at > Utc::now() => holds.push(Hold::Backoff {
+                until: job.run_at,
+                attempts: job.attempts,
+                max_attempts: job.max_attempts,
+            }),
+            _ => {}
+        }
+        if let Some(hold) = self.stage_hold(queue, &job).await? {
+            holds.push(hold);
+        }
+        if job.state == JobState::Blocked
+            && let Some(group) = &job.group
+        {
+            holds.push(Hold::Group {
+                group: group.clone(),
+                holder: self.group_holder(queue, group, id).await?,
+            });
+        }
+        let stats = self.queue_stats(queue).await?;
+        if stats.paused {
+            holds.push(Hold::Paused);
+        }
+        let running = stats.count(JobState::Running);
+        if let Some(max) = stats.max_running
+            && running >= u64::from(max)
+        {
+            holds.push(Hold::MaxRunning { max, running });
+        }
+        Ok(if holds.is_empty() {
+            Why::Claimable
+        } else {
+            Why::Held(holds)
+        })
+    }
+
+    /// The stage rule, for a job of a batch whose lower stages are unfinished.
+    #[doc(hidden)]
+    async fn stage_hold(&self, queue: &str, job: &JobInfo) -> Result<Option<Hold>> {
+        let (Some(batch), Some(stage)) = (job.batch, job.stage) else {
+            return Ok(None);
+        };
+        let progress = self
+            .batch_progress(&Batch {
+                queue: queue.to_owned(),
+                id: batch,
+            })
+            .await?;
+        let below: Vec<_> = progress
+            .stages
+            .iter()
+            .filter(|s| s.stage < stage && s.pending + s.running > 0)
+            .collect();
+        Ok(below.first().map(|lowest| Hold::Stage {
+            batch,
+            stage,
+            waiting_for: lowest.stage,
+            unfinished: below.iter().map(|s| s.pending + s.running).sum(),
+        }))
+    }
+
+    /// The running job of `group`, if one is, among the first running jobs of the
+    /// queue.
+    #[doc(hidden)]
+    async fn group_holder(&self, queue: &str, group: &str, me: JobId) -> Result<Option<JobId>> {
+        for r in self.running(queue).await?.into_iter().take(HOLDER_LOOKUPS) {
+            if r.id == me {
+                continue;
+            }
+            let other = self.job(queue, r.id).await?;
+            if other.group.as_deref() == Some(group) {
+                return Ok(Some(r.id));
+            }
+        }
+        Ok(None)
+    }
+}
+
+impl<T: Inspect + OrderBarrier + ?Sized> InspectExt for T {}
+
+impl Why {
+    /// The answer in words, one line per reason (for the CLI and the dashboard).
+    #[must_use]
+    pub fn lines(&self) -> Vec<String> {
+        match self {
+            Self::Running { worker, since } => {
+                vec![format!("running on {worker} since {}", stamp(*since))]
+            }
+            Self::Finished(state) => vec![format!("finished: {state}")],
+            Self::Claimable => {
+                vec!["nothing holds it: the next claim of its queue may take it".into()]
+            }
+            Self::Held(holds) => holds.iter().map(ToString::to_string).collect(),
+        }
+    }
+}
+
+impl std::fmt::Display for Hold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NotBefore(t) => write!(f, "not before {} (its run_at)", stamp(*t)),
+            Self::Backoff {
+                until,
+                attempts,
+                max_attempts,
+            } => write!(
+                f,
+                "retrying at {} after attempt {attempts} of {max_attempts}",
+                stamp(*until)
+            ),
+            Self::Stage {
+                batch,
+                stage,
+                waiting_for,
+                unfinished,
+            } => {
+                let jobs = if *unfinished == 1 { "job" } else { "jobs" };
+                write!(
+                    f,
+                    "stage {stage} of batch {batch} waits for stage {waiting_for}: \
+                     {unfinished} {jobs} unfinished below it"
+                )
+            }
+            Self::Group {
+                group,
+                holder: Some(id),
+            } => write!(f, "group {group} is held by job {id}, running"),
+            Self::Group {
+                group,
+                holder: None,
+            } => write!(
+                f,
+                "group {group} goes in order: an earlier job of it is retrying or not done"
+            ),
+            Self::Paused => write!(f, "its queue is paused"),
+            Self::MaxRunning { max, running } => {
+                write!(f, "its queue runs {running} of at most {max} jobs")
+            }
+        }
+    }
+}
+
+/// A time as the lines show it: UTC, to the second.
+fn stamp(t: DateTime<Utc>) -> String {
+    t.format("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
