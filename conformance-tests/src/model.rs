@@ -13,8 +13,8 @@ use anyhow::{bail, ensure};
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use proptest::{collection::vec, prelude::*};
 use relayq_core::{
-    Backend, Batch, ClaimRequest, CompleteExt, Error, JobId, Lease, NewJob, OnFailure, Retry,
-    Settle,
+    Backend, Batch, ClaimRequest, CompleteExt, Error, Hold, InspectExt, JobId, Lease, NewJob,
+    OnFailure, Retry, Settle, Why,
     memory::{Clock, MemoryBackend},
     schedule::{Fired, Schedule},
 };
@@ -60,6 +60,8 @@ pub enum Op {
     DeleteSchedule(u8),
     /// Run schedule n now.
     RunNow(u8),
+    /// Ask why the n-th job is not running (SPEC M6).
+    Why(usize),
 }
 
 fn spec() -> impl Strategy<Value = Spec> {
@@ -92,6 +94,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0u8..3, any::<bool>()).prop_map(|(n, p)| Op::PauseSchedule(n, p)),
         1 => (0u8..3).prop_map(Op::DeleteSchedule),
         2 => (0u8..3).prop_map(Op::RunNow),
+        2 => any::<usize>().prop_map(Op::Why),
     ]
 }
 
@@ -260,6 +263,14 @@ impl Side {
             Op::DeleteSchedule(n) => {
                 verdict(&b.delete_schedule(&self.queue, &format!("s{n}")).await)
             }
+            Op::Why(i) => {
+                if self.ids.is_empty() {
+                    return Ok("no job".into());
+                }
+                let r = b.why(&self.queue, self.ids[i % self.ids.len()]).await;
+                let answer = r.as_ref().map(|w| self.neutral(w)).unwrap_or_default();
+                verdict(&r.map(|_| answer))
+            }
             Op::RunNow(n) => {
                 let r = b.run_schedule_now(&self.queue, &format!("s{n}")).await;
                 let answer = match &r {
@@ -279,6 +290,43 @@ impl Side {
                 verdict(&r.map(|_| answer))
             }
         })
+    }
+
+    /// A `why` answer with job and batch indices for ids, and no times (each side's
+    /// clock reads its own).
+    fn neutral(&self, why: &Why) -> String {
+        let batch = |id| self.batches.iter().position(|b| b.id == id);
+        match why {
+            Why::Running { worker, .. } => format!("running on {worker}"),
+            Why::Held(holds) => {
+                let holds: Vec<String> = holds
+                    .iter()
+                    .map(|h| match h {
+                        Hold::NotBefore(_) => "not before".to_owned(),
+                        Hold::Backoff {
+                            attempts,
+                            max_attempts,
+                            ..
+                        } => format!("backoff {attempts}/{max_attempts}"),
+                        Hold::Stage {
+                            batch: id,
+                            stage,
+                            waiting_for,
+                            unfinished,
+                        } => format!(
+                            "batch {:?} stage {stage} waits for {waiting_for} ({unfinished})",
+                            batch(*id)
+                        ),
+                        Hold::Group { group, holder } => {
+                            format!("group {group} held by {:?}", holder.map(|h| self.index(h)))
+                        }
+                        other => format!("{other:?}"),
+                    })
+                    .collect();
+                format!("held {holds:?}")
+            }
+            other => format!("{other:?}"),
+        }
     }
 
     /// Every job's state and every batch's progress, in backend-neutral terms.

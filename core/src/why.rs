@@ -8,6 +8,8 @@ use crate::{Batch, BatchId, Inspect, JobId, JobInfo, JobState, OrderBarrier, Res
 
 /// How many running jobs are read, at most, to name a group's holder.
 const HOLDER_LOOKUPS: usize = 200;
+/// How many of the jobs filling `max_running` are named.
+pub const HOLDERS_LISTED: usize = 10;
 
 /// One rule holding a job back.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,6 +53,8 @@ pub enum Hold {
         max: u32,
         /// Jobs running now.
         running: u64,
+        /// Up to [`HOLDERS_LISTED`] of them, oldest first, with their workers.
+        holders: Vec<(JobId, String)>,
     },
 }
 
@@ -83,7 +87,8 @@ pub trait InspectExt: Inspect + OrderBarrier {
     /// - A job not yet due names its `run_at`; a retrying one its backoff's end; one
     ///   behind a lower stage the stage and how many jobs are unfinished below its own;
     ///   one behind its group the group and the job running in it (when one is); a
-    ///   paused queue; a queue at its `max_running`, with the running count (SPEC M6).
+    ///   paused queue; a queue at its `max_running`, with the running count and the
+    ///   oldest running jobs with their workers (SPEC M6).
     /// - A running job names its worker; a finished one its state.
     /// - An unknown job is [`Error::NotFound`](crate::Error::NotFound).
     async fn why(&self, queue: &str, id: JobId) -> Result<Why> {
@@ -130,7 +135,18 @@ pub trait InspectExt: Inspect + OrderBarrier {
         if let Some(max) = stats.max_running
             && running >= u64::from(max)
         {
-            holds.push(Hold::MaxRunning { max, running });
+            let mut now_running = self.running(queue).await?;
+            now_running.sort_by_key(|r| r.started_at);
+            let holders = now_running
+                .into_iter()
+                .take(HOLDERS_LISTED)
+                .map(|r| (r.id, r.worker))
+                .collect();
+            holds.push(Hold::MaxRunning {
+                max,
+                running,
+                holders,
+            });
         }
         Ok(if holds.is_empty() {
             Why::Claimable
@@ -238,8 +254,17 @@ impl std::fmt::Display for Hold {
                 "group {group} goes in order: an earlier job of it is retrying or not done"
             ),
             Self::Paused => write!(f, "its queue is paused"),
-            Self::MaxRunning { max, running } => {
-                write!(f, "its queue runs {running} of at most {max} jobs")
+            Self::MaxRunning {
+                max,
+                running,
+                holders,
+            } => {
+                write!(f, "its queue runs {running} of at most {max} jobs")?;
+                for (i, (id, worker)) in holders.iter().enumerate() {
+                    let sep = if i == 0 { ": " } else { ", " };
+                    write!(f, "{sep}job {id} on {worker}")?;
+                }
+                Ok(())
             }
         }
     }

@@ -620,10 +620,26 @@ pub async fn m6_why_names_what_holds_a_job(env: &Env) -> anyhow::Result<()> {
         anyhow::bail!("a paused queue holds its jobs: {why:?}");
     };
     ensure!(holds.contains(&Hold::Paused), "the pause is named: {why:?}");
+    let at_max = holds.iter().find_map(|h| match h {
+        Hold::MaxRunning {
+            max: 1,
+            running: r,
+            holders,
+        } => Some((*r, holders.clone())),
+        _ => None,
+    });
     ensure!(
-        (running >= 1) == holds.contains(&Hold::MaxRunning { max: 1, running }),
+        (running >= 1) == at_max.is_some(),
         "max_running is named exactly when it is reached ({running} running): {why:?}"
     );
+    if let Some((r, holders)) = at_max {
+        let listed: Vec<JobId> = holders.iter().map(|(id, _)| *id).collect();
+        let now_running: Vec<JobId> = b.running(&q).await?.iter().map(|j| j.id).collect();
+        ensure!(
+            r == running && !listed.is_empty() && listed.iter().all(|id| now_running.contains(id)),
+            "the slots' holders are named: {listed:?}, running {now_running:?}"
+        );
+    }
     expect_not_found(
         b.why(&q, JobId(i64::MAX - 1)).await,
         "why of an unknown job",
