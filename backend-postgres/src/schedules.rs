@@ -65,9 +65,14 @@ impl PostgresBackend {
                 .fetch_one(&mut *tx)
                 .await
                 .map_err(db)?;
+            tx.rollback().await.map_err(db)?;
             return Ok((if exists { Fired::Busy } else { Fired::Gone }, Vec::new()));
         };
         if let Some(no) = refusal(fire, version, mark, paused, now) {
+            // Ended here, not when the transaction is dropped: a dropped one rolls back
+            // only once its connection is next used, and holds the row's lock until
+            // then, so the next fire would find the row busy.
+            tx.rollback().await.map_err(db)?;
             return Ok((no, Vec::new()));
         }
         let asked = !fire.jobs.is_empty();
