@@ -109,6 +109,8 @@ pub trait InspectExt: Inspect + OrderBarrier {
         let mut holds = Vec::new();
         match job.state {
             JobState::Scheduled => holds.push(Hold::NotBefore(job.run_at)),
+            // `Inspect` gives no server time: a retry whose time this process's
+            // clock has passed is reported claimable, as the backend will soon see it.
             JobState::Retrying if job.run_at > Utc::now() => holds.push(Hold::Backoff {
                 until: job.run_at,
                 attempts: job.attempts,

@@ -809,3 +809,33 @@ async fn prefetch_releases_jobs_held_past_a_heartbeat_and_does_not_reclaim_them(
     }
     w.shutdown().await.unwrap();
 }
+
+/// SPEC S5: a worker fires the due slots of its queues' schedules by default, and
+/// runs the jobs they make.
+#[tokio::test]
+async fn s5_a_worker_fires_its_queues_schedules() {
+    use relayq_core::{Schedules, schedule::Schedule};
+    let backend = Arc::new(MemoryBackend::new());
+    let q = queue();
+    backend
+        .put_schedule(
+            &Schedule::new(&q, "tick", "* * * * * *").job(relayq_core::NewJob::new(&q, vec![])),
+        )
+        .await
+        .unwrap();
+    let worker = builder(&backend, &q)
+        .handler(|_job: relayq_core::ClaimedJob| async { Ok::<_, worker::JobError>(()) })
+        .build()
+        .unwrap()
+        .spawn();
+    until("a slot's job to succeed", async || {
+        backend
+            .queue_stats(&q)
+            .await
+            .unwrap()
+            .count(JobState::Succeeded)
+            >= 1
+    })
+    .await;
+    worker.shutdown().await.unwrap();
+}

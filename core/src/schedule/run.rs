@@ -251,3 +251,94 @@ fn earliest(a: Option<DateTime<Utc>>, b: Option<DateTime<Utc>>) -> Option<DateTi
         (a, b) => a.or(b),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::{sync::Arc, time::Duration};
+
+    use chrono::TimeZone;
+
+    use super::*;
+    use crate::{
+        Inspect, Limits, NewJob,
+        memory::{ManualClock, MemoryBackend},
+        schedule::Schedule,
+    };
+
+    fn at_noon() -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 5, 1, 12, 0, 0).unwrap()
+    }
+
+    fn backend() -> (MemoryBackend, Arc<ManualClock>) {
+        let clock = Arc::new(ManualClock::new(at_noon()));
+        (MemoryBackend::with(clock.clone(), Limits::default()), clock)
+    }
+
+    /// SPEC S2, S5: a scheduler that keeps its memo between passes fires each slot as
+    /// it comes, nothing twice, and reads a replaced definition at once though the
+    /// memo said the old one's next slot was far away.
+    #[tokio::test]
+    async fn a_memo_fires_each_slot_once_and_sees_a_replacement() {
+        let (b, clock) = backend();
+        let job = || NewJob::new("q", b"x".to_vec());
+        b.put_schedule(&Schedule::new("q", "s", "* * * * * *").job(job()))
+            .await
+            .unwrap();
+        let mut memo = Memo::default();
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(
+            run_due_with(&b, "q", &mut memo).await.unwrap().fired.len(),
+            1
+        );
+        assert!(
+            run_due_with(&b, "q", &mut memo)
+                .await
+                .unwrap()
+                .fired
+                .is_empty()
+        );
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(
+            run_due_with(&b, "q", &mut memo).await.unwrap().fired.len(),
+            1
+        );
+
+        // Yearly: the memo learns its next slot is months away.
+        b.put_schedule(&Schedule::new("q", "s", "0 0 1 1 *").job(job()))
+            .await
+            .unwrap();
+        clock.advance(Duration::from_secs(1));
+        assert!(
+            run_due_with(&b, "q", &mut memo)
+                .await
+                .unwrap()
+                .fired
+                .is_empty()
+        );
+        // Back to every second: the new version is read, not the memo's next slot.
+        b.put_schedule(&Schedule::new("q", "s", "* * * * * *").job(job()))
+            .await
+            .unwrap();
+        clock.advance(Duration::from_secs(1));
+        let tick = run_due_with(&b, "q", &mut memo).await.unwrap();
+        assert_eq!(tick.fired.len(), 1, "{:?}", tick.fired);
+        assert_eq!(b.queue_stats("q").await.unwrap().total(), 3);
+    }
+
+    /// SPEC S2: slots are judged by the backend's clock alone; a pass never fires a
+    /// slot the backend's time has not reached, whatever this process's clock says.
+    #[tokio::test]
+    async fn slots_follow_the_backends_clock() {
+        let (b, clock) = backend();
+        b.put_schedule(&Schedule::new("q", "s", "* * * * * *").job(NewJob::new("q", vec![])))
+            .await
+            .unwrap();
+        // The backend stands in 2026 while this process's clock is far later.
+        let tick = run_due(&b, "q").await.unwrap();
+        assert!(tick.fired.is_empty(), "{:?}", tick.fired);
+        assert_eq!(tick.next, Some(at_noon() + TimeDelta::seconds(1)));
+        clock.advance(Duration::from_secs(3));
+        let tick = run_due(&b, "q").await.unwrap();
+        assert_eq!(tick.fired[0].1, at_noon() + TimeDelta::seconds(3), "latest");
+    }
+}
