@@ -86,6 +86,10 @@ impl Admin for MssqlBackend {
             .flatten()
             .map(str::to_owned);
         self.wake(rows::set(&sets, 1)?)?;
+        if found.as_deref() == Some("running") {
+            // Workers of this process stop it now; others read their leases (SPEC B8).
+            self.inner.events.notify(queue, EventKind::Revoked);
+        }
         match found.as_deref() {
             None => Err(Error::not_found(format!("job {id} in queue {queue:?}"))),
             Some("ready" | "blocked" | "running" | "retrying") => Ok(true),
@@ -103,6 +107,9 @@ impl Admin for MssqlBackend {
         self.wake(rows::set(&sets, 1)?)?;
         if req::<i32>(r, 0)? == 0 {
             return Err(Error::not_found(batch.to_string()));
+        }
+        if req::<i32>(r, 1)? > 0 {
+            self.inner.events.notify(&batch.queue, EventKind::Revoked);
         }
         num(req::<i32>(r, 1)?)
     }

@@ -5,7 +5,7 @@ use std::{collections::HashSet, time::Duration};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use relayq_core::{
-    Complete, Error, JobState, Lease, Outcome, Result, Retry, Settle, Settled,
+    Complete, Error, JobId, JobState, Lease, Outcome, Result, Retry, Settle, Settled,
     retry::retry_transient,
 };
 use serde_json::{Value, json};
@@ -111,6 +111,19 @@ impl Complete for MssqlBackend {
             Some(r) => rows::time(r, 0),
             None => Err(Error::StaleLease),
         }
+    }
+
+    async fn lost_leases_unchecked(&self, leases: &[Lease]) -> Result<Vec<JobId>> {
+        let doc: Vec<Value> = leases
+            .iter()
+            .map(|l| json!({"id": l.job.0, "token": l.token.0.to_string()}))
+            .collect();
+        let doc = Value::Array(doc).to_string();
+        let sets = self.run(sql::LOST, &[&doc.as_str()]).await?;
+        rows::set(&sets, 0)?
+            .iter()
+            .map(|r| req::<i64>(r, 0).map(JobId))
+            .collect()
     }
 }
 

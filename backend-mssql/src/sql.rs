@@ -935,6 +935,13 @@ pub(crate) const RUNNING: &str = "
 SELECT id, worker, attempts, started_at, lease_expires_at FROM {s}.jobs
 WHERE queue = @P1 AND state = 'running' ORDER BY id;";
 
+/// SPEC B8: the leases of JSON `@P1` (`[{id, token}]`) whose job is not `running` under
+/// that token; each job found by its primary key.
+pub(crate) const LOST: &str = "
+SELECT DISTINCT l.id FROM OPENJSON(@P1) WITH (id bigint '$.id', token uniqueidentifier '$.token') AS l
+WHERE NOT EXISTS (SELECT 1 FROM {s}.jobs AS j
+    WHERE j.id = l.id AND j.lease_token = l.token AND j.state = 'running');";
+
 /// The newest `@P2` batches of queue `@P1`.
 pub(crate) const BATCH_IDS: &str =
     "SELECT TOP (@P2) id FROM {s}.batches WHERE queue = @P1 ORDER BY id DESC;";
@@ -1093,6 +1100,7 @@ pub(crate) const ALL: &[(&str, &str)] = &[
     ("QUEUES", QUEUES),
     ("JOB", JOB),
     ("RUNNING", RUNNING),
+    ("LOST", LOST),
     ("BATCH_IDS", BATCH_IDS),
     ("BATCH_JOB_IDS", BATCH_JOB_IDS),
     ("DEAD_IDS", DEAD_IDS),

@@ -119,7 +119,8 @@ impl PostgresBackend {
                 None => Err(Error::not_found(format!("job {id} in queue {queue:?}"))),
             };
         }
-        let (_, touched) = Self::cancel_ids(&mut tx, self, &[id.0]).await?;
+        let (_, mut touched) = Self::cancel_ids(&mut tx, self, &[id.0]).await?;
+        touched.revoked.insert(queue.to_owned());
         Ok((true, Self::finish_tx(tx, self, &touched).await?))
     }
 
@@ -153,6 +154,9 @@ impl PostgresBackend {
             .map_err(db)?;
         let (n, mut touched) = Self::cancel_ids(&mut tx, self, &ids).await?;
         touched.finished.insert(batch.queue.clone());
+        if n > 0 {
+            touched.revoked.insert(batch.queue.clone());
+        }
         Ok((n, Self::finish_tx(tx, self, &touched).await?))
     }
 

@@ -379,6 +379,11 @@ impl Events for PostgresBackend {
         self.inner.listener.start();
         Some(rx)
     }
+
+    /// Every cancel sends `NOTIFY` in its transaction.
+    fn pushes_revocations(&self) -> bool {
+        true
+    }
 }
 
 /// Maps a driver error into the core error, keeping it as the source.

@@ -66,6 +66,8 @@ pub(crate) struct Touched {
     pub(crate) ready: BTreeSet<String>,
     /// Queues where jobs finished, for batch waiters.
     pub(crate) finished: BTreeSet<String>,
+    /// Queues where running jobs may have lost their leases to a cancel (SPEC B8).
+    pub(crate) revoked: BTreeSet<String>,
     /// Notifications already sent in this transaction: by the settle statement, with
     /// the batches' lock, or by `settle_groups`. So a `Touched` belongs to one
     /// transaction: reused in another, it would hold back notifications that
@@ -144,10 +146,16 @@ impl Touched {
 
     /// Every notification of the transaction: see [`crate::listen::payloads`].
     pub(crate) fn payloads(&self) -> Vec<String> {
-        crate::listen::payloads(
+        let mut all = crate::listen::payloads(
             self.ready.iter().map(String::as_str),
             self.finished.iter().map(String::as_str),
-        )
+        );
+        all.extend(
+            self.revoked
+                .iter()
+                .map(|q| relayq_core::kit::wake::revoked(q)),
+        );
+        all
     }
 
     /// The notifications still to send: [`payloads`](Self::payloads) less those sent

@@ -9,7 +9,7 @@ use crate::{
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use relayq_core::{
-    Complete, Error, JobState, Lease, Outcome, Result, Retry, Settle, Settled,
+    Complete, Error, JobId, JobState, Lease, Outcome, Result, Retry, Settle, Settled,
     retry::retry_transient,
 };
 use sqlx::{Row as _, postgres::PgRow};
@@ -520,4 +520,24 @@ impl Complete for PostgresBackend {
         .map_err(db)?;
         until.ok_or(Error::StaleLease)
     }
+
+    /// Each job looked up by its primary key from the leases' side; finished jobs are in
+    /// `finished`, so they are simply not found.
+    async fn lost_leases_unchecked(&self, leases: &[Lease]) -> Result<Vec<JobId>> {
+        let ids: Vec<i64> = leases.iter().map(|l| l.job.0).collect();
+        let tokens: Vec<uuid::Uuid> = leases.iter().map(|l| l.token.0).collect();
+        let lost: Vec<i64> = sqlx::query_scalar(self.sql(LOST))
+            .bind(&ids)
+            .bind(&tokens)
+            .fetch_all(self.pool())
+            .await
+            .map_err(db)?;
+        Ok(lost.into_iter().map(JobId).collect())
+    }
 }
+
+/// SPEC B8: the leases `($1, $2)` whose job is not `running` under that token.
+pub(crate) const LOST: &str =
+    "SELECT DISTINCT l.id FROM unnest($1::bigint[], $2::uuid[]) AS l(id, token)
+    WHERE NOT EXISTS (SELECT 1 FROM {s}.jobs j
+        WHERE j.id = l.id AND j.lease_token = l.token AND j.state = 'running')";

@@ -365,6 +365,7 @@ impl Admin for RedisBackend {
             return Err(Error::not_found(format!("job {id} in queue {queue:?}")));
         }
         if n > 0 {
+            self.notify_local(queue, EventKind::Revoked);
             self.notify_local(queue, EventKind::Finished);
             self.notify_local(queue, EventKind::Ready);
         }
@@ -376,6 +377,9 @@ impl Admin for RedisBackend {
         let n: i64 = self.run(&scripts::CANCEL, &batch.queue, &args).await?;
         if n < 0 {
             return Err(Error::not_found(batch.to_string()));
+        }
+        if n > 0 {
+            self.notify_local(&batch.queue, EventKind::Revoked);
         }
         self.notify_local(&batch.queue, EventKind::Finished);
         self.notify_local(&batch.queue, EventKind::Ready);

@@ -202,6 +202,25 @@ impl Complete for RedisBackend {
         }
         Ok(reply::time(until))
     }
+
+    /// One read script per queue: a queue's keys share a hash slot, queues need not.
+    async fn lost_leases_unchecked(&self, leases: &[Lease]) -> Result<Vec<JobId>> {
+        let mut by_queue: std::collections::BTreeMap<&str, Vec<Vec<u8>>> = Default::default();
+        for l in leases {
+            let args = by_queue
+                .entry(&l.queue)
+                .or_insert_with(|| vec![b"lost".to_vec()]);
+            args.extend([arg(l.job.0), l.token.0.to_string().into_bytes()]);
+        }
+        let mut lost = Vec::new();
+        for (queue, args) in by_queue {
+            let ids: Vec<i64> = self.run_idempotent(&scripts::READ, queue, &args).await?;
+            lost.extend(ids.into_iter().map(JobId));
+        }
+        lost.sort_unstable();
+        lost.dedup();
+        Ok(lost)
+    }
 }
 
 /// One lease's record for the settle script: a completion without output in three

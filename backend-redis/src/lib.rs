@@ -388,6 +388,11 @@ impl Events for RedisBackend {
         self.inner.listener.start();
         Some(rx)
     }
+
+    /// Every cancel of a running job publishes `c:<queue>` from its script.
+    fn pushes_revocations(&self) -> bool {
+        true
+    }
 }
 
 /// Prefixes: 1 to 64 bytes of `A-Z a-z 0-9 _ - . :`, so no brace can spoil the hash tag.

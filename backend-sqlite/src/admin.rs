@@ -76,6 +76,7 @@ impl Admin for SqliteBackend {
         let changed = cancel(&mut tx, queue, id.0, now).await?;
         tx.commit().await.map_err(db)?;
         if changed {
+            self.notify(queue, EventKind::Revoked);
             self.notify(queue, EventKind::Finished);
             self.notify(queue, EventKind::Ready);
         }
@@ -111,6 +112,9 @@ impl Admin for SqliteBackend {
         }
         tx.commit().await.map_err(db)?;
         // Cancelling may hand a group to a job outside the batch.
+        if n > 0 {
+            self.notify(&batch.queue, EventKind::Revoked);
+        }
         self.notify(&batch.queue, EventKind::Finished);
         self.notify(&batch.queue, EventKind::Ready);
         Ok(n)

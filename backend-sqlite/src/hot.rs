@@ -97,6 +97,7 @@ pub fn hot_statements() -> Vec<Hot> {
             &[Now, Leases],
         ),
         hot("settle::COMPLETE_ALL", settle::COMPLETE_ALL, &[Now, Leases]),
+        hot("settle::LOST", settle::LOST, &[Leases]),
         hot(
             "promote::STAGE_BELOW",
             promote::STAGE_BELOW,

@@ -5,7 +5,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use relayq_core::{
-    AttemptOutcome, Complete, Error, EventKind, JobState, Lease, Outcome, Result, Settle, Settled,
+    AttemptOutcome, Complete, Error, EventKind, JobId, JobState, Lease, Outcome, Result, Settle,
+    Settled,
 };
 
 use crate::{Conn, Ended, SqliteBackend, at, db, log_attempt, plus, promote, us};
@@ -107,7 +108,27 @@ impl Complete for SqliteBackend {
         tx.commit().await.map_err(db)?;
         held.map(|_| until).ok_or(Error::StaleLease)
     }
+
+    /// A read on a pooled connection, outside the writers' turn: in WAL mode it waits
+    /// for no writer.
+    async fn lost_leases_unchecked(&self, leases: &[Lease]) -> Result<Vec<JobId>> {
+        let json = leases_json(leases.iter().map(|l| (l, None)));
+        let ids: Vec<i64> = sqlx::query_scalar(LOST)
+            .bind(json)
+            .fetch_all(self.pool())
+            .await
+            .map_err(db)?;
+        Ok(ids.into_iter().map(JobId).collect())
+    }
 }
+
+/// SPEC B8: the leases of `?1` (see [`leases_json`]) whose job is not `running` under
+/// that token. Each job is looked up by rowid from the leases' side; the `+` keeps the
+/// running index out of the look-up, as in [`held!`].
+pub(crate) const LOST: &str = "SELECT DISTINCT l.value ->> 0 FROM json_each(?1) AS l
+    WHERE NOT EXISTS (SELECT 1 FROM relayq_jobs AS j
+        WHERE j.id = l.value ->> 0 AND j.lease_token = unhex(l.value ->> 1)
+          AND +j.state = 'running')";
 
 /// Whether `settles` are completions only, each of its own job: the call a draining
 /// worker makes, which [`complete_all`] serves in two statements. A job named twice
@@ -121,12 +142,11 @@ fn completions_alone(settles: &[Settle]) -> bool {
 
 /// The leases of [`COMPLETE_ALL`] and [`LOG_COMPLETED`]: a JSON array of `[id, token
 /// in hex, queue, output or null]`.
-fn leases_json(settles: &[Settle]) -> String {
-    let leases: Vec<_> = settles
-        .iter()
-        .map(|s| {
-            let token = s.lease.token.0.simple().to_string();
-            serde_json::json!([s.lease.job.0, token, s.lease.queue, s.output])
+fn leases_json<'a>(leases: impl Iterator<Item = (&'a Lease, Option<&'a String>)>) -> String {
+    let leases: Vec<_> = leases
+        .map(|(l, output)| {
+            let token = l.token.0.simple().to_string();
+            serde_json::json!([l.job.0, token, l.queue, output])
         })
         .collect();
     serde_json::Value::Array(leases).to_string()
@@ -200,7 +220,7 @@ async fn complete_all(
     now: DateTime<Utc>,
     touched: &mut promote::Touched,
 ) -> Result<Vec<Result<Settled>>> {
-    let leases = leases_json(settles);
+    let leases = leases_json(settles.iter().map(|s| (&s.lease, s.output.as_ref())));
     sqlx::query(LOG_COMPLETED)
         .bind(us(now))
         .bind(&leases)

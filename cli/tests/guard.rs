@@ -1,5 +1,6 @@
 //! The guard of every command: a command never outlives its worker
-//! (SIGKILL of `relayq work`) nor its lease (a worker frozen by SIGSTOP), on SQLite and,
+//! (SIGKILL of `relayq work`) nor its lease (a worker frozen by SIGSTOP), and a cancel
+//! from another process kills it at once (SPEC B8), on SQLite and,
 //! when their URLs are set, PostgreSQL and Redis. Real processes; every wait polls with
 //! a deadline.
 
@@ -25,6 +26,10 @@ const CASES: &[(&str, Case)] = &[
     (
         "a_worker_frozen_past_its_lease_leaves_no_command_beside_the_next_attempt",
         a_worker_frozen_past_its_lease,
+    ),
+    (
+        "a_cancel_from_another_process_kills_the_command_long_before_a_heartbeat",
+        a_cancel_kills_the_command,
     ),
 ];
 
@@ -159,5 +164,38 @@ fn a_worker_frozen_past_its_lease(env: &Env) -> Result<(), Failed> {
             );
         }
     }
+    Ok(())
+}
+
+fn a_cancel_kills_the_command(env: &Env) -> Result<(), Failed> {
+    let q = queue();
+    let marker = format!("pids-{q}");
+    let cmd = format!("sleep 300 & echo $$ $! end > {marker}; wait");
+    let out = env
+        .run(&["enqueue", "--queue", &q, "--", &cmd])
+        .expect_code(0);
+    let id = out.stdout.trim().to_owned();
+    // A 30 s lease: the first heartbeat comes 10 s after the claim, so only the pushed
+    // cancel or the lease read can stop the command within the 2 s below.
+    let _workers = Workers(vec![env.spawn(&["work", "--queue", &q, "--lease", "30s"])]);
+    let pids = eventually("the command started", Duration::from_secs(20), || {
+        pids(env, &marker)
+    });
+    env.run(&["cancel", "-q", &q, "--job", &id]).expect_code(0);
+    let cancelled = Instant::now();
+    let deadline = cancelled + Duration::from_secs(2);
+    while !pids.iter().all(|p| ended(p)) {
+        assert!(
+            Instant::now() < deadline,
+            "the cancelled command {pids:?} still ran 2 s after the cancel"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let out = env.run(&["job", &id, "-q", &q, "--json"]).expect_code(0);
+    let job: serde_json::Value = serde_json::from_str(&out.stdout).expect("job JSON");
+    assert_eq!(job["state"], "cancelled", "{job}");
+    let attempts = job["attempts"].as_array().expect("attempts");
+    assert_eq!(attempts.len(), 1, "{job}");
+    assert_eq!(attempts[0]["outcome"], "cancelled", "{job}");
     Ok(())
 }

@@ -62,6 +62,8 @@ pub enum Op {
     RunNow(u8),
     /// Ask why the n-th job is not running (SPEC M6).
     Why(usize),
+    /// Ask which held leases are lost (SPEC B8).
+    Lost,
 }
 
 fn spec() -> impl Strategy<Value = Spec> {
@@ -95,6 +97,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0u8..3).prop_map(Op::DeleteSchedule),
         2 => (0u8..3).prop_map(Op::RunNow),
         2 => any::<usize>().prop_map(Op::Why),
+        1 => Just(Op::Lost),
     ]
 }
 
@@ -270,6 +273,15 @@ impl Side {
                 let r = b.why(&self.queue, self.ids[i % self.ids.len()]).await;
                 let answer = r.as_ref().map(|w| self.neutral(w)).unwrap_or_default();
                 verdict(&r.map(|_| answer))
+            }
+            Op::Lost => {
+                let r = b.lost_leases(&self.held).await;
+                let mut lost: Vec<usize> = match &r {
+                    Ok(ids) => ids.iter().map(|id| self.index(*id)).collect(),
+                    Err(_) => Vec::new(),
+                };
+                lost.sort_unstable();
+                verdict(&r.map(|_| lost))
             }
             Op::RunNow(n) => {
                 let r = b.run_schedule_now(&self.queue, &format!("s{n}")).await;

@@ -88,6 +88,11 @@ impl Complete for Immediate {
     async fn heartbeat_unchecked(&self, _lease: &Lease, extend: Duration) -> Result<DateTime<Utc>> {
         Ok(Utc::now() + extend)
     }
+
+    /// Every job runs to its end here: no lease is ever lost.
+    async fn lost_leases_unchecked(&self, _leases: &[Lease]) -> Result<Vec<relayq_core::JobId>> {
+        Ok(Vec::new())
+    }
 }
 
 /// This process's CPU time so far (user and system), from `/proc` (Linux).

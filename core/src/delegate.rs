@@ -49,6 +49,11 @@ macro_rules! delegate {
                 use $crate::Events as _;
                 self.$f.subscribe()
             }
+            fn pushes_revocations(&self) -> bool {
+                #[allow(unused_imports)]
+                use $crate::Events as _;
+                self.$f.pushes_revocations()
+            }
         }
     };
     (@Enqueue $ty:ty, $f:tt) => {
@@ -100,6 +105,14 @@ macro_rules! delegate {
                 #[allow(unused_imports)]
                 use $crate::Complete as _;
                 self.$f.heartbeat_unchecked(lease, extend).await
+            }
+            async fn lost_leases_unchecked(
+                &self,
+                leases: &[$crate::Lease],
+            ) -> $crate::Result<Vec<$crate::JobId>> {
+                #[allow(unused_imports)]
+                use $crate::Complete as _;
+                self.$f.lost_leases_unchecked(leases).await
             }
         }
     };
@@ -294,6 +307,9 @@ mod tests {
             extend: Duration,
         ) -> Result<chrono::DateTime<chrono::Utc>> {
             self.0.heartbeat_unchecked(lease, extend).await
+        }
+        async fn lost_leases_unchecked(&self, leases: &[Lease]) -> Result<Vec<crate::JobId>> {
+            self.0.lost_leases_unchecked(leases).await
         }
     }
 

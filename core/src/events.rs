@@ -9,6 +9,10 @@ pub enum EventKind {
     Ready,
     /// A job finished (succeeded, dead or cancelled).
     Finished,
+    /// A running job of the queue may have lost its lease to a cancel (SPEC B7):
+    /// workers holding leases in the queue check them at once
+    /// ([`Complete::lost_leases`](crate::Complete::lost_leases)).
+    Revoked,
     /// Events may have been lost (say, the backend's notification connection dropped
     /// and was re-established): every listener should re-check every queue once.
     Resync,

@@ -20,8 +20,8 @@ use chrono::{DateTime, Utc};
 use tracing::{Instrument, field::Empty};
 
 use crate::{
-    Backend, Claim, ClaimRequest, ClaimedJob, Complete, Enqueue, Enqueued, Lease, Limits, NewJob,
-    Result, Settle, Settled, async_trait,
+    Backend, Claim, ClaimRequest, ClaimedJob, Complete, Enqueue, Enqueued, JobId, Lease, Limits,
+    NewJob, Result, Settle, Settled, async_trait,
 };
 
 /// A backend whose calls run in spans (see the [module](self)).
@@ -116,6 +116,14 @@ impl Complete for Traced {
         );
         self.inner
             .heartbeat_unchecked(lease, extend)
+            .instrument(span)
+            .await
+    }
+
+    async fn lost_leases_unchecked(&self, leases: &[Lease]) -> Result<Vec<JobId>> {
+        let span = tracing::debug_span!("relayq.lost_leases", leases = leases.len());
+        self.inner
+            .lost_leases_unchecked(leases)
             .instrument(span)
             .await
     }

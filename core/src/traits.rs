@@ -42,6 +42,19 @@ pub trait Events: Send + Sync {
     fn subscribe(&self) -> Option<broadcast::Receiver<Event>> {
         None
     }
+
+    /// Whether a cancel made anywhere reaches this handle's
+    /// [`subscribe`](Self::subscribe)rs as an [`EventKind::Revoked`](crate::EventKind),
+    /// so that a worker learns of it without polling (SPEC B8).
+    ///
+    /// # Behavior
+    /// - `true` only when every cancel of a running job, from any process, sends
+    ///   `Revoked` for its queue (PostgreSQL's `NOTIFY`, Redis's `PUBLISH`, a store
+    ///   only one process can open). Otherwise workers poll
+    ///   [`lost_leases`](crate::Complete::lost_leases) while they hold leases.
+    fn pushes_revocations(&self) -> bool {
+        false
+    }
 }
 
 /// Storing new jobs (SPEC E).
@@ -176,6 +189,31 @@ pub trait Complete: Send + Sync {
 
     /// [`heartbeat`](Self::heartbeat) after validation of the queue and `extend`.
     async fn heartbeat_unchecked(&self, lease: &Lease, extend: Duration) -> Result<DateTime<Utc>>;
+
+    /// The jobs of `leases` whose lease no longer holds: the job is not `running` under
+    /// that token any more (cancelled, finished, expired and claimed again, pruned).
+    /// A read: nothing changes. Workers call it when a cancel may have hit them, to stop
+    /// the handler at once (SPEC B8).
+    ///
+    /// # Behavior
+    /// - A job still `running` under the lease's token is not returned, even past the
+    ///   lease's expiry: until something takes the job, the lease holds.
+    /// - A job cancelled while running, or gone, is returned; each job at most once, in
+    ///   no particular order.
+    /// - More than 1000 leases, or a bad queue name, is [`Error::InvalidInput`].
+    async fn lost_leases(&self, leases: &[Lease]) -> Result<Vec<JobId>> {
+        validate::leases(leases)?;
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.lost_leases_unchecked(leases)
+            .await
+            .map_err(|e| e.during("lost_leases"))
+    }
+
+    /// [`lost_leases`](Self::lost_leases) after validation: at most 1000 leases, each
+    /// of a valid queue, at least one.
+    async fn lost_leases_unchecked(&self, leases: &[Lease]) -> Result<Vec<JobId>>;
 }
 
 /// Batches and ordered stages: the order barrier (SPEC B).

@@ -302,6 +302,21 @@ pub fn settles(settles: &mut [Settle]) -> Result<()> {
     Ok(())
 }
 
+/// Checks a [`lost_leases`](crate::Complete::lost_leases) call: at most
+/// [`MAX_SETTLE`] leases, each of a valid queue.
+///
+/// # Errors
+/// [`Error::InvalidInput`] naming `leases` or the bad queue.
+pub fn leases(leases: &[crate::Lease]) -> Result<()> {
+    if leases.len() > MAX_SETTLE {
+        return Err(Error::invalid(
+            "leases",
+            format!("at most {MAX_SETTLE} per call, got {}", leases.len()),
+        ));
+    }
+    leases.iter().try_for_each(|l| queue_name(&l.queue))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,7 +4,11 @@
 local function cancel(id)
   local st = get(id, 'st')
   if st == 'succeeded' or st == 'dead' or st == 'cancelled' then return 0 end
-  if st == 'running' then log(id, num(id, 'at'), 'cancelled') end
+  if st == 'running' then
+    log(id, num(id, 'at'), 'cancelled')
+    -- Its worker stops the handler now, not at its next beat (SPEC B8).
+    event('c')
+  end
   finish(id, 'cancelled')
   return 1
 end

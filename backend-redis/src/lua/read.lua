@@ -6,7 +6,9 @@
 --   'running': id, worker, attempt, started, expiry per running job;
 --   'batches' (ARGV[4] = limit): batch ids, newest first;
 --   'batch_jobs' (ARGV[4] = batch id): the batch's job ids, unordered; or -1 if unknown;
---   'dead' (ARGV[4] = limit): dead job ids, oldest first.
+--   'dead' (ARGV[4] = limit): dead job ids, oldest first;
+--   'lost' (ARGV[4..] = id, token pairs): the ids whose job is not running under that
+--     token (SPEC B8).
 local what = ARGV[3]
 if what == 'stats' then
   local h = redis.call('HMGET', B .. ':settings', 'paused', 'max')
@@ -59,5 +61,21 @@ elseif what == 'batch_jobs' then
   return redis.call('SMEMBERS', bk(ARGV[4]) .. ':jobs')
 elseif what == 'dead' then
   return redis.call('ZRANGE', B .. ':dead', 0, tonumber(ARGV[4]) - 1)
+elseif what == 'lost' then
+  local lost = {}
+  for i = 4, #ARGV, 2 do
+    local id, token = ARGV[i], ARGV[i + 1]
+    local held
+    local ls = get(id, 'ls')
+    if ls then
+      -- A blank lease is a plainly completed job's.
+      held = lease_token(ls) == token
+    else
+      local h = redis.call('HMGET', jk(id), 'st', 'tk')
+      held = h[1] == 'running' and h[2] == token
+    end
+    if not held then lost[#lost + 1] = id end
+  end
+  return lost
 end
 return redis.error_reply('RELAYQ_BUG unknown read ' .. what)

@@ -23,7 +23,7 @@ pub struct CancelArgs {
     #[command(flatten)]
     pub queue: CancelQueue,
     /// Cancel this job: not started, it never runs; running, its lease is revoked and
-    /// its worker stops it at its next heartbeat.
+    /// its worker stops it at once (a command's whole process group is killed).
     #[arg(long, group = "target")]
     pub job: Option<i64>,
     /// Cancel every unfinished job of this batch, and seal it.

@@ -1,6 +1,7 @@
 //! The cases, one module per SPEC section. Each case cites its rule.
 
 pub mod batches;
+pub mod cancel;
 pub mod claim;
 pub mod cut;
 pub mod enqueue;

@@ -1,6 +1,7 @@
 //! Wake-up messages between processes, as every backend with a notification channel
-//! sends them (SPEC W2, B5): `r:<queue>` (jobs became claimable) and `f:<queue>` (jobs
-//! finished), and the one task per backend handle that listens for them.
+//! sends them (SPEC W2, B5, B7): `r:<queue>` (jobs became claimable), `f:<queue>` (jobs
+//! finished) and `c:<queue>` (running jobs may have been cancelled), and the one task
+//! per backend handle that listens for them.
 //!
 //! Messages are hints: a lost one costs a waiter at most a poll interval, never a job.
 //! A listener that reconnects calls [`EventBus::resync`] so every waiter checks once.
@@ -15,14 +16,23 @@ use crate::{EventBus, EventKind};
 pub const READY: &str = "r";
 /// Prefix of a message that jobs finished.
 pub const FINISHED: &str = "f";
+/// Prefix of a message that running jobs may have lost their leases to a cancel.
+pub const REVOKED: &str = "c";
 
 /// Passes one message on to `events`; anything else is logged and dropped.
 pub fn forward(events: &EventBus, message: &str) {
     match message.split_once(':') {
         Some((READY, queue)) => events.notify(queue, EventKind::Ready),
         Some((FINISHED, queue)) => events.notify(queue, EventKind::Finished),
+        Some((REVOKED, queue)) => events.notify(queue, EventKind::Revoked),
         _ => tracing::debug!(message, "ignoring an unknown relayq wake-up message"),
     }
+}
+
+/// The message telling listeners that running jobs of `queue` may have been cancelled.
+#[must_use]
+pub fn revoked(queue: &str) -> String {
+    format!("{REVOKED}:{queue}")
 }
 
 /// The messages telling listeners about `ready` and `finished` queues: each queue once
@@ -79,9 +89,12 @@ mod tests {
         forward(&events, "r:mail");
         forward(&events, "nonsense");
         forward(&events, "f:mail");
+        forward(&events, &revoked("mail"));
         let first = rx.recv().await.unwrap();
         assert_eq!((&*first.queue, first.kind), ("mail", EventKind::Ready));
         let second = rx.recv().await.unwrap();
         assert_eq!((&*second.queue, second.kind), ("mail", EventKind::Finished));
+        let third = rx.recv().await.unwrap();
+        assert_eq!((&*third.queue, third.kind), ("mail", EventKind::Revoked));
     }
 }

@@ -116,6 +116,11 @@ impl Events for MemoryBackend {
     fn subscribe(&self) -> Option<broadcast::Receiver<Event>> {
         Some(self.inner.events.subscribe())
     }
+
+    /// One process holds the store, and every cancel notifies its bus.
+    fn pushes_revocations(&self) -> bool {
+        true
+    }
 }
 
 #[async_trait]
@@ -173,6 +178,18 @@ impl Complete for MemoryBackend {
             let until = now + TimeDelta::from_std(extend).unwrap_or(TimeDelta::MAX);
             q.heartbeat(lease, until, now)
         })?
+    }
+
+    async fn lost_leases_unchecked(&self, leases: &[Lease]) -> Result<Vec<JobId>> {
+        let queues = self.lock();
+        let mut lost: Vec<JobId> = leases
+            .iter()
+            .filter(|l| queues.get(&l.queue).is_none_or(|q| q.lease_lost(l)))
+            .map(|l| l.job)
+            .collect();
+        lost.sort_unstable();
+        lost.dedup();
+        Ok(lost)
     }
 }
 
@@ -262,6 +279,7 @@ impl Admin for MemoryBackend {
     async fn cancel_job_unchecked(&self, queue: &str, id: JobId) -> Result<bool> {
         let changed = self.with_queue(queue, |q, now| q.cancel_job(id, queue, now))??;
         if changed {
+            self.notify(queue, EventKind::Revoked);
             self.notify(queue, EventKind::Finished);
             self.notify(queue, EventKind::Ready);
         }
@@ -271,6 +289,9 @@ impl Admin for MemoryBackend {
     async fn cancel_batch_unchecked(&self, batch: &Batch) -> Result<u64> {
         let n = self.with_queue(&batch.queue, |q, now| q.cancel_batch(batch, now))??;
         // Cancelling may hand a group to a job outside the batch.
+        if n > 0 {
+            self.notify(&batch.queue, EventKind::Revoked);
+        }
         self.notify(&batch.queue, EventKind::Finished);
         self.notify(&batch.queue, EventKind::Ready);
         Ok(n)

@@ -429,6 +429,13 @@ impl QueueState {
         Ok(until)
     }
 
+    /// SPEC B8: whether `lease` still holds its job, expired or not.
+    pub(crate) fn lease_lost(&self, lease: &Lease) -> bool {
+        !self.jobs.get(&lease.job.0).is_some_and(
+            |j| matches!(&j.phase, Phase::Running { token, .. } if *token == lease.token),
+        )
+    }
+
     pub(crate) fn open_batch(&mut self, on_failure: OnFailure) -> BatchId {
         self.next_batch += 1;
         self.batches.insert(

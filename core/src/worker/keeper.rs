@@ -16,6 +16,8 @@
 //! stopped (there is nothing left to stop, and the outcome may still be stored) and
 //! its lease is beaten on.
 //!
+//! A cancel reaches the handler sooner than the next beat: see [`revoke`](super::revoke).
+//!
 //! One task with one timer queue, rather than a timer task per job: short jobs end long
 //! before their first beat, and then all a job costs here is two messages. Heartbeats
 //! stay off the jobs' tasks, so a handler that blocks its thread does not stop them
@@ -34,6 +36,7 @@ use tokio_util::time::{DelayQueue, delay_queue};
 use super::{
     context::LeaseDeadline,
     control::{Control, Msg},
+    revoke::{self, Due, Watch},
     stats::Stats,
 };
 use crate::{Backend, Error, JobId, Lease, LeaseToken};
@@ -59,6 +62,8 @@ pub(super) struct Keeper {
     /// Counts the jobs that ended with no outcome (lease lost, or run dropped), and
     /// tracks outages: one warning per outage, not per failed beat.
     pub(super) stats: Arc<Stats>,
+    /// How often to read the leases for cancels where the backend cannot push them.
+    pub(super) cancel_poll: Duration,
 }
 
 impl Keeper {
@@ -88,7 +93,33 @@ impl Keeper {
         // handed to its slot, so this is a guard, kept in case that order changes.
         let mut ended_early: HashSet<Key> = HashSet::new();
         let mut beating = FuturesUnordered::new();
+        let mut watch = Watch::new(&*self.backend, self.cancel_poll);
+        let mut poll = watch.poll.map(|every| {
+            let mut t = tokio::time::interval(every);
+            t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            t
+        });
+        let mut due = Due::default();
+        let mut checking = FuturesUnordered::new();
         loop {
+            if checking.is_empty() && !due.is_empty() {
+                let wanted = due.take();
+                let keys: Vec<Key> = held
+                    .iter()
+                    .filter(|(_, h)| {
+                        h.until.is_some()
+                            && !h.control.handed()
+                            && !h.control.stopped()
+                            && wanted(&h.lease.queue)
+                    })
+                    .map(|(k, _)| *k)
+                    .collect();
+                if !keys.is_empty() {
+                    let leases = keys.iter().map(|k| held[k].lease.clone()).collect();
+                    let check = revoke::check(self.backend.clone(), leases, self.every);
+                    checking.push(async move { (keys, check.await) });
+                }
+            }
             tokio::select! {
                 // A beat's answer before a lease's end seen in the same poll: a beat
                 // that renewed the lease must not lose to its old deadline.
@@ -194,6 +225,33 @@ impl Keeper {
                         }
                     }
                 }
+                queue = watch.next() => due.add(queue),
+                _ = async { poll.as_mut().expect("guarded").tick().await }, if poll.is_some() && !held.is_empty() => {
+                    due.add(None);
+                }
+                Some((keys, result)) = checking.next(), if !checking.is_empty() => match result {
+                    Ok(lost) => {
+                        self.stats.outage.succeeded();
+                        for key in keys.into_iter().filter(|k| lost.contains(&k.0)) {
+                            let Some(h) = held.get_mut(&key) else { continue };
+                            if h.control.handed() || h.control.finished() || h.control.stopped() {
+                                continue;
+                            }
+                            h.control.stop();
+                            let lease = &h.lease;
+                            tracing::info!(queue = %lease.queue, id = %lease.job, attempt = lease.attempt, "job cancelled (or taken over) while running; handler stopped");
+                            // No more beats: kept until its `Ended`, as a lease that ran out.
+                            if let Some(timer) = h.timer.take() {
+                                timers.remove(&timer);
+                            }
+                            if let Some(until) = h.until.take() {
+                                leases.remove(&until);
+                            }
+                        }
+                    }
+                    // The next beat or check tries again.
+                    Err(e) => self.stats.outage.failed("heartbeat", "lost_leases", &e),
+                },
                 Some(ran_out) = leases.next(), if !leases.is_empty() => {
                     let key = ran_out.into_inner();
                     if let Some(h) = held.get_mut(&key) {

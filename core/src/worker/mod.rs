@@ -34,6 +34,7 @@ mod keeper;
 mod maintainer;
 mod outage;
 mod pace;
+mod revoke;
 mod run;
 mod scheduler;
 mod settler;
@@ -48,6 +49,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use context::{JobContext, LeaseDeadline};
 pub use handler::{Done, Handler, JobError};
+pub use revoke::DEFAULT_CANCEL_POLL;
 pub use stats::{Kind as MetricKind, METRICS, WorkerReport, describe_metrics};
 
 use crate::{Backend, Error, Result, validate};
@@ -74,6 +76,8 @@ struct Config {
     maintenance: Option<maintainer::Schedule>,
     /// Whether the worker fires its queues' schedules.
     schedules: bool,
+    /// How often running leases are read for cancels where they are not pushed.
+    cancel_poll: Duration,
 }
 
 /// A worker: build it with [`Worker::builder`], then [`run`](Worker::run) or
@@ -125,6 +129,7 @@ impl Worker {
                     retention: crate::DEFAULT_RETENTION,
                 }),
                 schedules: true,
+                cancel_poll: revoke::DEFAULT_CANCEL_POLL,
             },
         }
     }
@@ -379,6 +384,17 @@ impl WorkerBuilder {
         self
     }
 
+    /// How often the worker reads its running jobs' leases to learn of cancels, on a
+    /// backend that cannot push them to every process (SQLite, SQL Server; see
+    /// [`Events::pushes_revocations`](crate::Events::pushes_revocations)). Default 50 ms,
+    /// so a cancel stops the handler within about that (SPEC B8). The read happens only
+    /// while the worker runs jobs, and is one indexed read of their rows.
+    #[must_use]
+    pub fn cancel_poll(mut self, every: Duration) -> Self {
+        self.config.cancel_poll = every;
+        self
+    }
+
     /// Checks the settings and builds the worker.
     ///
     /// # Errors
@@ -436,6 +452,9 @@ impl WorkerBuilder {
                 "maintenance",
                 "the interval must be above zero",
             ));
+        }
+        if c.cancel_poll.is_zero() {
+            return Err(Error::invalid("cancel_poll", "must be above zero"));
         }
         if c.timeout.is_some_and(|t| t.is_zero()) {
             return Err(Error::invalid("timeout", "must be above zero"));

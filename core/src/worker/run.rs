@@ -112,6 +112,7 @@ impl Runner {
             length: self.config.lease,
             every: self.heartbeat_every,
             stats: self.stats.clone(),
+            cancel_poll: self.config.cancel_poll,
         };
         let keeper = tokio::spawn(keeper.run(self.keeper_rx.take().expect("taken once")));
         let settler = Settler {

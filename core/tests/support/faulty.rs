@@ -107,4 +107,8 @@ impl Complete for Faulty {
             Beats::Hang => std::future::pending().await,
         }
     }
+
+    async fn lost_leases_unchecked(&self, leases: &[Lease]) -> Result<Vec<relayq_core::JobId>> {
+        self.inner.lost_leases_unchecked(leases).await
+    }
 }

@@ -1,0 +1,212 @@
+//! SPEC B8 — a cancel reaches the running handler at once.
+
+use std::{sync::Arc, time::Duration};
+
+use anyhow::{Context, ensure};
+use relayq_core::{
+    AttemptOutcome, Backend, ClaimedJob, CompleteExt, Events, JobId, JobState, Lease, LeaseToken,
+    NewJob, OnFailure,
+    worker::{JobContext, JobError, Worker},
+};
+use tokio::{sync::mpsc, time::Instant};
+
+use super::support::{
+    LEASE, PATIENCE, SHORT_LEASE, TIME_SLACK, claim_as, claim_exactly, claim_nothing, enqueue,
+    enqueue_all, enqueue_n, expect_invalid, expect_stale, expect_state, poll_claim,
+};
+use crate::{Env, queue_name};
+
+/// How soon a cancel must stop a handler in these cases: well under the first
+/// heartbeat (a third of [`LEASE`]), so only the push or the lease read can do it. The
+/// latency itself is the bench's to measure.
+const STOP_WITHIN: Duration = Duration::from_secs(3);
+
+/// SPEC B8: `lost_leases` names the leases that no longer hold (cancelled, finished,
+/// another token) and not one that still holds, even past its expiry; a cancelled job
+/// whose lease had run out is not brought back by maintenance or a claim.
+pub async fn b8_lost_leases_names_what_no_longer_holds(env: &Env) -> anyhow::Result<()> {
+    let b = env.backend();
+    let q = queue_name("b8lost");
+    let all = enqueue_n(b, &q, 3).await?;
+    let got = claim_exactly(b, &q, &all).await?;
+    let (cancelled, done, held) = (&got[0].lease, &got[1].lease, &got[2].lease);
+    b.cancel_job(&q, cancelled.job).await?;
+    b.complete(done).await?;
+    let forged = Lease {
+        token: LeaseToken(uuid::Uuid::new_v4()),
+        ..held.clone()
+    };
+    let mut lost = b
+        .lost_leases(&[
+            cancelled.clone(),
+            done.clone(),
+            held.clone(),
+            forged.clone(),
+        ])
+        .await?;
+    lost.sort_unstable();
+    let mut want = vec![cancelled.job, done.job, forged.job];
+    want.sort_unstable();
+    want.dedup();
+    ensure!(lost == want, "lost_leases said {lost:?}, expected {want:?}");
+    ensure!(
+        b.lost_leases(&[]).await?.is_empty(),
+        "no leases, nothing lost"
+    );
+    let too_many = vec![held.clone(); 1001];
+    expect_invalid(b.lost_leases(&too_many).await, "leases", "1001 leases")?;
+
+    // A lease past its expiry that nothing took yet still holds; cancelled then, the
+    // job stays cancelled through maintenance and claims.
+    let late = enqueue_n(b, &q, 1).await?[0];
+    let short = claim_as(b, &q, "w", 1, SHORT_LEASE).await?.remove(0).lease;
+    ensure!(short.job == late, "claimed {} not {late}", short.job);
+    // A probe job due just after the lease's end shows when the server's clock passed
+    // it, without touching the leased job.
+    let probe = queue_name("b8probe");
+    let due = short.expires_at + TIME_SLACK;
+    enqueue(b, NewJob::new(&probe, b"probe".to_vec()).run_at(due)).await?;
+    poll_claim(
+        b,
+        &probe,
+        "probe",
+        1,
+        LEASE,
+        "server time to pass the lease's end",
+    )
+    .await?;
+    ensure!(
+        b.lost_leases(std::slice::from_ref(&short))
+            .await?
+            .is_empty(),
+        "an expired lease nothing took was reported lost"
+    );
+    ensure!(b.cancel_job(&q, late).await?, "cancel of the expired job");
+    ensure!(
+        b.lost_leases(std::slice::from_ref(&short)).await? == [late],
+        "a cancelled lease was not reported lost"
+    );
+    b.maintain(&q, relayq_core::DEFAULT_RETENTION).await?;
+    expect_state(b, &q, late, JobState::Cancelled).await?;
+    expect_stale(b.complete(&short).await, "complete after the cancel")?;
+    claim_nothing(b, &q, "every job is finished or held").await
+}
+
+/// SPEC B8, B7: a cancel of a running job, and of a batch with running jobs, stops
+/// their handlers long before the next heartbeat, from another handle; the late
+/// completion is stale, the jobs stay cancelled, their attempts are logged as
+/// cancelled, and they never run again.
+pub async fn b8_cancel_stops_the_running_handler(env: &Env) -> anyhow::Result<()> {
+    cancel_stops(env, env.connect().await?, "b8stop").await
+}
+
+/// SPEC B8: the same through the lease read alone, as on a backend that cannot push
+/// cancels (or a worker in another process from the canceller, on SQLite): the worker's
+/// handle hears no events.
+pub async fn b8_cancel_reaches_a_worker_that_only_reads(env: &Env) -> anyhow::Result<()> {
+    let deaf = Arc::new(Deaf(env.connect().await?));
+    cancel_stops(env, deaf, "b8read").await
+}
+
+/// A handle that hears nothing: no events, no pushed cancels.
+struct Deaf(Arc<dyn Backend>);
+
+relayq_core::delegate!(Deaf, 0 => Enqueue, Claim, Complete, OrderBarrier, Inspect, Admin, Schedules);
+
+impl Events for Deaf {}
+
+async fn cancel_stops(env: &Env, handle: Arc<dyn Backend>, tag: &str) -> anyhow::Result<()> {
+    let b = env.backend();
+    let q = queue_name(tag);
+    let batch = b.open_batch(&q, OnFailure::Continue).await?;
+    let all = enqueue_all(
+        b,
+        vec![
+            NewJob::new(&q, b"alone".to_vec()),
+            NewJob::new(&q, b"in batch".to_vec()).in_batch(batch.id, 1),
+            NewJob::new(&q, b"in batch".to_vec()).in_batch(batch.id, 1),
+        ],
+    )
+    .await?;
+    b.seal(&batch).await?;
+    // Each handler reports its start, then waits forever; its stop token reports when
+    // the worker stops it.
+    let (started_tx, mut started) = mpsc::unbounded_channel::<(JobId, Lease)>();
+    let (stopped_tx, mut stopped) = mpsc::unbounded_channel::<(JobId, Instant)>();
+    let worker = Worker::builder(handle, [q.clone()])
+        .concurrency(4)
+        .prefetch(0)
+        .lease(LEASE)
+        .no_maintenance()
+        .handler(move |job: ClaimedJob| {
+            let (started_tx, stopped_tx) = (started_tx.clone(), stopped_tx.clone());
+            async move {
+                let token = JobContext::current().expect("in a handler").stopping();
+                let id = job.lease.job;
+                tokio::spawn(async move {
+                    token.cancelled().await;
+                    let _ = stopped_tx.send((id, Instant::now()));
+                });
+                let _ = started_tx.send((id, job.lease.clone()));
+                std::future::pending::<Result<(), JobError>>().await
+            }
+        })
+        .build()?
+        .spawn();
+    let mut leases = Vec::new();
+    for _ in 0..3 {
+        let (_, lease) = tokio::time::timeout(PATIENCE, started.recv())
+            .await
+            .context("the three jobs did not start")?
+            .context("the worker ended")?;
+        leases.push(lease);
+    }
+    leases.sort_by_key(|l| l.job);
+
+    let asked = Instant::now();
+    ensure!(b.cancel_job(&q, all[0]).await?, "cancel of the running job");
+    let (id, at) = tokio::time::timeout(STOP_WITHIN, stopped.recv())
+        .await
+        .context("the cancelled job's handler was not stopped in time")?
+        .context("channel closed")?;
+    ensure!(
+        id == all[0],
+        "job {id} stopped, not the cancelled {}",
+        all[0]
+    );
+    ensure!(at >= asked, "stopped before the cancel");
+
+    ensure!(b.cancel_batch(&batch).await? == 2, "cancel of the batch");
+    let mut both = Vec::new();
+    for _ in 0..2 {
+        let (id, _) = tokio::time::timeout(STOP_WITHIN, stopped.recv())
+            .await
+            .context("a cancelled batch job's handler was not stopped in time")?
+            .context("channel closed")?;
+        both.push(id);
+    }
+    both.sort_unstable();
+    ensure!(
+        both == all[1..],
+        "stopped {both:?}, expected {:?}",
+        &all[1..]
+    );
+
+    let report = worker.shutdown().await?;
+    ensure!(
+        report.lease_lost == 3 && report.succeeded == 0,
+        "the worker should count three lost leases and no success: {report:?}"
+    );
+    for lease in &leases {
+        expect_stale(b.complete(lease).await, "a completion after the cancel")?;
+        expect_state(b, &q, lease.job, JobState::Cancelled).await?;
+        let log = b.job(&q, lease.job).await?.attempt_log;
+        ensure!(
+            log.len() == 1 && log[0].outcome == AttemptOutcome::Cancelled,
+            "job {} should have one attempt, cancelled: {log:?}",
+            lease.job
+        );
+    }
+    b.maintain(&q, relayq_core::DEFAULT_RETENTION).await?;
+    claim_nothing(b, &q, "the cancelled jobs never run again").await
+}

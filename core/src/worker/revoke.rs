@@ -1,0 +1,100 @@
+//! How the keeper learns that a running job was cancelled, in well under a heartbeat
+//! (SPEC B8): from the backend's [`EventKind::Revoked`] where every cancel reaches it
+//! ([`Events::pushes_revocations`](crate::Events::pushes_revocations)), and otherwise
+//! from a cheap read of its leases, [`lost_leases`](crate::Complete::lost_leases), every
+//! poll interval while it holds any. Never by beating more often: a beat writes, the
+//! read does not.
+//!
+//! One check runs at a time; a reason to check that comes while one runs makes
+//! another follow it, so a cancel committed after a check's read began is not missed.
+
+use std::{collections::HashSet, sync::Arc, time::Duration};
+
+use tokio::sync::broadcast::{self, error::RecvError};
+
+use crate::{Backend, Error, Event, EventKind, JobId, Lease, Result, validate::MAX_SETTLE};
+
+/// Default interval of the lease read on backends that cannot push cancels.
+pub const DEFAULT_CANCEL_POLL: Duration = Duration::from_millis(50);
+
+/// Where the keeper hears of cancels.
+pub(super) struct Watch {
+    events: Option<broadcast::Receiver<Event>>,
+    /// `Some` when cancels are not pushed: how often to read the leases.
+    pub(super) poll: Option<Duration>,
+}
+
+impl Watch {
+    pub(super) fn new(backend: &dyn Backend, poll: Duration) -> Self {
+        Self {
+            events: backend.subscribe(),
+            poll: (!backend.pushes_revocations()).then_some(poll),
+        }
+    }
+
+    /// The next event that may mean a cancel: `Revoked` for some queue, or `None` for
+    /// "any queue" (a resync, or events lost to lag). Pending forever without events.
+    pub(super) async fn next(&mut self) -> Option<Arc<str>> {
+        loop {
+            let Some(rx) = &mut self.events else {
+                return std::future::pending().await;
+            };
+            match rx.recv().await {
+                Ok(e) if e.kind == EventKind::Revoked => return Some(e.queue),
+                Ok(e) if e.kind == EventKind::Resync => return None,
+                Ok(_) => {}
+                Err(RecvError::Lagged(_)) => return None,
+                Err(RecvError::Closed) => self.events = None,
+            }
+        }
+    }
+}
+
+/// The reason for the next check: which queues, or all.
+#[derive(Default)]
+pub(super) struct Due {
+    all: bool,
+    queues: HashSet<Arc<str>>,
+}
+
+impl Due {
+    pub(super) fn add(&mut self, queue: Option<Arc<str>>) {
+        match queue {
+            Some(q) => {
+                self.queues.insert(q);
+            }
+            None => self.all = true,
+        }
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        !self.all && self.queues.is_empty()
+    }
+
+    /// Whether a lease of `queue` is to be checked; takes the reason.
+    pub(super) fn take(&mut self) -> impl Fn(&str) -> bool + use<> {
+        let this = std::mem::take(self);
+        move |q: &str| this.all || this.queues.contains(q)
+    }
+}
+
+/// Reads which of `leases` are lost, in calls of at most 1000, each given `within`
+/// and run on a task of its own (a call dropped midway could leave a connection in a
+/// transaction; a backend that panics fails this check only).
+pub(super) async fn check(
+    backend: Arc<dyn Backend>,
+    leases: Vec<Lease>,
+    within: Duration,
+) -> Result<Vec<JobId>> {
+    let mut lost = Vec::new();
+    for chunk in leases.chunks(MAX_SETTLE) {
+        let (backend, chunk) = (backend.clone(), chunk.to_vec());
+        let call = tokio::spawn(async move { backend.lost_leases(&chunk).await });
+        match tokio::time::timeout(within, call).await {
+            Ok(Ok(found)) => lost.extend(found?),
+            Ok(Err(_)) => return Err(Error::backend("lost_leases panicked")),
+            Err(_) => return Err(Error::backend("lost_leases timed out")),
+        }
+    }
+    Ok(lost)
+}
