@@ -378,10 +378,10 @@ impl MssqlBackend {
         for r in rows {
             let kind: &str = rows::req(r, 0)?;
             let queue: &str = rows::req(r, 1)?;
-            let kind = if kind == "r" {
-                EventKind::Ready
-            } else {
-                EventKind::Finished
+            let kind = match kind {
+                "r" => EventKind::Ready,
+                "c" => EventKind::Revoked,
+                _ => EventKind::Finished,
             };
             self.inner.events.notify(queue, kind);
         }

@@ -221,6 +221,10 @@ DECLARE @tg TABLE (queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
                    grp nvarchar(256) COLLATE Latin1_General_100_BIN2 NOT NULL,
                    res nvarchar(64) NULL, PRIMARY KEY (queue, grp));
 DECLARE @hf TABLE (id bigint NOT NULL PRIMARY KEY, stage int NOT NULL);
+DECLARE @hc TABLE (
+    id bigint NOT NULL PRIMARY KEY, queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
+    group_key nvarchar(256) COLLATE Latin1_General_100_BIN2 NULL, prev varchar(9) NOT NULL,
+    attempts smallint NOT NULL, worker nvarchar(max) NULL, started_at datetime2(6) NULL);
 DECLARE @fl TABLE (id bigint NOT NULL PRIMARY KEY, floor int NULL);
 DECLARE @st TABLE (queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
                    grp nvarchar(256) COLLATE Latin1_General_100_BIN2 NOT NULL,
@@ -290,9 +294,20 @@ BEGIN
     OUTPUT inserted.id, h.stage INTO @hf (id, stage)
     FROM {s}.batches AS b INNER JOIN @th AS h ON h.batch = b.id
     WHERE b.on_failure = 'halt';
-    UPDATE j SET state = 'cancelled', finished_at = @now
+    UPDATE j SET state = 'cancelled', finished_at = @now, lease_token = NULL,
+        lease_expires_at = NULL
+    OUTPUT inserted.id, inserted.queue, inserted.group_key, deleted.state, deleted.attempts,
+        deleted.worker, deleted.started_at
+    INTO @hc (id, queue, group_key, prev, attempts, worker, started_at)
     FROM {s}.jobs AS j INNER JOIN @hf AS f ON j.batch_id = f.id
-    WHERE j.stage > f.stage AND j.state IN ('ready', 'blocked');
+    WHERE j.stage >= f.stage AND j.state IN ('ready', 'blocked', 'running', 'retrying');
+    INSERT INTO {s}.attempts (job_id, attempt, worker, started_at, ended_at, outcome)
+    SELECT id, attempts, ISNULL(worker, N''), ISNULL(started_at, @now), @now, 'cancelled'
+    FROM @hc WHERE prev = 'running';
+    INSERT INTO @tg (queue, grp)
+    SELECT DISTINCT h.queue, h.group_key FROM @hc AS h
+    WHERE h.group_key IS NOT NULL
+      AND NOT EXISTS (SELECT 1 FROM @tg AS t WHERE t.queue = h.queue AND t.grp = h.group_key);
     INSERT INTO @fl (id, floor)
     SELECT t.id, (SELECT MIN(j.stage) FROM {s}.jobs AS j
                   WHERE j.batch_id = t.id AND j.state IN ('ready', 'blocked', 'running', 'retrying'))
@@ -342,13 +357,16 @@ END;
     };
 }
 
-/// The queues to wake, after `COMMIT`: (`r` ready | `f` finished, queue).
+/// The queues to wake, after `COMMIT`: (`r` ready | `f` finished | `c` a running job
+/// cancelled by a halt, queue).
 macro_rules! events {
     () => {
         "
 SELECT DISTINCT 'r' AS kind, queue FROM @rq
 UNION
-SELECT DISTINCT 'f' AS kind, queue FROM @fq;"
+SELECT DISTINCT 'f' AS kind, queue FROM @fq
+UNION
+SELECT DISTINCT 'c' AS kind, queue FROM @hc WHERE prev = 'running';"
     };
 }
 

@@ -217,13 +217,18 @@ pub(crate) async fn lock_batches(
 /// next holder (SPEC G2). Adds the queues to notify to `t`.
 pub(crate) async fn promote(c: &mut PgConnection, s: &Schema, t: &mut Touched) -> Result<()> {
     let batches: Vec<i64> = t.batches.iter().copied().collect();
+    let halting = if t.halts.is_empty() {
+        Vec::new()
+    } else {
+        lock_halted(c, s, t).await?
+    };
     if !batches.is_empty() {
         let notify = t.unsent();
         lock_batches(c, s, &batches, &notify).await?;
         t.sent.extend(notify);
     }
-    if !t.halts.is_empty() {
-        halt(c, s, t).await?;
+    if !halting.is_empty() {
+        halt(c, s, t, &halting).await?;
     }
     if !batches.is_empty() {
         let released: Vec<(String, String, Option<String>)> = sqlx::query_as(s.sql(RELEASE))
@@ -246,22 +251,62 @@ pub(crate) async fn promote(c: &mut PgConnection, s: &Schema, t: &mut Touched) -
     Ok(())
 }
 
-/// SPEC B6: in a `Halt` batch, a dead job fails the batch and cancels every job of a
-/// later stage (none of which can have started, so none holds a group).
+/// The `Halt` batches a dead job halts now, with the lowest stage of a dead job each;
+/// their unfinished jobs are locked, in id order, before the batches' lock (SPEC B6).
 ///
-/// Planned for its parameters, not generically: a settle's transaction forces generic
-/// plans ([`GENERIC_BEGIN`](crate::settle::GENERIC_BEGIN)), and this statement's generic
-/// plan, not knowing how many later jobs a batch has, hash-joins a scan of every batch
-/// job once the table holds many. Halts are rare, so the extra round trip is too; the
-/// statements after it in the same transaction are then planned for their parameters
-/// as well, which costs only planning time.
-async fn halt(c: &mut PgConnection, s: &Schema, t: &Touched) -> Result<()> {
+/// Why first: a settle locks its jobs, then the batches. The halt cancels the batch's
+/// running jobs too, and locking their rows after the batch's would wait for a sibling's
+/// settle that waits for the batch: a deadlock, which PostgreSQL breaks only after
+/// `deadlock_timeout`. Locked here, a sibling's settle that holds its row is waited
+/// for and finishes first (its row is gone then, and skipped).
+///
+/// Planned for its parameters from here on: a settle's transaction forces generic
+/// plans ([`GENERIC_BEGIN`](crate::settle::GENERIC_BEGIN)), and the halt's generic
+/// plan, not knowing how many jobs a batch has, hash-joins a scan of every batch job
+/// once the table holds many. Halts are rare, so the extra round trips are too; the
+/// statements after them in the same transaction are then planned for their
+/// parameters as well, which costs only planning time.
+async fn lock_halted(c: &mut PgConnection, s: &Schema, t: &Touched) -> Result<Vec<(i64, i32)>> {
     let (batches, stages): (Vec<i64>, Vec<i32>) = t.halts.iter().map(|(b, s)| (*b, *s)).unzip();
     sqlx::query("SET LOCAL plan_cache_mode = force_custom_plan")
         .execute(&mut *c)
         .await
         .map_err(db)?;
-    sqlx::query(s.sql(concat!(
+    // By primary key: a `Continue` batch, or one halted already, stops here.
+    let halting: Vec<(i64, i32)> = sqlx::query_as(s.sql(
+        "SELECT b.id, h.stage FROM unnest($1::bigint[], $2::int[]) AS h(batch, stage)
+         JOIN {s}.batches b ON b.id = h.batch
+         WHERE b.on_failure = 'halt' AND NOT b.failed",
+    ))
+    .bind(&batches)
+    .bind(&stages)
+    .fetch_all(&mut *c)
+    .await
+    .map_err(db)?;
+    if halting.is_empty() {
+        return Ok(halting);
+    }
+    let ids: Vec<i64> = halting.iter().map(|h| h.0).collect();
+    sqlx::query(s.sql("SELECT id FROM {s}.jobs WHERE batch_id = ANY($1) ORDER BY id FOR UPDATE"))
+        .bind(&ids)
+        .execute(c)
+        .await
+        .map_err(db)?;
+    Ok(halting)
+}
+
+/// SPEC B6, B8: in a `Halt` batch, a dead job fails the batch and cancels every other
+/// unfinished job: later stages (not started) and its own stage's, running ones
+/// included, whose attempts are logged as cancelled. Their groups get their next
+/// holder, and workers running them hear of it (`c:<queue>`).
+async fn halt(
+    c: &mut PgConnection,
+    s: &Schema,
+    t: &mut Touched,
+    halting: &[(i64, i32)],
+) -> Result<()> {
+    let (batches, stages): (Vec<i64>, Vec<i32>) = halting.iter().copied().unzip();
+    let cancelled: Vec<(String, Option<String>, bool)> = sqlx::query_as(s.sql(concat!(
         "WITH h AS (SELECT * FROM unnest($1::bigint[], $2::int[]) AS h(batch, stage)),
          failed AS (
              UPDATE {s}.batches b SET failed = true FROM h
@@ -269,15 +314,30 @@ async fn halt(c: &mut PgConnection, s: &Schema, t: &Touched) -> Result<()> {
              RETURNING b.id, h.stage),
          g AS (
              DELETE FROM {s}.jobs j USING failed f
-             WHERE j.batch_id = f.id AND j.stage > f.stage AND j.state IN ('ready', 'blocked')
-             RETURNING j.*) ",
-        archive!("g", "'cancelled'", "g.last_error")
+             WHERE j.batch_id = f.id AND j.stage >= f.stage
+             RETURNING j.*),
+         logged AS (
+             INSERT INTO {s}.attempts (job_id, attempt, worker, started_at, ended_at, outcome)
+             SELECT id, attempts, worker, started_at, now(), 'cancelled'
+             FROM g WHERE state = 'running'),
+         archived AS (",
+        archive!("g", "'cancelled'", "g.last_error"),
+        ")
+         SELECT DISTINCT queue, group_key, state = 'running' FROM g"
     )))
     .bind(&batches)
     .bind(&stages)
-    .execute(c)
+    .fetch_all(c)
     .await
     .map_err(db)?;
+    for (queue, group, running) in cancelled {
+        if let Some(group) = group {
+            t.group(&queue, &group);
+        }
+        if running {
+            t.revoked.insert(queue);
+        }
+    }
     Ok(())
 }
 

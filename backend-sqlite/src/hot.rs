@@ -109,6 +109,17 @@ pub fn hot_statements() -> Vec<Hot> {
             promote::HALT_JOBS,
             &[Batch, Stage, Now],
         ),
+        hot("promote::HALT_LOG", promote::HALT_LOG, &[Batch, Stage, Now]),
+        hot(
+            "promote::HALT_GROUPS",
+            promote::HALT_GROUPS,
+            &[Batch, Stage],
+        ),
+        hot(
+            "promote::HALT_STAGE",
+            promote::HALT_STAGE,
+            &[Batch, Stage, Now],
+        ),
         hot("promote::STAGE_FLOOR", promote::STAGE_FLOOR, &[Batch]),
         hot(
             "promote::RAISE_STAGE",

@@ -119,7 +119,7 @@ pub(crate) struct Touched {
 
 impl Touched {
     /// Records a finished job. A dead one halts its `Halt` batch at once, which fails
-    /// the batch and cancels every job of a later stage (SPEC B6).
+    /// the batch and cancels the rest of it (SPEC B6).
     pub(crate) async fn finished(
         &mut self,
         c: &mut Conn,
@@ -128,7 +128,7 @@ impl Touched {
     ) -> Result<()> {
         if let (Some(batch), Some(stage)) = (job.batch, job.stage) {
             if job.state == JobState::Dead {
-                halt(c, batch, stage, now).await?;
+                self.halt(c, batch, stage, now).await?;
             }
             let low = self.batches.entry(batch).or_insert(stage);
             *low = (*low).min(stage);
@@ -169,16 +169,27 @@ impl Touched {
     }
 }
 
-/// SPEC B6: in a `Halt` batch, a dead job fails the batch and cancels every job of a
-/// later stage (none of which can have started).
-async fn halt(c: &mut Conn, batch: i64, stage: i64, now: DateTime<Utc>) -> Result<()> {
-    let halted = sqlx::query(HALT_BATCH)
-        .bind(batch)
-        .execute(&mut *c)
-        .await
-        .map_err(db)?
-        .rows_affected();
-    if halted > 0 {
+impl Touched {
+    /// SPEC B6: in a `Halt` batch, a dead job fails the batch and cancels every other
+    /// unfinished job: those of later stages (none of which can have started) and those
+    /// of its own stage, running ones included, whose attempts are logged as cancelled
+    /// and whose groups get their next holder.
+    async fn halt(
+        &mut self,
+        c: &mut Conn,
+        batch: i64,
+        stage: i64,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let halted = sqlx::query(HALT_BATCH)
+            .bind(batch)
+            .execute(&mut *c)
+            .await
+            .map_err(db)?
+            .rows_affected();
+        if halted == 0 {
+            return Ok(());
+        }
         sqlx::query(HALT_JOBS)
             .bind(batch)
             .bind(stage)
@@ -186,9 +197,55 @@ async fn halt(c: &mut Conn, batch: i64, stage: i64, now: DateTime<Utc>) -> Resul
             .execute(&mut *c)
             .await
             .map_err(db)?;
+        // The dead job's own stage: its running attempts are logged as cancelled, its
+        // groups get their next holder, then every unfinished job of it is cancelled.
+        sqlx::query(HALT_LOG)
+            .bind(batch)
+            .bind(stage)
+            .bind(us(now))
+            .execute(&mut *c)
+            .await
+            .map_err(db)?;
+        let groups: Vec<(String, String)> = sqlx::query_as(HALT_GROUPS)
+            .bind(batch)
+            .bind(stage)
+            .fetch_all(&mut *c)
+            .await
+            .map_err(db)?;
+        sqlx::query(HALT_STAGE)
+            .bind(batch)
+            .bind(stage)
+            .bind(us(now))
+            .execute(&mut *c)
+            .await
+            .map_err(db)?;
+        for (queue, group) in groups {
+            self.group(&queue, &group);
+        }
+        Ok(())
     }
-    Ok(())
 }
+
+/// SPEC B6, L5: the halted stage's running attempts, closed as cancelled; through the
+/// stage index, as [`HALT_JOBS`].
+pub(crate) const HALT_LOG: &str = "INSERT INTO relayq_attempts
+        (job_id, attempt, worker, started_at, ended_at, outcome, error, output)
+    SELECT id, attempts, coalesce(worker, ''), coalesce(started_at, 0), ?3, 'cancelled', NULL, NULL
+    FROM relayq_jobs INDEXED BY relayq_jobs_stage
+    WHERE batch_id = ?1 AND stage = ?2 AND state = 'running'
+      AND state IN ('ready', 'blocked', 'running', 'retrying')";
+
+/// SPEC B6, G2: the groups of the halted stage's unfinished jobs.
+pub(crate) const HALT_GROUPS: &str = "SELECT DISTINCT queue, group_key
+    FROM relayq_jobs INDEXED BY relayq_jobs_stage
+    WHERE batch_id = ?1 AND stage = ?2 AND group_key IS NOT NULL
+      AND state IN ('ready', 'blocked', 'running', 'retrying')";
+
+/// SPEC B6, B8: the halted stage's unfinished jobs are cancelled, running ones losing
+/// their leases.
+pub(crate) const HALT_STAGE: &str = "UPDATE relayq_jobs INDEXED BY relayq_jobs_stage
+    SET state = 'cancelled', finished_at = ?3, lease_token = NULL, lease_expires_at = NULL
+    WHERE batch_id = ?1 AND stage = ?2 AND state IN ('ready', 'blocked', 'running', 'retrying')";
 
 /// Releases the batch's lowest unfinished stage: raises the high-water mark, makes its
 /// ungrouped jobs ready and lets each of its groups pick a holder.

@@ -86,6 +86,14 @@ impl Complete for SqliteBackend {
             .collect();
         queues.sort_unstable();
         queues.dedup();
+        // A dead job may have halted its batch, cancelling running jobs (SPEC B6, B8).
+        for (s, _) in settles
+            .iter()
+            .zip(&out)
+            .filter(|(_, r)| matches!(r, Ok(Settled::Dead)))
+        {
+            self.notify(&s.lease.queue, EventKind::Revoked);
+        }
         for q in queues {
             self.notify(q, EventKind::Finished);
             self.notify(q, EventKind::Ready);

@@ -18,7 +18,7 @@
 //! `sh -c`:
 //!
 //! ```toml
-//! on_failure = "halt"        # or "continue" (default): what a dead job does to later stages
+//! on_failure = "halt"        # or "continue" (default): what a dead job does to the rest of the batch
 //!
 //! [[job]]
 //! name = "extract-a"         # optional, unique; shown in progress and summary

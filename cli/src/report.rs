@@ -311,7 +311,7 @@ impl RunReport {
             count(JobState::Cancelled)
         );
         if self.halted {
-            line.push_str(" (on_failure = \"halt\": later stages were cancelled)");
+            line.push_str(" (on_failure = \"halt\": the rest of the batch was cancelled)");
         }
         line
     }

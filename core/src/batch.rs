@@ -44,7 +44,8 @@ pub enum OnFailure {
     /// Dead jobs count as finished; later stages still run.
     #[default]
     Continue,
-    /// A dead job cancels every not-started job of later stages; the batch fails.
+    /// A dead job stops the batch: every other unfinished job is cancelled, running
+    /// ones included (their handlers stopped at once), and the batch fails.
     Halt,
 }
 

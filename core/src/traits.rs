@@ -143,7 +143,8 @@ pub trait Complete: Send + Sync {
     ///   [`Error::InvalidInput`] for the whole call and nothing is settled.
     /// - Finishing a job releases what waited for it: the next job of its group (SPEC G2)
     ///   and, when it was the last unfinished job of its stage, the next stage of its
-    ///   batch (SPEC B2); a dead job in a `Halt` batch cancels later stages (SPEC B6).
+    ///   batch (SPEC B2); a dead job in a `Halt` batch cancels the batch's other unfinished
+    ///   jobs, running ones included (SPEC B6).
     /// - Every settled attempt is closed in the execution log (SPEC L5).
     async fn settle_many(&self, mut settles: Vec<Settle>) -> Result<Vec<Result<Settled>>> {
         validate::settles(&mut settles)?;

@@ -240,13 +240,22 @@ end
 
 local finish
 
--- SPEC B6: a dead job of a Halt batch fails it and cancels every later stage.
+-- SPEC B6, B8: a dead job of a Halt batch fails it and cancels every other unfinished
+-- job: later stages (not started) and its own stage's, running ones included (their
+-- attempts logged as cancelled, their workers told through 'c').
 local function halt(b, stage)
   if redis.call('HGET', bk(b), 'of') ~= 'halt' then return end
   redis.call('HSET', bk(b), 'failed', '1')
-  for _, id in ipairs(redis.call('ZRANGEBYSCORE', bk(b) .. ':live', '(' .. s(stage), '+inf')) do
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', bk(b) .. ':live', s(stage), '+inf')) do
+    id = tonumber(id)
     local st = get(id, 'st')
-    if st == 'ready' or st == 'blocked' then finish(tonumber(id), 'cancelled') end
+    if st == 'running' then
+      log(id, num(id, 'at'), 'cancelled')
+      event('c')
+    end
+    if st == 'ready' or st == 'blocked' or st == 'running' or st == 'retrying' then
+      finish(id, 'cancelled')
+    end
   end
 end
 

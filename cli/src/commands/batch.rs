@@ -15,7 +15,7 @@ pub enum BatchCommand {
     Open {
         #[command(flatten)]
         queue: QueueArg,
-        /// What a dead job does: `continue`, or `halt` (cancel every later stage).
+        /// What a dead job does: `continue`, or `halt` (cancel the rest of the batch, running jobs included).
         #[arg(long, default_value = "continue", value_parser = on_failure)]
         on_failure: OnFailure,
     },

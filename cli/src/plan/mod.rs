@@ -26,7 +26,7 @@ pub const DEFAULT_MAX_ATTEMPTS: u16 = 1;
 /// A validated plan.
 #[derive(Debug, Clone)]
 pub struct Plan {
-    /// What a dead job does to later stages.
+    /// What a dead job does to the rest of the batch.
     pub on_failure: OnFailure,
     /// The jobs, in file order.
     pub jobs: Vec<PlanJob>,

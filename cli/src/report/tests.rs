@@ -127,7 +127,7 @@ fn totals_count_outcomes() {
     let r = sample();
     assert_eq!(
         r.totals(),
-        "3 jobs in 1.000s: 1 succeeded, 1 dead, 1 cancelled (on_failure = \"halt\": later stages were cancelled)"
+        "3 jobs in 1.000s: 1 succeeded, 1 dead, 1 cancelled (on_failure = \"halt\": the rest of the batch was cancelled)"
     );
     assert_eq!(r.unsuccessful(), 2);
 }

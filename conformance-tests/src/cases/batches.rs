@@ -415,9 +415,10 @@ pub async fn b5_wait_times_out(env: &Env) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// SPEC B6: in a `Halt` batch a retrying job does not halt it; once a job is dead,
-/// every not-started job of later stages is cancelled and the batch reports failed;
-/// jobs of the same stage are unaffected; the batch takes no more jobs.
+/// SPEC B6, B8: in a `Halt` batch a retrying job does not halt it; once a job is dead
+/// the batch reports failed and every other unfinished job is cancelled: later stages,
+/// and the same stage's, running ones included (a late completion is stale, the
+/// attempt logged as cancelled); the batch takes no more jobs.
 pub async fn b6_halt_cancels_later_stages(env: &Env) -> anyhow::Result<()> {
     let b = env.backend();
     let q = queue_name("b6halt");
@@ -466,14 +467,26 @@ pub async fn b6_halt_cancels_later_stages(env: &Env) -> anyhow::Result<()> {
         p.failed,
         "the Halt batch does not report failed after a dead job"
     );
-    expect_counts(&p, 1, (1, 1, 0, 1, 0))?;
+    expect_counts(&p, 1, (0, 0, 0, 1, 2))?;
     expect_counts(&p, 2, (0, 0, 0, 0, 2))?;
     expect_counts(&p, 3, (0, 0, 0, 0, 1))?;
-    for id in &all[3..] {
+    for id in &all[1..] {
         expect_state(b, &q, *id, JobState::Cancelled).await?;
     }
-    b.complete(&got[1].lease).await?;
-    claim_exactly(b, &q, &[x]).await?;
+    expect_stale(
+        b.complete(&got[1].lease).await,
+        "completing a running job the halt cancelled",
+    )?;
+    let log = b.job(&q, bb).await?.attempt_log;
+    ensure!(
+        log.len() == 1 && log[0].outcome == relayq_core::AttemptOutcome::Cancelled,
+        "the halted running job's attempt should be logged as cancelled: {log:?}"
+    );
+    ensure!(
+        b.job(&q, x).await?.attempt_log.is_empty(),
+        "{x} never started"
+    );
+    claim_nothing(b, &q, "a halted batch").await?;
     let res = b
         .enqueue_one(NewJob::new(&q, b"late".to_vec()).in_batch(batch.id, 4))
         .await;

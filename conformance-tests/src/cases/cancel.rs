@@ -210,3 +210,79 @@ async fn cancel_stops(env: &Env, handle: Arc<dyn Backend>, tag: &str) -> anyhow:
     b.maintain(&q, relayq_core::DEFAULT_RETENTION).await?;
     claim_nothing(b, &q, "the cancelled jobs never run again").await
 }
+
+/// SPEC B6, B8: a job dying in a `Halt` batch stops its stage's running sibling at once,
+/// through the worker running it: the sibling ends `cancelled`, its attempt logged so.
+pub async fn b8_halt_stops_the_running_siblings(env: &Env) -> anyhow::Result<()> {
+    let b = env.backend();
+    let q = queue_name("b8halt");
+    let batch = b.open_batch(&q, OnFailure::Halt).await?;
+    let all = enqueue_all(
+        b,
+        vec![
+            NewJob::new(&q, b"die".to_vec()).in_batch(batch.id, 1),
+            NewJob::new(&q, b"wait".to_vec()).in_batch(batch.id, 1),
+            NewJob::new(&q, b"later".to_vec()).in_batch(batch.id, 2),
+        ],
+    )
+    .await?;
+    b.seal(&batch).await?;
+    // The dying job dies once the waiting one runs.
+    let waiting = Arc::new(tokio::sync::Notify::new());
+    let (died_tx, mut died) = mpsc::unbounded_channel::<()>();
+    let (stopped_tx, mut stopped) = mpsc::unbounded_channel::<JobId>();
+    let worker = Worker::builder(env.connect().await?, [q.clone()])
+        .concurrency(2)
+        .prefetch(0)
+        .lease(LEASE)
+        .no_maintenance()
+        .handler(move |job: ClaimedJob| {
+            let (waiting, died_tx, stopped_tx) =
+                (waiting.clone(), died_tx.clone(), stopped_tx.clone());
+            async move {
+                if job.payload == b"die" {
+                    waiting.notified().await;
+                    let _ = died_tx.send(());
+                    return Err(JobError::permanent("dies, halting the batch"));
+                }
+                let token = JobContext::current().expect("in a handler").stopping();
+                let id = job.lease.job;
+                tokio::spawn(async move {
+                    token.cancelled().await;
+                    let _ = stopped_tx.send(id);
+                });
+                waiting.notify_one();
+                std::future::pending::<Result<(), JobError>>().await
+            }
+        })
+        .build()?
+        .spawn();
+    tokio::time::timeout(PATIENCE, died.recv())
+        .await
+        .context("the jobs did not start")?
+        .context("channel closed")?;
+    let id = tokio::time::timeout(STOP_WITHIN, stopped.recv())
+        .await
+        .context("the running sibling was not stopped after the halt")?
+        .context("channel closed")?;
+    ensure!(id == all[1], "job {id} stopped, not the sibling {}", all[1]);
+    let report = worker.shutdown().await?;
+    ensure!(
+        report.lease_lost == 1,
+        "the worker should count one lost lease: {report:?}"
+    );
+    let p = b.batch_progress(&batch).await?;
+    ensure!(p.failed, "the batch does not report failed: {p:?}");
+    for (id, want) in all
+        .iter()
+        .zip([JobState::Dead, JobState::Cancelled, JobState::Cancelled])
+    {
+        expect_state(b, &q, *id, want).await?;
+    }
+    let log = b.job(&q, all[1]).await?.attempt_log;
+    ensure!(
+        log.len() == 1 && log[0].outcome == AttemptOutcome::Cancelled,
+        "the sibling's attempt should be logged as cancelled: {log:?}"
+    );
+    claim_nothing(b, &q, "a halted batch").await
+}

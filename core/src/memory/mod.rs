@@ -151,12 +151,15 @@ impl Complete for MemoryBackend {
     async fn settle_many_unchecked(&self, settles: Vec<Settle>) -> Result<Vec<Result<Settled>>> {
         let mut queues = self.lock();
         let now = self.now();
-        let mut finished = Vec::new();
+        let (mut finished, mut died) = (Vec::new(), Vec::new());
         let out = settles
             .into_iter()
             .map(|s| {
                 let queue = s.lease.queue.clone();
                 let res = queues.entry(queue.clone()).or_default().settle(s, now);
+                if matches!(res, Ok(Settled::Dead)) {
+                    died.push(queue.clone());
+                }
                 if res.is_ok() {
                     finished.push(queue);
                 }
@@ -166,6 +169,11 @@ impl Complete for MemoryBackend {
         drop(queues);
         finished.sort_unstable();
         finished.dedup();
+        died.dedup();
+        // A dead job may have halted its batch, cancelling running jobs (SPEC B6).
+        for queue in died {
+            self.notify(&queue, EventKind::Revoked);
+        }
         for queue in finished {
             self.notify(&queue, EventKind::Finished);
             self.notify(&queue, EventKind::Ready);

@@ -229,14 +229,15 @@ impl QueueState {
     }
 
     /// Moves a job to a finished state and applies what follows from it: dedupe key
-    /// freed, batch high-water raised, and for a dead job in a `Halt` batch, later stages
-    /// cancelled (SPEC B6) — those stages never ran, so they do not count as released.
+    /// freed, batch high-water raised, and for a dead job in a `Halt` batch, every other
+    /// unfinished job of the batch cancelled (SPEC B6); later stages never ran, so they
+    /// do not count as released.
     fn finish(&mut self, id: i64, state: JobState, now: DateTime<Utc>) {
         self.mark_finished(id, state, now);
         let Some(job) = self.jobs.get(&id) else {
             return;
         };
-        let (Some(batch), stage) = (job.batch, job.stage) else {
+        let Some(batch) = job.batch else {
             return;
         };
         if state == JobState::Dead
@@ -246,12 +247,17 @@ impl QueueState {
                 .filter(|b| b.on_failure == OnFailure::Halt)
         {
             b.failed = true;
-            let later: Vec<i64> = self
+            // Every unfinished job of the batch: later stages (not started) and the
+            // rest of this stage, running ones included (their leases revoked, B8).
+            let rest: Vec<i64> = self
                 .open_jobs()
-                .filter(|j| j.batch == Some(batch) && j.stage > stage && j.phase == Phase::Waiting)
+                .filter(|j| j.batch == Some(batch))
                 .map(|j| j.id)
                 .collect();
-            for id in later {
+            for id in rest {
+                if let Some(job) = self.jobs.get_mut(&id) {
+                    job.close_attempt(now, AttemptOutcome::Cancelled, None, None);
+                }
                 self.mark_finished(id, JobState::Cancelled, now);
             }
         }
