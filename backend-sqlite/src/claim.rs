@@ -96,11 +96,11 @@ pub(crate) const EXPIRED: &str =
     FROM relayq_jobs INDEXED BY relayq_jobs_running
     WHERE queue = ?1 AND state = 'running' AND lease_expires_at <= ?2";
 
-/// One expired job, retrying or dead.
+/// One expired job, retrying or dead; not one that no longer runs (see [`expire`]).
 pub(crate) const EXPIRE_ONE: &str =
     "UPDATE relayq_jobs SET state = ?2, last_error = ?3, finished_at = ?4,
         lease_token = NULL, lease_expires_at = NULL
-    WHERE id = ?1";
+    WHERE id = ?1 AND state = 'running'";
 
 #[async_trait]
 impl Claim for SqliteBackend {
@@ -194,6 +194,21 @@ pub(crate) async fn expire(c: &mut Conn, queue: &str, now: DateTime<Utc>) -> Res
     let mut touched = promote::Touched::default();
     for e in expired {
         let error = "lease expired";
+        let retry = e.attempts < e.max_attempts;
+        let changed = sqlx::query(EXPIRE_ONE)
+            .bind(e.id)
+            .bind(if retry { "retrying" } else { "dead" })
+            .bind(error)
+            .bind(if retry { None } else { Some(us(now)) })
+            .execute(&mut *c)
+            .await
+            .map_err(db)?
+            .rows_affected();
+        // A job dead earlier in this pass may have halted its batch, cancelling this
+        // one (its attempt logged then): it stays cancelled (SPEC B6).
+        if changed == 0 {
+            continue;
+        }
         let ended = Ended {
             job: e.id,
             attempt: e.attempts,
@@ -205,15 +220,6 @@ pub(crate) async fn expire(c: &mut Conn, queue: &str, now: DateTime<Utc>) -> Res
             output: None,
         };
         log_attempt(c, ended).await?;
-        let retry = e.attempts < e.max_attempts;
-        sqlx::query(EXPIRE_ONE)
-            .bind(e.id)
-            .bind(if retry { "retrying" } else { "dead" })
-            .bind(error)
-            .bind(if retry { None } else { Some(us(now)) })
-            .execute(&mut *c)
-            .await
-            .map_err(db)?;
         if retry {
             requeued += 1;
         } else {

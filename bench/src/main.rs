@@ -18,6 +18,7 @@
 
 mod backlog;
 mod burst;
+mod cancel;
 mod dashboard;
 mod goals;
 mod groups;
@@ -62,7 +63,7 @@ struct Args {
     runs: usize,
     /// Run only these scenarios (comma-separated: enqueue, drain, drain16 (the
     /// concurrency-16 rows alone), prefetch (the prefetch row alone, for profiling it),
-    /// raw, latency, stages, groups, backlog, burst, schedules; and phases, which only runs when
+    /// raw, latency, stages, groups, backlog, burst, cancel, schedules; and phases, which only runs when
     /// named here).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
@@ -216,6 +217,10 @@ async fn main() -> anyhow::Result<()> {
     if on("burst") {
         // Printed as measured inside.
         rows.extend(burst::burst(&targets, if quick { 5_000 } else { 50_000 }).await?);
+    }
+    if on("cancel") {
+        // Printed as measured inside.
+        rows.extend(cancel::cancel(&targets, if quick { 50 } else { 500 }).await?);
     }
     if on("schedules") {
         // Printed as measured inside.

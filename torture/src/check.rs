@@ -138,12 +138,20 @@ pub fn allowed_states(plan: &Plan, obs: &Observed, i: usize) -> Vec<JobState> {
     }
     if let Some((b, s)) = job.batch
         && plan.batches[b].halt
-        && plan
-            .jobs
-            .iter()
-            .any(|o| o.mode == Mode::Fail && matches!(o.batch, Some((ob, os)) if ob == b && os < s))
     {
-        return vec![JobState::Cancelled];
+        let failing_at = |cmp: fn(i32, i32) -> bool| {
+            plan.jobs.iter().any(|o| {
+                o.mode == Mode::Fail && matches!(o.batch, Some((ob, os)) if ob == b && cmp(os, s))
+            })
+        };
+        if failing_at(|os, s| os < s) {
+            return vec![JobState::Cancelled];
+        }
+        // SPEC B6: a job of the failing job's own stage is cancelled, running or not,
+        // unless it finished first.
+        if failing_at(|os, s| os == s) {
+            return vec![JobState::Succeeded, JobState::Cancelled];
+        }
     }
     vec![JobState::Succeeded]
 }

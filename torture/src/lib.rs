@@ -16,4 +16,5 @@ pub mod run;
 pub mod servers;
 pub mod slots;
 pub mod soak;
+pub mod stops;
 pub mod workers;

@@ -20,7 +20,7 @@ use crate::{
     ledger::Ledger,
     plan::{JOB_SCRIPT, Plan},
     servers::{Cluster, Fsync, Postgres, RedisNode},
-    slots,
+    slots, stops,
     workers::{WorkerConfig, Workers},
 };
 
@@ -501,12 +501,13 @@ pub async fn run(s: &Settings) -> anyhow::Result<Outcome> {
     );
 
     let cell = slots::start(&*backend).await?;
+    let mut stops = stops::Cell::new(dir.clone(), s.lease);
     let mut workers = Workers::start(
         WorkerConfig {
             exe: s.relayq.clone(),
             db: url.clone(),
             queue: queue().into(),
-            schedule_queue: Some(cell.queue.clone()),
+            extra_queues: vec![cell.queue.clone(), stops.queue().to_owned()],
             concurrency: s.concurrency,
             lease: s.lease,
             dir: dir.join("logs"),
@@ -598,6 +599,7 @@ pub async fn run(s: &Settings) -> anyhow::Result<Outcome> {
             next += 1;
             *faults.entry(fault.label()).or_default() += 1;
             if fault == Fault::Cancel {
+                stops.fire(backend.clone())?;
                 let targets = (0..plan.jobs.len()).filter(|&i| plan.jobs[i].cancel);
                 for i in targets {
                     let Some(id) = ids[i] else { continue };
@@ -724,6 +726,9 @@ pub async fn run(s: &Settings) -> anyhow::Result<Outcome> {
     let mut report = check::check(&plan, &obs, &ledger, allow);
     report.checks.push(stopped);
     report.checks.push(cell.check(&*backend, stopping).await?);
+    let (stopped_cell, note) = stops.check(&*backend).await?;
+    report.checks.push(stopped_cell);
+    report.figures.push(("live-cancel cell".into(), note));
     report.figures.push((
         "schedule cell's skewed scheduler".into(),
         skewed.note.clone(),

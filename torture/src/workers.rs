@@ -22,8 +22,9 @@ pub struct WorkerConfig {
     pub db: String,
     /// `--queue`.
     pub queue: String,
-    /// A second `--queue` for the `relayq work` processes: the schedule cell's.
-    pub schedule_queue: Option<String>,
+    /// More `--queue`s for the `relayq work` processes: the schedule cell's and the
+    /// live-cancel cell's.
+    pub extra_queues: Vec<String>,
     /// `--concurrency`.
     pub concurrency: u32,
     /// `--lease`.
@@ -107,11 +108,7 @@ impl Workers {
                     .arg(&c.db)
                     .arg("work")
                     .args(["--queue", &c.queue])
-                    .args(
-                        c.schedule_queue
-                            .iter()
-                            .flat_map(|q| ["--queue", q.as_str()]),
-                    )
+                    .args(c.extra_queues.iter().flat_map(|q| ["--queue", q.as_str()]))
                     .args(["--concurrency", &c.concurrency.to_string()])
                     .args(["--lease", &format!("{}ms", c.lease.as_millis())])
                     .args(["--shutdown-timeout", "5s"])

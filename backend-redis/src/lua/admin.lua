@@ -56,7 +56,8 @@ elseif op == 'maintain' then
   -- calls again while the last value says there is more.
   local requeued, dead, budget = 0, 0, 1000
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', B .. ':running', '-inf', s(NOW), 'LIMIT', 0, budget)) do
-    if expire(tonumber(id)) then requeued = requeued + 1 else dead = dead + 1 end
+    local retries = expire(tonumber(id))
+    if retries then requeued = requeued + 1 elseif retries == false then dead = dead + 1 end
   end
   local cutoff = NOW - tonumber(ARGV[4])
   local ids = redis.call('ZRANGEBYSCORE', B .. ':done', '-inf', s(cutoff), 'LIMIT', 0, budget)

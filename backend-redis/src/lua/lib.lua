@@ -345,7 +345,11 @@ end
 
 -- SPEC C5: a running job whose lease expired retries in place (keeping its group and
 -- stage) or, without attempts left, is dead. Returns true when it was requeued.
+-- Returns true when the job retries, false when it is dead, nil when it no longer runs:
+-- a job dead earlier in the same pass may have halted its batch, cancelling this one,
+-- which stays cancelled (SPEC B6).
 local function expire(id)
+  if get(id, 'st') ~= 'running' then return nil end
   local at, ma = num(id, 'at'), num(id, 'ma')
   log(id, at, 'expired', 'lease expired')
   clear_lease(id)

@@ -286,3 +286,50 @@ pub async fn b8_halt_stops_the_running_siblings(env: &Env) -> anyhow::Result<()>
     );
     claim_nothing(b, &q, "a halted batch").await
 }
+
+/// SPEC B6, C5: one expiry pass over a `Halt` batch whose leases all ran out: the job
+/// out of attempts dies and halts the batch, and its sibling, which would have retried,
+/// stays cancelled (it is not brought back as `retrying` later in the same pass).
+pub async fn b8_a_halt_in_an_expiry_pass_keeps_its_cancels(env: &Env) -> anyhow::Result<()> {
+    let b = env.backend();
+    let q = queue_name("b8expiry");
+    let batch = b.open_batch(&q, OnFailure::Halt).await?;
+    let all = enqueue_all(
+        b,
+        vec![
+            NewJob::new(&q, b"dies".to_vec())
+                .in_batch(batch.id, 1)
+                .max_attempts(1),
+            NewJob::new(&q, b"would retry".to_vec())
+                .in_batch(batch.id, 1)
+                .max_attempts(3),
+        ],
+    )
+    .await?;
+    let first = claim_as(b, &q, "w", 1, SHORT_LEASE).await?;
+    let second = claim_as(b, &q, "w", 1, SHORT_LEASE).await?;
+    ensure!(
+        first.len() == 1 && second.len() == 1 && first[0].lease.job == all[0],
+        "expected to claim {all:?} in order"
+    );
+    let probe = queue_name("b8probe");
+    let due = second[0].lease.expires_at + TIME_SLACK;
+    enqueue(b, NewJob::new(&probe, b"probe".to_vec()).run_at(due)).await?;
+    poll_claim(
+        b,
+        &probe,
+        "probe",
+        1,
+        LEASE,
+        "server time to pass both leases",
+    )
+    .await?;
+    b.maintain(&q, relayq_core::DEFAULT_RETENTION).await?;
+    expect_state(b, &q, all[0], JobState::Dead).await?;
+    expect_state(b, &q, all[1], JobState::Cancelled).await?;
+    ensure!(
+        b.batch_progress(&batch).await?.failed,
+        "the batch should be halted"
+    );
+    claim_nothing(b, &q, "a halted batch").await
+}

@@ -274,6 +274,11 @@ impl QueueState {
         let (mut requeued, mut dead) = (0, 0);
         for id in expired {
             let job = self.jobs.get_mut(&id).expect("open job exists");
+            // A job dead earlier in this pass may have halted its batch, cancelling
+            // this one: it stays cancelled (SPEC B6).
+            if !matches!(job.phase, Phase::Running { .. }) {
+                continue;
+            }
             job.close_attempt(now, AttemptOutcome::Expired, Some("lease expired"), None);
             job.last_error = Some("lease expired".into());
             if job.attempts < u32::from(job.max_attempts) {
