@@ -3,7 +3,9 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use relayq_core::{Admin, Batch, Error, EventKind, JobId, Maintenance, QueueUpdate, Result};
+use relayq_core::{
+    Admin, Batch, Error, EventKind, JobId, Maintenance, QueueUpdate, Result, cancelled_by,
+};
 
 use crate::{
     MssqlBackend,
@@ -78,7 +80,9 @@ impl Admin for MssqlBackend {
     }
 
     async fn cancel_job_unchecked(&self, queue: &str, id: JobId) -> Result<bool> {
-        let sets = self.run(sql::CANCEL_JOB, &[&id.0, &queue]).await?;
+        let sets = self
+            .run(sql::CANCEL_JOB, &[&id.0, &queue, &cancelled_by::JOB])
+            .await?;
         let found = rows::set(&sets, 0)?
             .first()
             .map(|r| rows::get::<&str>(r, 0))
@@ -99,7 +103,10 @@ impl Admin for MssqlBackend {
 
     async fn cancel_batch_unchecked(&self, batch: &Batch) -> Result<u64> {
         let sets = self
-            .run(sql::CANCEL_BATCH, &[&batch.id.0, &batch.queue.as_str()])
+            .run(
+                sql::CANCEL_BATCH,
+                &[&batch.id.0, &batch.queue.as_str(), &cancelled_by::BATCH],
+            )
             .await?;
         let r = rows::set(&sets, 0)?
             .first()

@@ -301,8 +301,10 @@ BEGIN
     INTO @hc (id, queue, group_key, prev, attempts, worker, started_at)
     FROM {s}.jobs AS j INNER JOIN @hf AS f ON j.batch_id = f.id
     WHERE j.stage >= f.stage AND j.state IN ('ready', 'blocked', 'running', 'retrying');
-    INSERT INTO {s}.attempts (job_id, attempt, worker, started_at, ended_at, outcome)
-    SELECT id, attempts, ISNULL(worker, N''), ISNULL(started_at, @now), @now, 'cancelled'
+    -- relayq_core::cancelled_by::HALT, word for word (a test below checks).
+    INSERT INTO {s}.attempts (job_id, attempt, worker, started_at, ended_at, outcome, error)
+    SELECT id, attempts, ISNULL(worker, N''), ISNULL(started_at, @now), @now, 'cancelled',
+        N'cancelled while running: a job of its batch died, halting it'
     FROM @hc WHERE prev = 'running';
     INSERT INTO @tg (queue, grp)
     SELECT DISTINCT h.queue, h.group_key FROM @hc AS h
@@ -659,8 +661,8 @@ COMMIT TRANSACTION;",
 );
 
 /// Cancels the live jobs listed in `@cx` (locked by the batch): they become
-/// `cancelled`, and a running one's attempt is closed in the log, which revokes its
-/// lease (SPEC B7). The caller has put their batches and groups in `@tb`/`@tg` and
+/// `cancelled`, and a running one's attempt is closed in the log with the reason `@P3`,
+/// which revokes its lease (SPEC B7, B8). The caller has put their batches and groups in `@tb`/`@tg` and
 /// locked them, and promotes after.
 macro_rules! cancel {
     () => {
@@ -672,8 +674,8 @@ OUTPUT inserted.id, inserted.queue, inserted.group_key, inserted.batch_id, delet
 INTO @cd (id, queue, group_key, batch_id, prev, attempts, worker, started_at)
 FROM {s}.jobs AS j INNER JOIN @cx AS x ON x.id = j.id
 WHERE j.state IN ('ready', 'blocked', 'running', 'retrying');
-INSERT INTO {s}.attempts (job_id, attempt, worker, started_at, ended_at, outcome)
-SELECT id, attempts, ISNULL(worker, N''), ISNULL(started_at, @now), @now, 'cancelled'
+INSERT INTO {s}.attempts (job_id, attempt, worker, started_at, ended_at, outcome, error)
+SELECT id, attempts, ISNULL(worker, N''), ISNULL(started_at, @now), @now, 'cancelled', @P3
 FROM @cd WHERE prev = 'running';
 INSERT INTO @fq (queue) SELECT queue FROM @cd;
 "
@@ -1167,6 +1169,12 @@ mod tests {
             "T-SQL that does not parse:\n{}",
             failed.join("\n")
         );
+    }
+
+    #[test]
+    fn the_halt_logs_the_core_s_words() {
+        let halt = format!("N'{}'", relayq_core::cancelled_by::HALT);
+        assert!(SETTLE.contains(&halt), "{halt}");
     }
 
     #[test]

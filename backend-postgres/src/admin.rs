@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use relayq_core::{
-    Admin, Batch, Error, JobId, JobState, Maintenance, QueueUpdate, Result, retry::retry_transient,
+    Admin, Batch, Error, JobId, JobState, Maintenance, QueueUpdate, Result, cancelled_by,
+    retry::retry_transient,
 };
 use sqlx::PgConnection;
 
@@ -21,8 +22,8 @@ const CANCEL: &str = concat!(
         DELETE FROM {s}.jobs WHERE id = ANY($1)
         RETURNING *),
     logged AS (
-        INSERT INTO {s}.attempts (job_id, attempt, worker, started_at, ended_at, outcome)
-        SELECT id, attempts, worker, started_at, now(), 'cancelled'
+        INSERT INTO {s}.attempts (job_id, attempt, worker, started_at, ended_at, outcome, error)
+        SELECT id, attempts, worker, started_at, now(), 'cancelled', $2
         FROM g WHERE state = 'running'),
     archived AS (",
     archive!("g", "'cancelled'", "g.last_error"),
@@ -69,9 +70,16 @@ impl PostgresBackend {
     }
 
     /// Cancels `ids` inside the transaction and promotes what they released.
-    async fn cancel_ids(c: &mut PgConnection, this: &Self, ids: &[i64]) -> Result<(u64, Touched)> {
+    /// Cancels `ids`; `why` goes to the log of each attempt it cuts short.
+    async fn cancel_ids(
+        c: &mut PgConnection,
+        this: &Self,
+        ids: &[i64],
+        why: &str,
+    ) -> Result<(u64, Touched)> {
         let places: Vec<Place> = sqlx::query_as(this.sql(CANCEL))
             .bind(ids)
+            .bind(why)
             .fetch_all(&mut *c)
             .await
             .map_err(db)?;
@@ -119,7 +127,7 @@ impl PostgresBackend {
                 None => Err(Error::not_found(format!("job {id} in queue {queue:?}"))),
             };
         }
-        let (_, mut touched) = Self::cancel_ids(&mut tx, self, &[id.0]).await?;
+        let (_, mut touched) = Self::cancel_ids(&mut tx, self, &[id.0], cancelled_by::JOB).await?;
         touched.revoked.insert(queue.to_owned());
         Ok((true, Self::finish_tx(tx, self, &touched).await?))
     }
@@ -152,7 +160,7 @@ impl PostgresBackend {
             .fetch_all(&mut *tx)
             .await
             .map_err(db)?;
-        let (n, mut touched) = Self::cancel_ids(&mut tx, self, &ids).await?;
+        let (n, mut touched) = Self::cancel_ids(&mut tx, self, &ids, cancelled_by::BATCH).await?;
         touched.finished.insert(batch.queue.clone());
         if n > 0 {
             touched.revoked.insert(batch.queue.clone());

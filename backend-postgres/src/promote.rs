@@ -317,8 +317,9 @@ async fn halt(
              WHERE j.batch_id = f.id AND j.stage >= f.stage
              RETURNING j.*),
          logged AS (
-             INSERT INTO {s}.attempts (job_id, attempt, worker, started_at, ended_at, outcome)
-             SELECT id, attempts, worker, started_at, now(), 'cancelled'
+             INSERT INTO {s}.attempts
+                 (job_id, attempt, worker, started_at, ended_at, outcome, error)
+             SELECT id, attempts, worker, started_at, now(), 'cancelled', $3
              FROM g WHERE state = 'running'),
          archived AS (",
         archive!("g", "'cancelled'", "g.last_error"),
@@ -327,6 +328,7 @@ async fn halt(
     )))
     .bind(&batches)
     .bind(&stages)
+    .bind(relayq_core::cancelled_by::HALT)
     .fetch_all(c)
     .await
     .map_err(db)?;

@@ -7,7 +7,7 @@ use redis::Value;
 use relayq_core::{
     Admin, AttemptOutcome, AttemptRecord, Batch, BatchId, BatchProgress, Error, EventKind, Inspect,
     JobId, JobInfo, JobState, Maintenance, OnFailure, OrderBarrier, QueueStats, QueueUpdate,
-    Result, RunningJob, StageProgress, WaitFor,
+    Result, RunningJob, StageProgress, WaitFor, cancelled_by,
 };
 use serde::Deserialize;
 
@@ -359,7 +359,11 @@ impl Admin for RedisBackend {
     }
 
     async fn cancel_job_unchecked(&self, queue: &str, id: JobId) -> Result<bool> {
-        let args = [b"job".to_vec(), arg(id.0)];
+        let args = [
+            b"job".to_vec(),
+            arg(id.0),
+            cancelled_by::JOB.as_bytes().to_vec(),
+        ];
         let n: i64 = self.run(&scripts::CANCEL, queue, &args).await?;
         if n < 0 {
             return Err(Error::not_found(format!("job {id} in queue {queue:?}")));
@@ -373,7 +377,11 @@ impl Admin for RedisBackend {
     }
 
     async fn cancel_batch_unchecked(&self, batch: &Batch) -> Result<u64> {
-        let args = [b"batch".to_vec(), arg(batch.id.0)];
+        let args = [
+            b"batch".to_vec(),
+            arg(batch.id.0),
+            cancelled_by::BATCH.as_bytes().to_vec(),
+        ];
         let n: i64 = self.run(&scripts::CANCEL, &batch.queue, &args).await?;
         if n < 0 {
             return Err(Error::not_found(batch.to_string()));

@@ -127,4 +127,10 @@ mod tests {
         }
         assert_eq!(BODIES.len(), 12);
     }
+
+    #[test]
+    fn the_halt_logs_the_core_s_words() {
+        let halt = format!("'{}'", relayq_core::cancelled_by::HALT);
+        assert!(include_str!("lua/lib.lua").contains(&halt), "{halt}");
+    }
 }

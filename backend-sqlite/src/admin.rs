@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, TimeDelta, Utc};
 use relayq_core::{
     Admin, AttemptOutcome, Batch, Error, EventKind, JobId, JobState, Maintenance, QueueUpdate,
-    Result,
+    Result, cancelled_by,
 };
 
 use crate::{Conn, Ended, SqliteBackend, claim, db, log_attempt, promote, us};
@@ -73,7 +73,7 @@ impl Admin for SqliteBackend {
 
     async fn cancel_job_unchecked(&self, queue: &str, id: JobId) -> Result<bool> {
         let (mut tx, now) = self.write().await?;
-        let changed = cancel(&mut tx, queue, id.0, now).await?;
+        let changed = cancel(&mut tx, queue, id.0, now, cancelled_by::JOB).await?;
         tx.commit().await.map_err(db)?;
         if changed {
             self.notify(queue, EventKind::Revoked);
@@ -108,7 +108,7 @@ impl Admin for SqliteBackend {
         .map_err(db)?;
         let mut n = 0;
         for id in ids {
-            n += u64::from(cancel(&mut tx, &batch.queue, id, now).await?);
+            n += u64::from(cancel(&mut tx, &batch.queue, id, now, cancelled_by::BATCH).await?);
         }
         tx.commit().await.map_err(db)?;
         // Cancelling may hand a group to a job outside the batch.
@@ -221,7 +221,8 @@ struct Current {
 }
 
 /// SPEC B7: cancels one job inside the caller's transaction; false if already finished.
-async fn cancel(c: &mut Conn, queue: &str, id: i64, now: DateTime<Utc>) -> Result<bool> {
+/// `why` goes to the log of the attempt it cuts short.
+async fn cancel(c: &mut Conn, queue: &str, id: i64, now: DateTime<Utc>, why: &str) -> Result<bool> {
     let row: Option<Current> = sqlx::query_as(
         "SELECT state, group_key, batch_id, stage, attempts, worker, started_at
          FROM relayq_jobs WHERE id = ?1 AND queue = ?2",
@@ -256,7 +257,7 @@ async fn cancel(c: &mut Conn, queue: &str, id: i64, now: DateTime<Utc>) -> Resul
             started_at: started,
             ended_at: now,
             outcome: AttemptOutcome::Cancelled,
-            error: None,
+            error: Some(why),
             output: None,
         };
         log_attempt(c, ended).await?;

@@ -109,7 +109,11 @@ pub fn hot_statements() -> Vec<Hot> {
             promote::HALT_JOBS,
             &[Batch, Stage, Now],
         ),
-        hot("promote::HALT_LOG", promote::HALT_LOG, &[Batch, Stage, Now]),
+        hot(
+            "promote::HALT_LOG",
+            promote::HALT_LOG,
+            &[Batch, Stage, Now, Text],
+        ),
         hot(
             "promote::HALT_GROUPS",
             promote::HALT_GROUPS,

@@ -203,6 +203,7 @@ impl Touched {
             .bind(batch)
             .bind(stage)
             .bind(us(now))
+            .bind(relayq_core::cancelled_by::HALT)
             .execute(&mut *c)
             .await
             .map_err(db)?;
@@ -230,7 +231,8 @@ impl Touched {
 /// stage index, as [`HALT_JOBS`].
 pub(crate) const HALT_LOG: &str = "INSERT INTO relayq_attempts
         (job_id, attempt, worker, started_at, ended_at, outcome, error, output)
-    SELECT id, attempts, coalesce(worker, ''), coalesce(started_at, 0), ?3, 'cancelled', NULL, NULL
+    SELECT id, attempts, coalesce(worker, ''), coalesce(started_at, 0), ?3, 'cancelled',
+        ?4, NULL
     FROM relayq_jobs INDEXED BY relayq_jobs_stage
     WHERE batch_id = ?1 AND stage = ?2 AND state = 'running'
       AND state IN ('ready', 'blocked', 'running', 'retrying')";

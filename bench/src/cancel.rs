@@ -68,6 +68,8 @@ async fn measure(
         .prefetch(0)
         .no_maintenance()
         .no_schedules()
+        // Its handlers never end: shutdown releases them at once.
+        .shutdown_timeout(Duration::from_millis(100))
         .handler(move |job: ClaimedJob| {
             let (started_tx, stopped_tx) = (started_tx.clone(), stopped_tx.clone());
             async move {

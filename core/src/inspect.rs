@@ -48,6 +48,16 @@ impl QueueStats {
     }
 }
 
+/// Why a running attempt was cancelled: its log record's `error` (SPEC B8).
+pub mod cancelled_by {
+    /// `cancel_job` of the job.
+    pub const JOB: &str = "cancelled while running: the job was cancelled";
+    /// `cancel_batch` of its batch.
+    pub const BATCH: &str = "cancelled while running: its batch was cancelled";
+    /// A job of its `Halt` batch died (SPEC B6).
+    pub const HALT: &str = "cancelled while running: a job of its batch died, halting it";
+}
+
 /// How an attempt ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -93,6 +93,7 @@ pub use events::{Event, EventBus, EventKind};
 pub use ext::{CompleteExt, EnqueueExt, OrderBarrierExt};
 pub use inspect::{
     AttemptOutcome, AttemptRecord, DEFAULT_RETENTION, JobInfo, Maintenance, QueueStats, RunningJob,
+    cancelled_by,
 };
 pub use job::{DEFAULT_MAX_ATTEMPTS, Enqueued, JobId, JobState, NewJob, RunAt};
 pub use lease::{ClaimRequest, ClaimedJob, Lease, LeaseToken};

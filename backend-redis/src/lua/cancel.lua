@@ -1,11 +1,12 @@
--- SPEC B7: ARGV[3] = 'job' or 'batch', ARGV[4] = its id. A job: 1 cancelled, 0 already
--- finished, -1 unknown. A batch: how many jobs were cancelled, or -1 unknown; the batch
--- is sealed. A running job's lease is revoked and its attempt closed in the log.
+-- SPEC B7: ARGV[3] = 'job' or 'batch', ARGV[4] = its id, ARGV[5] = why, for the log of
+-- a running attempt. A job: 1 cancelled, 0 already finished, -1 unknown. A batch: how
+-- many jobs were cancelled, or -1 unknown; the batch is sealed. A running job's lease is
+-- revoked and its attempt closed in the log.
 local function cancel(id)
   local st = get(id, 'st')
   if st == 'succeeded' or st == 'dead' or st == 'cancelled' then return 0 end
   if st == 'running' then
-    log(id, num(id, 'at'), 'cancelled')
+    log(id, num(id, 'at'), 'cancelled', ARGV[5])
     -- Its worker stops the handler now, not at its next beat (SPEC B8).
     event('c')
   end

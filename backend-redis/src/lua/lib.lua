@@ -250,7 +250,8 @@ local function halt(b, stage)
     id = tonumber(id)
     local st = get(id, 'st')
     if st == 'running' then
-      log(id, num(id, 'at'), 'cancelled')
+      -- relayq_core::cancelled_by::HALT, word for word (a test in scripts.rs checks).
+      log(id, num(id, 'at'), 'cancelled', 'cancelled while running: a job of its batch died, halting it')
       event('c')
     end
     if st == 'ready' or st == 'blocked' or st == 'running' or st == 'retrying' then

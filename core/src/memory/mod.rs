@@ -285,7 +285,9 @@ impl Admin for MemoryBackend {
     }
 
     async fn cancel_job_unchecked(&self, queue: &str, id: JobId) -> Result<bool> {
-        let changed = self.with_queue(queue, |q, now| q.cancel_job(id, queue, now))??;
+        let changed = self.with_queue(queue, |q, now| {
+            q.cancel_job(id, queue, now, crate::cancelled_by::JOB)
+        })??;
         if changed {
             self.notify(queue, EventKind::Revoked);
             self.notify(queue, EventKind::Finished);

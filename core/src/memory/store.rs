@@ -256,7 +256,12 @@ impl QueueState {
                 .collect();
             for id in rest {
                 if let Some(job) = self.jobs.get_mut(&id) {
-                    job.close_attempt(now, AttemptOutcome::Cancelled, None, None);
+                    job.close_attempt(
+                        now,
+                        AttemptOutcome::Cancelled,
+                        Some(crate::cancelled_by::HALT),
+                        None,
+                    );
                 }
                 self.mark_finished(id, JobState::Cancelled, now);
             }
@@ -529,12 +534,14 @@ impl QueueState {
             .collect())
     }
 
-    /// SPEC B7: cancels one unfinished job; false when already finished.
+    /// SPEC B7: cancels one unfinished job; false when already finished. `why` goes to
+    /// the log of an attempt it cuts short (a [`cancelled_by`](crate::cancelled_by)).
     pub(crate) fn cancel_job(
         &mut self,
         id: JobId,
         queue: &str,
         now: DateTime<Utc>,
+        why: &str,
     ) -> Result<bool> {
         let job = self
             .jobs
@@ -543,7 +550,7 @@ impl QueueState {
         if matches!(job.phase, Phase::Finished(_)) {
             return Ok(false);
         }
-        job.close_attempt(now, AttemptOutcome::Cancelled, None, None);
+        job.close_attempt(now, AttemptOutcome::Cancelled, Some(why), None);
         self.finish(id.0, JobState::Cancelled, now);
         Ok(true)
     }
@@ -559,7 +566,7 @@ impl QueueState {
         ids.sort_unstable_by(|a, b| b.cmp(a));
         let ids: Vec<i64> = ids.into_iter().map(|(_, id)| id).collect();
         for id in &ids {
-            self.cancel_job(JobId(*id), &batch.queue, now)?;
+            self.cancel_job(JobId(*id), &batch.queue, now, crate::cancelled_by::BATCH)?;
         }
         Ok(ids.len() as u64)
     }
