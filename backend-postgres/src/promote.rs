@@ -255,10 +255,16 @@ pub(crate) async fn promote(c: &mut PgConnection, s: &Schema, t: &mut Touched) -
 /// their unfinished jobs are locked, in id order, before the batches' lock (SPEC B6).
 ///
 /// Why first: a settle locks its jobs, then the batches. The halt cancels the batch's
-/// running jobs too, and locking their rows after the batch's would wait for a sibling's
-/// settle that waits for the batch: a deadlock, which PostgreSQL breaks only after
-/// `deadlock_timeout`. Locked here, a sibling's settle that holds its row is waited
-/// for and finishes first (its row is gone then, and skipped).
+/// running jobs too, and locking their rows after the batch's would always wait for a
+/// sibling's settle that waits for the batch: a deadlock. Locked here, a sibling's
+/// settle that holds its row is waited for and finishes first (its row is gone then,
+/// and skipped).
+///
+/// Not every deadlock is gone: this transaction already holds its own jobs' rows, so
+/// two jobs of one batch dying in two transactions at once, or a `cancel_batch` (which
+/// locks the batch's rows in id order) meeting a death, can each wait for the other.
+/// PostgreSQL breaks that after `deadlock_timeout` and the loser's call is retried
+/// (`retry_transient`): a stall of about a second, rare, and nothing lost.
 ///
 /// Planned for its parameters from here on: a settle's transaction forces generic
 /// plans ([`GENERIC_BEGIN`](crate::settle::GENERIC_BEGIN)), and the halt's generic

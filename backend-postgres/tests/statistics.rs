@@ -248,6 +248,13 @@ async fn operations(lab: &mut Lab, generic: bool) -> Vec<(&'static str, i64)> {
     })
     .await;
     read("heartbeat", n);
+    // The read a worker makes for cancels (SPEC B8), of the leases left.
+    let rest: Vec<_> = leases.collect();
+    let (n, ()) = measured(lab, generic, async move |b| {
+        b.lost_leases(&rest).await.unwrap();
+    })
+    .await;
+    read("lost_leases of 9", n);
 
     // Enqueues with dedupe keys: new keys, then the same keys again.
     let tag = if generic { "g" } else { "c" };

@@ -228,11 +228,14 @@ async fn work(backend: Arc<dyn Backend>, q: String, dir: PathBuf) -> anyhow::Res
         .to_string()
         .into_bytes()
     };
-    // Ahead of the run's jobs, so that the workers take them at once.
+    // Ahead of the run's jobs, so that the workers take them at once. The dedupe key
+    // makes a retried enqueue (its first answer lost to a connection kill) return the
+    // job stored the first time instead of storing a second one.
     let job = |key: &str, secs, rc| {
         NewJob::new(&q, command(key, secs, rc))
             .priority(-100)
             .max_attempts(25)
+            .dedupe_key(key)
     };
     let mut done = Done::default();
     let singles: Vec<String> = (0..4).map(|i| format!("c{i}")).collect();

@@ -104,7 +104,16 @@ impl MemoryBackend {
         // not be stamped with the time it started waiting.
         let mut queues = self.lock();
         let now = self.now();
-        Ok(f(queues.entry(queue.to_owned()).or_default(), now))
+        let q = queues.entry(queue.to_owned()).or_default();
+        let out = f(q, now);
+        // A job that died in `f` (a settle, an expiry) may have halted its batch and
+        // cancelled running jobs: their workers hear of it now (SPEC B8).
+        let revoked = std::mem::take(&mut q.revoked);
+        drop(queues);
+        if revoked {
+            self.notify(queue, EventKind::Revoked);
+        }
+        Ok(out)
     }
 
     fn notify(&self, queue: &str, kind: EventKind) {
@@ -151,27 +160,32 @@ impl Complete for MemoryBackend {
     async fn settle_many_unchecked(&self, settles: Vec<Settle>) -> Result<Vec<Result<Settled>>> {
         let mut queues = self.lock();
         let now = self.now();
-        let (mut finished, mut died) = (Vec::new(), Vec::new());
+        let mut finished = Vec::new();
         let out = settles
             .into_iter()
             .map(|s| {
                 let queue = s.lease.queue.clone();
                 let res = queues.entry(queue.clone()).or_default().settle(s, now);
-                if matches!(res, Ok(Settled::Dead)) {
-                    died.push(queue.clone());
-                }
                 if res.is_ok() {
                     finished.push(queue);
                 }
                 res
             })
             .collect();
-        drop(queues);
         finished.sort_unstable();
         finished.dedup();
-        died.dedup();
-        // A dead job may have halted its batch, cancelling running jobs (SPEC B6).
-        for queue in died {
+        // A dead job may have halted its batch, cancelling running jobs (SPEC B6, B8).
+        let revoked: Vec<String> = finished
+            .iter()
+            .filter(|q| {
+                queues
+                    .get_mut(*q)
+                    .is_some_and(|s| std::mem::take(&mut s.revoked))
+            })
+            .cloned()
+            .collect();
+        drop(queues);
+        for queue in revoked {
             self.notify(&queue, EventKind::Revoked);
         }
         for queue in finished {

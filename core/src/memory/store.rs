@@ -98,6 +98,9 @@ pub(crate) struct QueueState {
     batches: BTreeMap<i64, BatchState>,
     /// Schedules by name (SPEC S).
     pub(crate) schedules: BTreeMap<String, crate::schedule::StoredSchedule>,
+    /// Set when a halt cancelled a running job, for the backend to send `Revoked`
+    /// (SPEC B8) once the call that did it returns.
+    pub(crate) revoked: bool,
 }
 
 fn after(now: DateTime<Utc>, d: std::time::Duration) -> DateTime<Utc> {
@@ -256,6 +259,7 @@ impl QueueState {
                 .collect();
             for id in rest {
                 if let Some(job) = self.jobs.get_mut(&id) {
+                    self.revoked |= matches!(job.phase, Phase::Running { .. });
                     job.close_attempt(
                         now,
                         AttemptOutcome::Cancelled,

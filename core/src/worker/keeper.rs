@@ -62,8 +62,9 @@ pub(super) struct Keeper {
     /// Counts the jobs that ended with no outcome (lease lost, or run dropped), and
     /// tracks outages: one warning per outage, not per failed beat.
     pub(super) stats: Arc<Stats>,
-    /// How often to read the leases for cancels where the backend cannot push them.
-    pub(super) cancel_poll: Duration,
+    /// Where cancels are heard of: subscribed before the keeper's task starts, so that
+    /// no cancel sent meanwhile is missed.
+    pub(super) watch: Option<Watch>,
 }
 
 impl Keeper {
@@ -85,7 +86,7 @@ impl Keeper {
     }
 
     /// Runs until every sender of `rx` is gone.
-    pub(super) async fn run(self, mut rx: mpsc::UnboundedReceiver<Msg>) {
+    pub(super) async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Msg>) {
         let mut held: HashMap<Key, Held> = HashMap::new();
         let mut timers: DelayQueue<Key> = DelayQueue::new();
         let mut leases: DelayQueue<Key> = DelayQueue::new();
@@ -93,7 +94,7 @@ impl Keeper {
         // handed to its slot, so this is a guard, kept in case that order changes.
         let mut ended_early: HashSet<Key> = HashSet::new();
         let mut beating = FuturesUnordered::new();
-        let mut watch = Watch::new(&*self.backend, self.cancel_poll);
+        let mut watch = self.watch.take().expect("a keeper runs once");
         let mut poll = watch.poll.map(|every| {
             let mut t = tokio::time::interval(every);
             t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -101,6 +102,15 @@ impl Keeper {
         });
         let mut due = Due::default();
         let mut checking = FuturesUnordered::new();
+        // When a cancel was last heard of, per queue and for all (a resync, a lag): a job
+        // claimed before it and started after it (its claim's answer on the way, or held
+        // in the buffer) is checked as it starts, or that cancel would be missed.
+        let mut heard: HashMap<Arc<str>, Instant> = HashMap::new();
+        let mut heard_all: Option<Instant> = None;
+        // A check that failed is tried again after a pause, not at the next cancel.
+        let retry = tokio::time::sleep(revoke::RETRY);
+        tokio::pin!(retry);
+        let mut retry_armed = false;
         loop {
             if checking.is_empty() && !due.is_empty() {
                 let wanted = due.take();
@@ -133,6 +143,10 @@ impl Keeper {
                             let timer = Some(timers.insert_at(key, first));
                             let until = Some(leases.insert_at(key, claimed_at + self.margin_less()));
                             control.set_deadline(self.deadline(claimed_at));
+                            let since = |t: &Instant| *t >= claimed_at;
+                            if heard.get(lease.queue.as_str()).is_some_and(since) || heard_all.as_ref().is_some_and(since) {
+                                due.add(Some(Arc::from(lease.queue.as_str())));
+                            }
                             held.insert(key, Held { lease, next: first, timer, until, control });
                         }
                     }
@@ -225,7 +239,19 @@ impl Keeper {
                         }
                     }
                 }
-                queue = watch.next() => due.add(queue),
+                queue = watch.next() => {
+                    match &queue {
+                        Some(q) => {
+                            heard.insert(q.clone(), Instant::now());
+                        }
+                        None => heard_all = Some(Instant::now()),
+                    }
+                    due.add(queue);
+                }
+                () = &mut retry, if retry_armed => {
+                    retry_armed = false;
+                    due.add(None);
+                }
                 _ = async { poll.as_mut().expect("guarded").tick().await }, if poll.is_some() && !held.is_empty() => {
                     due.add(None);
                 }
@@ -249,8 +275,11 @@ impl Keeper {
                             }
                         }
                     }
-                    // The next beat or check tries again.
-                    Err(e) => self.stats.outage.failed("heartbeat", "lost_leases", &e),
+                    Err(e) => {
+                        self.stats.outage.failed("heartbeat", "lost_leases", &e);
+                        retry.as_mut().reset(Instant::now() + revoke::RETRY);
+                        retry_armed = true;
+                    }
                 },
                 Some(ran_out) = leases.next(), if !leases.is_empty() => {
                     let key = ran_out.into_inner();

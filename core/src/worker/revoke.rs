@@ -7,12 +7,20 @@
 //!
 //! One check runs at a time; a reason to check that comes while one runs makes
 //! another follow it, so a cancel committed after a check's read began is not missed.
+//! A job that starts after a cancel of its queue was heard, but was claimed before it,
+//! is checked as it starts; a check that fails is tried again after [`RETRY`].
+//!
+//! While a push backend's listener reconnects, cancels are not heard; its `Resync`
+//! once it listens again makes every lease be checked.
 
 use std::{collections::HashSet, sync::Arc, time::Duration};
 
 use tokio::sync::broadcast::{self, error::RecvError};
 
 use crate::{Backend, Error, Event, EventKind, JobId, Lease, Result, validate::MAX_SETTLE};
+
+/// How long after a failed check the keeper checks again.
+pub(super) const RETRY: Duration = Duration::from_millis(250);
 
 /// Default interval of the lease read on backends that cannot push cancels.
 pub const DEFAULT_CANCEL_POLL: Duration = Duration::from_millis(50);

@@ -112,7 +112,10 @@ impl Runner {
             length: self.config.lease,
             every: self.heartbeat_every,
             stats: self.stats.clone(),
-            cancel_poll: self.config.cancel_poll,
+            watch: Some(super::revoke::Watch::new(
+                &*self.backend,
+                self.config.cancel_poll,
+            )),
         };
         let keeper = tokio::spawn(keeper.run(self.keeper_rx.take().expect("taken once")));
         let settler = Settler {
