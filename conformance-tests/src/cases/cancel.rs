@@ -1,6 +1,6 @@
 //! SPEC B8 — a cancel reaches the running handler at once.
 
-use std::{sync::Arc, time::Duration};
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use anyhow::{Context, ensure};
 use relayq_core::{
@@ -14,7 +14,7 @@ use super::support::{
     LEASE, PATIENCE, SHORT_LEASE, TIME_SLACK, claim_as, claim_exactly, claim_nothing, enqueue,
     enqueue_all, enqueue_n, expect_invalid, expect_stale, expect_state, poll_claim,
 };
-use crate::{Env, queue_name};
+use crate::{Env, poll_until, queue_name};
 
 /// How soon a cancel must stop a handler in these cases: before the first heartbeat (a
 /// third of [`LEASE`] after the claim), so only the push or the lease read can do it,
@@ -341,4 +341,82 @@ pub async fn b8_a_halt_in_an_expiry_pass_keeps_its_cancels(env: &Env) -> anyhow:
         "the batch should be halted"
     );
     claim_nothing(b, &q, "a halted batch").await
+}
+
+/// SPEC B8: a job cancelled while it waits in its worker's buffer (claimed ahead, not
+/// started) is stopped as soon as it starts, not at its first heartbeat; and it is
+/// the worker's own read of the lease that does it, since the cancel's news came
+/// before the job started.
+pub async fn b8_a_job_cancelled_in_the_buffer_stops_as_it_starts(env: &Env) -> anyhow::Result<()> {
+    let b = env.backend();
+    let q = queue_name("b8buffer");
+    let all = enqueue_n(b, &q, 2).await?;
+    let (started_tx, mut started) = mpsc::unbounded_channel::<(JobId, Instant)>();
+    let (stopped_tx, mut stopped) = mpsc::unbounded_channel::<(JobId, Instant)>();
+    // One slot and one job claimed ahead: the second job waits in the buffer.
+    let worker = Worker::builder(env.connect().await?, [q.clone()])
+        .concurrency(1)
+        .prefetch(1)
+        .lease(LEASE)
+        .shutdown_timeout(Duration::from_millis(100))
+        .no_maintenance()
+        .handler(move |job: ClaimedJob| {
+            let (started_tx, stopped_tx) = (started_tx.clone(), stopped_tx.clone());
+            async move {
+                let token = JobContext::current().expect("in a handler").stopping();
+                let id = job.lease.job;
+                tokio::spawn(async move {
+                    token.cancelled().await;
+                    let _ = stopped_tx.send((id, Instant::now()));
+                });
+                let _ = started_tx.send((id, Instant::now()));
+                std::future::pending::<Result<(), JobError>>().await
+            }
+        })
+        .build()?
+        .spawn();
+    let (first, _) = tokio::time::timeout(PATIENCE, started.recv())
+        .await
+        .context("the first job did not start")?
+        .context("channel closed")?;
+    let second = if first == all[0] { all[1] } else { all[0] };
+    poll_until("the second job to be claimed ahead", PATIENCE, || async {
+        let running = b.running(&q).await?;
+        Ok(running.iter().any(|r| r.id == second).then_some(()))
+    })
+    .await?;
+    ensure!(
+        b.cancel_job(&q, second).await?,
+        "cancel of the buffered job"
+    );
+    ensure!(b.cancel_job(&q, first).await?, "cancel of the running job");
+    let mut stops = BTreeMap::new();
+    let mut starts = BTreeMap::new();
+    let cancelled = Instant::now();
+    // The first job stops, freeing the slot the second waits for; the second then
+    // starts at once and must stop as it starts (the worker may also drop it unstarted,
+    // which it has done if it has not started a second after the first stopped).
+    loop {
+        let second_done = stops.contains_key(&second)
+            || stops.get(&first).is_some_and(|t: &Instant| {
+                !starts.contains_key(&second) && t.elapsed() > Duration::from_secs(1)
+            });
+        if stops.contains_key(&first) && second_done {
+            break;
+        }
+        tokio::select! {
+            Some((id, at)) = stopped.recv() => { stops.insert(id, at); }
+            Some((id, at)) = started.recv() => { starts.insert(id, at); }
+            () = tokio::time::sleep(Duration::from_millis(100)) => {}
+        }
+        ensure!(
+            cancelled.elapsed() < STOP_WITHIN,
+            "stops {stops:?}, starts {starts:?} {STOP_WITHIN:?} after the cancels: the buffered job ran on"
+        );
+    }
+    worker.shutdown().await?;
+    for id in [first, second] {
+        expect_state(b, &q, id, JobState::Cancelled).await?;
+    }
+    Ok(())
 }
