@@ -303,6 +303,7 @@ macro_rules! for_each_case {
             cancel::b8_lost_leases_names_what_no_longer_holds,
             cancel::b8_cancel_stops_the_running_handler,
             cancel::b8_cancel_reaches_a_worker_that_only_reads,
+            cancel::b8_a_worker_whose_listener_is_away_still_stops,
             cancel::b8_halt_stops_the_running_siblings,
             cancel::b8_a_halt_in_an_expiry_pass_keeps_its_cancels,
             cancel::b8_a_job_cancelled_in_the_buffer_stops_as_it_starts,

@@ -51,7 +51,8 @@ pub trait Events: Send + Sync {
     /// - `true` only when every cancel of a running job, from any process, sends
     ///   `Revoked` for its queue (PostgreSQL's `NOTIFY`, Redis's `PUBLISH`, a store
     ///   only one process can open). Otherwise workers poll
-    ///   [`lost_leases`](crate::Complete::lost_leases) while they hold leases.
+    ///   [`lost_leases`](crate::Complete::lost_leases) while they hold leases; with it,
+    ///   they read it once a second, for cancels sent while their listener was away.
     fn pushes_revocations(&self) -> bool {
         false
     }

@@ -108,12 +108,32 @@ pub async fn b8_cancel_reaches_a_worker_that_only_reads(env: &Env) -> anyhow::Re
     cancel_stops(env, deaf, "b8read").await
 }
 
+/// SPEC B8: the same for a worker of a push backend whose listener is away (its handle
+/// says cancels are pushed, but hears nothing): its read every second stops the job
+/// long before the first heartbeat.
+pub async fn b8_a_worker_whose_listener_is_away_still_stops(env: &Env) -> anyhow::Result<()> {
+    let away = Arc::new(Away(env.connect().await?));
+    cancel_stops(env, away, "b8away").await
+}
+
 /// A handle that hears nothing: no events, no pushed cancels.
 struct Deaf(Arc<dyn Backend>);
 
 relayq_core::delegate!(Deaf, 0 => Enqueue, Claim, Complete, OrderBarrier, Inspect, Admin, Schedules);
 
 impl Events for Deaf {}
+
+/// A handle of a push backend whose listener is away: it says cancels are pushed, and
+/// hears none.
+struct Away(Arc<dyn Backend>);
+
+relayq_core::delegate!(Away, 0 => Enqueue, Claim, Complete, OrderBarrier, Inspect, Admin, Schedules);
+
+impl Events for Away {
+    fn pushes_revocations(&self) -> bool {
+        true
+    }
+}
 
 async fn cancel_stops(env: &Env, handle: Arc<dyn Backend>, tag: &str) -> anyhow::Result<()> {
     let b = env.backend();

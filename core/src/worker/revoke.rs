@@ -10,14 +10,20 @@
 //! A job that starts after a cancel of its queue was heard, but was claimed before it,
 //! is checked as it starts; a check that fails is tried again after [`RETRY`].
 //!
-//! While a push backend's listener reconnects, cancels are not heard; its `Resync`
-//! once it listens again makes every lease be checked.
+//! While a push backend's listener reconnects, cancels are not heard: its workers read
+//! their leases every [`BACKSTOP`] as well, and its `Resync` once it listens again
+//! makes every lease be checked.
 
 use std::{collections::HashSet, sync::Arc, time::Duration};
 
 use tokio::sync::broadcast::{self, error::RecvError};
 
 use crate::{Backend, Error, Event, EventKind, JobId, Lease, Result, validate::MAX_SETTLE};
+
+/// How often a worker on a push backend reads its leases all the same: a cancel sent
+/// while its listener was away (a cut connection, a server restart) is heard within
+/// this, not only once it listens again.
+pub(super) const BACKSTOP: Duration = Duration::from_secs(1);
 
 /// How long after a failed check the keeper checks again.
 pub(super) const RETRY: Duration = Duration::from_millis(250);
@@ -28,15 +34,17 @@ pub const DEFAULT_CANCEL_POLL: Duration = Duration::from_millis(50);
 /// Where the keeper hears of cancels.
 pub(super) struct Watch {
     events: Option<broadcast::Receiver<Event>>,
-    /// `Some` when cancels are not pushed: how often to read the leases.
+    /// How often to read the leases while holding any: `cancel_poll` where cancels are
+    /// not pushed; [`BACKSTOP`] where they are.
     pub(super) poll: Option<Duration>,
 }
 
 impl Watch {
     pub(super) fn new(backend: &dyn Backend, poll: Duration) -> Self {
+        let pushed = backend.pushes_revocations();
         Self {
             events: backend.subscribe(),
-            poll: (!backend.pushes_revocations()).then_some(poll),
+            poll: Some(if pushed { BACKSTOP.max(poll) } else { poll }),
         }
     }
 
