@@ -116,6 +116,16 @@ pub async fn b8_a_worker_whose_listener_is_away_still_stops(env: &Env) -> anyhow
     cancel_stops(env, away, "b8away").await
 }
 
+/// Sends `(id, when)` on `stopped` once the running handler's stop token fires, from a
+/// task of its own: the handler's future is dropped at that moment.
+fn report_stop(id: JobId, stopped: mpsc::UnboundedSender<(JobId, Instant)>) {
+    let token = JobContext::current().expect("in a handler").stopping();
+    tokio::spawn(async move {
+        token.cancelled().await;
+        let _ = stopped.send((id, Instant::now()));
+    });
+}
+
 /// A handle that hears nothing: no events, no pushed cancels.
 struct Deaf(Arc<dyn Backend>);
 
@@ -161,12 +171,8 @@ async fn cancel_stops(env: &Env, handle: Arc<dyn Backend>, tag: &str) -> anyhow:
         .handler(move |job: ClaimedJob| {
             let (started_tx, stopped_tx) = (started_tx.clone(), stopped_tx.clone());
             async move {
-                let token = JobContext::current().expect("in a handler").stopping();
                 let id = job.lease.job;
-                tokio::spawn(async move {
-                    token.cancelled().await;
-                    let _ = stopped_tx.send((id, Instant::now()));
-                });
+                report_stop(id, stopped_tx);
                 let _ = started_tx.send((id, job.lease.clone()));
                 std::future::pending::<Result<(), JobError>>().await
             }
@@ -257,7 +263,7 @@ pub async fn b8_halt_stops_the_running_siblings(env: &Env) -> anyhow::Result<()>
     // The dying job dies once the waiting one runs.
     let waiting = Arc::new(tokio::sync::Notify::new());
     let (died_tx, mut died) = mpsc::unbounded_channel::<()>();
-    let (stopped_tx, mut stopped) = mpsc::unbounded_channel::<JobId>();
+    let (stopped_tx, mut stopped) = mpsc::unbounded_channel::<(JobId, Instant)>();
     let worker = Worker::builder(env.connect().await?, [q.clone()])
         .concurrency(2)
         .prefetch(0)
@@ -272,12 +278,7 @@ pub async fn b8_halt_stops_the_running_siblings(env: &Env) -> anyhow::Result<()>
                     let _ = died_tx.send(());
                     return Err(JobError::permanent("dies, halting the batch"));
                 }
-                let token = JobContext::current().expect("in a handler").stopping();
-                let id = job.lease.job;
-                tokio::spawn(async move {
-                    token.cancelled().await;
-                    let _ = stopped_tx.send(id);
-                });
+                report_stop(job.lease.job, stopped_tx);
                 waiting.notify_one();
                 std::future::pending::<Result<(), JobError>>().await
             }
@@ -288,7 +289,7 @@ pub async fn b8_halt_stops_the_running_siblings(env: &Env) -> anyhow::Result<()>
         .await
         .context("the jobs did not start")?
         .context("channel closed")?;
-    let id = tokio::time::timeout(STOP_WITHIN, stopped.recv())
+    let (id, _) = tokio::time::timeout(STOP_WITHIN, stopped.recv())
         .await
         .context("the running sibling was not stopped after the halt")?
         .context("channel closed")?;
@@ -383,12 +384,8 @@ pub async fn b8_a_job_cancelled_in_the_buffer_stops_as_it_starts(env: &Env) -> a
         .handler(move |job: ClaimedJob| {
             let (started_tx, stopped_tx) = (started_tx.clone(), stopped_tx.clone());
             async move {
-                let token = JobContext::current().expect("in a handler").stopping();
                 let id = job.lease.job;
-                tokio::spawn(async move {
-                    token.cancelled().await;
-                    let _ = stopped_tx.send((id, Instant::now()));
-                });
+                report_stop(id, stopped_tx);
                 let _ = started_tx.send((id, Instant::now()));
                 std::future::pending::<Result<(), JobError>>().await
             }
