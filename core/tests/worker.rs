@@ -686,6 +686,15 @@ fn build_rejects_bad_settings() {
         ),
         Some("maintenance")
     );
+    assert_eq!(
+        field(
+            Worker::builder(b.clone(), ["q"])
+                .cancel_poll(Duration::ZERO)
+                .handler(ok)
+                .build()
+        ),
+        Some("cancel_poll")
+    );
     for n in [0, 1001] {
         assert_eq!(
             field(

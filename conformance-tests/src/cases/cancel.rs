@@ -21,9 +21,10 @@ use crate::{Env, poll_until, queue_name};
 /// with room for a loaded machine. The latency itself is the bench's to measure.
 const STOP_WITHIN: Duration = Duration::from_secs(8);
 
-/// SPEC B8: `lost_leases` names the leases that no longer hold (cancelled, finished,
+/// SPEC B8, X2: `lost_leases` names the leases that no longer hold (cancelled, finished,
 /// another token) and not one that still holds, even past its expiry; a cancelled job
-/// whose lease had run out is not brought back by maintenance or a claim.
+/// whose lease had run out is not brought back by maintenance or a claim. Over 1000
+/// leases, or a bad queue name, is `InvalidInput` naming the field.
 pub async fn b8_lost_leases_names_what_no_longer_holds(env: &Env) -> anyhow::Result<()> {
     let b = env.backend();
     let q = queue_name("b8lost");
@@ -55,6 +56,15 @@ pub async fn b8_lost_leases_names_what_no_longer_holds(env: &Env) -> anyhow::Res
     );
     let too_many = vec![held.clone(); 1001];
     expect_invalid(b.lost_leases(&too_many).await, "leases", "1001 leases")?;
+    let elsewhere = Lease {
+        queue: "bad queue".into(),
+        ..held.clone()
+    };
+    expect_invalid(
+        b.lost_leases(&[held.clone(), elsewhere]).await,
+        "queue",
+        "a lease of a bad queue name",
+    )?;
 
     // A lease past its expiry that nothing took yet still holds; cancelled then, the
     // job stays cancelled through maintenance and claims.

@@ -401,7 +401,7 @@ impl WorkerBuilder {
     /// [`Error::InvalidInput`] naming the bad setting: no queue or a bad queue name
     /// (`queues`/`queue`), `concurrency` outside 1..=1000, a bad `lease`, `heartbeat` not
     /// shorter than the lease, `settle_batch` or `prefetch` out of range, a `maintenance`
-    /// interval of zero, a bad `name`, or no `handler`.
+    /// interval or a `cancel_poll` of zero, a bad `name`, or no `handler`.
     pub fn build(self) -> Result<Worker> {
         let c = &self.config;
         if self.queues.is_empty() {
