@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use relayq_core::{
     AttemptOutcome, AttemptRecord, Batch, BatchId, BatchProgress, Error, Inspect, JobId, JobInfo,
-    JobState, QueueStats, Result, RunningJob,
+    JobState, Progress, QueueStats, Result, RunningJob,
 };
 
 use crate::{
@@ -113,6 +113,9 @@ impl Inspect for MssqlBackend {
             finished_at: rows::time_opt(r, 13)?,
             last_error: rows::text(r, 14)?,
             attempt_log: log,
+            progress: rows::text(r, 17)?
+                .as_deref()
+                .and_then(Progress::from_stored),
         })
     }
 
@@ -127,6 +130,7 @@ impl Inspect for MssqlBackend {
                     attempt: num(req::<i16>(r, 2)?)?,
                     started_at: rows::time(r, 3)?,
                     lease_expires_at: rows::time(r, 4)?,
+                    progress: rows::text(r, 5)?.as_deref().and_then(Progress::from_stored),
                 })
             })
             .collect()

@@ -5,8 +5,8 @@ use std::{collections::HashSet, time::Duration};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use relayq_core::{
-    Complete, Error, JobId, JobState, Lease, Outcome, Result, Retry, Settle, Settled,
-    retry::retry_transient,
+    Complete, Error, JobId, JobState, Lease, Outcome, ProgressReport, Result, Retry, Settle,
+    Settled, retry::retry_transient,
 };
 use serde_json::{Value, json};
 
@@ -124,6 +124,27 @@ impl Complete for MssqlBackend {
             .iter()
             .map(|r| req::<i64>(r, 0).map(JobId))
             .collect()
+    }
+
+    async fn report_progress_unchecked(&self, reports: &[ProgressReport]) -> Result<Vec<JobId>> {
+        let doc: Vec<Value> = reports
+            .iter()
+            .map(|r| {
+                let token = r.lease.token.0.to_string();
+                json!({"id": r.lease.job.0, "token": token, "progress": r.stored()})
+            })
+            .collect();
+        let doc = Value::Array(doc).to_string();
+        let sets = self.run(sql::PROGRESS, &[&doc.as_str()]).await?;
+        let written = rows::set(&sets, 0)?
+            .iter()
+            .map(|r| req::<i64>(r, 0))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(reports
+            .iter()
+            .map(|r| r.lease.job)
+            .filter(|id| !written.contains(&id.0))
+            .collect())
     }
 }
 

@@ -208,6 +208,10 @@ CREATE TABLE {s}.schedules (
     last_batch bigint        NULL,
     CONSTRAINT schedules_pk PRIMARY KEY (queue, name));
 ALTER TABLE {s}.schedules SET (LOCK_ESCALATION = DISABLE);",
+    // A running job's progress as its handler last reported it, as the core's text
+    // (SPEC L7); kept after the job finishes.
+    "
+ALTER TABLE {s}.jobs ADD progress nvarchar(max) NULL;",
 ];
 
 /// Declarations the promotion fragment needs; the batch fills the `@t*` tables with
@@ -944,7 +948,8 @@ BEGIN TRANSACTION;
 SELECT id, CASE WHEN state = 'ready' AND run_at > @now THEN 'scheduled' ELSE state END
        AS state,
        payload, priority, run_at, attempts, max_attempts, group_key, batch_id, stage,
-       dedupe_key, enqueued_by, created_at, finished_at, last_error, worker, started_at
+       dedupe_key, enqueued_by, created_at, finished_at, last_error, worker, started_at,
+       progress
 FROM {s}.jobs WITH (HOLDLOCK, ROWLOCK) WHERE id = @P1 AND queue = @P2;
 SELECT attempt, worker, started_at, ended_at, outcome, error, output
 FROM {s}.attempts WHERE job_id = @P1 ORDER BY seq;
@@ -952,8 +957,21 @@ COMMIT TRANSACTION;";
 
 /// Running jobs of queue `@P1`.
 pub(crate) const RUNNING: &str = "
-SELECT id, worker, attempts, started_at, lease_expires_at FROM {s}.jobs
+SELECT id, worker, attempts, started_at, lease_expires_at, progress FROM {s}.jobs
 WHERE queue = @P1 AND state = 'running' ORDER BY id;";
+
+/// SPEC L7: stores each report of JSON `@P1` (`[{id, token, progress}]`) on its job
+/// while the job is `running` under that token; returns the ids written. Each job
+/// found by its primary key.
+pub(crate) const PROGRESS: &str = "
+DECLARE @w TABLE (id bigint);
+UPDATE j SET progress = l.progress
+OUTPUT inserted.id INTO @w (id)
+FROM {s}.jobs AS j WITH (ROWLOCK)
+JOIN OPENJSON(@P1) WITH (id bigint '$.id', token uniqueidentifier '$.token',
+                        progress nvarchar(max) '$.progress') AS l
+  ON j.id = l.id AND j.lease_token = l.token AND j.state = 'running';
+SELECT id FROM @w;";
 
 /// SPEC B8: the leases of JSON `@P1` (`[{id, token}]`) whose job is not `running` under
 /// that token; each job found by its primary key.
@@ -1101,6 +1119,7 @@ pub(crate) const ALL: &[(&str, &str)] = &[
     ("MIGRATION_1", MIGRATIONS[0]),
     ("MIGRATION_2", MIGRATIONS[1]),
     ("MIGRATION_3", MIGRATIONS[2]),
+    ("MIGRATION_4", MIGRATIONS[3]),
     ("CLAIM", CLAIM),
     ("SETTLE", SETTLE),
     ("HEARTBEAT", HEARTBEAT),
@@ -1121,6 +1140,7 @@ pub(crate) const ALL: &[(&str, &str)] = &[
     ("JOB", JOB),
     ("RUNNING", RUNNING),
     ("LOST", LOST),
+    ("PROGRESS", PROGRESS),
     ("BATCH_IDS", BATCH_IDS),
     ("BATCH_JOB_IDS", BATCH_JOB_IDS),
     ("DEAD_IDS", DEAD_IDS),

@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use relayq_core::{
     AttemptOutcome, AttemptRecord, Batch, BatchId, BatchProgress, Error, Inspect, JobId, JobInfo,
-    JobState, QueueStats, Result, RunningJob,
+    JobState, Progress, QueueStats, Result, RunningJob,
 };
 
 use crate::{PostgresBackend, db};
@@ -29,6 +29,7 @@ struct JobRow {
     worker: Option<String>,
     started_at: Option<DateTime<Utc>>,
     output: Option<String>,
+    progress: Option<String>,
     #[sqlx(flatten)]
     log: LogColumns,
 }
@@ -191,12 +192,12 @@ impl Inspect for PostgresBackend {
                         payload, priority, run_at, attempts, max_attempts, group_key, batch_id,
                         stage, dedupe_key, enqueued_by, created_at,
                         NULL::timestamptz AS finished_at, last_error, worker, started_at,
-                        NULL AS output
+                        NULL AS output, progress
                  FROM {s}.jobs WHERE id = $1 AND queue = $2
                  UNION ALL
                  SELECT id, state, payload, priority, run_at, attempts, max_attempts,
                         group_key, batch_id, stage, dedupe_key, enqueued_by, created_at,
-                        finished_at, last_error, worker, started_at, output
+                        finished_at, last_error, worker, started_at, output, progress
                  FROM {s}.finished WHERE id = $1 AND queue = $2) j",
         ))
         .bind(id.0)
@@ -263,12 +264,21 @@ impl Inspect for PostgresBackend {
             finished_at: row.finished_at,
             last_error: row.last_error,
             attempt_log: log,
+            progress: row.progress.as_deref().and_then(Progress::from_stored),
         })
     }
 
     async fn running_unchecked(&self, queue: &str) -> Result<Vec<RunningJob>> {
-        let rows: Vec<(i64, String, i16, DateTime<Utc>, DateTime<Utc>)> = sqlx::query_as(self.sql(
-            "SELECT id, worker, attempts, started_at, lease_expires_at FROM {s}.jobs
+        type Row = (
+            i64,
+            String,
+            i16,
+            DateTime<Utc>,
+            DateTime<Utc>,
+            Option<String>,
+        );
+        let rows: Vec<Row> = sqlx::query_as(self.sql(
+            "SELECT id, worker, attempts, started_at, lease_expires_at, progress FROM {s}.jobs
                  WHERE queue = $1 AND state = 'running' ORDER BY id",
         ))
         .bind(queue)
@@ -276,15 +286,18 @@ impl Inspect for PostgresBackend {
         .await
         .map_err(db)?;
         rows.into_iter()
-            .map(|(id, worker, attempt, started_at, lease_expires_at)| {
-                Ok(RunningJob {
-                    id: JobId(id),
-                    worker,
-                    attempt: num(attempt)?,
-                    started_at,
-                    lease_expires_at,
-                })
-            })
+            .map(
+                |(id, worker, attempt, started_at, lease_expires_at, progress)| {
+                    Ok(RunningJob {
+                        id: JobId(id),
+                        worker,
+                        attempt: num(attempt)?,
+                        started_at,
+                        lease_expires_at,
+                        progress: progress.as_deref().and_then(Progress::from_stored),
+                    })
+                },
+            )
             .collect()
     }
 

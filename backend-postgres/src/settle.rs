@@ -9,8 +9,8 @@ use crate::{
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use relayq_core::{
-    Complete, Error, JobId, JobState, Lease, Outcome, Result, Retry, Settle, Settled,
-    retry::retry_transient,
+    Complete, Error, JobId, JobState, Lease, Outcome, ProgressReport, Result, Retry, Settle,
+    Settled, retry::retry_transient,
 };
 use sqlx::{Row as _, postgres::PgRow};
 
@@ -534,7 +534,34 @@ impl Complete for PostgresBackend {
             .map_err(db)?;
         Ok(lost.into_iter().map(JobId).collect())
     }
+
+    /// One statement, each job looked up by its primary key from the reports' side; a
+    /// report's update touches no indexed column, so it is heap-only.
+    async fn report_progress_unchecked(&self, reports: &[ProgressReport]) -> Result<Vec<JobId>> {
+        let ids: Vec<i64> = reports.iter().map(|r| r.lease.job.0).collect();
+        let tokens: Vec<uuid::Uuid> = reports.iter().map(|r| r.lease.token.0).collect();
+        let stored: Vec<String> = reports.iter().map(ProgressReport::stored).collect();
+        let written: Vec<i64> = sqlx::query_scalar(self.sql(PROGRESS))
+            .bind(&ids)
+            .bind(&tokens)
+            .bind(&stored)
+            .fetch_all(self.pool())
+            .await
+            .map_err(db)?;
+        Ok(ids
+            .into_iter()
+            .filter(|id| !written.contains(id))
+            .map(JobId)
+            .collect())
+    }
 }
+
+/// SPEC L7: stores each report's progress `$3` on its job `$1` while the job is
+/// `running` under token `$2`; returns the ids written.
+pub(crate) const PROGRESS: &str = "UPDATE {s}.jobs j SET progress = r.progress
+    FROM unnest($1::bigint[], $2::uuid[], $3::text[]) AS r(id, token, progress)
+    WHERE j.id = r.id AND j.lease_token = r.token AND j.state = 'running'
+    RETURNING j.id";
 
 /// SPEC B8: the leases `($1, $2)` whose job is not `running` under that token.
 pub(crate) const LOST: &str =

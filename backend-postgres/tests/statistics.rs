@@ -20,7 +20,7 @@ use std::time::Duration;
 use relayq_conformance::{poll_until, queue_name};
 use relayq_core::{
     Admin, Batch, Claim, ClaimRequest, ClaimedJob, Complete, Enqueue, NewJob, OnFailure,
-    OrderBarrier, OrderBarrierExt, Retry, Settle, WaitFor,
+    OrderBarrier, OrderBarrierExt, ProgressReport, Retry, Settle, WaitFor,
 };
 use relayq_postgres::{Config, PostgresBackend};
 
@@ -250,11 +250,25 @@ async fn operations(lab: &mut Lab, generic: bool) -> Vec<(&'static str, i64)> {
     read("heartbeat", n);
     // The read a worker makes for cancels (SPEC B8), of the leases left.
     let rest: Vec<_> = leases.collect();
+    let reports: Vec<ProgressReport> = rest
+        .iter()
+        .map(|lease| ProgressReport {
+            lease: lease.clone(),
+            percent: 50,
+            message: "half".into(),
+        })
+        .collect();
     let (n, ()) = measured(lab, generic, async move |b| {
         b.lost_leases(&rest).await.unwrap();
     })
     .await;
     read("lost_leases of 9", n);
+    // The progress a worker writes once a second (SPEC L7), of the same leases.
+    let (n, ()) = measured(lab, generic, async move |b| {
+        assert!(b.report_progress(&reports).await.unwrap().is_empty());
+    })
+    .await;
+    read("report_progress of 9", n);
 
     // Enqueues with dedupe keys: new keys, then the same keys again.
     let tag = if generic { "g" } else { "c" };

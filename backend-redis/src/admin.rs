@@ -6,8 +6,8 @@ use async_trait::async_trait;
 use redis::Value;
 use relayq_core::{
     Admin, AttemptOutcome, AttemptRecord, Batch, BatchId, BatchProgress, Error, EventKind, Inspect,
-    JobId, JobInfo, JobState, Maintenance, OnFailure, OrderBarrier, QueueStats, QueueUpdate,
-    Result, RunningJob, StageProgress, WaitFor, cancelled_by,
+    JobId, JobInfo, JobState, Maintenance, OnFailure, OrderBarrier, Progress, QueueStats,
+    QueueUpdate, Result, RunningJob, StageProgress, WaitFor, cancelled_by,
 };
 use serde::Deserialize;
 
@@ -248,6 +248,7 @@ impl Inspect for RedisBackend {
             finished_at: parse_i("fa")?.map(reply::time),
             last_error: field("le"),
             attempt_log: log,
+            progress: field("pg").as_deref().and_then(Progress::from_stored),
         })
     }
 
@@ -256,10 +257,14 @@ impl Inspect for RedisBackend {
             .run_idempotent(&scripts::READ, queue, &[b"running".to_vec()])
             .await?;
         let mut jobs = reply::items(out)?
-            .chunks(5)
+            .chunks(6)
             .map(|f| {
-                let [id, worker, attempt, started, expires] = f else {
+                let [id, worker, attempt, started, expires, progress] = f else {
                     return Err(bad("running"));
+                };
+                let progress = match progress {
+                    Value::Nil => None,
+                    v => Progress::from_stored(&text(v)?),
                 };
                 Ok(RunningJob {
                     id: JobId(int(id)?),
@@ -267,6 +272,7 @@ impl Inspect for RedisBackend {
                     attempt: u32::try_from(int(attempt)?).map_err(Error::backend)?,
                     started_at: reply::time(int(started)?),
                     lease_expires_at: reply::time(int(expires)?),
+                    progress,
                 })
             })
             .collect::<Result<Vec<_>>>()?;

@@ -7,7 +7,8 @@ use chrono::{DateTime, Utc};
 use redis::Value;
 use relayq_core::{
     BatchId, Claim, ClaimRequest, ClaimedJob, Complete, Enqueue, Enqueued, Error, EventKind, JobId,
-    Lease, LeaseToken, Limits, NewJob, Outcome, Result, Retry, RunAt, Settle, Settled,
+    Lease, LeaseToken, Limits, NewJob, Outcome, ProgressReport, Result, Retry, RunAt, Settle,
+    Settled,
 };
 
 use crate::{
@@ -219,6 +220,27 @@ impl Complete for RedisBackend {
         }
         lost.sort_unstable();
         lost.dedup();
+        Ok(lost)
+    }
+
+    /// One script per queue, as [`lost_leases`](Self::lost_leases_unchecked); storing
+    /// the same progress twice is harmless, so it is tried again after a lost connection.
+    async fn report_progress_unchecked(&self, reports: &[ProgressReport]) -> Result<Vec<JobId>> {
+        let mut by_queue: std::collections::BTreeMap<&str, Vec<Vec<u8>>> = Default::default();
+        for r in reports {
+            by_queue.entry(&r.lease.queue).or_default().extend([
+                arg(r.lease.job.0),
+                r.lease.token.0.to_string().into_bytes(),
+                r.stored().into_bytes(),
+            ]);
+        }
+        let mut lost = Vec::new();
+        for (queue, args) in by_queue {
+            let ids: Vec<i64> = self
+                .run_idempotent(&scripts::PROGRESS, queue, &args)
+                .await?;
+            lost.extend(ids.into_iter().map(JobId));
+        }
         Ok(lost)
     }
 }

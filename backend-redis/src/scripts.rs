@@ -55,6 +55,7 @@ ops! {
     CLAIM = "claim" in "claim.lua";
     SETTLE = "settle" in "settle.lua";
     HEARTBEAT = "heartbeat" in "heartbeat.lua";
+    PROGRESS = "progress" in "progress.lua";
     CANCEL = "cancel" in "cancel.lua";
     BATCH = "batch" in "batch.lua";
     ADMIN = "admin" in "admin.lua";
@@ -113,6 +114,7 @@ mod tests {
             &CLAIM,
             &SETTLE,
             &HEARTBEAT,
+            &PROGRESS,
             &CANCEL,
             &BATCH,
             &ADMIN,
@@ -125,7 +127,7 @@ mod tests {
             let registered = format!("function_name = '{}'", *op.function);
             assert!(LIBRARY.source.contains(&registered), "{registered}");
         }
-        assert_eq!(BODIES.len(), 12);
+        assert_eq!(BODIES.len(), 13);
     }
 
     #[test]

@@ -98,6 +98,7 @@ pub fn hot_statements() -> Vec<Hot> {
         ),
         hot("settle::COMPLETE_ALL", settle::COMPLETE_ALL, &[Now, Leases]),
         hot("settle::LOST", settle::LOST, &[Leases]),
+        hot("settle::PROGRESS", settle::PROGRESS, &[Leases]),
         hot(
             "promote::STAGE_BELOW",
             promote::STAGE_BELOW,

@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use chrono::Utc;
 use relayq_core::{
     AttemptOutcome, AttemptRecord, Batch, BatchId, BatchProgress, Error, Inspect, JobId, JobInfo,
-    JobState, QueueStats, Result, RunningJob,
+    JobState, Progress, QueueStats, Result, RunningJob,
 };
 
 use crate::{SqliteBackend, at, db, us};
@@ -28,6 +28,7 @@ struct JobRow {
     last_error: Option<String>,
     worker: Option<String>,
     started_at: Option<i64>,
+    progress: Option<String>,
 }
 
 #[derive(sqlx::FromRow)]
@@ -126,7 +127,7 @@ impl Inspect for SqliteBackend {
         let row: Option<JobRow> = sqlx::query_as(
             "SELECT id, state, payload, priority, run_at, attempts, max_attempts, group_key,
                     batch_id, stage, dedupe_key, enqueued_by, created_at, finished_at,
-                    last_error, worker, started_at
+                    last_error, worker, started_at, progress
              FROM relayq_jobs WHERE id = ?1 AND queue = ?2",
         )
         .bind(id.0)
@@ -192,12 +193,13 @@ impl Inspect for SqliteBackend {
             finished_at: row.finished_at.map(at),
             last_error: row.last_error,
             attempt_log: log,
+            progress: row.progress.as_deref().and_then(Progress::from_stored),
         })
     }
 
     async fn running_unchecked(&self, queue: &str) -> Result<Vec<RunningJob>> {
-        let rows: Vec<(i64, String, i64, i64, i64)> = sqlx::query_as(
-            "SELECT id, worker, attempts, started_at, lease_expires_at FROM relayq_jobs
+        let rows: Vec<(i64, String, i64, i64, i64, Option<String>)> = sqlx::query_as(
+            "SELECT id, worker, attempts, started_at, lease_expires_at, progress FROM relayq_jobs
              WHERE queue = ?1 AND state = 'running' ORDER BY id",
         )
         .bind(queue)
@@ -205,13 +207,14 @@ impl Inspect for SqliteBackend {
         .await
         .map_err(db)?;
         rows.into_iter()
-            .map(|(id, worker, attempt, started, expires)| {
+            .map(|(id, worker, attempt, started, expires, progress)| {
                 Ok(RunningJob {
                     id: JobId(id),
                     worker,
                     attempt: num(attempt)?,
                     started_at: at(started),
                     lease_expires_at: at(expires),
+                    progress: progress.as_deref().and_then(Progress::from_stored),
                 })
             })
             .collect()

@@ -266,6 +266,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0002_attempt_output.sql"),
     include_str!("../migrations/0003_group_holder.sql"),
     include_str!("../migrations/0004_schedules.sql"),
+    include_str!("../migrations/0005_progress.sql"),
 ];
 
 /// Applies the migrations not yet applied. The whole check-and-apply runs under

@@ -5,8 +5,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use relayq_core::{
-    AttemptOutcome, Complete, Error, EventKind, JobId, JobState, Lease, Outcome, Result, Settle,
-    Settled,
+    AttemptOutcome, Complete, Error, EventKind, JobId, JobState, Lease, Outcome, ProgressReport,
+    Result, Settle, Settled,
 };
 
 use crate::{Conn, Ended, SqliteBackend, at, db, log_attempt, plus, promote, us};
@@ -128,7 +128,44 @@ impl Complete for SqliteBackend {
             .map_err(db)?;
         Ok(ids.into_iter().map(JobId).collect())
     }
+
+    async fn report_progress_unchecked(&self, reports: &[ProgressReport]) -> Result<Vec<JobId>> {
+        let stored: Vec<String> = reports.iter().map(ProgressReport::stored).collect();
+        let json = leases_json(
+            reports
+                .iter()
+                .zip(&stored)
+                .map(|(r, p)| (&r.lease, Some(p))),
+        );
+        let (mut tx, _) = self.write().await?;
+        let written: Vec<i64> = sqlx::query_scalar(PROGRESS)
+            .bind(json)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db)?;
+        tx.commit().await.map_err(db)?;
+        Ok(reports
+            .iter()
+            .map(|r| r.lease.job)
+            .filter(|id| !written.contains(&id.0))
+            .collect())
+    }
 }
+
+/// SPEC L7: stores each lease's progress (see [`leases_json`], its fourth element) on
+/// its job while the job is `running` under that token; returns the ids written. An
+/// upsert whose pinned `CROSS JOIN` looks each job up by rowid from the leases' side,
+/// as [`COMPLETE_ALL`] does and for its reason (an `UPDATE ... FROM` scanned the jobs
+/// once the table was analyzed while small); the `+` keeps the running index out.
+pub(crate) const PROGRESS: &str = "INSERT INTO relayq_jobs
+         (id, queue, state, payload, priority, run_at, max_attempts, created_at, progress)
+     SELECT j.id, j.queue, j.state, X'', j.priority, j.run_at, j.max_attempts, j.created_at,
+            l.value ->> 3
+     FROM json_each(?1) AS l CROSS JOIN relayq_jobs AS j
+     ON j.id = l.value ->> 0 AND j.lease_token = unhex(l.value ->> 1) AND +j.state = 'running'
+     WHERE true
+     ON CONFLICT (id) DO UPDATE SET progress = excluded.progress
+     RETURNING id";
 
 /// SPEC B8: the leases of `?1` (see [`leases_json`]) whose job is not `running` under
 /// that token. Each job is looked up by rowid from the leases' side; the `+` keeps the

@@ -374,7 +374,9 @@ fn expected(name: &str) -> &'static [&'static str] {
         | "settle::RELEASE"
         | "settle::HEARTBEAT"
         | "promote::GROUP_PROMOTE" => &[PK],
-        "settle::LOG_COMPLETED" | "settle::COMPLETE_ALL" | "settle::LOST" => BY_LEASE,
+        "settle::LOG_COMPLETED" | "settle::COMPLETE_ALL" | "settle::LOST" | "settle::PROGRESS" => {
+            BY_LEASE
+        }
         "promote::STAGE_BELOW" => &["INDEX relayq_jobs_stage (batch_id=? AND stage<?)"],
         "promote::HALT_BATCH"
         | "promote::RAISE_STAGE"

@@ -14,7 +14,7 @@ use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use proptest::{collection::vec, prelude::*};
 use relayq_core::{
     Backend, Batch, ClaimRequest, CompleteExt, Error, Hold, InspectExt, JobId, Lease, NewJob,
-    OnFailure, Retry, Settle, Why,
+    OnFailure, ProgressReport, Retry, Settle, Why,
     memory::{Clock, MemoryBackend},
     schedule::{Fired, Schedule},
 };
@@ -64,6 +64,8 @@ pub enum Op {
     Why(usize),
     /// Ask which held leases are lost (SPEC B8).
     Lost,
+    /// Report progress (percent) under the n-th held lease (SPEC L7).
+    Progress(usize, u8),
 }
 
 fn spec() -> impl Strategy<Value = Spec> {
@@ -98,6 +100,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0u8..3).prop_map(Op::RunNow),
         2 => any::<usize>().prop_map(Op::Why),
         1 => Just(Op::Lost),
+        2 => (any::<usize>(), 0u8..=100).prop_map(|(i, p)| Op::Progress(i, p)),
     ]
 }
 
@@ -283,6 +286,22 @@ impl Side {
                 lost.sort_unstable();
                 verdict(&r.map(|_| lost))
             }
+            Op::Progress(i, percent) => {
+                if self.held.is_empty() {
+                    return Ok("no lease".into());
+                }
+                let report = ProgressReport {
+                    lease: self.held[i % self.held.len()].clone(),
+                    percent: *percent,
+                    message: format!("at {percent}"),
+                };
+                let r = b.report_progress(&[report]).await;
+                let lost: Vec<usize> = match &r {
+                    Ok(ids) => ids.iter().map(|id| self.index(*id)).collect(),
+                    Err(_) => Vec::new(),
+                };
+                verdict(&r.map(|_| lost))
+            }
             Op::RunNow(n) => {
                 let r = b.run_schedule_now(&self.queue, &format!("s{n}")).await;
                 let answer = match &r {
@@ -346,8 +365,9 @@ impl Side {
         let mut out = Vec::new();
         for (i, id) in self.ids.iter().enumerate() {
             let info = self.b.job(&self.queue, *id).await?;
+            let progress = info.progress.map(|p| (p.attempt, p.percent, p.message));
             out.push(format!(
-                "job {i}: {} attempts {}",
+                "job {i}: {} attempts {} progress {progress:?}",
                 info.state, info.attempts
             ));
         }

@@ -93,6 +93,13 @@ impl Complete for Immediate {
     async fn lost_leases_unchecked(&self, _leases: &[Lease]) -> Result<Vec<relayq_core::JobId>> {
         Ok(Vec::new())
     }
+
+    async fn report_progress_unchecked(
+        &self,
+        _reports: &[relayq_core::ProgressReport],
+    ) -> Result<Vec<relayq_core::JobId>> {
+        Ok(Vec::new())
+    }
 }
 
 /// This process's CPU time so far (user and system), from `/proc` (Linux).

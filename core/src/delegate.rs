@@ -114,6 +114,14 @@ macro_rules! delegate {
                 use $crate::Complete as _;
                 self.$f.lost_leases_unchecked(leases).await
             }
+            async fn report_progress_unchecked(
+                &self,
+                reports: &[$crate::ProgressReport],
+            ) -> $crate::Result<Vec<$crate::JobId>> {
+                #[allow(unused_imports)]
+                use $crate::Complete as _;
+                self.$f.report_progress_unchecked(reports).await
+            }
         }
     };
     (@OrderBarrier $ty:ty, $f:tt) => {
@@ -310,6 +318,12 @@ mod tests {
         }
         async fn lost_leases_unchecked(&self, leases: &[Lease]) -> Result<Vec<crate::JobId>> {
             self.0.lost_leases_unchecked(leases).await
+        }
+        async fn report_progress_unchecked(
+            &self,
+            reports: &[crate::ProgressReport],
+        ) -> Result<Vec<crate::JobId>> {
+            self.0.report_progress_unchecked(reports).await
         }
     }
 

@@ -5,7 +5,7 @@ use std::{collections::BTreeMap, fmt, time::Duration};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::{BatchId, JobId, JobState};
+use crate::{BatchId, JobId, JobState, Progress};
 
 /// Jobs per state in one queue, plus its settings (SPEC M1, C6).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -172,6 +172,21 @@ pub struct JobInfo {
     pub last_error: Option<String>,
     /// Every attempt, oldest first.
     pub attempt_log: Vec<AttemptRecord>,
+    /// Its progress as last reported, by whichever attempt (SPEC L7).
+    #[serde(default)]
+    pub progress: Option<Progress>,
+}
+
+impl JobInfo {
+    /// What the job left on success (SPEC L8): the output of its succeeded attempt.
+    #[must_use]
+    pub fn result(&self) -> Option<&str> {
+        self.attempt_log
+            .iter()
+            .rev()
+            .find(|a| a.outcome == AttemptOutcome::Succeeded)
+            .and_then(|a| a.output.as_deref())
+    }
 }
 
 /// A job running now: what, where, since when (SPEC L5).
@@ -187,6 +202,10 @@ pub struct RunningJob {
     pub started_at: DateTime<Utc>,
     /// When its lease runs out.
     pub lease_expires_at: DateTime<Utc>,
+    /// Its progress as last reported (SPEC L7); a report of an earlier attempt until
+    /// this one reports.
+    #[serde(default)]
+    pub progress: Option<Progress>,
 }
 
 /// Default retention of finished jobs (SPEC M3).

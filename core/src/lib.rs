@@ -71,6 +71,7 @@ pub mod kit;
 mod lease;
 pub mod listing;
 pub mod memory;
+pub mod progress;
 mod queue;
 pub mod redact;
 pub mod retry;
@@ -97,6 +98,7 @@ pub use inspect::{
 };
 pub use job::{DEFAULT_MAX_ATTEMPTS, Enqueued, JobId, JobState, NewJob, RunAt};
 pub use lease::{ClaimRequest, ClaimedJob, Lease, LeaseToken};
+pub use progress::{Progress, ProgressReport};
 pub use queue::QueueUpdate;
 pub use settle::{DEFAULT_SETTLE_BATCH, Outcome, Retry, Settle, Settled};
 pub use traced::Traced;

@@ -81,7 +81,8 @@ pub struct Settle {
     /// What happened.
     pub outcome: Outcome,
     /// Text kept with the attempt in the execution log, such as a command's output
-    /// (SPEC L5); cut to 64 KiB.
+    /// (SPEC L5): on success the job's result, at most 64 KiB or the call is refused
+    /// (SPEC L8); on failure cut to 64 KiB.
     pub output: Option<String>,
 }
 

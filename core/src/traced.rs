@@ -21,7 +21,7 @@ use tracing::{Instrument, field::Empty};
 
 use crate::{
     Backend, Claim, ClaimRequest, ClaimedJob, Complete, Enqueue, Enqueued, JobId, Lease, Limits,
-    NewJob, Result, Settle, Settled, async_trait,
+    NewJob, ProgressReport, Result, Settle, Settled, async_trait,
 };
 
 /// A backend whose calls run in spans (see the [module](self)).
@@ -124,6 +124,14 @@ impl Complete for Traced {
         let span = tracing::debug_span!("relayq.lost_leases", leases = leases.len());
         self.inner
             .lost_leases_unchecked(leases)
+            .instrument(span)
+            .await
+    }
+
+    async fn report_progress_unchecked(&self, reports: &[ProgressReport]) -> Result<Vec<JobId>> {
+        let span = tracing::debug_span!("relayq.report_progress", reports = reports.len());
+        self.inner
+            .report_progress_unchecked(reports)
             .instrument(span)
             .await
     }

@@ -18,8 +18,8 @@ use tokio::sync::broadcast;
 
 use crate::{
     Batch, BatchProgress, ClaimRequest, ClaimedJob, Enqueued, Event, JobId, JobInfo, Lease, Limits,
-    Maintenance, NewJob, OnFailure, QueueStats, QueueUpdate, Result, RunningJob, Settle, Settled,
-    WaitFor,
+    Maintenance, NewJob, OnFailure, ProgressReport, QueueStats, QueueUpdate, Result, RunningJob,
+    Settle, Settled, WaitFor,
     schedule::{self, Fire, Fired, Schedule, ScheduleInfo, StoredSchedule, Tick},
     settle::DEFAULT_SETTLE_BATCH,
     validate,
@@ -216,6 +216,35 @@ pub trait Complete: Send + Sync {
     /// [`lost_leases`](Self::lost_leases) after validation: at most 1000 leases, each
     /// of a valid queue, at least one.
     async fn lost_leases_unchecked(&self, leases: &[Lease]) -> Result<Vec<JobId>>;
+
+    /// Stores each report's progress on its job while its lease holds; returns the jobs
+    /// whose lease no longer holds, for which nothing is stored (SPEC L7). Workers call
+    /// it at most once a second with every job's latest report, never on the claim or
+    /// settle path.
+    ///
+    /// # Behavior
+    /// - A job `running` under the report's token gets the report's progress, tagged
+    ///   with the lease's attempt; [`Inspect::job`] and [`Inspect::running`] show it,
+    ///   and it stays after the job finishes.
+    /// - A job no longer running under that token (cancelled, finished, taken over,
+    ///   pruned) is returned and keeps what it had, as [`lost_leases`](Self::lost_leases)
+    ///   would name it.
+    /// - More than 1000 reports, a job twice, a bad queue name, a percent over 100 or a
+    ///   message over 255 bytes is [`Error::InvalidInput`] naming the field, and nothing
+    ///   is stored.
+    async fn report_progress(&self, reports: &[ProgressReport]) -> Result<Vec<JobId>> {
+        validate::progress(reports)?;
+        if reports.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.report_progress_unchecked(reports)
+            .await
+            .map_err(|e| e.during("report_progress"))
+    }
+
+    /// [`report_progress`](Self::report_progress) after validation: at most 1000
+    /// reports, at least one, each job once, each valid.
+    async fn report_progress_unchecked(&self, reports: &[ProgressReport]) -> Result<Vec<JobId>>;
 }
 
 /// Batches and ordered stages: the order barrier (SPEC B).

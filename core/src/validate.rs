@@ -8,7 +8,10 @@ use std::time::Duration;
 use chrono::{DateTime, TimeZone, Utc};
 
 pub use crate::schedule::check::{schedule, schedule_name};
-use crate::{ClaimRequest, Error, NewJob, Outcome, Result, Retry, RunAt, Settle};
+use crate::{
+    ClaimRequest, Error, NewJob, Outcome, Result, Retry, RunAt, Settle,
+    progress::{MAX_PROGRESS_MESSAGE, MAX_RESULT_BYTES, ProgressReport},
+};
 
 /// Default payload limit: 1 MiB.
 pub const DEFAULT_MAX_PAYLOAD: usize = 1024 * 1024;
@@ -292,6 +295,17 @@ pub fn settles(settles: &mut [Settle]) -> Result<()> {
     for s in settles {
         queue_name(&s.lease.queue)?;
         if let Some(output) = &mut s.output {
+            // A success's output is its result, kept whole or refused (SPEC L8); a
+            // failure's is a diagnostic, cut to its last bytes' worth.
+            if s.outcome == Outcome::Complete && output.len() > MAX_RESULT_BYTES {
+                return Err(Error::invalid(
+                    "output",
+                    format!(
+                        "a result is at most {MAX_RESULT_BYTES} bytes, got {}",
+                        output.len()
+                    ),
+                ));
+            }
             *output = crate::settle::clean_error_text(output);
         }
         if let Outcome::Fail { error, retry } = &mut s.outcome {
@@ -315,6 +329,57 @@ pub fn leases(leases: &[crate::Lease]) -> Result<()> {
         ));
     }
     leases.iter().try_for_each(|l| queue_name(&l.queue))
+}
+
+/// Checks one progress report's fields: percent at most 100, message at most
+/// [`MAX_PROGRESS_MESSAGE`] bytes.
+///
+/// # Errors
+/// [`Error::InvalidInput`] on `percent` or `message`.
+pub fn progress_fields(percent: u8, message: &str) -> Result<()> {
+    if percent > 100 {
+        return Err(Error::invalid(
+            "percent",
+            format!("must be 0 to 100, got {percent}"),
+        ));
+    }
+    if message.len() > MAX_PROGRESS_MESSAGE {
+        return Err(Error::invalid(
+            "message",
+            format!(
+                "at most {MAX_PROGRESS_MESSAGE} bytes, got {}",
+                message.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a [`report_progress`](crate::Complete::report_progress) call: at most
+/// [`MAX_SETTLE`] reports, each of a valid queue, each job once, percent at most 100,
+/// message at most [`MAX_PROGRESS_MESSAGE`] bytes.
+///
+/// # Errors
+/// [`Error::InvalidInput`] naming `reports`, the bad queue, `percent` or `message`.
+pub fn progress(reports: &[ProgressReport]) -> Result<()> {
+    if reports.len() > MAX_SETTLE {
+        return Err(Error::invalid(
+            "reports",
+            format!("at most {MAX_SETTLE} per call, got {}", reports.len()),
+        ));
+    }
+    let mut seen = std::collections::HashSet::with_capacity(reports.len());
+    for r in reports {
+        queue_name(&r.lease.queue)?;
+        progress_fields(r.percent, &r.message)?;
+        if !seen.insert((r.lease.queue.as_str(), r.lease.job)) {
+            return Err(Error::invalid(
+                "reports",
+                format!("job {} is reported twice in one call", r.lease.job),
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

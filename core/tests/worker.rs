@@ -695,6 +695,17 @@ fn build_rejects_bad_settings() {
         ),
         Some("cancel_poll")
     );
+    for n in [0, relayq_core::progress::MAX_RESULT_BYTES + 1] {
+        assert_eq!(
+            field(
+                Worker::builder(b.clone(), ["q"])
+                    .max_result(n)
+                    .handler(ok)
+                    .build()
+            ),
+            Some("max_result")
+        );
+    }
     for n in [0, 1001] {
         assert_eq!(
             field(

@@ -414,3 +414,51 @@ fn the_settle_batch_is_the_builders_or_the_backends_within_range() {
         assert_eq!(batch(faulty, Some(7)), 7, "preferred {preferred}, set 7");
     }
 }
+
+/// SPEC L7: handlers that report progress a hundred times a second are written at most
+/// once a second per job, every running job's report in the same call; what is stored
+/// is a report the handler made.
+#[tokio::test(start_paused = true)]
+async fn l7_progress_is_written_at_most_once_a_second() {
+    let b = Arc::new(MemoryBackend::new());
+    let f = Faulty::new(&b, Beats::Pass);
+    let q = queue();
+    let ids = enqueue_n(&b, &q, 3, 1).await;
+    let w = Worker::builder(f.clone(), [q.clone()])
+        .concurrency(3)
+        .handler(|_job: ClaimedJob| async move {
+            let ctx = worker::JobContext::current().expect("in a handler");
+            for step in 0..300u16 {
+                ctx.progress(u8::try_from(step / 3).unwrap(), format!("step {step}"))?;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Ok::<_, JobError>(())
+        })
+        .build()
+        .unwrap()
+        .spawn();
+    for id in &ids {
+        until("the job to succeed", async || {
+            state(&b, &q, *id).await == JobState::Succeeded
+        })
+        .await;
+    }
+    w.shutdown().await.unwrap();
+    let calls = f.progress_calls.lock().unwrap().clone();
+    assert!(
+        (2..=4).contains(&calls.len()),
+        "3 s of reports from 3 jobs took {} calls",
+        calls.len()
+    );
+    for pair in calls.windows(2) {
+        let gap = pair[1].0 - pair[0].0;
+        assert!(gap >= Duration::from_secs(1), "two writes {gap:?} apart");
+    }
+    for id in &ids {
+        let written = calls.iter().filter(|(_, r)| r.iter().any(|(j, _)| j == id));
+        assert!(written.count() >= 2, "job {id} was written under twice");
+        let shown = b.job(&q, *id).await.unwrap().progress.expect("stored");
+        let step: u16 = shown.message["step ".len()..].parse().unwrap();
+        assert_eq!(step / 3, u16::from(shown.percent), "{shown:?}");
+    }
+}

@@ -64,6 +64,7 @@ fn info(id: i64, spans: &[(i64, i64)]) -> JobInfo {
         finished_at: spans.last().map(|&(_, e)| at(e + 1)),
         last_error: None,
         attempt_log,
+        progress: None,
     }
 }
 

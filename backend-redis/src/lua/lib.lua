@@ -32,8 +32,8 @@
 -- at attempts, g group, gm group member key, b batch, s stage, dk dedupe key,
 -- by enqueued_by, ca created, fa finished, le last error, ls the running attempt's
 -- lease (see lease_value), w worker, sa started; lo and out: the outcome and output of
--- a last attempt kept in the hash rather than the log list (see complete_plain); f the
--- fields a claim returns that never change, in one value (see fixed_fields). Jobs
+-- a last attempt kept in the hash rather than the log list (see complete_plain); pg the
+-- last progress reported, as the core's text (SPEC L7); f the fields a claim returns that never change, in one value (see fixed_fields). Jobs
 -- stored by earlier versions may lack f and hold a lease as tk (token) and ex
 -- (expiry); claim, settle and heartbeat still read those.
 --
@@ -93,6 +93,15 @@ end
 local function lease_value(kind, token, ex) return kind .. token .. ex end
 local function lease_token(ls) return string.sub(ls, 2, 37) end
 local function lease_expiry(ls) return string.sub(ls, 38) end
+
+-- Whether job `id` is running under `token`, expired or not (SPEC B8, L7).
+local function holds(id, token)
+  local ls = get(id, 'ls')
+  -- A blank lease is a plainly completed job's.
+  if ls then return lease_token(ls) == token end
+  local h = redis.call('HMGET', jk(id), 'st', 'tk')
+  return h[1] == 'running' and h[2] == token
+end
 
 local function stat(state, n) STATS[state] = (STATS[state] or 0) + n end
 

@@ -3,7 +3,7 @@
 --     run_at ('' if none), then state, count pairs;
 --   'job' (ARGV[4] = id): now, the hash's length n, n items of field, value pairs, then
 --     the log entries; or -1 if unknown;
---   'running': id, worker, attempt, started, expiry per running job;
+--   'running': id, worker, attempt, started, expiry, progress (or nil) per running job;
 --   'batches' (ARGV[4] = limit): batch ids, newest first;
 --   'batch_jobs' (ARGV[4] = batch id): the batch's job ids, unordered; or -1 if unknown;
 --   'dead' (ARGV[4] = limit): dead job ids, oldest first;
@@ -48,10 +48,11 @@ elseif what == 'running' then
   local running = redis.call('ZRANGE', B .. ':running', 0, -1, 'WITHSCORES')
   for i = 1, #running, 2 do
     local id = running[i]
-    local h = redis.call('HMGET', jk(id), 'w', 'at', 'sa')
+    local h = redis.call('HMGET', jk(id), 'w', 'at', 'sa', 'pg')
     out[#out + 1] = id
     for j = 1, 3 do out[#out + 1] = h[j] end
     out[#out + 1] = s(tonumber(running[i + 1]))
+    out[#out + 1] = h[4]
   end
   return out
 elseif what == 'batches' then
@@ -64,17 +65,7 @@ elseif what == 'dead' then
 elseif what == 'lost' then
   local lost = {}
   for i = 4, #ARGV, 2 do
-    local id, token = ARGV[i], ARGV[i + 1]
-    local held
-    local ls = get(id, 'ls')
-    if ls then
-      -- A blank lease is a plainly completed job's.
-      held = lease_token(ls) == token
-    else
-      local h = redis.call('HMGET', jk(id), 'st', 'tk')
-      held = h[1] == 'running' and h[2] == token
-    end
-    if not held then lost[#lost + 1] = id end
+    if not holds(ARGV[i], ARGV[i + 1]) then lost[#lost + 1] = ARGV[i] end
   end
   return lost
 end

@@ -10,6 +10,7 @@ pub mod events;
 pub mod groups;
 pub mod lease;
 pub mod monitor;
+pub mod progress;
 pub mod scenarios;
 pub mod schedules;
 pub mod support;

@@ -38,7 +38,8 @@ use store::QueueState;
 use crate::{
     Admin, Batch, BatchProgress, Claim, ClaimRequest, ClaimedJob, Complete, Enqueue, Enqueued,
     Event, EventBus, EventKind, Events, Inspect, JobId, JobInfo, Lease, Limits, Maintenance,
-    NewJob, OnFailure, OrderBarrier, QueueStats, QueueUpdate, Result, RunningJob, Settle, Settled,
+    NewJob, OnFailure, OrderBarrier, ProgressReport, QueueStats, QueueUpdate, Result, RunningJob,
+    Settle, Settled,
 };
 
 /// The in-memory reference backend. Cheap to clone; clones share one store.
@@ -212,6 +213,19 @@ impl Complete for MemoryBackend {
         lost.sort_unstable();
         lost.dedup();
         Ok(lost)
+    }
+
+    async fn report_progress_unchecked(&self, reports: &[ProgressReport]) -> Result<Vec<JobId>> {
+        let mut queues = self.lock();
+        Ok(reports
+            .iter()
+            .filter(|r| {
+                !queues
+                    .get_mut(&r.lease.queue)
+                    .is_some_and(|q| q.report_progress(r))
+            })
+            .map(|r| r.lease.job)
+            .collect())
     }
 }
 

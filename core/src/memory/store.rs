@@ -8,8 +8,8 @@ use chrono::{DateTime, TimeDelta, Utc};
 use super::view::{OrderKey, View};
 use crate::{
     AttemptOutcome, AttemptRecord, BatchId, BatchProgress, ClaimRequest, ClaimedJob, Enqueued,
-    Error, JobId, JobInfo, JobState, Lease, LeaseToken, NewJob, OnFailure, Outcome, QueueStats,
-    Result, RunningJob, Settle, Settled, StageProgress,
+    Error, JobId, JobInfo, JobState, Lease, LeaseToken, NewJob, OnFailure, Outcome, Progress,
+    ProgressReport, QueueStats, Result, RunningJob, Settle, Settled, StageProgress,
 };
 
 /// Where a job is in its life, as stored. Ready, scheduled and blocked are all
@@ -44,6 +44,7 @@ pub(crate) struct Job {
     finished_at: Option<DateTime<Utc>>,
     last_error: Option<String>,
     log: Vec<AttemptRecord>,
+    progress: Option<Progress>,
     pub(crate) phase: Phase,
 }
 
@@ -189,6 +190,7 @@ impl QueueState {
                     finished_at: None,
                     last_error: None,
                     log: Vec::new(),
+                    progress: None,
                     phase: Phase::Waiting,
                 },
             );
@@ -449,6 +451,18 @@ impl QueueState {
         Ok(until)
     }
 
+    /// SPEC L7: stores the report's progress while its lease holds the job, expired or
+    /// not; false when it does not.
+    pub(crate) fn report_progress(&mut self, report: &ProgressReport) -> bool {
+        if self.lease_lost(&report.lease) {
+            return false;
+        }
+        if let Some(job) = self.jobs.get_mut(&report.lease.job.0) {
+            job.progress = Some(report.progress());
+        }
+        true
+    }
+
     /// SPEC B8: whether `lease` still holds its job, expired or not.
     pub(crate) fn lease_lost(&self, lease: &Lease) -> bool {
         !self.jobs.get(&lease.job.0).is_some_and(
@@ -666,6 +680,7 @@ impl QueueState {
             finished_at: job.finished_at,
             last_error: job.last_error.clone(),
             attempt_log: job.log.clone(),
+            progress: job.progress.clone(),
         }
     }
 
@@ -690,6 +705,7 @@ impl QueueState {
                     attempt: j.attempts,
                     started_at: j.log.last().map_or(j.created_at, |r| r.started_at),
                     lease_expires_at: *expires_at,
+                    progress: j.progress.clone(),
                 }),
                 _ => None,
             })

@@ -9,7 +9,10 @@
 //! attempt. `relayq work` does exactly that for its shell commands, from a guard process
 //! that outlives a killed or frozen worker.
 
-use std::time::Duration;
+use std::{
+    sync::{Arc, Mutex, PoisonError},
+    time::Duration,
+};
 
 use tokio::{sync::watch, time::Instant};
 use tokio_util::sync::CancellationToken;
@@ -45,14 +48,37 @@ impl LeaseDeadline {
 pub struct JobContext {
     stop: CancellationToken,
     deadline: watch::Receiver<Option<LeaseDeadline>>,
+    progress: Arc<Mutex<Option<(u8, String)>>>,
 }
 
 impl JobContext {
     pub(super) fn new(
         stop: CancellationToken,
         deadline: watch::Receiver<Option<LeaseDeadline>>,
+        progress: Arc<Mutex<Option<(u8, String)>>>,
     ) -> Self {
-        Self { stop, deadline }
+        Self {
+            stop,
+            deadline,
+            progress,
+        }
+    }
+
+    /// Reports how far along the job is: `percent` (0 to 100) and what it is doing
+    /// (SPEC L7). Call it as often as you like: the worker writes the latest report of
+    /// each job at most once a second, off the claim and settle paths, so reports in
+    /// between replace one another and a job that ends within the second may write
+    /// none.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`](crate::Error) on `percent` over 100 or on a `message`
+    /// over [`MAX_PROGRESS_MESSAGE`](crate::progress::MAX_PROGRESS_MESSAGE) bytes;
+    /// nothing is kept then.
+    pub fn progress(&self, percent: u8, message: impl Into<String>) -> crate::Result<()> {
+        let message = message.into();
+        crate::validate::progress_fields(percent, &message)?;
+        *self.progress.lock().unwrap_or_else(PoisonError::into_inner) = Some((percent, message));
+        Ok(())
     }
 
     /// The context of the job whose handler is running on this task; `None` outside a

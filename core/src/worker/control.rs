@@ -4,7 +4,7 @@
 //! another.
 
 use std::sync::{
-    Arc,
+    Arc, Mutex,
     atomic::{AtomicBool, Ordering},
 };
 
@@ -52,6 +52,8 @@ pub(super) struct Control {
     pub(super) token: CancellationToken,
     /// The lease's deadline as the keeper reckons it, renewed by each beat through.
     deadline: watch::Sender<Option<LeaseDeadline>>,
+    /// The handler's latest progress not yet written; the keeper takes it once a second.
+    pub(super) progress: Arc<Mutex<Option<(u8, String)>>>,
 }
 
 impl Control {
@@ -84,7 +86,11 @@ impl Control {
     }
 
     pub(super) fn context(&self) -> JobContext {
-        JobContext::new(self.token.clone(), self.deadline.subscribe())
+        JobContext::new(
+            self.token.clone(),
+            self.deadline.subscribe(),
+            self.progress.clone(),
+        )
     }
 }
 

@@ -55,11 +55,14 @@ impl<E: std::error::Error + Send + Sync + 'static> From<E> for JobError {
     }
 }
 
-/// What a successful handler leaves in the execution log: nothing (`()`), or output
-/// text (`String`), kept with the attempt (SPEC L5).
+/// What a successful handler leaves: nothing (`()`), or a result (`String`), kept with
+/// the attempt in the execution log and read as [`JobInfo::result`](crate::JobInfo::result)
+/// (SPEC L5, L8).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Done {
-    /// Output to keep with the attempt; cut to 64 KiB.
+    /// The result; over the worker's
+    /// [`max_result`](super::WorkerBuilder::max_result) (default 64 KiB) it fails the
+    /// job instead.
     pub output: Option<String>,
 }
 

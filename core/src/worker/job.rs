@@ -32,7 +32,7 @@ use super::{
     control::{Control, Ended, Settling},
     slot::Slot,
 };
-use crate::{ClaimedJob, Lease, Outcome, Retry, Settle, validate};
+use crate::{ClaimedJob, Error, Lease, Outcome, Retry, Settle, validate};
 
 /// What a slot's jobs share: the handler and where their outcomes go.
 #[derive(Clone)]
@@ -42,6 +42,8 @@ pub(super) struct JobRun {
     /// Cancelled when the shutdown deadline passes: the job is released.
     pub(super) abort: CancellationToken,
     pub(super) settle: mpsc::Sender<Settling>,
+    /// The largest result a handler may leave (SPEC L8).
+    pub(super) max_result: usize,
 }
 
 /// A job handed to a slot, with its guards.
@@ -113,7 +115,7 @@ impl JobRun {
                 Ok(Ok(_)) if deadline.is_some_and(|d| Instant::now() >= d) => {
                     Settle::fail(lease, timed_out(), Retry::Backoff)
                 }
-                Ok(Ok(done)) => Settle::complete(lease).with_output(done.output),
+                Ok(Ok(done)) => succeeded(lease, done.output, self.max_result),
                 Ok(Err(e)) => handler_failure(lease, e.message, e.retry),
                 Err(panic) => {
                     Settle::fail(lease, format!("handler panicked: {}", panic_text(&*panic)), Retry::Backoff)
@@ -153,6 +155,19 @@ struct Finished<'a>(&'a Control);
 impl Drop for Finished<'_> {
     fn drop(&mut self) {
         self.0.finished.store(true, Ordering::SeqCst);
+    }
+}
+
+/// A handler's success, with its result; a result over the bound fails the job for
+/// good, saying so, since the same run would leave the same result again (SPEC L8).
+fn succeeded(lease: Lease, result: Option<String>, max: usize) -> Settle {
+    match result {
+        Some(r) if r.len() > max => {
+            let e = Error::invalid("result", format!("at most {max} bytes, got {}", r.len()));
+            tracing::warn!(queue = %lease.queue, id = %lease.job, error = %e, "handler left a result over the bound; the job fails");
+            Settle::fail(lease, e.to_string(), Retry::Never)
+        }
+        output => Settle::complete(lease).with_output(output),
     }
 }
 

@@ -36,10 +36,11 @@ use tokio_util::time::{DelayQueue, delay_queue};
 use super::{
     context::LeaseDeadline,
     control::{Control, Msg},
+    progress,
     revoke::{self, Due, Watch},
     stats::Stats,
 };
-use crate::{Backend, Error, JobId, Lease, LeaseToken};
+use crate::{Backend, Error, JobId, Lease, LeaseToken, ProgressReport};
 
 type Key = (JobId, LeaseToken);
 
@@ -111,6 +112,9 @@ impl Keeper {
         let retry = tokio::time::sleep(revoke::RETRY);
         tokio::pin!(retry);
         let mut retry_armed = false;
+        let mut progress_tick = tokio::time::interval(progress::EVERY);
+        progress_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut reporting = FuturesUnordered::new();
         loop {
             if checking.is_empty() && !due.is_empty() {
                 let wanted = due.take();
@@ -258,28 +262,35 @@ impl Keeper {
                 Some((keys, result)) = checking.next(), if !checking.is_empty() => match result {
                     Ok(lost) => {
                         self.stats.outage.succeeded();
-                        for key in keys.into_iter().filter(|k| lost.contains(&k.0)) {
-                            let Some(h) = held.get_mut(&key) else { continue };
-                            if h.control.handed() || h.control.finished() || h.control.stopped() {
-                                continue;
-                            }
-                            h.control.stop();
-                            let lease = &h.lease;
-                            tracing::info!(queue = %lease.queue, id = %lease.job, attempt = lease.attempt, "job cancelled (or taken over) while running; handler stopped");
-                            // No more beats: kept until its `Ended`, as a lease that ran out.
-                            if let Some(timer) = h.timer.take() {
-                                timers.remove(&timer);
-                            }
-                            if let Some(until) = h.until.take() {
-                                leases.remove(&until);
-                            }
-                        }
+                        stop_lost(&mut held, &mut timers, &mut leases, keys, &lost);
                     }
                     Err(e) => {
                         self.stats.outage.failed("heartbeat", "lost_leases", &e);
                         retry.as_mut().reset(Instant::now() + revoke::RETRY);
                         retry_armed = true;
                     }
+                },
+                _ = progress_tick.tick(), if !held.is_empty() && reporting.is_empty() => {
+                    let (keys, reports): (Vec<Key>, Vec<ProgressReport>) = held
+                        .iter()
+                        .filter(|(_, h)| h.until.is_some() && !h.control.handed() && !h.control.stopped())
+                        .filter_map(|(k, h)| {
+                            let (percent, message) = progress::take(&h.control)?;
+                            Some((*k, ProgressReport { lease: h.lease.clone(), percent, message }))
+                        })
+                        .unzip();
+                    if !reports.is_empty() {
+                        let write = progress::write(self.backend.clone(), reports, self.every);
+                        reporting.push(async move { (keys, write.await) });
+                    }
+                }
+                Some((keys, result)) = reporting.next(), if !reporting.is_empty() => match result {
+                    Ok(lost) => {
+                        self.stats.outage.succeeded();
+                        stop_lost(&mut held, &mut timers, &mut leases, keys, &lost);
+                    }
+                    // Those reports are gone; the handler's next ones go in a second.
+                    Err(e) => self.stats.outage.failed("heartbeat", "report_progress", &e),
                 },
                 Some(ran_out) = leases.next(), if !leases.is_empty() => {
                     let key = ran_out.into_inner();
@@ -298,6 +309,35 @@ impl Keeper {
                     }
                 }
             }
+        }
+    }
+}
+
+/// Stops the jobs of `keys` that `lost` names, as the backend no longer holds their
+/// lease: cancelled or taken over while running.
+fn stop_lost(
+    held: &mut HashMap<Key, Held>,
+    timers: &mut DelayQueue<Key>,
+    leases: &mut DelayQueue<Key>,
+    keys: Vec<Key>,
+    lost: &[JobId],
+) {
+    for key in keys.into_iter().filter(|k| lost.contains(&k.0)) {
+        let Some(h) = held.get_mut(&key) else {
+            continue;
+        };
+        if h.control.handed() || h.control.finished() || h.control.stopped() {
+            continue;
+        }
+        h.control.stop();
+        let lease = &h.lease;
+        tracing::info!(queue = %lease.queue, id = %lease.job, attempt = lease.attempt, "job cancelled (or taken over) while running; handler stopped");
+        // No more beats: kept until its `Ended`, as a lease that ran out.
+        if let Some(timer) = h.timer.take() {
+            timers.remove(&timer);
+        }
+        if let Some(until) = h.until.take() {
+            leases.remove(&until);
         }
     }
 }

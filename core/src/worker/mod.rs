@@ -34,6 +34,7 @@ mod keeper;
 mod maintainer;
 mod outage;
 mod pace;
+mod progress;
 mod revoke;
 mod run;
 mod scheduler;
@@ -78,6 +79,8 @@ struct Config {
     schedules: bool,
     /// How often running leases are read for cancels where they are not pushed.
     cancel_poll: Duration,
+    /// The largest result a handler may leave (SPEC L8).
+    max_result: usize,
 }
 
 /// A worker: build it with [`Worker::builder`], then [`run`](Worker::run) or
@@ -130,6 +133,7 @@ impl Worker {
                 }),
                 schedules: true,
                 cancel_poll: revoke::DEFAULT_CANCEL_POLL,
+                max_result: crate::progress::MAX_RESULT_BYTES,
             },
         }
     }
@@ -395,13 +399,23 @@ impl WorkerBuilder {
         self
     }
 
+    /// The largest result a handler may leave on success, in bytes: 1 to 64 KiB, the
+    /// default 64 KiB (SPEC L8). A handler that leaves a longer one fails, for good,
+    /// with an error naming `result`.
+    #[must_use]
+    pub fn max_result(mut self, bytes: usize) -> Self {
+        self.config.max_result = bytes;
+        self
+    }
+
     /// Checks the settings and builds the worker.
     ///
     /// # Errors
     /// [`Error::InvalidInput`] naming the bad setting: no queue or a bad queue name
     /// (`queues`/`queue`), `concurrency` outside 1..=1000, a bad `lease`, `heartbeat` not
     /// shorter than the lease, `settle_batch` or `prefetch` out of range, a `maintenance`
-    /// interval or a `cancel_poll` of zero, a bad `name`, or no `handler`.
+    /// interval or a `cancel_poll` of zero, a `max_result` outside 1..=64 KiB, a bad
+    /// `name`, or no `handler`.
     pub fn build(self) -> Result<Worker> {
         let c = &self.config;
         if self.queues.is_empty() {
@@ -455,6 +469,16 @@ impl WorkerBuilder {
         }
         if c.cancel_poll.is_zero() {
             return Err(Error::invalid("cancel_poll", "must be above zero"));
+        }
+        if !(1..=crate::progress::MAX_RESULT_BYTES).contains(&c.max_result) {
+            return Err(Error::invalid(
+                "max_result",
+                format!(
+                    "must be 1..={}, got {}",
+                    crate::progress::MAX_RESULT_BYTES,
+                    c.max_result
+                ),
+            ));
         }
         if c.timeout.is_some_and(|t| t.is_zero()) {
             return Err(Error::invalid("timeout", "must be above zero"));

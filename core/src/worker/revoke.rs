@@ -95,22 +95,45 @@ impl Due {
 }
 
 /// Reads which of `leases` are lost, in calls of at most 1000, each given `within`
-/// and run on a task of its own (a call dropped midway could leave a connection in a
-/// transaction; a backend that panics fails this check only).
+/// (see [`in_chunks`]).
 pub(super) async fn check(
     backend: Arc<dyn Backend>,
     leases: Vec<Lease>,
     within: Duration,
 ) -> Result<Vec<JobId>> {
-    let mut lost = Vec::new();
-    for chunk in leases.chunks(MAX_SETTLE) {
-        let (backend, chunk) = (backend.clone(), chunk.to_vec());
-        let call = tokio::spawn(async move { backend.lost_leases(&chunk).await });
-        match tokio::time::timeout(within, call).await {
-            Ok(Ok(found)) => lost.extend(found?),
-            Ok(Err(_)) => return Err(Error::backend("lost_leases panicked")),
-            Err(_) => return Err(Error::backend("lost_leases timed out")),
+    in_chunks(
+        backend,
+        leases,
+        within,
+        "lost_leases",
+        |b, chunk| async move { b.lost_leases(&chunk).await },
+    )
+    .await
+}
+
+/// Calls `call` on `items` in chunks of at most 1000, each given `within` and run on a
+/// task of its own (a call dropped midway could leave a connection in a transaction;
+/// a backend that panics fails this round only); the jobs each call names, together.
+pub(super) async fn in_chunks<T, F, Fut>(
+    backend: Arc<dyn Backend>,
+    items: Vec<T>,
+    within: Duration,
+    what: &str,
+    call: F,
+) -> Result<Vec<JobId>>
+where
+    T: Clone + Send + 'static,
+    F: Fn(Arc<dyn Backend>, Vec<T>) -> Fut,
+    Fut: Future<Output = Result<Vec<JobId>>> + Send + 'static,
+{
+    let mut named = Vec::new();
+    for chunk in items.chunks(MAX_SETTLE) {
+        let task = tokio::spawn(call(backend.clone(), chunk.to_vec()));
+        match tokio::time::timeout(within, task).await {
+            Ok(Ok(found)) => named.extend(found?),
+            Ok(Err(_)) => return Err(Error::backend(format!("{what} panicked"))),
+            Err(_) => return Err(Error::backend(format!("{what} timed out"))),
         }
     }
-    Ok(lost)
+    Ok(named)
 }

@@ -87,6 +87,7 @@ impl Runner {
                 timeout: w.config.timeout,
                 abort: CancellationToken::new(),
                 settle: tx,
+                max_result: w.config.max_result,
             },
             pool: None,
             backend: w.backend,

@@ -166,6 +166,7 @@ pub(super) mod tests {
             timeout: None,
             abort: CancellationToken::new(),
             settle,
+            max_result: crate::progress::MAX_RESULT_BYTES,
         };
         (Pool::start(n, &run, "test"), outcomes)
     }

@@ -13,6 +13,9 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use relayq_core::{memory::MemoryBackend, *};
 
+/// When a progress call came, and its reports as (job, percent).
+pub type ProgressCall = (tokio::time::Instant, Vec<(JobId, u8)>);
+
 /// How [`Faulty`] answers heartbeats.
 #[derive(Clone, Copy)]
 pub enum Beats {
@@ -38,6 +41,8 @@ pub struct Faulty {
     pub settle_errors: Mutex<Vec<Error>>,
     /// Settle calls never answer (a server that stopped answering).
     pub hang_settles: std::sync::atomic::AtomicBool,
+    /// Each progress call's reports, with when it came.
+    pub progress_calls: Mutex<Vec<ProgressCall>>,
 }
 
 impl Faulty {
@@ -51,6 +56,7 @@ impl Faulty {
             settle_calls: Mutex::new(Vec::new()),
             settle_errors: Mutex::new(Vec::new()),
             hang_settles: std::sync::atomic::AtomicBool::new(false),
+            progress_calls: Mutex::new(Vec::new()),
         })
     }
 
@@ -110,5 +116,14 @@ impl Complete for Faulty {
 
     async fn lost_leases_unchecked(&self, leases: &[Lease]) -> Result<Vec<relayq_core::JobId>> {
         self.inner.lost_leases_unchecked(leases).await
+    }
+
+    async fn report_progress_unchecked(&self, reports: &[ProgressReport]) -> Result<Vec<JobId>> {
+        let seen = reports.iter().map(|r| (r.lease.job, r.percent)).collect();
+        self.progress_calls
+            .lock()
+            .unwrap()
+            .push((tokio::time::Instant::now(), seen));
+        self.inner.report_progress_unchecked(reports).await
     }
 }
