@@ -23,8 +23,11 @@ use tokio::{
 };
 use tokio_util::sync::CancellationToken;
 
+use command_fds::{CommandFdExt, FdMapping};
+
 use crate::{
     guard::{self, Moment, Order},
+    job_progress,
     output::{OUTPUT_LIMIT, Tail},
     spec::CommandSpec,
 };
@@ -163,14 +166,18 @@ fn guard_program() -> PathBuf {
 ///
 /// When the shell exits, whatever it left running in its process group is killed too,
 /// so a job's processes end with the job and its output pipe closes.
+///
+/// Each progress line the command writes to its progress descriptor
+/// ([`job_progress`]) goes to `progress` as it comes.
 pub async fn execute(
     spec: &CommandSpec,
     stop: &CancellationToken,
     lease: Option<watch::Receiver<Option<LeaseDeadline>>>,
+    progress: &(dyn Fn(u8, String) + Sync),
 ) -> Execution {
     let started = Instant::now();
     let mut output = Tail::new(OUTPUT_LIMIT);
-    let ending = match run(spec, stop, lease, &mut output).await {
+    let ending = match run(spec, stop, lease, progress, &mut output).await {
         Ok(ending) => ending,
         Err(e) => Ending::NotStarted(e.to_string()),
     };
@@ -185,10 +192,15 @@ async fn run(
     spec: &CommandSpec,
     stop: &CancellationToken,
     mut lease: Option<watch::Receiver<Option<LeaseDeadline>>>,
+    progress: &(dyn Fn(u8, String) + Sync),
     output: &mut Tail,
 ) -> std::io::Result<Ending> {
     let (writer, mut reader) = pipe::pipe()?;
     let writer = writer.into_blocking_fd()?;
+    // The progress descriptor: the guard gets it as `job_progress::FD` and leaves it
+    // open for the shell, as it does every descriptor not marked close-on-exec.
+    let (reports_writer, mut reports_reader) = pipe::pipe()?;
+    let reports_writer = reports_writer.into_blocking_fd()?;
     let first = renewal(lease.as_mut().and_then(|l| *l.borrow_and_update()));
     let Order::Renew { term, grace } = &first else {
         unreachable!("a renewal")
@@ -202,10 +214,16 @@ async fn run(
         .stdin(Stdio::piped())
         .stdout(writer)
         .stderr(Stdio::piped())
+        .env(job_progress::ENV, job_progress::FD.to_string())
         // Its own group: the terminal's Ctrl-C and Ctrl-Z, meant for the worker, must
         // not reach the guard. Not killed on drop: a dropped run orders `kill` instead,
         // and the guard must outlive the worker to do its job.
         .process_group(0);
+    cmd.fd_mappings(vec![FdMapping {
+        parent_fd: reports_writer,
+        child_fd: job_progress::FD,
+    }])
+    .map_err(|_| std::io::Error::other("the progress descriptor collides with another"))?;
     if let Some(dir) = &spec.cwd {
         cmd.current_dir(dir);
     }
@@ -229,6 +247,9 @@ async fn run(
     // Until the guard says which group the command has, there is none to kill.
     let mut group = GroupGuard(None);
     let mut report = None;
+    let mut lines = job_progress::Lines::default();
+    let mut chunk = vec![0u8; 4096];
+    let mut reading_progress = true;
 
     let timeout = spec.timeout();
     let wait = async {
@@ -252,6 +273,14 @@ async fn run(
                         None => reports = None,
                     }
                 }
+                read = reports_reader.read(&mut chunk), if reading_progress => match read {
+                    Ok(n) if n > 0 => {
+                        for (percent, message) in lines.push(&chunk[..n]) {
+                            progress(percent, message);
+                        }
+                    }
+                    _ => reading_progress = false,
+                },
                 changed = changed(lease.as_mut()) => match changed {
                     Some(deadline) => orders.send(&renewal(deadline)),
                     None => lease = None,
@@ -267,6 +296,17 @@ async fn run(
             }
         };
         orders.finished = true;
+        // Progress written just before the end and not read yet is in the pipe.
+        while reading_progress {
+            match reports_reader.try_read(&mut chunk) {
+                Ok(n) if n > 0 => {
+                    for (percent, message) in lines.push(&chunk[..n]) {
+                        progress(percent, message);
+                    }
+                }
+                _ => reading_progress = false,
+            }
+        }
         // The guard's last report, written before it exited.
         if let Some(r) = reports.as_mut() {
             while let Some(l) = next_report(Some(&mut *r)).await {
@@ -348,7 +388,7 @@ mod tests {
     use super::*;
 
     async fn exec(spec: CommandSpec) -> Execution {
-        execute(&spec, &CancellationToken::new(), None).await
+        execute(&spec, &CancellationToken::new(), None, &|_, _| {}).await
     }
 
     #[tokio::test]
@@ -356,6 +396,28 @@ mod tests {
         let run = exec(CommandSpec::new("echo out; echo err >&2; exit 3")).await;
         assert_eq!(run.ending, Ending::Exited(3));
         assert_eq!(run.output.text(), "out\nerr\n");
+    }
+
+    #[tokio::test]
+    async fn progress_lines_on_the_named_descriptor_are_reported() {
+        let seen = std::sync::Mutex::new(Vec::new());
+        let report = |p, m| seen.lock().unwrap().push((p, m));
+        let spec = CommandSpec::new(
+            "echo 'relayq-progress 40 copying table x' >&\"$RELAYQ_PROGRESS_FD\"; \
+             echo 'not progress' >&3; echo out; echo 'relayq-progress 100' >&3",
+        );
+        let run = execute(&spec, &CancellationToken::new(), None, &report).await;
+        assert!(
+            run.ending.success(),
+            "{:?}: {}",
+            run.ending,
+            run.output.text()
+        );
+        assert_eq!(run.output.text(), "out\n");
+        assert_eq!(
+            *seen.lock().unwrap(),
+            [(40, "copying table x".to_owned()), (100, String::new())]
+        );
     }
 
     #[tokio::test]
@@ -441,7 +503,7 @@ mod tests {
             stop_at: now - Duration::from_millis(10),
             lease_ends: now + Duration::from_millis(490),
         }));
-        let run = execute(&spec, &CancellationToken::new(), Some(lease)).await;
+        let run = execute(&spec, &CancellationToken::new(), Some(lease), &|_, _| {}).await;
         assert!(
             matches!(&run.ending, Ending::NotStarted(e) if e.contains("deadline passed")),
             "{:?}",
@@ -454,7 +516,7 @@ mod tests {
     async fn stop_interrupts() {
         let stop = CancellationToken::new();
         let spec = CommandSpec::new("sleep 30");
-        let (run, ()) = tokio::join!(execute(&spec, &stop, None), async {
+        let (run, ()) = tokio::join!(execute(&spec, &stop, None, &|_, _| {}), async {
             tokio::time::sleep(Duration::from_millis(100)).await;
             stop.cancel();
         });

@@ -5,6 +5,7 @@ use std::{sync::Arc, time::Duration};
 
 use relayq_core::{
     ClaimedJob, JobId,
+    progress::MAX_RESULT_BYTES,
     settle::MAX_ERROR_BYTES,
     worker::{Done, Handler, JobContext, JobError},
 };
@@ -109,8 +110,15 @@ impl CommandHandler {
         ));
         // The job's lease deadlines go to the command's guard, which kills the command
         // if they pass unrenewed (a frozen worker) or the worker dies.
-        let lease = JobContext::current().map(|c| c.deadlines());
-        let run = execute(&spec, &self.stop, lease).await;
+        let context = JobContext::current();
+        let lease = context.as_ref().map(JobContext::deadlines);
+        // The parser keeps reports within bounds, so none is refused.
+        let report = |percent, message| {
+            if let Some(c) = &context {
+                let _ = c.progress(percent, message);
+            }
+        };
+        let run = execute(&spec, &self.stop, lease, &report).await;
         self.send(event(
             name,
             EventKind::Ended {
@@ -119,10 +127,8 @@ impl CommandHandler {
             },
         ));
         if run.ending.success() {
-            // The output's tail goes to the execution log with the attempt.
-            let output = run.output.text();
             Ok(Done {
-                output: (!output.is_empty()).then_some(output),
+                output: result_text(&run),
             })
         } else {
             Err(JobError::retryable(failure_text(&run)))
@@ -155,6 +161,22 @@ pub fn worker_name(role: &str) -> String {
     let name = format!("{role}@{host}:{}", std::process::id());
     // Keep it a valid label (at most 255 bytes, no control characters).
     crate::spec::shorten(&name, 200).replace(char::is_control, "?")
+}
+
+/// The result of a successful run (SPEC L8): the last lines of its output that fit
+/// the bound, whole lines only once the output had to be cut; `None` without output.
+pub fn result_text(run: &Execution) -> Option<String> {
+    let output = run.output.text();
+    if output.is_empty() {
+        return None;
+    }
+    let kept = last_bytes(&output, MAX_RESULT_BYTES);
+    let cut = kept.len() < output.len() || run.output.dropped() > 0;
+    let kept = match kept.split_once('\n') {
+        Some((_, rest)) if cut && !rest.is_empty() => rest,
+        _ => kept,
+    };
+    Some(kept.to_owned())
 }
 
 /// The error text of a failed run: how it ended on the first line, then the tail of its
@@ -195,6 +217,31 @@ mod tests {
         ));
         assert!(text.len() <= MAX_ERROR_BYTES);
         assert!(text.ends_with('x'));
+    }
+
+    #[test]
+    fn result_text_keeps_whole_last_lines_within_the_bound() {
+        let run = |bytes: &[u8]| {
+            let mut output = Tail::new(OUTPUT_LIMIT);
+            output.push(bytes);
+            Execution {
+                ending: Ending::Exited(0),
+                output,
+                elapsed: Duration::from_millis(5),
+            }
+        };
+        assert_eq!(result_text(&run(b"")), None);
+        assert_eq!(result_text(&run(b"a\nb\n")).as_deref(), Some("a\nb\n"));
+        // A cut line at the front is dropped.
+        let long = format!("{}\nlast line\n", "x".repeat(OUTPUT_LIMIT));
+        assert_eq!(
+            result_text(&run(long.as_bytes())).as_deref(),
+            Some("last line\n")
+        );
+        // Invalid bytes grow when replaced; the result still fits.
+        let invalid = [0xffu8; OUTPUT_LIMIT];
+        let text = result_text(&run(&invalid)).unwrap();
+        assert!(text.len() <= MAX_RESULT_BYTES, "{}", text.len());
     }
 
     #[test]

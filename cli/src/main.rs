@@ -102,6 +102,7 @@ mod exec;
 mod exit;
 mod guard;
 mod handler;
+mod job_progress;
 mod output;
 mod plan;
 mod progress;
@@ -171,6 +172,11 @@ enum Command {
     ///   timeout = "30s"              # kill the command's process group after this
     ///   env = { KEY = "v" }
     ///   cwd = "some/dir"             # relative to the current directory
+    ///
+    /// Progress: a command may write lines `relayq-progress PERCENT [MESSAGE]` to file
+    /// descriptor 3 (named by $RELAYQ_PROGRESS_FD); `relayq job` and `relayq status` show
+    /// the last one. A successful command's last output lines (up to 64 KiB) are its
+    /// result.
     #[command(verbatim_doc_comment, after_help = SECURITY)]
     Run(run::RunArgs),
     /// Queue one shell command as a job; prints its id.
@@ -182,9 +188,16 @@ enum Command {
     /// user: whoever can enqueue into the served queues can run commands here. On
     /// Ctrl-C / SIGTERM the worker stops claiming, lets running commands finish for up to
     /// --shutdown-timeout, then kills them and releases their jobs for another worker.
+    ///
+    /// A command may report progress by writing lines `relayq-progress PERCENT [MESSAGE]`
+    /// to file descriptor 3 (named by $RELAYQ_PROGRESS_FD), e.g.
+    /// `echo "relayq-progress 40 copying table x" >&3`; `relayq job` and `relayq status`
+    /// show the last one. A successful command's last output lines (up to 64 KiB) are
+    /// its result.
     #[command(after_help = SECURITY)]
     Work(WorkArgs),
-    /// Counts per state, running jobs with worker and start time, a batch's stages.
+    /// Counts per state, running jobs with worker, start time and progress, a batch's
+    /// stages.
     Status(StatusArgs),
     /// Wait for a batch (or one of its stages) to finish.
     ///

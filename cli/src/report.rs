@@ -4,7 +4,7 @@
 use std::{fmt::Write as _, path::Path};
 
 use chrono::{DateTime, Utc};
-use relayq_core::{AttemptOutcome, AttemptRecord, BatchId, JobInfo, JobState, OnFailure};
+use relayq_core::{AttemptOutcome, AttemptRecord, BatchId, JobInfo, JobState, OnFailure, Progress};
 use serde::Serialize;
 
 use crate::commands::printable;
@@ -50,6 +50,12 @@ pub struct JobReport {
     pub attempts: Vec<AttemptRecord>,
     /// The last error text (with the command's output).
     pub last_error: Option<String>,
+    /// Its progress as last reported (SPEC L7).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub progress: Option<Progress>,
+    /// What it left on success: its command's last output lines (SPEC L8).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result: Option<String>,
 }
 
 impl JobReport {
@@ -59,6 +65,7 @@ impl JobReport {
             |_| ("(not a relayq command)".to_owned(), String::new()),
             |spec| (spec.display_name(), spec.command),
         );
+        let result = info.result().map(str::to_owned);
         Self {
             id: info.id.0,
             name,
@@ -71,6 +78,8 @@ impl JobReport {
             finished_at: info.finished_at,
             attempts: info.attempt_log,
             last_error: info.last_error,
+            progress: info.progress,
+            result,
         }
     }
 

@@ -34,6 +34,10 @@ const CASES: &[(&str, Case)] = &[
         "job_output_cannot_drive_the_terminal",
         job_output_cannot_drive_the_terminal,
     ),
+    (
+        "a_command_reports_progress_and_leaves_a_result",
+        progress_and_result,
+    ),
 ];
 
 fn main() {
@@ -219,6 +223,57 @@ fn job_by_id_alone(env: &Env) -> Result<(), Failed> {
     check(
         missing.code == 2 && missing.stderr.contains("not found"),
         || format!("an unknown id: {} {}", missing.code, missing.stderr),
+    )
+}
+
+/// SPEC L7, L8: a command's `relayq-progress` lines on `$RELAYQ_PROGRESS_FD` show in
+/// `relayq job` and `relayq status` while it runs; its last output lines are its result.
+fn progress_and_result(env: &Env) -> Result<(), Failed> {
+    let q = queue("progress");
+    let go = env.path("go");
+    let command = format!(
+        "echo 'relayq-progress 40 copying table x' >&\"$RELAYQ_PROGRESS_FD\"; \
+         while [ ! -e {} ]; do sleep 0.05; done; echo first; echo second",
+        go.display()
+    );
+    let id = enqueue(env, &q, &["--", &command])?.to_string();
+    let mut worker = env.spawn(&["work", "-q", &q, "--shutdown-timeout", "1s"]);
+    let seen = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let job = eventually(
+            "the progress in `relayq job`",
+            Duration::from_secs(60),
+            || {
+                let job = json(env, &["job", &id, "-q", &q, "--json"]).ok()?;
+                (job["progress"]["percent"] == 40).then_some(job)
+            },
+        );
+        let table = env.run(&["status", "-q", &q]).expect_code(0).stdout;
+        std::fs::write(&go, "").expect("write the go file");
+        let done = eventually("the job to succeed", Duration::from_secs(60), || {
+            let job = json(env, &["job", &id, "-q", &q, "--json"]).ok()?;
+            (job["state"] == "succeeded").then_some(job)
+        });
+        (job, table, done)
+    }));
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(worker.id()).unwrap_or(0)),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let _ = worker.wait();
+    let (job, table, done) = seen.map_err(|_| "the progress or the success never showed")?;
+    check(job["progress"]["message"] == "copying table x", || {
+        format!("progress: {}", job["progress"])
+    })?;
+    check(table.contains("40% copying table x"), || {
+        format!("status shows no progress: {table}")
+    })?;
+    check(done["result"] == "first\nsecond\n", || {
+        format!("result: {}", done["result"])
+    })?;
+    let text = env.run(&["job", &id, "-q", &q]).expect_code(0).stdout;
+    check(
+        text.contains("progress: 40% copying table x (attempt 1)") && text.contains("result"),
+        || format!("relayq job: {text}"),
     )
 }
 

@@ -282,15 +282,21 @@
     ];
   }
 
+  // A running attempt's progress: a bar and its message; an earlier attempt's report
+  // says nothing of this one.
+  const progressOf = (p, attempt) => !p || p.attempt !== attempt ? h("span", { class: "muted" }, "—")
+    : h("span", { class: "progress" }, h("progress", { max: "100", value: String(p.percent), "aria-label": `${p.percent}%` }), ` ${p.percent}%`, p.message ? ` ${p.message}` : "");
+
   async function drawRunning() {
     const [head, list] = await Promise.all([queueHeader(), api(`/queues/${q(queue)}/running?limit=${q(limit)}`)]);
     const rows = list.items.map((r) =>
       h("tr", { "data-job": r.id },
         h("td", {}, link(`${qpath(queue)}/jobs/${r.id}`, `#${r.id}`)),
         h("td", {}, r.worker), num(r.attempt), h("td", {}, when(r.started_at)), h("td", {}, when(r.lease_expires_at)),
+        h("td", {}, progressOf(r.progress, r.attempt)),
         readOnly ? null : h("td", {}, button("cancel", `/queues/${q(queue)}/jobs/${r.id}/cancel`, {}, { danger: true, name: "cancel-job", confirm: `Cancel job ${r.id}?` }))));
     return [head,
-      list.items.length ? h("table", { id: "running" }, h("thead", {}, h("tr", {}, h("th", {}, "job"), h("th", {}, "worker"), h("th", {}, "attempt"), h("th", {}, "since"), h("th", {}, "lease expires"), readOnly ? null : h("th", {}, ""))), h("tbody", {}, rows)) : h("p", { class: "muted" }, "Nothing running."),
+      list.items.length ? h("table", { id: "running" }, h("thead", {}, h("tr", {}, h("th", {}, "job"), h("th", {}, "worker"), h("th", {}, "attempt"), h("th", {}, "since"), h("th", {}, "lease expires"), h("th", {}, "progress"), readOnly ? null : h("th", {}, ""))), h("tbody", {}, rows)) : h("p", { class: "muted" }, "Nothing running."),
       moreLink(list)];
   }
 
@@ -345,6 +351,8 @@
         field("why", h("ul", { id: "why" }, why.why.map((line) => h("li", {}, line)))),
         field("payload", h("pre", { class: "payload" }, j.payload + (j.payload_utf8 ? "" : "\n(not UTF-8: invalid bytes shown as �)"))),
         field("attempts", `${j.attempts} of ${j.max_attempts}`),
+        field("progress", j.progress ? [progressOf(j.progress, j.progress.attempt), ` (attempt ${j.progress.attempt})`] : null),
+        field("result", j.result === null ? null : h("pre", { class: "output", id: "result" }, j.result)),
         field("priority", String(j.priority)),
         field("group", j.group),
         field("batch", j.batch === null ? null : link(`${qpath(queue)}/batches/${j.batch}`, `#${j.batch} stage ${j.stage}`)),

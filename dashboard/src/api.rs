@@ -239,6 +239,9 @@ pub(crate) async fn running(
     // The trait has no limit here: running jobs are bounded by the workers' slots.
     let mut items = state.backend.running(queue(&name)?).await?;
     items.sort_by_key(|r| (r.started_at, r.id));
+    for r in &mut items {
+        r.progress = r.progress.take().map(crate::views::redacted_progress);
+    }
     Ok(Json(Page::cut(items, limit)))
 }
 

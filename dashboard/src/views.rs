@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use relayq_core::{AttemptRecord, BatchId, JobId, JobInfo, JobState, redact};
+use relayq_core::{AttemptRecord, BatchId, JobId, JobInfo, JobState, Progress, redact};
 use serde::Serialize;
 
 use crate::counts::Counted;
@@ -96,6 +96,10 @@ pub(crate) struct JobView {
     pub(crate) finished_at: Option<DateTime<Utc>>,
     pub(crate) last_error: Option<String>,
     pub(crate) attempt_log: Vec<AttemptRecord>,
+    /// Its progress as last reported (SPEC L7).
+    pub(crate) progress: Option<Progress>,
+    /// What it left on success (SPEC L8).
+    pub(crate) result: Option<String>,
 }
 
 impl From<JobInfo> for JobView {
@@ -104,6 +108,7 @@ impl From<JobInfo> for JobView {
         // everywhere a person reads a payload.
         let payload_utf8 = std::str::from_utf8(&job.payload).is_ok();
         let payload = redact::payload(&job.payload);
+        let result = job.result().map(redact::urls);
         Self {
             id: job.id,
             queue: job.queue,
@@ -123,8 +128,16 @@ impl From<JobInfo> for JobView {
             finished_at: job.finished_at,
             last_error: job.last_error.as_deref().map(redact::urls),
             attempt_log: job.attempt_log.into_iter().map(redacted).collect(),
+            progress: job.progress.map(redacted_progress),
+            result,
         }
     }
+}
+
+/// A progress report with the URLs' passwords in its message masked.
+pub(crate) fn redacted_progress(mut p: Progress) -> Progress {
+    p.message = redact::urls(&p.message);
+    p
 }
 
 /// An attempt with the URLs' passwords in its error and output masked.

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use axum::Router;
 use common::*;
-use relayq_core::{ClaimRequest, EnqueueExt, JobState, NewJob, OnFailure};
+use relayq_core::{ClaimRequest, EnqueueExt, JobState, NewJob, OnFailure, ProgressReport};
 use relayq_dashboard::{Options, router};
 use serde_json::json;
 
@@ -177,6 +177,18 @@ async fn batches_and_running_jobs_are_listed() {
         .await
         .unwrap();
     assert_eq!(claimed.len(), 1, "stage 2 waits for stage 1");
+    let report = ProgressReport {
+        lease: claimed[0].lease.clone(),
+        percent: 40,
+        message: "copying from postgres://app:s3cret@db/x".into(),
+    };
+    assert!(
+        db.backend
+            .report_progress(&[report])
+            .await
+            .unwrap()
+            .is_empty()
+    );
     let (app, _) = app_and_csrf(&db).await;
 
     let batches = get(&app, &format!("/api/queues/{q}/batches")).await.json();
@@ -201,6 +213,17 @@ async fn batches_and_running_jobs_are_listed() {
     assert_eq!(job["worker"], "worker-7");
     assert_eq!(job["attempt"], 1);
     assert!(job["lease_expires_at"].is_string());
+    // Its progress, the URL's password masked, here and on the job's page.
+    assert_eq!(job["progress"]["percent"], 40);
+    assert_eq!(
+        job["progress"]["message"],
+        "copying from postgres://app:***@db/x"
+    );
+    let page = get(&app, &format!("/api/queues/{q}/jobs/{}", claimed[0].id().0))
+        .await
+        .json();
+    assert_eq!(page["progress"], job["progress"]);
+    assert_eq!(page["result"], serde_json::Value::Null);
 
     // The batch's jobs for its timeline, page by page: the running one with its
     // attempt, then the one waiting on stage 2, with none.

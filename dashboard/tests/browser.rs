@@ -178,6 +178,9 @@ fn gated_worker(backend: Arc<dyn Backend>, queue: &str, gate: watch::Receiver<i3
             let mut gate = gate.clone();
             async move {
                 let stage: i32 = String::from_utf8_lossy(&job.payload).parse().unwrap_or(0);
+                if let Some(ctx) = relayq_core::worker::JobContext::current() {
+                    ctx.progress(50, "waiting for the gate")?;
+                }
                 let _ = gate.wait_for(|open| *open >= stage).await;
                 Ok::<_, relayq_core::worker::JobError>(())
             }
@@ -250,6 +253,10 @@ async fn the_dashboard_works_in_chromium(db: Db, screenshots: bool) {
         .unwrap();
     let rows = "return document.querySelectorAll('#running tbody tr').length;";
     until(&b, "two running jobs listed", rows, |v| v == &json!(2)).await;
+    // Each shows its handler's progress as a bar (SPEC L7).
+    let bars = "return [...document.querySelectorAll('#running progress')]
+        .filter((p) => p.value === 50 && p.parentElement.textContent.includes('waiting for the gate')).length;";
+    until(&b, "two progress bars at 50%", bars, |v| v == &json!(2)).await;
     screenshot(&b, "running", screenshots).await;
 
     b.goto(&format!("{base}/queues/{qb}/batches"))

@@ -1,5 +1,5 @@
-//! `relayq job ID`: one job with its attempt log, the output a successful command
-//! left, and the last error (with the failed command's output).
+//! `relayq job ID`: one job with its progress, its attempt log, the result a successful
+//! command left, and the last error (with the failed command's output).
 
 use anyhow::bail;
 use relayq_core::{Backend, Error as CoreError, JobId, JobInfo};
@@ -67,6 +67,9 @@ pub async fn run(db: &str, args: JobArgs) -> anyhow::Result<u8> {
         outln!("  group:    {group}");
     }
     outln!("  enqueued: {}", time(job.created_at));
+    if let Some(p) = &job.progress {
+        outln!("  progress: {} (attempt {})", super::progress(p), p.attempt);
+    }
     if job.attempts.is_empty() {
         outln!("  attempts: none yet (of {})", job.max_attempts);
     } else {
@@ -89,7 +92,12 @@ pub async fn run(db: &str, args: JobArgs) -> anyhow::Result<u8> {
         }
         outln!("{t}");
     }
-    if let Some(out) = job.attempts.iter().rev().find_map(|a| a.output.as_deref()) {
+    if let Some(result) = &job.result {
+        outln!("result (its last output lines):");
+        for line in relayq_core::redact::urls(result).lines() {
+            outln!("    {}", printable(line));
+        }
+    } else if let Some(out) = job.attempts.iter().rev().find_map(|a| a.output.as_deref()) {
         outln!("output (last 64 KiB):");
         for line in relayq_core::redact::urls(out).lines() {
             outln!("    {}", printable(line));

@@ -58,6 +58,16 @@ pub fn time(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::Millis, true)
 }
 
+/// A progress report as the tables show it: `40% copying table x`, control characters
+/// made visible.
+pub fn progress(p: &relayq_core::Progress) -> String {
+    if p.message.is_empty() {
+        format!("{}%", p.percent)
+    } else {
+        format!("{}% {}", p.percent, printable(&p.message))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::printable;

@@ -183,8 +183,23 @@ fn print_text(s: &Status) {
         outln!("running now: none");
     } else {
         outln!("running now:");
-        let mut t = table(["job", "name", "worker", "attempt", "started", "lease until"]);
+        let mut t = table([
+            "job",
+            "name",
+            "worker",
+            "attempt",
+            "started",
+            "lease until",
+            "progress",
+        ]);
         for r in &s.running {
+            // An earlier attempt's report says nothing of this one.
+            let progress = r
+                .job
+                .progress
+                .as_ref()
+                .filter(|p| p.attempt == r.job.attempt)
+                .map_or_else(|| "-".to_owned(), super::progress);
             t.add_row([
                 r.job.id.to_string(),
                 r.name.clone(),
@@ -192,6 +207,7 @@ fn print_text(s: &Status) {
                 r.job.attempt.to_string(),
                 time(r.job.started_at),
                 time(r.job.lease_expires_at),
+                progress,
             ]);
         }
         outln!("{t}");

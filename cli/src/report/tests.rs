@@ -46,6 +46,8 @@ fn job(
         finished_at: attempts.last().and_then(|a| a.ended_at),
         last_error: attempts.last().and_then(|a| a.error.clone()),
         attempts,
+        progress: None,
+        result: None,
     }
 }
 
