@@ -27,6 +27,7 @@ mod paired;
 mod peers;
 mod phases;
 mod phases_raw;
+mod progress;
 mod raw;
 mod scenarios;
 mod schedules;
@@ -63,8 +64,8 @@ struct Args {
     runs: usize,
     /// Run only these scenarios (comma-separated: enqueue, drain, drain16 (the
     /// concurrency-16 rows alone), prefetch (the prefetch row alone, for profiling it),
-    /// raw, latency, stages, groups, backlog, burst, cancel, schedules; and phases, which only runs when
-    /// named here).
+    /// raw, latency, stages, groups, backlog, burst, cancel, progress, schedules; and
+    /// phases, which only runs when named here).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Measure only these of our targets (comma-separated: memory, sqlite, postgres,
@@ -222,6 +223,10 @@ async fn main() -> anyhow::Result<()> {
         // Printed as measured inside.
         rows.extend(cancel::cancel(&targets, if quick { 50 } else { 500 }).await?);
     }
+    if on("progress") {
+        // Printed as measured inside.
+        rows.extend(progress::progress(&targets).await?);
+    }
     if on("schedules") {
         // Printed as measured inside.
         let (n, window) = if quick { (200, 6) } else { (1_000, 21) };
@@ -327,7 +332,7 @@ fn print_header() {
 #[allow(clippy::print_stdout)]
 pub(crate) fn print(rows: &[Row]) {
     for r in rows {
-        let digits = if r.unit == "ms" { 2 } else { 0 };
+        let digits = if matches!(r.unit, "ms" | "x") { 2 } else { 0 };
         println!(
             "{:<44} {:<16} {:>10.digits$} {}",
             r.scenario, r.target, r.value, r.unit
