@@ -102,23 +102,49 @@ impl Admin for MssqlBackend {
     }
 
     async fn cancel_batch_unchecked(&self, batch: &Batch) -> Result<u64> {
-        let sets = self
-            .run(
-                sql::CANCEL_BATCH,
-                &[&batch.id.0, &batch.queue.as_str(), &cancelled_by::BATCH],
-            )
-            .await?;
-        let r = rows::set(&sets, 0)?
-            .first()
-            .ok_or_else(|| Error::backend("cancel returned no counts"))?;
-        self.wake(rows::set(&sets, 1)?)?;
-        if req::<i32>(r, 0)? == 0 {
-            return Err(Error::not_found(batch.to_string()));
+        self.cancel_batch_as(batch, cancelled_by::BATCH).await
+    }
+
+    /// Each batch in a transaction of its own, then the other jobs one by one, a
+    /// hundred found at a time; only jobs up to the newest id at the start, so a steady
+    /// stream of enqueues cannot keep it going.
+    async fn purge_unchecked(&self, queue: &str) -> Result<u64> {
+        let sets = self.run(sql::PURGE_BATCHES, &[&queue]).await?;
+        let newest: Option<i64> = match rows::set(&sets, 0)?.first() {
+            Some(r) => rows::get(r, 0)?,
+            None => None,
+        };
+        let Some(newest) = newest else { return Ok(0) };
+        let batches = rows::set(&sets, 1)?
+            .iter()
+            .map(|r| req::<i64>(r, 0))
+            .collect::<Result<Vec<_>>>()?;
+        let mut n = 0;
+        for id in batches {
+            let batch = Batch {
+                queue: queue.to_owned(),
+                id: relayq_core::BatchId(id),
+            };
+            n += self.cancel_batch_as(&batch, cancelled_by::PURGE).await?;
         }
-        if req::<i32>(r, 1)? > 0 {
-            self.inner.events.notify(&batch.queue, EventKind::Revoked);
+        loop {
+            let sets = self.run(sql::PURGE_JOBS, &[&queue, &newest]).await?;
+            let ids = rows::set(&sets, 0)?
+                .iter()
+                .map(|r| req::<i64>(r, 0))
+                .collect::<Result<Vec<_>>>()?;
+            if ids.is_empty() {
+                return Ok(n);
+            }
+            for id in ids {
+                let sets = self
+                    .run(sql::CANCEL_JOB, &[&id, &queue, &cancelled_by::PURGE])
+                    .await?;
+                self.wake(rows::set(&sets, 1)?)?;
+                n += 1;
+                self.inner.events.notify(queue, EventKind::Revoked);
+            }
         }
-        num(req::<i32>(r, 1)?)
     }
 
     async fn retry_dead_unchecked(&self, queue: &str, ids: Option<&[JobId]>) -> Result<u64> {
@@ -145,5 +171,29 @@ impl Admin for MssqlBackend {
             dead,
             pruned,
         })
+    }
+}
+
+impl MssqlBackend {
+    /// SPEC B7: seals the batch and cancels its unfinished jobs; `why` goes to the log
+    /// of each running attempt it cuts short.
+    async fn cancel_batch_as(&self, batch: &Batch, why: &str) -> Result<u64> {
+        let sets = self
+            .run(
+                sql::CANCEL_BATCH,
+                &[&batch.id.0, &batch.queue.as_str(), &why],
+            )
+            .await?;
+        let r = rows::set(&sets, 0)?
+            .first()
+            .ok_or_else(|| Error::backend("cancel returned no counts"))?;
+        self.wake(rows::set(&sets, 1)?)?;
+        if req::<i32>(r, 0)? == 0 {
+            return Err(Error::not_found(batch.to_string()));
+        }
+        if req::<i32>(r, 1)? > 0 {
+            self.inner.events.notify(&batch.queue, EventKind::Revoked);
+        }
+        num(req::<i32>(r, 1)?)
     }
 }

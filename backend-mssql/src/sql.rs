@@ -973,6 +973,21 @@ JOIN OPENJSON(@P1) WITH (id bigint '$.id', token uniqueidentifier '$.token',
   ON j.id = l.id AND j.lease_token = l.token AND j.state = 'running';
 SELECT id FROM @w;";
 
+/// SPEC B9: the newest job id of queue `@P1`, and its batches with unfinished jobs.
+pub(crate) const PURGE_BATCHES: &str = "
+SELECT MAX(id) FROM {s}.jobs WHERE queue = @P1;
+SELECT DISTINCT batch_id FROM {s}.jobs
+WHERE queue = @P1 AND batch_id IS NOT NULL
+  AND state IN ('ready', 'blocked', 'running', 'retrying');";
+
+/// SPEC B9: up to 100 unfinished jobs of queue `@P1` in no batch, up to id `@P2`,
+/// newest first (so a group's last goes first and no cancel hands the group on).
+pub(crate) const PURGE_JOBS: &str = "
+SELECT TOP (100) id FROM {s}.jobs
+WHERE queue = @P1 AND batch_id IS NULL AND id <= @P2
+  AND state IN ('ready', 'blocked', 'running', 'retrying')
+ORDER BY id DESC;";
+
 /// SPEC B8: the leases of JSON `@P1` (`[{id, token}]`) whose job is not `running` under
 /// that token; each job found by its primary key.
 pub(crate) const LOST: &str = "
@@ -1140,6 +1155,8 @@ pub(crate) const ALL: &[(&str, &str)] = &[
     ("JOB", JOB),
     ("RUNNING", RUNNING),
     ("LOST", LOST),
+    ("PURGE_BATCHES", PURGE_BATCHES),
+    ("PURGE_JOBS", PURGE_JOBS),
     ("PROGRESS", PROGRESS),
     ("BATCH_IDS", BATCH_IDS),
     ("BATCH_JOB_IDS", BATCH_JOB_IDS),

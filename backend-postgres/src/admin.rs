@@ -132,7 +132,7 @@ impl PostgresBackend {
         Ok((true, Self::finish_tx(tx, self, &touched).await?))
     }
 
-    async fn cancel_batch_tx(&self, batch: &Batch) -> Result<(u64, Vec<String>)> {
+    async fn cancel_batch_tx(&self, batch: &Batch, why: &str) -> Result<(u64, Vec<String>)> {
         let mut tx = self.inner.pool.begin().await.map_err(db)?;
         // Lock order: job rows first, then the batch (as settles do).
         let lock_jobs = "SELECT id FROM {s}.jobs WHERE batch_id = $1 ORDER BY id FOR UPDATE";
@@ -160,11 +160,34 @@ impl PostgresBackend {
             .fetch_all(&mut *tx)
             .await
             .map_err(db)?;
-        let (n, mut touched) = Self::cancel_ids(&mut tx, self, &ids, cancelled_by::BATCH).await?;
+        let (n, mut touched) = Self::cancel_ids(&mut tx, self, &ids, why).await?;
         touched.finished.insert(batch.queue.clone());
         if n > 0 {
             touched.revoked.insert(batch.queue.clone());
         }
+        Ok((n, Self::finish_tx(tx, self, &touched).await?))
+    }
+
+    /// SPEC B9: up to 100 unfinished jobs of no batch, the newest first up to `newest`,
+    /// locked in id order as every writer locks job rows, cancelled in one statement.
+    async fn purge_tx(&self, queue: &str, newest: i64) -> Result<(u64, Vec<String>)> {
+        let mut tx = self.inner.pool.begin().await.map_err(db)?;
+        let ids: Vec<i64> = sqlx::query_scalar(self.sql(
+            "SELECT id FROM {s}.jobs WHERE id = ANY (ARRAY(
+                 SELECT id FROM {s}.jobs WHERE queue = $1 AND batch_id IS NULL AND id <= $2
+                 ORDER BY id DESC LIMIT 100))
+             ORDER BY id FOR UPDATE",
+        ))
+        .bind(queue)
+        .bind(newest)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db)?;
+        if ids.is_empty() {
+            return Ok((0, Vec::new()));
+        }
+        let (n, mut touched) = Self::cancel_ids(&mut tx, self, &ids, cancelled_by::PURGE).await?;
+        touched.revoked.insert(queue.to_owned());
         Ok((n, Self::finish_tx(tx, self, &touched).await?))
     }
 
@@ -268,10 +291,58 @@ impl Admin for PostgresBackend {
     }
 
     async fn cancel_batch_unchecked(&self, batch: &Batch) -> Result<u64> {
-        let (n, payloads) =
-            retry_transient(|| self.cancel_batch_tx(batch), crate::retryable).await?;
+        let (n, payloads) = retry_transient(
+            || self.cancel_batch_tx(batch, cancelled_by::BATCH),
+            crate::retryable,
+        )
+        .await?;
         self.notify_local(&payloads);
         Ok(n)
+    }
+
+    /// Each batch in a transaction of its own, then the jobs of no batch by the
+    /// hundred, so no transaction holds many locks for long; only jobs up to the newest
+    /// id at the start, so a steady stream of enqueues cannot keep it going.
+    async fn purge_unchecked(&self, queue: &str) -> Result<u64> {
+        let newest: Option<i64> =
+            sqlx::query_scalar(self.sql("SELECT max(id) FROM {s}.jobs WHERE queue = $1"))
+                .bind(queue)
+                .fetch_one(self.pool())
+                .await
+                .map_err(db)?;
+        let Some(newest) = newest else { return Ok(0) };
+        let batches: Vec<i64> = sqlx::query_scalar(self.sql(
+            "SELECT DISTINCT batch_id FROM {s}.jobs
+             WHERE queue = $1 AND batch_id IS NOT NULL AND id <= $2",
+        ))
+        .bind(queue)
+        .bind(newest)
+        .fetch_all(self.pool())
+        .await
+        .map_err(db)?;
+        let mut n = 0;
+        for id in batches {
+            let batch = Batch {
+                queue: queue.to_owned(),
+                id: relayq_core::BatchId(id),
+            };
+            let (cancelled, payloads) = retry_transient(
+                || self.cancel_batch_tx(&batch, cancelled_by::PURGE),
+                crate::retryable,
+            )
+            .await?;
+            self.notify_local(&payloads);
+            n += cancelled;
+        }
+        loop {
+            let (cancelled, payloads) =
+                retry_transient(|| self.purge_tx(queue, newest), crate::retryable).await?;
+            self.notify_local(&payloads);
+            if cancelled == 0 {
+                return Ok(n);
+            }
+            n += cancelled;
+        }
     }
 
     async fn retry_dead_unchecked(&self, queue: &str, ids: Option<&[JobId]>) -> Result<u64> {

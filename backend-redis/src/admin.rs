@@ -400,6 +400,45 @@ impl Admin for RedisBackend {
         u64::try_from(n).map_err(Error::backend)
     }
 
+    /// In steps of one script each, so no script holds the server for long: the
+    /// batches 20 at a time, then the other jobs 200 at a time. Without an index of a
+    /// queue's unfinished jobs by id, a steady stream of enqueues could keep the second
+    /// part going: it stops after as many steps as the jobs unfinished at the start
+    /// take.
+    async fn purge_unchecked(&self, queue: &str) -> Result<u64> {
+        let why = cancelled_by::PURGE.as_bytes().to_vec();
+        let mut n = 0u64;
+        let mut after = 0i64;
+        loop {
+            let args = [b"purge_batches".to_vec(), arg(after), why.clone()];
+            let (last, cancelled): (i64, i64) = self.run(&scripts::CANCEL, queue, &args).await?;
+            n += u64::try_from(cancelled).map_err(Error::backend)?;
+            if last == 0 {
+                break;
+            }
+            after = last;
+        }
+        let stats = self.queue_stats_unchecked(queue).await?;
+        let unfinished: u64 = JobState::ALL
+            .iter()
+            .filter(|s| !s.is_finished())
+            .map(|s| stats.count(*s))
+            .sum();
+        for _ in 0..=unfinished / 200 + 1 {
+            let args = [b"purge_jobs".to_vec(), arg(0), why.clone()];
+            let cancelled: i64 = self.run(&scripts::CANCEL, queue, &args).await?;
+            if cancelled == 0 {
+                break;
+            }
+            n += u64::try_from(cancelled).map_err(Error::backend)?;
+        }
+        if n > 0 {
+            self.notify_local(queue, EventKind::Revoked);
+            self.notify_local(queue, EventKind::Finished);
+        }
+        Ok(n)
+    }
+
     async fn retry_dead_unchecked(&self, queue: &str, ids: Option<&[JobId]>) -> Result<u64> {
         let list = ids
             .map(|ids| {

@@ -83,43 +83,68 @@ impl Admin for SqliteBackend {
         Ok(changed)
     }
 
-    async fn cancel_batch_unchecked(&self, batch: &Batch) -> Result<u64> {
-        let (mut tx, now) = self.write().await?;
-        let found =
-            sqlx::query("UPDATE relayq_batches SET sealed = 1 WHERE id = ?1 AND queue = ?2")
-                .bind(batch.id.0)
-                .bind(&batch.queue)
-                .execute(&mut *tx)
+    /// Each batch in a transaction of its own, then the jobs of no batch by the
+    /// hundred, so the write lock is never held for long; only jobs up to the newest
+    /// id at the start, so a steady stream of enqueues cannot keep it going.
+    async fn purge_unchecked(&self, queue: &str) -> Result<u64> {
+        let newest: Option<i64> =
+            sqlx::query_scalar("SELECT max(id) FROM relayq_jobs WHERE queue = ?1")
+                .bind(queue)
+                .fetch_one(self.pool())
                 .await
-                .map_err(db)?
-                .rows_affected();
-        if found == 0 {
-            return Err(Error::not_found(batch.to_string()));
-        }
-        // Highest stage first, so cancelling a stage never promotes the next one.
-        let ids: Vec<i64> = sqlx::query_scalar(
-            "SELECT id FROM relayq_jobs WHERE batch_id = ?1
-               AND state IN ('ready', 'blocked', 'running', 'retrying')
-             ORDER BY stage DESC, id DESC",
+                .map_err(db)?;
+        let Some(newest) = newest else { return Ok(0) };
+        let batches: Vec<i64> = sqlx::query_scalar(
+            "SELECT DISTINCT batch_id FROM relayq_jobs
+             WHERE queue = ?1 AND state IN ('ready', 'blocked', 'running', 'retrying')
+               AND batch_id IS NOT NULL AND id <= ?2",
         )
-        .bind(batch.id.0)
-        .fetch_all(&mut *tx)
+        .bind(queue)
+        .bind(newest)
+        .fetch_all(self.pool())
         .await
         .map_err(db)?;
         let mut n = 0;
-        for id in ids {
-            n += u64::from(cancel(&mut tx, &batch.queue, id, now, cancelled_by::BATCH).await?);
+        for id in batches {
+            let batch = Batch {
+                queue: queue.to_owned(),
+                id: relayq_core::BatchId(id),
+            };
+            n += self.cancel_batch_as(&batch, cancelled_by::PURGE).await?;
         }
-        tx.commit().await.map_err(db)?;
-        // Cancelling may hand a group to a job outside the batch.
-        if n > 0 {
-            self.notify(&batch.queue, EventKind::Revoked);
+        loop {
+            let (mut tx, now) = self.write().await?;
+            // The last of each group first, so no cancel hands the group on.
+            let ids: Vec<i64> = sqlx::query_scalar(
+                "SELECT id FROM relayq_jobs
+                 WHERE queue = ?1 AND state IN ('ready', 'blocked', 'running', 'retrying')
+                   AND batch_id IS NULL AND id <= ?2
+                 ORDER BY id DESC LIMIT 100",
+            )
+            .bind(queue)
+            .bind(newest)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db)?;
+            let mut cancelled = 0;
+            for &id in &ids {
+                cancelled += u64::from(cancel(&mut tx, queue, id, now, cancelled_by::PURGE).await?);
+            }
+            tx.commit().await.map_err(db)?;
+            n += cancelled;
+            if cancelled > 0 {
+                self.notify(queue, EventKind::Revoked);
+                self.notify(queue, EventKind::Finished);
+            }
+            if ids.is_empty() {
+                return Ok(n);
+            }
         }
-        self.notify(&batch.queue, EventKind::Finished);
-        self.notify(&batch.queue, EventKind::Ready);
-        Ok(n)
     }
 
+    async fn cancel_batch_unchecked(&self, batch: &Batch) -> Result<u64> {
+        self.cancel_batch_as(batch, cancelled_by::BATCH).await
+    }
     async fn retry_dead_unchecked(&self, queue: &str, ids: Option<&[JobId]>) -> Result<u64> {
         let wanted = ids.map(|ids| {
             let list: Vec<String> = ids.iter().map(|id| id.0.to_string()).collect();
@@ -218,6 +243,47 @@ struct Current {
     attempts: i64,
     worker: Option<String>,
     started_at: Option<i64>,
+}
+
+impl SqliteBackend {
+    /// SPEC B7: seals the batch and cancels its unfinished jobs, highest stage first;
+    /// `why` goes to the log of each running attempt it cuts short.
+    async fn cancel_batch_as(&self, batch: &Batch, why: &str) -> Result<u64> {
+        let (mut tx, now) = self.write().await?;
+        let found =
+            sqlx::query("UPDATE relayq_batches SET sealed = 1 WHERE id = ?1 AND queue = ?2")
+                .bind(batch.id.0)
+                .bind(&batch.queue)
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?
+                .rows_affected();
+        if found == 0 {
+            return Err(Error::not_found(batch.to_string()));
+        }
+        // Highest stage first, so cancelling a stage never promotes the next one.
+        let ids: Vec<i64> = sqlx::query_scalar(
+            "SELECT id FROM relayq_jobs WHERE batch_id = ?1
+               AND state IN ('ready', 'blocked', 'running', 'retrying')
+             ORDER BY stage DESC, id DESC",
+        )
+        .bind(batch.id.0)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db)?;
+        let mut n = 0;
+        for id in ids {
+            n += u64::from(cancel(&mut tx, &batch.queue, id, now, why).await?);
+        }
+        tx.commit().await.map_err(db)?;
+        // Cancelling may hand a group to a job outside the batch.
+        if n > 0 {
+            self.notify(&batch.queue, EventKind::Revoked);
+        }
+        self.notify(&batch.queue, EventKind::Finished);
+        self.notify(&batch.queue, EventKind::Ready);
+        Ok(n)
+    }
 }
 
 /// SPEC B7: cancels one job inside the caller's transaction; false if already finished.

@@ -209,7 +209,7 @@ enum Command {
     /// Dead jobs: list them, or put them back to ready.
     #[command(subcommand)]
     Dead(DeadCommand),
-    /// Cancel a job or a whole batch.
+    /// Cancel a job, a whole batch, or every unfinished job of a queue.
     Cancel(CancelArgs),
     /// Pause a queue: workers claim nothing from it until `relayq resume`.
     Pause(QueueOnly),

@@ -287,6 +287,27 @@ fn cancel_a_job_and_a_batch() {
     assert!(out.stderr.contains("not found"), "{}", out.stderr);
 }
 
+/// SPEC B9: `cancel --all -q` purges the queue: every unfinished job cancelled, the
+/// finished ones and other queues left; without `-q` it is a usage error.
+#[test]
+fn cancel_all_purges_the_queue() {
+    let env = Env::new();
+    for q in ["p", "p", "p", "other"] {
+        env.run(&["enqueue", "--queue", q, "--", "true"])
+            .expect_code(0);
+    }
+    env.run(&["cancel", "--all"]).expect_code(2);
+    let out = env.run(&["cancel", "--all", "-q", "p"]).expect_code(0);
+    assert!(
+        out.stdout
+            .contains("queue \"p\": 3 unfinished job(s) cancelled"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(env.count("p", "cancelled"), 3);
+    assert_eq!(env.count("other", "ready"), 1);
+}
+
 /// Without `-q`, `cancel --job` finds the job in whichever queue holds it, as `job`
 /// does, rather than looking only in queue `default`.
 #[test]

@@ -311,6 +311,8 @@ macro_rules! for_each_case {
             cancel::b8_halt_stops_the_running_siblings,
             cancel::b8_a_halt_in_an_expiry_pass_keeps_its_cancels,
             cancel::b8_a_job_cancelled_in_the_buffer_stops_as_it_starts,
+            purge::b9_purge_cancels_every_unfinished_job,
+            purge::b9_purge_stops_the_running_handlers,
             monitor::m1_stats_count_each_state,
             monitor::m1_job_reads_back_fields,
             monitor::m1_batches_lists_newest_first,

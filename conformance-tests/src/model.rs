@@ -66,6 +66,8 @@ pub enum Op {
     Lost,
     /// Report progress (percent) under the n-th held lease (SPEC L7).
     Progress(usize, u8),
+    /// Purge the queue (SPEC B9).
+    Purge,
 }
 
 fn spec() -> impl Strategy<Value = Spec> {
@@ -101,6 +103,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => any::<usize>().prop_map(Op::Why),
         1 => Just(Op::Lost),
         2 => (any::<usize>(), 0u8..=100).prop_map(|(i, p)| Op::Progress(i, p)),
+        1 => Just(Op::Purge),
     ]
 }
 
@@ -302,6 +305,7 @@ impl Side {
                 };
                 verdict(&r.map(|_| lost))
             }
+            Op::Purge => verdict(&b.purge(&self.queue).await),
             Op::RunNow(n) => {
                 let r = b.run_schedule_now(&self.queue, &format!("s{n}")).await;
                 let answer = match &r {

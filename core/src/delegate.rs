@@ -216,6 +216,11 @@ macro_rules! delegate {
                 use $crate::Admin as _;
                 self.$f.cancel_batch_unchecked(batch).await
             }
+            async fn purge_unchecked(&self, queue: &str) -> $crate::Result<u64> {
+                #[allow(unused_imports)]
+                use $crate::Admin as _;
+                self.$f.purge_unchecked(queue).await
+            }
             async fn retry_dead_unchecked(&self, queue: &str, ids: Option<&[$crate::JobId]>) -> $crate::Result<u64> {
                 #[allow(unused_imports)]
                 use $crate::Admin as _;

@@ -56,6 +56,8 @@ pub mod cancelled_by {
     pub const BATCH: &str = "cancelled while running: its batch was cancelled";
     /// A job of its `Halt` batch died (SPEC B6).
     pub const HALT: &str = "cancelled while running: a job of its batch died, halting it";
+    /// `purge` of its queue (SPEC B9).
+    pub const PURGE: &str = "cancelled while running: its queue was purged";
 }
 
 /// How an attempt ended.

@@ -525,6 +525,30 @@ pub trait Admin: Send + Sync {
     /// [`cancel_batch`](Self::cancel_batch) after validation of the batch's queue.
     async fn cancel_batch_unchecked(&self, batch: &Batch) -> Result<u64>;
 
+    /// Cancels every unfinished job of `queue`, running ones included (SPEC B9);
+    /// returns how many it cancelled.
+    ///
+    /// # Behavior
+    /// - Every job unfinished when the call starts ends `cancelled`, as
+    ///   [`cancel_job`](Self::cancel_job) would leave it; each batch that had one is
+    ///   sealed and cancelled highest stage first, as
+    ///   [`cancel_batch`](Self::cancel_batch) would, so no later stage is released on
+    ///   the way. Jobs enqueued while it runs may be cancelled too, or not.
+    /// - A running job's attempt is logged as cancelled with
+    ///   [`cancelled_by::PURGE`](crate::cancelled_by::PURGE), and its handler is stopped
+    ///   at once (SPEC B8); its late completion is [`Error::StaleLease`].
+    /// - Finished jobs, the queue's settings and its schedules stay; a queue never used
+    ///   purges nothing. A bad queue name is [`Error::InvalidInput`] on `queue`.
+    async fn purge(&self, queue: &str) -> Result<u64> {
+        validate::queue_name(queue)?;
+        self.purge_unchecked(queue)
+            .await
+            .map_err(|e| e.during("purge"))
+    }
+
+    /// [`purge`](Self::purge) after validation of `queue`.
+    async fn purge_unchecked(&self, queue: &str) -> Result<u64>;
+
     /// Puts dead jobs back to `ready` (or `blocked` behind their group) with attempts
     /// reset: those in `ids`, or every dead job of the queue when `ids` is `None`
     /// (SPEC M2). Returns how many.

@@ -2,6 +2,12 @@
 -- a running attempt. A job: 1 cancelled, 0 already finished, -1 unknown. A batch: how
 -- many jobs were cancelled, or -1 unknown; the batch is sealed. A running job's lease is
 -- revoked and its attempt closed in the log.
+--
+-- SPEC B9, a purge in steps: ARGV[3] = 'purge_batches', ARGV[4] = the last batch id
+-- done: cancels the next 20 batches' unfinished jobs as a batch cancel does; returns
+-- {last batch id looked at (0 when none was left), jobs cancelled}. ARGV[3] =
+-- 'purge_jobs': cancels up to 200 jobs found running, ready, delayed or backing off,
+-- each with its whole group, the group's last first; returns how many.
 local function cancel(id)
   local st = get(id, 'st')
   if st == 'succeeded' or st == 'dead' or st == 'cancelled' then return 0 end
@@ -13,21 +19,47 @@ local function cancel(id)
   finish(id, 'cancelled')
   return 1
 end
+local function cancel_batch(b)
+  redis.call('HSET', bk(b), 'sealed', '1')
+  local n = 0
+  -- Highest stage first, so cancelling a stage never releases the next one.
+  for _, id in ipairs(redis.call('ZREVRANGE', bk(b) .. ':live', 0, -1)) do
+    n = n + cancel(tonumber(id))
+  end
+  event('f')
+  return n
+end
 local result
 if ARGV[3] == 'job' then
   local id = tonumber(ARGV[4])
   if redis.call('EXISTS', jk(id)) == 0 then return -1 end
   result = cancel(id)
-else
+elseif ARGV[3] == 'batch' then
   local b = ARGV[4]
   if redis.call('EXISTS', bk(b)) == 0 then return -1 end
-  redis.call('HSET', bk(b), 'sealed', '1')
-  result = 0
-  -- Highest stage first, so cancelling a stage never releases the next one.
-  for _, id in ipairs(redis.call('ZREVRANGE', bk(b) .. ':live', 0, -1)) do
-    result = result + cancel(tonumber(id))
+  result = cancel_batch(b)
+elseif ARGV[3] == 'purge_batches' then
+  local last, n = 0, 0
+  for _, b in ipairs(redis.call('ZRANGEBYSCORE', B .. ':batches', '(' .. ARGV[4], '+inf', 'LIMIT', 0, 20)) do
+    last = tonumber(b)
+    if redis.call('ZCARD', bk(b) .. ':live') > 0 then n = n + cancel_batch(b) end
   end
-  event('f')
+  result = {last, n}
+else
+  result = 0
+  for _, set in ipairs({':running', ':ready', ':delay', ':backoff'}) do
+    for _, m in ipairs(redis.call('ZRANGE', B .. set, 0, 199 - result)) do
+      local id = (set == ':ready') and id_of(m) or tonumber(m)
+      local g = get(id, 'g')
+      if g then
+        for _, gm in ipairs(redis.call('ZREVRANGE', gk(g), 0, -1)) do
+          if id_of(gm) ~= id then result = result + cancel(id_of(gm)) end
+        end
+      end
+      result = result + cancel(id)
+    end
+    if result >= 200 then break end
+  end
 end
 publish()
 return result

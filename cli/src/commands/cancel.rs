@@ -1,4 +1,4 @@
-//! `relayq cancel (--job ID | --batch ID)`.
+//! `relayq cancel (--job ID | --batch ID | --all -q QUEUE)`.
 
 use relayq_core::{Batch, BatchId, JobId};
 
@@ -29,6 +29,10 @@ pub struct CancelArgs {
     /// Cancel every unfinished job of this batch, and seal it.
     #[arg(long, group = "target")]
     pub batch: Option<i64>,
+    /// Purge the queue named by -q: cancel every unfinished job of it, running ones at
+    /// once, and seal their batches. Finished jobs, settings and schedules stay.
+    #[arg(long, group = "target", requires = "queue")]
+    pub all: bool,
 }
 
 /// Cancels; returns the exit code.
@@ -55,6 +59,9 @@ pub async fn run(db: &str, args: CancelArgs) -> anyhow::Result<u8> {
             })
             .await?;
         outln!("batch {id} of queue {queue:?}: {n} job(s) cancelled; the batch is sealed");
+    } else if let Some(queue) = queue.filter(|_| args.all) {
+        let n = backend.purge(&queue).await?;
+        outln!("queue {queue:?}: {n} unfinished job(s) cancelled, running ones stopped");
     }
     Ok(exit::OK)
 }

@@ -11,6 +11,7 @@ pub mod groups;
 pub mod lease;
 pub mod monitor;
 pub mod progress;
+pub mod purge;
 pub mod scenarios;
 pub mod schedules;
 pub mod support;

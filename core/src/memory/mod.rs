@@ -325,13 +325,24 @@ impl Admin for MemoryBackend {
     }
 
     async fn cancel_batch_unchecked(&self, batch: &Batch) -> Result<u64> {
-        let n = self.with_queue(&batch.queue, |q, now| q.cancel_batch(batch, now))??;
+        let n = self.with_queue(&batch.queue, |q, now| {
+            q.cancel_batch(batch, now, crate::cancelled_by::BATCH)
+        })??;
         // Cancelling may hand a group to a job outside the batch.
         if n > 0 {
             self.notify(&batch.queue, EventKind::Revoked);
         }
         self.notify(&batch.queue, EventKind::Finished);
         self.notify(&batch.queue, EventKind::Ready);
+        Ok(n)
+    }
+
+    async fn purge_unchecked(&self, queue: &str) -> Result<u64> {
+        let n = self.with_queue(queue, |q, now| q.purge(queue, now))??;
+        if n > 0 {
+            self.notify(queue, EventKind::Revoked);
+            self.notify(queue, EventKind::Finished);
+        }
         Ok(n)
     }
 

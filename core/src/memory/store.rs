@@ -573,7 +573,32 @@ impl QueueState {
         Ok(true)
     }
 
-    pub(crate) fn cancel_batch(&mut self, batch: &crate::Batch, now: DateTime<Utc>) -> Result<u64> {
+    /// SPEC B9: cancels every unfinished job, each batch's highest stage first, then
+    /// the jobs of no batch, each group's last first; how many.
+    pub(crate) fn purge(&mut self, queue: &str, now: DateTime<Utc>) -> Result<u64> {
+        let batches: BTreeSet<i64> = self.open_jobs().filter_map(|j| j.batch).collect();
+        let mut n = 0;
+        for id in batches {
+            let batch = crate::Batch {
+                queue: queue.to_owned(),
+                id: BatchId(id),
+            };
+            n += self.cancel_batch(&batch, now, crate::cancelled_by::PURGE)?;
+        }
+        let mut rest: Vec<OrderKey> = self.open_jobs().map(Job::order_key).collect();
+        rest.sort_unstable_by(|a, b| b.cmp(a));
+        for (_, _, id) in rest {
+            n += u64::from(self.cancel_job(JobId(id), queue, now, crate::cancelled_by::PURGE)?);
+        }
+        Ok(n)
+    }
+
+    pub(crate) fn cancel_batch(
+        &mut self,
+        batch: &crate::Batch,
+        now: DateTime<Utc>,
+        why: &str,
+    ) -> Result<u64> {
         self.seal(batch.id, &batch.queue)?;
         // Highest stage first, so cancelling a stage never releases the next one.
         let mut ids: Vec<(Option<i32>, i64)> = self
@@ -584,7 +609,7 @@ impl QueueState {
         ids.sort_unstable_by(|a, b| b.cmp(a));
         let ids: Vec<i64> = ids.into_iter().map(|(_, id)| id).collect();
         for id in &ids {
-            self.cancel_job(JobId(*id), &batch.queue, now, crate::cancelled_by::BATCH)?;
+            self.cancel_job(JobId(*id), &batch.queue, now, why)?;
         }
         Ok(ids.len() as u64)
     }
