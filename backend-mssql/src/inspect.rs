@@ -136,6 +136,16 @@ impl Inspect for MssqlBackend {
             .collect()
     }
 
+    async fn group_holder_unchecked(&self, queue: &str, group: &str) -> Result<Option<JobId>> {
+        let sets = self
+            .run(sql::GROUP_HOLDER, &[&queue, &keys::store(group).as_str()])
+            .await?;
+        rows::set(&sets, 0)?
+            .first()
+            .map(|r| req::<i64>(r, 0).map(JobId))
+            .transpose()
+    }
+
     async fn batches_unchecked(&self, queue: &str, limit: u32) -> Result<Vec<BatchProgress>> {
         let ids = self.ids(sql::BATCH_IDS, queue, limit).await?;
         relayq_core::listing::batches(self, queue, ids).await

@@ -973,6 +973,11 @@ JOIN OPENJSON(@P1) WITH (id bigint '$.id', token uniqueidentifier '$.token',
   ON j.id = l.id AND j.lease_token = l.token AND j.state = 'running';
 SELECT id FROM @w;";
 
+/// SPEC M6: the job of group `@P2` of queue `@P1` running or retrying, if one is.
+pub(crate) const GROUP_HOLDER: &str = "
+SELECT TOP (1) id FROM {s}.jobs
+WHERE queue = @P1 AND group_key = @P2 AND state IN ('running', 'retrying');";
+
 /// SPEC B9: the newest job id of queue `@P1`, and its batches with unfinished jobs.
 pub(crate) const PURGE_BATCHES: &str = "
 SELECT MAX(id) FROM {s}.jobs WHERE queue = @P1;
@@ -1155,6 +1160,7 @@ pub(crate) const ALL: &[(&str, &str)] = &[
     ("JOB", JOB),
     ("RUNNING", RUNNING),
     ("LOST", LOST),
+    ("GROUP_HOLDER", GROUP_HOLDER),
     ("PURGE_BATCHES", PURGE_BATCHES),
     ("PURGE_JOBS", PURGE_JOBS),
     ("PROGRESS", PROGRESS),

@@ -301,6 +301,22 @@ impl Inspect for PostgresBackend {
             .collect()
     }
 
+    /// Through the group's live jobs (`jobs_holder`).
+    async fn group_holder_unchecked(&self, queue: &str, group: &str) -> Result<Option<JobId>> {
+        let id: Option<i64> = sqlx::query_scalar(self.sql(
+            "SELECT id FROM {s}.jobs
+             WHERE queue = $1 AND group_key = $2
+               AND state IN ('ready', 'running', 'retrying') AND state <> 'ready'
+             LIMIT 1",
+        ))
+        .bind(queue)
+        .bind(group)
+        .fetch_optional(self.pool())
+        .await
+        .map_err(db)?;
+        Ok(id.map(JobId))
+    }
+
     async fn batches_unchecked(&self, queue: &str, limit: u32) -> Result<Vec<BatchProgress>> {
         let ids = self
             .ids(

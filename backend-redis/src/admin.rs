@@ -280,6 +280,12 @@ impl Inspect for RedisBackend {
         Ok(jobs)
     }
 
+    async fn group_holder_unchecked(&self, queue: &str, group: &str) -> Result<Option<JobId>> {
+        let args = [b"holder".to_vec(), group.as_bytes().to_vec()];
+        let id: i64 = self.run_idempotent(&scripts::READ, queue, &args).await?;
+        Ok((id > 0).then_some(JobId(id)))
+    }
+
     async fn batches_unchecked(&self, queue: &str, limit: u32) -> Result<Vec<BatchProgress>> {
         let out: Value = self
             .run_idempotent(&scripts::READ, queue, &[b"batches".to_vec(), arg(limit)])

@@ -220,6 +220,17 @@ impl Inspect for SqliteBackend {
             .collect()
     }
 
+    /// The statement a group's settle asks, through the group's live jobs.
+    async fn group_holder_unchecked(&self, queue: &str, group: &str) -> Result<Option<JobId>> {
+        let id: Option<i64> = sqlx::query_scalar(crate::promote::GROUP_BUSY)
+            .bind(queue)
+            .bind(group)
+            .fetch_optional(self.pool())
+            .await
+            .map_err(db)?;
+        Ok(id.map(JobId))
+    }
+
     async fn batches_unchecked(&self, queue: &str, limit: u32) -> Result<Vec<BatchProgress>> {
         let ids = self
             .ids(

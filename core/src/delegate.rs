@@ -171,6 +171,11 @@ macro_rules! delegate {
                 use $crate::Inspect as _;
                 self.$f.running_unchecked(queue).await
             }
+            async fn group_holder_unchecked(&self, queue: &str, group: &str) -> $crate::Result<Option<$crate::JobId>> {
+                #[allow(unused_imports)]
+                use $crate::Inspect as _;
+                self.$f.group_holder_unchecked(queue, group).await
+            }
             async fn batches_unchecked(&self, queue: &str, limit: u32) -> $crate::Result<Vec<$crate::BatchProgress>> {
                 #[allow(unused_imports)]
                 use $crate::Inspect as _;

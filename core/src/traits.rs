@@ -371,6 +371,25 @@ pub trait Inspect: Send + Sync {
     /// [`running`](Self::running) after validation of `queue`.
     async fn running_unchecked(&self, queue: &str) -> Result<Vec<RunningJob>>;
 
+    /// The job holding `group` of `queue` (SPEC G2, M6): the one running, or retrying
+    /// (which keeps the group until it succeeds or dies), if one is.
+    ///
+    /// # Behavior
+    /// - A group with a running or retrying job names it; a group whose next job only
+    ///   waits (ready, blocked), or with no unfinished job, names none.
+    /// - A bad queue name, or a group of more than 255 bytes, is
+    ///   [`Error::InvalidInput`].
+    async fn group_holder(&self, queue: &str, group: &str) -> Result<Option<JobId>> {
+        validate::queue_name(queue)?;
+        validate::label("group", group)?;
+        self.group_holder_unchecked(queue, group)
+            .await
+            .map_err(|e| e.during("group_holder"))
+    }
+
+    /// [`group_holder`](Self::group_holder) after validation of `queue` and `group`.
+    async fn group_holder_unchecked(&self, queue: &str, group: &str) -> Result<Option<JobId>>;
+
     /// The progress of up to `limit` batches of `queue`, newest first (SPEC M1).
     ///
     /// # Behavior

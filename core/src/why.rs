@@ -6,8 +6,6 @@ use chrono::{DateTime, Utc};
 
 use crate::{Batch, BatchId, Inspect, JobId, JobInfo, JobState, OrderBarrier, Result, validate};
 
-/// How many running jobs are read, at most, to name a group's holder.
-const HOLDER_LOOKUPS: usize = 200;
 /// How many of the jobs filling `max_running` are named.
 pub const HOLDERS_LISTED: usize = 10;
 
@@ -37,12 +35,13 @@ pub enum Hold {
         /// Unfinished jobs in the stages below its own.
         unfinished: u64,
     },
-    /// Another job of its group goes first (SPEC G1, G2): the one running it now when
-    /// found, else one that is retrying or earlier in the group's order.
+    /// Another job of its group goes first (SPEC G1, G2): the one running or retrying
+    /// in it, else one earlier in the group's order.
     Group {
         /// The group.
         group: String,
-        /// The job running in the group now, if one is.
+        /// The job running or retrying in the group, if one is
+        /// ([`Inspect::group_holder`](crate::Inspect::group_holder)).
         holder: Option<JobId>,
     },
     /// Its queue is paused (SPEC C6).
@@ -126,7 +125,7 @@ pub trait InspectExt: Inspect + OrderBarrier {
         {
             holds.push(Hold::Group {
                 group: group.clone(),
-                holder: self.group_holder(queue, group, id).await?,
+                holder: self.group_holder(queue, group).await?,
             });
         }
         let stats = self.queue_stats(queue).await?;
@@ -181,22 +180,6 @@ pub trait InspectExt: Inspect + OrderBarrier {
             unfinished: below.iter().map(|s| s.pending + s.running).sum(),
         }))
     }
-
-    /// The running job of `group`, if one is, among the first running jobs of the
-    /// queue.
-    #[doc(hidden)]
-    async fn group_holder(&self, queue: &str, group: &str, me: JobId) -> Result<Option<JobId>> {
-        for r in self.running(queue).await?.into_iter().take(HOLDER_LOOKUPS) {
-            if r.id == me {
-                continue;
-            }
-            let other = self.job(queue, r.id).await?;
-            if other.group.as_deref() == Some(group) {
-                return Ok(Some(r.id));
-            }
-        }
-        Ok(None)
-    }
 }
 
 impl<T: Inspect + OrderBarrier + ?Sized> InspectExt for T {}
@@ -247,13 +230,16 @@ impl std::fmt::Display for Hold {
             Self::Group {
                 group,
                 holder: Some(id),
-            } => write!(f, "group {group} is held by job {id}, running"),
+            } => write!(
+                f,
+                "group {group} is held by job {id}, running or retrying until it ends"
+            ),
             Self::Group {
                 group,
                 holder: None,
             } => write!(
                 f,
-                "group {group} goes in order: an earlier job of it is retrying or not done"
+                "group {group} goes in order: an earlier job of it goes first"
             ),
             Self::Paused => write!(f, "its queue is paused"),
             Self::MaxRunning {

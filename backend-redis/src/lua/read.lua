@@ -8,7 +8,8 @@
 --   'batch_jobs' (ARGV[4] = batch id): the batch's job ids, unordered; or -1 if unknown;
 --   'dead' (ARGV[4] = limit): dead job ids, oldest first;
 --   'lost' (ARGV[4..] = id, token pairs): the ids whose job is not running under that
---     token (SPEC B8).
+--     token (SPEC B8);
+--   'holder' (ARGV[4] = group): the group's job running or retrying, or -1 (SPEC M6).
 local what = ARGV[3]
 if what == 'stats' then
   local h = redis.call('HMGET', B .. ':settings', 'paused', 'max')
@@ -68,5 +69,11 @@ elseif what == 'lost' then
     if not holds(ARGV[i], ARGV[i + 1]) then lost[#lost + 1] = ARGV[i] end
   end
   return lost
+elseif what == 'holder' then
+  local id = redis.call('GET', ghk(ARGV[4]))
+  if not id then return -1 end
+  local st = get(id, 'st')
+  if st == 'running' or st == 'retrying' then return tonumber(id) end
+  return -1
 end
 return redis.error_reply('RELAYQ_BUG unknown read ' .. what)

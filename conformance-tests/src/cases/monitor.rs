@@ -646,3 +646,56 @@ pub async fn m6_why_names_what_holds_a_job(env: &Env) -> anyhow::Result<()> {
     )?;
     Ok(())
 }
+
+/// SPEC M6, G2: a group held by a retrying job (which keeps its place) names that job,
+/// through `group_holder` and in `why`; a group with no running or retrying job names
+/// none; bad input is `InvalidInput`.
+pub async fn m6_why_names_a_retrying_group_holder(env: &Env) -> anyhow::Result<()> {
+    use relayq_core::{Hold, InspectExt, Why};
+    let b = env.backend();
+    let q = queue_name("m6retry");
+    let head = enqueue(
+        b,
+        NewJob::new(&q, b"head".to_vec()).group("g").max_attempts(3),
+    )
+    .await?;
+    let behind = enqueue(b, NewJob::new(&q, b"behind".to_vec()).group("g")).await?;
+    let got = claim_exactly(b, &q, &[head]).await?;
+    enqueue(b, NewJob::new(&q, b"alone".to_vec()).group("waiting")).await?;
+    b.fail(
+        &got[0].lease,
+        "later",
+        Retry::After(Duration::from_secs(3600)),
+    )
+    .await?;
+    ensure!(
+        b.group_holder(&q, "g").await? == Some(head),
+        "the retrying head holds its group"
+    );
+    ensure!(
+        b.group_holder(&q, "waiting").await?.is_none(),
+        "a group whose job only waits has no holder"
+    );
+    ensure!(
+        b.group_holder(&q, "none").await?.is_none(),
+        "an unknown group has no holder"
+    );
+    let why = b.why(&q, behind).await?;
+    ensure!(
+        why == Why::Held(vec![Hold::Group {
+            group: "g".into(),
+            holder: Some(head)
+        }]),
+        "a job behind a retrying holder names it: {why:?}"
+    );
+    expect_invalid(
+        b.group_holder("bad queue", "g").await,
+        "queue",
+        "a bad queue",
+    )?;
+    expect_invalid(
+        b.group_holder(&q, &"g".repeat(256)).await,
+        "group",
+        "a group of 256 bytes",
+    )
+}

@@ -264,6 +264,10 @@ impl Inspect for MemoryBackend {
         self.with_queue(queue, |q, _| q.running())
     }
 
+    async fn group_holder_unchecked(&self, queue: &str, group: &str) -> Result<Option<JobId>> {
+        Ok(self.lock().get(queue).and_then(|q| q.group_holder(group)))
+    }
+
     async fn batches_unchecked(&self, queue: &str, limit: u32) -> Result<Vec<BatchProgress>> {
         self.with_queue(queue, |q, now| q.batches(queue, limit as usize, now))?
     }

@@ -451,6 +451,16 @@ impl QueueState {
         Ok(until)
     }
 
+    /// SPEC G2, M6: the job of `group` running or retrying, if one is.
+    pub(crate) fn group_holder(&self, group: &str) -> Option<JobId> {
+        self.open_jobs()
+            .find(|j| {
+                j.group.as_deref() == Some(group)
+                    && matches!(j.phase, Phase::Running { .. } | Phase::Retrying)
+            })
+            .map(|j| JobId(j.id))
+    }
+
     /// SPEC L7: stores the report's progress while its lease holds the job, expired or
     /// not; false when it does not.
     pub(crate) fn report_progress(&mut self, report: &ProgressReport) -> bool {

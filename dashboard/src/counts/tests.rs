@@ -43,6 +43,9 @@ impl Inspect for Costly {
     async fn running_unchecked(&self, queue: &str) -> Result<Vec<RunningJob>> {
         self.inner.running_unchecked(queue).await
     }
+    async fn group_holder_unchecked(&self, queue: &str, group: &str) -> Result<Option<JobId>> {
+        self.inner.group_holder_unchecked(queue, group).await
+    }
     async fn batches_unchecked(
         &self,
         queue: &str,
