@@ -80,27 +80,8 @@ impl Admin for MssqlBackend {
     }
 
     async fn cancel_job_unchecked(&self, queue: &str, id: JobId) -> Result<bool> {
-        let sets = self
-            .run(sql::CANCEL_JOB, &[&id.0, &queue, &cancelled_by::JOB])
-            .await?;
-        let found = rows::set(&sets, 0)?
-            .first()
-            .map(|r| rows::get::<&str>(r, 0))
-            .transpose()?
-            .flatten()
-            .map(str::to_owned);
-        self.wake(rows::set(&sets, 1)?)?;
-        if found.as_deref() == Some("running") {
-            // Workers of this process stop it now; others read their leases (SPEC B8).
-            self.inner.events.notify(queue, EventKind::Revoked);
-        }
-        match found.as_deref() {
-            None => Err(Error::not_found(format!("job {id} in queue {queue:?}"))),
-            Some("ready" | "blocked" | "running" | "retrying") => Ok(true),
-            Some(_) => Ok(false),
-        }
+        self.cancel_job_as(queue, id, cancelled_by::JOB).await
     }
-
     async fn cancel_batch_unchecked(&self, batch: &Batch) -> Result<u64> {
         self.cancel_batch_as(batch, cancelled_by::BATCH).await
     }
@@ -137,12 +118,17 @@ impl Admin for MssqlBackend {
                 return Ok(n);
             }
             for id in ids {
-                let sets = self
-                    .run(sql::CANCEL_JOB, &[&id, &queue, &cancelled_by::PURGE])
-                    .await?;
-                self.wake(rows::set(&sets, 1)?)?;
-                n += 1;
-                self.inner.events.notify(queue, EventKind::Revoked);
+                n += u64::from(
+                    self.cancel_job_as(queue, JobId(id), cancelled_by::PURGE)
+                        .await
+                        .or_else(|e| {
+                            if matches!(e, Error::NotFound { .. }) {
+                                Ok(false)
+                            } else {
+                                Err(e)
+                            }
+                        })?,
+                );
             }
         }
     }
@@ -175,6 +161,27 @@ impl Admin for MssqlBackend {
 }
 
 impl MssqlBackend {
+    /// SPEC B7: cancels one job; `why` goes to the log of the attempt it cuts short.
+    async fn cancel_job_as(&self, queue: &str, id: JobId, why: &str) -> Result<bool> {
+        let sets = self.run(sql::CANCEL_JOB, &[&id.0, &queue, &why]).await?;
+        let found = rows::set(&sets, 0)?
+            .first()
+            .map(|r| rows::get::<&str>(r, 0))
+            .transpose()?
+            .flatten()
+            .map(str::to_owned);
+        self.wake(rows::set(&sets, 1)?)?;
+        if found.as_deref() == Some("running") {
+            // Workers of this process stop it now; others read their leases (SPEC B8).
+            self.inner.events.notify(queue, EventKind::Revoked);
+        }
+        match found.as_deref() {
+            None => Err(Error::not_found(format!("job {id} in queue {queue:?}"))),
+            Some("ready" | "blocked" | "running" | "retrying") => Ok(true),
+            Some(_) => Ok(false),
+        }
+    }
+
     /// SPEC B7: seals the batch and cancels its unfinished jobs; `why` goes to the log
     /// of each running attempt it cuts short.
     async fn cancel_batch_as(&self, batch: &Batch, why: &str) -> Result<u64> {

@@ -126,7 +126,10 @@ impl Complete for MssqlBackend {
             .collect()
     }
 
+    /// The reports go in id order, the order every writer locks job rows in.
     async fn report_progress_unchecked(&self, reports: &[ProgressReport]) -> Result<Vec<JobId>> {
+        let mut reports: Vec<&ProgressReport> = reports.iter().collect();
+        reports.sort_unstable_by_key(|r| r.lease.job);
         let doc: Vec<Value> = reports
             .iter()
             .map(|r| {

@@ -986,12 +986,12 @@ WHERE queue = @P1 AND batch_id IS NOT NULL
   AND state IN ('ready', 'blocked', 'running', 'retrying');";
 
 /// SPEC B9: up to 100 unfinished jobs of queue `@P1` in no batch, up to id `@P2`,
-/// newest first (so a group's last goes first and no cancel hands the group on).
+/// last in claim order first (a group's last before its head).
 pub(crate) const PURGE_JOBS: &str = "
 SELECT TOP (100) id FROM {s}.jobs
 WHERE queue = @P1 AND batch_id IS NULL AND id <= @P2
   AND state IN ('ready', 'blocked', 'running', 'retrying')
-ORDER BY id DESC;";
+ORDER BY priority DESC, run_at DESC, id DESC;";
 
 /// SPEC B8: the leases of JSON `@P1` (`[{id, token}]`) whose job is not `running` under
 /// that token; each job found by its primary key.

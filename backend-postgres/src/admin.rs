@@ -168,27 +168,34 @@ impl PostgresBackend {
         Ok((n, Self::finish_tx(tx, self, &touched).await?))
     }
 
-    /// SPEC B9: up to 100 unfinished jobs of no batch, the newest first up to `newest`,
-    /// locked in id order as every writer locks job rows, cancelled in one statement.
-    async fn purge_tx(&self, queue: &str, newest: i64) -> Result<(u64, Vec<String>)> {
+    /// SPEC B9: up to 100 unfinished jobs of no batch up to `newest`, last in claim
+    /// order first, locked in id order as every writer locks job rows, cancelled in
+    /// one statement. `None` once none is left; a step whose jobs all finished before
+    /// their lock cancels none and is followed by another.
+    async fn purge_tx(&self, queue: &str, newest: i64) -> Result<Option<(u64, Vec<String>)>> {
         let mut tx = self.inner.pool.begin().await.map_err(db)?;
-        let ids: Vec<i64> = sqlx::query_scalar(self.sql(
-            "SELECT id FROM {s}.jobs WHERE id = ANY (ARRAY(
-                 SELECT id FROM {s}.jobs WHERE queue = $1 AND batch_id IS NULL AND id <= $2
-                 ORDER BY id DESC LIMIT 100))
-             ORDER BY id FOR UPDATE",
+        let found: Vec<i64> = sqlx::query_scalar(self.sql(
+            "SELECT id FROM {s}.jobs WHERE queue = $1 AND batch_id IS NULL AND id <= $2
+             ORDER BY priority DESC, run_at DESC, id DESC LIMIT 100",
         ))
         .bind(queue)
         .bind(newest)
         .fetch_all(&mut *tx)
         .await
         .map_err(db)?;
-        if ids.is_empty() {
-            return Ok((0, Vec::new()));
+        if found.is_empty() {
+            return Ok(None);
         }
+        let ids: Vec<i64> = sqlx::query_scalar(
+            self.sql("SELECT id FROM {s}.jobs WHERE id = ANY ($1) ORDER BY id FOR UPDATE"),
+        )
+        .bind(&found)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db)?;
         let (n, mut touched) = Self::cancel_ids(&mut tx, self, &ids, cancelled_by::PURGE).await?;
         touched.revoked.insert(queue.to_owned());
-        Ok((n, Self::finish_tx(tx, self, &touched).await?))
+        Ok(Some((n, Self::finish_tx(tx, self, &touched).await?)))
     }
 
     async fn retry_dead_tx(&self, queue: &str, ids: Option<&[i64]>) -> Result<(u64, Vec<String>)> {
@@ -205,10 +212,10 @@ impl PostgresBackend {
              ins AS (
                  INSERT INTO {s}.jobs (id, queue, state, payload, priority, run_at, max_attempts,
                                        attempts, group_key, dedupe_key, enqueued_by, created_at,
-                                       last_error)
+                                       last_error, progress)
                  SELECT id, queue, CASE WHEN group_key IS NULL THEN 'ready' ELSE 'blocked' END,
                         payload, priority, now(), max_attempts, 0, group_key, dedupe_key,
-                        enqueued_by, created_at, last_error
+                        enqueued_by, created_at, last_error, progress
                  FROM d ORDER BY id
                  ON CONFLICT (queue, dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
                  RETURNING id, group_key),
@@ -334,15 +341,13 @@ impl Admin for PostgresBackend {
             self.notify_local(&payloads);
             n += cancelled;
         }
-        loop {
-            let (cancelled, payloads) =
-                retry_transient(|| self.purge_tx(queue, newest), crate::retryable).await?;
+        while let Some((cancelled, payloads)) =
+            retry_transient(|| self.purge_tx(queue, newest), crate::retryable).await?
+        {
             self.notify_local(&payloads);
-            if cancelled == 0 {
-                return Ok(n);
-            }
             n += cancelled;
         }
+        Ok(n)
     }
 
     async fn retry_dead_unchecked(&self, queue: &str, ids: Option<&[JobId]>) -> Result<u64> {

@@ -536,11 +536,14 @@ impl Complete for PostgresBackend {
     }
 
     /// One statement, each job looked up by its primary key from the reports' side; a
-    /// report's update touches no indexed column, so it is heap-only.
+    /// report's update touches no indexed column, so it is heap-only. The reports go
+    /// in id order, the order every writer locks job rows in.
     async fn report_progress_unchecked(&self, reports: &[ProgressReport]) -> Result<Vec<JobId>> {
+        let mut reports: Vec<&ProgressReport> = reports.iter().collect();
+        reports.sort_unstable_by_key(|r| r.lease.job);
         let ids: Vec<i64> = reports.iter().map(|r| r.lease.job.0).collect();
         let tokens: Vec<uuid::Uuid> = reports.iter().map(|r| r.lease.token.0).collect();
-        let stored: Vec<String> = reports.iter().map(ProgressReport::stored).collect();
+        let stored: Vec<String> = reports.iter().map(|r| r.stored()).collect();
         let written: Vec<i64> = sqlx::query_scalar(self.sql(PROGRESS))
             .bind(&ids)
             .bind(&tokens)

@@ -407,22 +407,26 @@ impl Admin for RedisBackend {
     }
 
     /// In steps of one script each, so no script holds the server for long: the
-    /// batches 20 at a time, then the other jobs 200 at a time. Without an index of a
-    /// queue's unfinished jobs by id, a steady stream of enqueues could keep the second
-    /// part going: it stops after as many steps as the jobs unfinished at the start
-    /// take.
+    /// batches 20 at a time, up to the newest when it starts, then the other jobs 200
+    /// at a time. Without an index of a queue's unfinished jobs by id, a steady stream
+    /// of enqueues could keep the second part going: it stops after as many steps as
+    /// the jobs unfinished at the start take.
     async fn purge_unchecked(&self, queue: &str) -> Result<u64> {
         let why = cancelled_by::PURGE.as_bytes().to_vec();
         let mut n = 0u64;
         let mut after = 0i64;
+        // The newest batch when the purge starts, set by the first step.
+        let mut upto = Vec::new();
         loop {
-            let args = [b"purge_batches".to_vec(), arg(after), why.clone()];
-            let (last, cancelled): (i64, i64) = self.run(&scripts::CANCEL, queue, &args).await?;
+            let args = [b"purge_batches".to_vec(), arg(after), why.clone(), upto];
+            let (last, cancelled, newest): (i64, i64, i64) =
+                self.run(&scripts::CANCEL, queue, &args).await?;
             n += u64::try_from(cancelled).map_err(Error::backend)?;
             if last == 0 {
                 break;
             }
             after = last;
+            upto = arg(newest);
         }
         let stats = self.queue_stats_unchecked(queue).await?;
         let unfinished: u64 = JobState::ALL

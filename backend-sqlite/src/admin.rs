@@ -114,12 +114,13 @@ impl Admin for SqliteBackend {
         }
         loop {
             let (mut tx, now) = self.write().await?;
-            // The last of each group first, so no cancel hands the group on.
+            // Last in claim order first, so that within a step no cancel hands a group
+            // on to a job still to be cancelled.
             let ids: Vec<i64> = sqlx::query_scalar(
                 "SELECT id FROM relayq_jobs
                  WHERE queue = ?1 AND state IN ('ready', 'blocked', 'running', 'retrying')
                    AND batch_id IS NULL AND id <= ?2
-                 ORDER BY id DESC LIMIT 100",
+                 ORDER BY priority DESC, run_at DESC, id DESC LIMIT 100",
             )
             .bind(queue)
             .bind(newest)

@@ -164,16 +164,23 @@ pub fn worker_name(role: &str) -> String {
 }
 
 /// The result of a successful run (SPEC L8): the last lines of its output that fit
-/// the bound, whole lines only once the output had to be cut; `None` without output.
+/// the bound. Once the output had to be cut, a line cut at the front is dropped, unless
+/// it is the only one (its end is kept then); `None` without output.
 pub fn result_text(run: &Execution) -> Option<String> {
     let output = run.output.text();
     if output.is_empty() {
         return None;
     }
     let kept = last_bytes(&output, MAX_RESULT_BYTES);
-    let cut = kept.len() < output.len() || run.output.dropped() > 0;
+    let before = &output[..output.len() - kept.len()];
+    // Cut inside a line: what came before (kept or dropped) does not end one.
+    let mid_line = if before.is_empty() {
+        !run.output.starts_a_line()
+    } else {
+        !before.ends_with('\n')
+    };
     let kept = match kept.split_once('\n') {
-        Some((_, rest)) if cut && !rest.is_empty() => rest,
+        Some((_, rest)) if mid_line && !rest.is_empty() => rest,
         _ => kept,
     };
     Some(kept.to_owned())
@@ -234,6 +241,11 @@ mod tests {
         assert_eq!(result_text(&run(b"a\nb\n")).as_deref(), Some("a\nb\n"));
         // A cut line at the front is dropped.
         let long = format!("{}\nlast line\n", "x".repeat(OUTPUT_LIMIT));
+        // A cut that falls on a line's start keeps that line.
+        let exact = format!("{}\n{}", "x".repeat(9), "y\n".repeat(MAX_RESULT_BYTES / 2));
+        let kept = result_text(&run(exact.as_bytes())).unwrap();
+        assert_eq!(kept.len(), MAX_RESULT_BYTES);
+        assert!(kept.starts_with("y\n"));
         assert_eq!(
             result_text(&run(long.as_bytes())).as_deref(),
             Some("last line\n")

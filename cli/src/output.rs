@@ -11,6 +11,8 @@ pub struct Tail {
     buf: VecDeque<u8>,
     cap: usize,
     dropped: u64,
+    /// The newest byte dropped, if any.
+    last_dropped: Option<u8>,
 }
 
 impl Tail {
@@ -20,14 +22,22 @@ impl Tail {
             buf: VecDeque::with_capacity(cap.min(8192)),
             cap,
             dropped: 0,
+            last_dropped: None,
         }
     }
 
     /// Appends `bytes`, dropping the oldest bytes beyond the cap.
     pub fn push(&mut self, bytes: &[u8]) {
-        let keep = &bytes[bytes.len().saturating_sub(self.cap)..];
-        self.dropped += (bytes.len() - keep.len()) as u64;
+        let skip = bytes.len().saturating_sub(self.cap);
+        let keep = &bytes[skip..];
+        self.dropped += skip as u64;
         let overflow = (self.buf.len() + keep.len()).saturating_sub(self.cap);
+        // The buffer's bytes are older than any of `bytes`.
+        if skip > 0 {
+            self.last_dropped = Some(bytes[skip - 1]);
+        } else if overflow > 0 {
+            self.last_dropped = self.buf.get(overflow - 1).copied();
+        }
         self.buf.drain(..overflow);
         self.dropped += overflow as u64;
         self.buf.extend(keep);
@@ -36,6 +46,12 @@ impl Tail {
     /// Bytes dropped from the front so far.
     pub fn dropped(&self) -> u64 {
         self.dropped
+    }
+
+    /// Whether the kept bytes start a line: nothing was dropped, or the last byte
+    /// dropped ended a line.
+    pub fn starts_a_line(&self) -> bool {
+        self.dropped == 0 || self.last_dropped == Some(b'\n')
     }
 
     /// The kept bytes as text (invalid UTF-8, e.g. a character cut at the front, is
@@ -72,6 +88,13 @@ mod tests {
         t.push(b"0123456789");
         assert_eq!(t.text(), "56789");
         assert_eq!(t.dropped(), 12);
+        assert!(!t.starts_a_line());
+        t.push(b"ab\ncd");
+        assert_eq!(t.text(), "ab\ncd");
+        assert!(!t.starts_a_line(), "the '9' before it was dropped");
+        t.push(b"xyz");
+        assert_eq!(t.text(), "cdxyz");
+        assert!(t.starts_a_line(), "the last byte dropped ended a line");
     }
 
     #[test]

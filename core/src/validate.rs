@@ -295,18 +295,24 @@ pub fn settles(settles: &mut [Settle]) -> Result<()> {
     for s in settles {
         queue_name(&s.lease.queue)?;
         if let Some(output) = &mut s.output {
-            // A success's output is its result, kept whole or refused (SPEC L8); a
-            // failure's is a diagnostic, cut to its last bytes' worth.
-            if s.outcome == Outcome::Complete && output.len() > MAX_RESULT_BYTES {
-                return Err(Error::invalid(
-                    "output",
-                    format!(
-                        "a result is at most {MAX_RESULT_BYTES} bytes, got {}",
-                        output.len()
-                    ),
-                ));
+            // A success's output is its result, kept whole or refused (SPEC L8), as
+            // stored (a NUL, which PostgreSQL cannot store, becomes U+FFFD); a
+            // failure's is a diagnostic, cut to its first 64 KiB.
+            if s.outcome == Outcome::Complete {
+                let stored = output.replace('\0', "\u{FFFD}");
+                if stored.len() > MAX_RESULT_BYTES {
+                    return Err(Error::invalid(
+                        "output",
+                        format!(
+                            "a result is at most {MAX_RESULT_BYTES} bytes, got {}",
+                            stored.len()
+                        ),
+                    ));
+                }
+                *output = stored;
+            } else {
+                *output = crate::settle::clean_error_text(output);
             }
-            *output = crate::settle::clean_error_text(output);
         }
         if let Outcome::Fail { error, retry } = &mut s.outcome {
             *error = crate::settle::clean_error_text(error);

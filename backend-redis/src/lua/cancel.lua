@@ -4,8 +4,9 @@
 -- revoked and its attempt closed in the log.
 --
 -- SPEC B9, a purge in steps: ARGV[3] = 'purge_batches', ARGV[4] = the last batch id
--- done: cancels the next 20 batches' unfinished jobs as a batch cancel does; returns
--- {last batch id looked at (0 when none was left), jobs cancelled}. ARGV[3] =
+-- done, ARGV[6] = the newest batch id to look at ('' on the first step: the newest
+-- now): cancels the next 20 batches' unfinished jobs as a batch cancel does; returns
+-- {last batch id looked at (0 when none was left), jobs cancelled, that newest id}. ARGV[3] =
 -- 'purge_jobs': cancels up to 200 jobs found running, ready, delayed or backing off,
 -- each with its whole group, the group's last first; returns how many.
 local function cancel(id)
@@ -39,12 +40,14 @@ elseif ARGV[3] == 'batch' then
   if redis.call('EXISTS', bk(b)) == 0 then return -1 end
   result = cancel_batch(b)
 elseif ARGV[3] == 'purge_batches' then
+  local upto = ARGV[6]
+  if upto == '' then upto = redis.call('GET', B .. ':bseq') or '0' end
   local last, n = 0, 0
-  for _, b in ipairs(redis.call('ZRANGEBYSCORE', B .. ':batches', '(' .. ARGV[4], '+inf', 'LIMIT', 0, 20)) do
+  for _, b in ipairs(redis.call('ZRANGEBYSCORE', B .. ':batches', '(' .. ARGV[4], upto, 'LIMIT', 0, 20)) do
     last = tonumber(b)
     if redis.call('ZCARD', bk(b) .. ':live') > 0 then n = n + cancel_batch(b) end
   end
-  result = {last, n}
+  result = {last, n, tonumber(upto)}
 else
   result = 0
   for _, set in ipairs({':running', ':ready', ':delay', ':backoff'}) do

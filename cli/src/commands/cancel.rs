@@ -29,8 +29,9 @@ pub struct CancelArgs {
     /// Cancel every unfinished job of this batch, and seal it.
     #[arg(long, group = "target")]
     pub batch: Option<i64>,
-    /// Purge the queue named by -q: cancel every unfinished job of it, running ones at
-    /// once, and seal their batches. Finished jobs, settings and schedules stay.
+    /// Purge the queue named by -q (or RELAYQ_QUEUE): cancel every unfinished job of it,
+    /// running ones at once, and seal their batches. Finished jobs, settings and
+    /// schedules stay.
     #[arg(long, group = "target", requires = "queue")]
     pub all: bool,
 }

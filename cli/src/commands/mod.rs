@@ -59,12 +59,13 @@ pub fn time(t: DateTime<Utc>) -> String {
 }
 
 /// A progress report as the tables show it: `40% copying table x`, control characters
-/// made visible.
+/// made visible and URLs' passwords masked.
 pub fn progress(p: &relayq_core::Progress) -> String {
     if p.message.is_empty() {
         format!("{}%", p.percent)
     } else {
-        format!("{}% {}", p.percent, printable(&p.message))
+        let message = relayq_core::redact::urls(&p.message);
+        format!("{}% {}", p.percent, printable(&message))
     }
 }
 
