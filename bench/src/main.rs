@@ -225,7 +225,7 @@ async fn main() -> anyhow::Result<()> {
     }
     if on("progress") {
         // Printed as measured inside.
-        rows.extend(progress::progress(&targets).await?);
+        rows.extend(progress::progress(&targets, if quick { 250 } else { 1_000 }).await?);
     }
     if on("schedules") {
         // Printed as measured inside.

@@ -1,5 +1,6 @@
-//! Scenario 11: what progress reports cost a drain (SPEC L7). `JOBS` jobs, each running
-//! one second in ten steps, drain through one worker of `SLOTS` slots twice: once
+//! Scenario 11: what progress reports cost a drain (SPEC L7). 1,000 jobs (250 in a
+//! quick run), each running one second in ten steps, drain through one worker of
+//! `SLOTS` slots: once
 //! silent, once with every job reporting its progress at each step (ten reports a
 //! second each). The worker writes each job's latest report at most once a second, in
 //! one call for all its jobs, so the drain with reports should take about as long:
@@ -15,8 +16,6 @@ use tokio::time::Instant;
 
 use crate::{Row, targets::Target};
 
-/// Jobs per drain.
-const JOBS: usize = 1_000;
 /// The worker's slots: the drain takes about `JOBS / SLOTS` seconds.
 const SLOTS: u32 = 250;
 /// Steps of each job, one report each.
@@ -24,18 +23,18 @@ const STEPS: u8 = 10;
 /// How long a step takes.
 const STEP: Duration = Duration::from_millis(100);
 
-pub async fn progress(targets: &[Target]) -> anyhow::Result<Vec<Row>> {
+pub async fn progress(targets: &[Target], jobs: usize) -> anyhow::Result<Vec<Row>> {
     let mut rows = Vec::new();
     for t in targets {
         let b = t.open().await?;
         // Silent first and last, so a drift of the machine over the run shows.
-        let silent = drain(b.clone(), false).await?;
-        let reporting = drain(b.clone(), true).await?;
-        let again = drain(b, false).await?;
+        let silent = drain(b.clone(), jobs, false).await?;
+        let reporting = drain(b.clone(), jobs, true).await?;
+        let again = drain(b, jobs, false).await?;
         let base = (silent + again) / 2.0;
         let row = Row {
             scenario: format!(
-                "drain of {JOBS} 1 s jobs, {SLOTS} slots, 10 progress reports/s each: time vs silent"
+                "drain of {jobs} 1 s jobs, {SLOTS} slots, 10 progress reports/s each: time vs silent"
             ),
             target: t.label().to_owned(),
             value: reporting / base,
@@ -48,10 +47,10 @@ pub async fn progress(targets: &[Target]) -> anyhow::Result<Vec<Row>> {
     Ok(rows)
 }
 
-/// Seconds to drain `JOBS` jobs, reporting progress at each step or not.
-async fn drain(b: Arc<dyn Backend>, report: bool) -> anyhow::Result<f64> {
+/// Seconds to drain `n` jobs, reporting progress at each step or not.
+async fn drain(b: Arc<dyn Backend>, n: usize, report: bool) -> anyhow::Result<f64> {
     let q = crate::scenarios::queue("progress");
-    let jobs: Vec<NewJob> = (0..JOBS).map(|_| NewJob::new(&q, Vec::new())).collect();
+    let jobs: Vec<NewJob> = (0..n).map(|_| NewJob::new(&q, Vec::new())).collect();
     for chunk in jobs.chunks(1_000) {
         b.enqueue(chunk.to_vec()).await?;
     }
