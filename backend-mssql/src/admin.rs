@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use relayq_core::{
-    Admin, Batch, Error, EventKind, JobId, Maintenance, QueueUpdate, Result, cancelled_by,
+    Admin, Batch, Error, EventKind, JobId, Maintenance, QueueUpdate, Result, cancelled_by, kit,
 };
 
 use crate::{
@@ -100,37 +100,8 @@ impl Admin for MssqlBackend {
             .iter()
             .map(|r| req::<i64>(r, 0))
             .collect::<Result<Vec<_>>>()?;
-        let mut n = 0;
-        for id in batches {
-            let batch = Batch {
-                queue: queue.to_owned(),
-                id: relayq_core::BatchId(id),
-            };
-            n += self.cancel_batch_as(&batch, cancelled_by::PURGE).await?;
-        }
-        loop {
-            let sets = self.run(sql::PURGE_JOBS, &[&queue, &newest]).await?;
-            let ids = rows::set(&sets, 0)?
-                .iter()
-                .map(|r| req::<i64>(r, 0))
-                .collect::<Result<Vec<_>>>()?;
-            if ids.is_empty() {
-                return Ok(n);
-            }
-            for id in ids {
-                n += u64::from(
-                    self.cancel_job_as(queue, JobId(id), cancelled_by::PURGE)
-                        .await
-                        .or_else(|e| {
-                            if matches!(e, Error::NotFound { .. }) {
-                                Ok(false)
-                            } else {
-                                Err(e)
-                            }
-                        })?,
-                );
-            }
-        }
+        let batch = |b: Batch| async move { self.cancel_batch_as(&b, cancelled_by::PURGE).await };
+        kit::purge::purge(queue, batches, batch, || self.purge_step(queue, newest)).await
     }
 
     async fn retry_dead_unchecked(&self, queue: &str, ids: Option<&[JobId]>) -> Result<u64> {
@@ -161,6 +132,33 @@ impl Admin for MssqlBackend {
 }
 
 impl MssqlBackend {
+    /// SPEC B9: up to 100 unfinished jobs of no batch up to `newest`, last in claim
+    /// order first, each cancelled in a transaction of its own; `None` once none is
+    /// left. A job that finished meanwhile is not counted.
+    async fn purge_step(&self, queue: &str, newest: i64) -> Result<Option<u64>> {
+        let sets = self.run(sql::PURGE_JOBS, &[&queue, &newest]).await?;
+        let ids = rows::set(&sets, 0)?
+            .iter()
+            .map(|r| req::<i64>(r, 0))
+            .collect::<Result<Vec<_>>>()?;
+        if ids.is_empty() {
+            return Ok(None);
+        }
+        let mut n = 0;
+        for id in ids {
+            match self
+                .cancel_job_as(queue, JobId(id), cancelled_by::PURGE)
+                .await
+            {
+                Ok(cancelled) => n += u64::from(cancelled),
+                // Pruned since it was found.
+                Err(Error::NotFound { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(Some(n))
+    }
+
     /// SPEC B7: cancels one job; `why` goes to the log of the attempt it cuts short.
     async fn cancel_job_as(&self, queue: &str, id: JobId, why: &str) -> Result<bool> {
         let sets = self.run(sql::CANCEL_JOB, &[&id.0, &queue, &why]).await?;

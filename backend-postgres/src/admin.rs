@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use relayq_core::{
-    Admin, Batch, Error, JobId, JobState, Maintenance, QueueUpdate, Result, cancelled_by,
+    Admin, Batch, Error, JobId, JobState, Maintenance, QueueUpdate, Result, cancelled_by, kit,
     retry::retry_transient,
 };
 use sqlx::PgConnection;
@@ -327,27 +327,23 @@ impl Admin for PostgresBackend {
         .fetch_all(self.pool())
         .await
         .map_err(db)?;
-        let mut n = 0;
-        for id in batches {
-            let batch = Batch {
-                queue: queue.to_owned(),
-                id: relayq_core::BatchId(id),
-            };
-            let (cancelled, payloads) = retry_transient(
-                || self.cancel_batch_tx(&batch, cancelled_by::PURGE),
+        let batch = |b: Batch| async move {
+            let (n, payloads) = retry_transient(
+                || self.cancel_batch_tx(&b, cancelled_by::PURGE),
                 crate::retryable,
             )
             .await?;
             self.notify_local(&payloads);
-            n += cancelled;
-        }
-        while let Some((cancelled, payloads)) =
-            retry_transient(|| self.purge_tx(queue, newest), crate::retryable).await?
-        {
-            self.notify_local(&payloads);
-            n += cancelled;
-        }
-        Ok(n)
+            Ok(n)
+        };
+        let step = || async move {
+            let done = retry_transient(|| self.purge_tx(queue, newest), crate::retryable).await?;
+            Ok(done.map(|(n, payloads)| {
+                self.notify_local(&payloads);
+                n
+            }))
+        };
+        kit::purge::purge(queue, batches, batch, step).await
     }
 
     async fn retry_dead_unchecked(&self, queue: &str, ids: Option<&[JobId]>) -> Result<u64> {

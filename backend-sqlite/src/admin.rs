@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, TimeDelta, Utc};
 use relayq_core::{
     Admin, AttemptOutcome, Batch, Error, EventKind, JobId, JobState, Maintenance, QueueUpdate,
-    Result, cancelled_by,
+    Result, cancelled_by, kit,
 };
 
 use crate::{Conn, Ended, SqliteBackend, claim, db, log_attempt, promote, us};
@@ -38,6 +38,37 @@ pub(crate) const PRUNE_BATCHES: &str = "DELETE FROM relayq_batches WHERE queue =
     AND NOT EXISTS (SELECT 1 FROM relayq_jobs WHERE batch_id = relayq_batches.id)";
 
 impl SqliteBackend {
+    /// SPEC B9: up to 100 unfinished jobs of no batch up to `newest`, last in claim
+    /// order first (so that within a step no cancel hands a group on to a job still to
+    /// be cancelled), in one transaction; `None` once none is left.
+    async fn purge_step(&self, queue: &str, newest: i64) -> Result<Option<u64>> {
+        let (mut tx, now) = self.write().await?;
+        let ids: Vec<i64> = sqlx::query_scalar(
+            "SELECT id FROM relayq_jobs
+             WHERE queue = ?1 AND state IN ('ready', 'blocked', 'running', 'retrying')
+               AND batch_id IS NULL AND id <= ?2
+             ORDER BY priority DESC, run_at DESC, id DESC LIMIT 100",
+        )
+        .bind(queue)
+        .bind(newest)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db)?;
+        if ids.is_empty() {
+            return Ok(None);
+        }
+        let mut cancelled = 0;
+        for &id in &ids {
+            cancelled += u64::from(cancel(&mut tx, queue, id, now, cancelled_by::PURGE).await?);
+        }
+        tx.commit().await.map_err(db)?;
+        if cancelled > 0 {
+            self.notify(queue, EventKind::Revoked);
+            self.notify(queue, EventKind::Finished);
+        }
+        Ok(Some(cancelled))
+    }
+
     async fn set_queue(
         &self,
         queue: &str,
@@ -104,43 +135,8 @@ impl Admin for SqliteBackend {
         .fetch_all(self.pool())
         .await
         .map_err(db)?;
-        let mut n = 0;
-        for id in batches {
-            let batch = Batch {
-                queue: queue.to_owned(),
-                id: relayq_core::BatchId(id),
-            };
-            n += self.cancel_batch_as(&batch, cancelled_by::PURGE).await?;
-        }
-        loop {
-            let (mut tx, now) = self.write().await?;
-            // Last in claim order first, so that within a step no cancel hands a group
-            // on to a job still to be cancelled.
-            let ids: Vec<i64> = sqlx::query_scalar(
-                "SELECT id FROM relayq_jobs
-                 WHERE queue = ?1 AND state IN ('ready', 'blocked', 'running', 'retrying')
-                   AND batch_id IS NULL AND id <= ?2
-                 ORDER BY priority DESC, run_at DESC, id DESC LIMIT 100",
-            )
-            .bind(queue)
-            .bind(newest)
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(db)?;
-            let mut cancelled = 0;
-            for &id in &ids {
-                cancelled += u64::from(cancel(&mut tx, queue, id, now, cancelled_by::PURGE).await?);
-            }
-            tx.commit().await.map_err(db)?;
-            n += cancelled;
-            if cancelled > 0 {
-                self.notify(queue, EventKind::Revoked);
-                self.notify(queue, EventKind::Finished);
-            }
-            if ids.is_empty() {
-                return Ok(n);
-            }
-        }
+        let batch = |b: Batch| async move { self.cancel_batch_as(&b, cancelled_by::PURGE).await };
+        kit::purge::purge(queue, batches, batch, || self.purge_step(queue, newest)).await
     }
 
     async fn cancel_batch_unchecked(&self, batch: &Batch) -> Result<u64> {
