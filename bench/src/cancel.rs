@@ -1,7 +1,9 @@
 //! Scenario 9: cancel to handler stop (SPEC B8). A worker runs `RUNNING` jobs that wait
 //! to be stopped; another handle cancels one at a time, and each cancel is timed from
 //! just before the call to the moment the handler's `JobContext` token fires. Each
-//! cancelled job is replaced, so the worker always holds `RUNNING` leases.
+//! cancelled job is replaced, so the worker always holds `RUNNING` leases. Then the
+//! same for a purge of the queue (SPEC B9): `RUNNING` jobs started, the queue purged,
+//! each handler's stop timed from just before the call.
 //!
 //! Two paths per target: the one the backend has ("pushed": NOTIFY, PUBLISH, or the
 //! process's own bus where the two handles share one, as SQLite's and SQL Server's do),
@@ -38,17 +40,23 @@ pub async fn cancel(targets: &[Target], n: usize) -> anyhow::Result<Vec<Row>> {
             } else {
                 worker_handle
             };
-            let ms = measure(worker_handle, canceller, n).await?;
-            for (what, p) in [("p50", 0.5), ("p99", 0.99)] {
-                let row = Row {
-                    scenario: format!("cancel to handler stop ({path}), {RUNNING} running: {what}"),
-                    target: t.label().to_owned(),
-                    value: percentile(ms.clone(), p),
-                    unit: "ms",
-                    note: format!("{} cancels", ms.len()),
-                };
-                crate::print(std::slice::from_ref(&row));
-                rows.push(row);
+            let cancels = measure(worker_handle.clone(), canceller.clone(), n).await?;
+            let rounds = n.div_ceil(RUNNING as usize);
+            let purges = measure_purge(worker_handle, canceller, rounds).await?;
+            for (op, ms) in [("cancel", cancels), ("purge", purges)] {
+                for (what, p) in [("p50", 0.5), ("p99", 0.99)] {
+                    let row = Row {
+                        scenario: format!(
+                            "{op} to handler stop ({path}), {RUNNING} running: {what}"
+                        ),
+                        target: t.label().to_owned(),
+                        value: percentile(ms.clone(), p),
+                        unit: "ms",
+                        note: format!("{} handlers stopped", ms.len()),
+                    };
+                    crate::print(std::slice::from_ref(&row));
+                    rows.push(row);
+                }
             }
         }
     }
@@ -105,6 +113,64 @@ async fn measure(
         ms.push(at.duration_since(asked).as_secs_f64() * 1e3);
         canceller.enqueue(vec![job()]).await?;
         running.push(next(&mut started).await?);
+    }
+    worker.shutdown().await?;
+    Ok(ms)
+}
+
+/// `rounds` purges of a queue whose worker runs `RUNNING` jobs; each handler's stop, in
+/// ms after its purge began.
+async fn measure_purge(
+    worker_handle: Arc<dyn Backend>,
+    canceller: Arc<dyn Backend>,
+    rounds: usize,
+) -> anyhow::Result<Vec<f64>> {
+    let q = crate::scenarios::queue("purge");
+    let (started_tx, mut started) = mpsc::unbounded_channel::<JobId>();
+    let (stopped_tx, mut stopped) = mpsc::unbounded_channel::<(JobId, Instant)>();
+    let worker = Worker::builder(worker_handle, [q.clone()])
+        .concurrency(RUNNING)
+        .prefetch(0)
+        .no_maintenance()
+        .no_schedules()
+        .shutdown_timeout(Duration::from_millis(100))
+        .handler(move |job: ClaimedJob| {
+            let (started_tx, stopped_tx) = (started_tx.clone(), stopped_tx.clone());
+            async move {
+                let token = JobContext::current().expect("in a handler").stopping();
+                let id = job.lease.job;
+                tokio::spawn(async move {
+                    token.cancelled().await;
+                    let _ = stopped_tx.send((id, Instant::now()));
+                });
+                let _ = started_tx.send(id);
+                std::future::pending::<Result<(), JobError>>().await
+            }
+        })
+        .build()?
+        .spawn();
+    let mut ms = Vec::with_capacity(rounds * RUNNING as usize);
+    // One round more, first and not counted: a fresh handle's first purge opens its
+    // connections and plans its statements.
+    for round in 0..=rounds {
+        let jobs = (0..RUNNING)
+            .map(|_| NewJob::new(&q, b"wait".to_vec()))
+            .collect();
+        canceller.enqueue(jobs).await?;
+        for _ in 0..RUNNING {
+            next(&mut started).await?;
+        }
+        let asked = Instant::now();
+        let n = canceller.purge(&q).await?;
+        anyhow::ensure!(n == u64::from(RUNNING), "the purge cancelled {n} jobs");
+        for _ in 0..RUNNING {
+            let (_, at) = tokio::time::timeout(Duration::from_secs(30), stopped.recv())
+                .await?
+                .ok_or_else(|| anyhow::anyhow!("the worker ended"))?;
+            if round > 0 {
+                ms.push(at.duration_since(asked).as_secs_f64() * 1e3);
+            }
+        }
     }
     worker.shutdown().await?;
     Ok(ms)
