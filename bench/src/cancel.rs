@@ -14,7 +14,7 @@ use std::{sync::Arc, time::Duration};
 
 use relayq::{
     Backend, ClaimedJob, Events, JobId, NewJob,
-    worker::{JobContext, JobError, Worker},
+    worker::{JobContext, JobError, RunningWorker, Worker},
 };
 use tokio::{sync::mpsc, time::Instant};
 
@@ -69,30 +69,7 @@ async fn measure(
     n: usize,
 ) -> anyhow::Result<Vec<f64>> {
     let q = crate::scenarios::queue("cancel");
-    let (started_tx, mut started) = mpsc::unbounded_channel::<JobId>();
-    let (stopped_tx, mut stopped) = mpsc::unbounded_channel::<(JobId, Instant)>();
-    let worker = Worker::builder(worker_handle, [q.clone()])
-        .concurrency(RUNNING)
-        .prefetch(0)
-        .no_maintenance()
-        .no_schedules()
-        // Its handlers never end: shutdown releases them at once.
-        .shutdown_timeout(Duration::from_millis(100))
-        .handler(move |job: ClaimedJob| {
-            let (started_tx, stopped_tx) = (started_tx.clone(), stopped_tx.clone());
-            async move {
-                let token = JobContext::current().expect("in a handler").stopping();
-                let id = job.lease.job;
-                tokio::spawn(async move {
-                    token.cancelled().await;
-                    let _ = stopped_tx.send((id, Instant::now()));
-                });
-                let _ = started_tx.send(id);
-                std::future::pending::<Result<(), JobError>>().await
-            }
-        })
-        .build()?
-        .spawn();
+    let (worker, mut started, mut stopped) = waiting_worker(worker_handle, &q)?;
     let job = || NewJob::new(&q, b"wait".to_vec());
     canceller
         .enqueue((0..RUNNING).map(|_| job()).collect())
@@ -126,29 +103,7 @@ async fn measure_purge(
     rounds: usize,
 ) -> anyhow::Result<Vec<f64>> {
     let q = crate::scenarios::queue("purge");
-    let (started_tx, mut started) = mpsc::unbounded_channel::<JobId>();
-    let (stopped_tx, mut stopped) = mpsc::unbounded_channel::<(JobId, Instant)>();
-    let worker = Worker::builder(worker_handle, [q.clone()])
-        .concurrency(RUNNING)
-        .prefetch(0)
-        .no_maintenance()
-        .no_schedules()
-        .shutdown_timeout(Duration::from_millis(100))
-        .handler(move |job: ClaimedJob| {
-            let (started_tx, stopped_tx) = (started_tx.clone(), stopped_tx.clone());
-            async move {
-                let token = JobContext::current().expect("in a handler").stopping();
-                let id = job.lease.job;
-                tokio::spawn(async move {
-                    token.cancelled().await;
-                    let _ = stopped_tx.send((id, Instant::now()));
-                });
-                let _ = started_tx.send(id);
-                std::future::pending::<Result<(), JobError>>().await
-            }
-        })
-        .build()?
-        .spawn();
+    let (worker, mut started, mut stopped) = waiting_worker(worker_handle, &q)?;
     let mut ms = Vec::with_capacity(rounds * RUNNING as usize);
     // One round more, first and not counted: a fresh handle's first purge opens its
     // connections and plans its statements.
@@ -174,6 +129,45 @@ async fn measure_purge(
     }
     worker.shutdown().await?;
     Ok(ms)
+}
+
+/// Jobs as their handlers start.
+type Started = mpsc::UnboundedReceiver<JobId>;
+/// Jobs, and when their handlers were stopped.
+type Stopped = mpsc::UnboundedReceiver<(JobId, Instant)>;
+
+/// A worker of `RUNNING` slots on `q` whose handlers wait to be stopped: each sends its
+/// job on the first channel as it starts, and its job and the moment on the second
+/// when its `JobContext` token fires.
+fn waiting_worker(
+    handle: Arc<dyn Backend>,
+    q: &str,
+) -> anyhow::Result<(RunningWorker, Started, Stopped)> {
+    let (started_tx, started) = mpsc::unbounded_channel::<JobId>();
+    let (stopped_tx, stopped) = mpsc::unbounded_channel::<(JobId, Instant)>();
+    let worker = Worker::builder(handle, [q.to_owned()])
+        .concurrency(RUNNING)
+        .prefetch(0)
+        .no_maintenance()
+        .no_schedules()
+        // Its handlers never end: shutdown releases them at once.
+        .shutdown_timeout(Duration::from_millis(100))
+        .handler(move |job: ClaimedJob| {
+            let (started_tx, stopped_tx) = (started_tx.clone(), stopped_tx.clone());
+            async move {
+                let token = JobContext::current().expect("in a handler").stopping();
+                let id = job.lease.job;
+                tokio::spawn(async move {
+                    token.cancelled().await;
+                    let _ = stopped_tx.send((id, Instant::now()));
+                });
+                let _ = started_tx.send(id);
+                std::future::pending::<Result<(), JobError>>().await
+            }
+        })
+        .build()?
+        .spawn();
+    Ok((worker, started, stopped))
 }
 
 async fn next(started: &mut mpsc::UnboundedReceiver<JobId>) -> anyhow::Result<JobId> {

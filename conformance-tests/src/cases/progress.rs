@@ -226,6 +226,8 @@ pub async fn l7_worker_writes_progress_and_keeps_the_result(env: &Env) -> anyhow
                     let ctx = JobContext::current().expect("in a handler");
                     ctx.progress(101, "too far")
                         .expect_err("a percent over 100 is refused at once");
+                    ctx.progress(1, "x".repeat(MAX_PROGRESS_MESSAGE + 1))
+                        .expect_err("a message over 255 bytes is refused at once");
                     for p in 0..=30 {
                         ctx.progress(p, format!("step {p}"))?;
                     }
