@@ -2,8 +2,8 @@
 
 use async_trait::async_trait;
 use relayq_core::{
-    AttemptOutcome, AttemptRecord, Batch, BatchId, BatchProgress, Error, Inspect, JobId, JobInfo,
-    JobState, Progress, QueueStats, Result, RunningJob,
+    AttemptOutcome, AttemptRecord, Batch, BatchId, BatchProgress, Error, Inspect, JobFilter, JobId,
+    JobInfo, JobPage, JobState, LIST_SCAN, Progress, QueueStats, Result, RunningJob,
 };
 
 use crate::{
@@ -177,6 +177,50 @@ impl Inspect for MssqlBackend {
             .iter()
             .map(|r| req::<i64>(r, 0).map(JobId))
             .collect()
+    }
+
+    async fn list_jobs_unchecked(
+        &self,
+        queue: &str,
+        filter: &JobFilter,
+        before: Option<JobId>,
+        limit: u32,
+    ) -> Result<JobPage> {
+        let before = before.map_or(i64::MAX, |b| b.0);
+        let state = filter.state.map(JobState::as_str);
+        let batch = filter.batch.map(|b| b.0);
+        let needle = filter.text.as_ref().map(|t| t.as_bytes().to_vec());
+        let rows_wanted = i64::from(limit) + 1;
+        let scan = i64::from(LIST_SCAN);
+        let sets = self
+            .run(
+                sql::LIST_JOBS,
+                &[
+                    &queue,
+                    &before,
+                    &state,
+                    &batch,
+                    &filter.stage,
+                    &filter.group.as_deref(),
+                    &needle,
+                    &filter.text.as_deref(),
+                    &rows_wanted,
+                    &scan,
+                ],
+            )
+            .await?;
+        let rows = rows::set(&sets, 0)?
+            .iter()
+            .map(|r| {
+                let place = req::<i64>(r, 2)?;
+                Ok((
+                    req::<i64>(r, 0)?,
+                    req::<i32>(r, 1)? == 1,
+                    u32::try_from(place).unwrap_or(u32::MAX),
+                ))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(JobPage::from_scan(rows, limit))
     }
 
     async fn dead_jobs_unchecked(&self, queue: &str, limit: u32) -> Result<Vec<JobInfo>> {

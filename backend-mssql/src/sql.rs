@@ -1010,6 +1010,30 @@ pub(crate) const BATCH_JOB_IDS: &str = "
 SELECT COUNT_BIG(*) FROM {s}.batches WHERE id = @P1 AND queue = @P2;
 SELECT TOP (@P4) id FROM {s}.jobs WHERE batch_id = @P1 AND id > @P3 ORDER BY id;";
 
+/// SPEC M7: jobs of queue `@P1` below id `@P2`, newest first, at most `@P10` of the
+/// queue looked at; filters `@P3` state, `@P4` batch, `@P5` stage, `@P6` group, `@P7`
+/// bytes in the payload or `@P8` text in the last error (byte for byte), each skipped
+/// when NULL. Only the matches, and the row at the scan's bound, come back: at most
+/// `@P9` rows.
+pub(crate) const LIST_JOBS: &str = "
+DECLARE @now datetime2(6) = SYSUTCDATETIME();
+SELECT TOP (@P9) id, hit, place FROM (
+    SELECT id, ROW_NUMBER() OVER (ORDER BY id DESC) AS place,
+           CASE WHEN (@P3 IS NULL OR st = @P3)
+                 AND (@P4 IS NULL OR batch_id = @P4)
+                 AND (@P5 IS NULL OR stage = @P5)
+                 AND (@P6 IS NULL OR group_key = @P6)
+                 AND (@P7 IS NULL OR CHARINDEX(@P7, payload) > 0
+                      OR CHARINDEX(@P8, last_error COLLATE Latin1_General_100_BIN2) > 0)
+                THEN 1 ELSE 0 END AS hit
+    FROM (SELECT TOP (@P10) id, batch_id, stage, group_key, payload, last_error,
+                 CASE WHEN state = 'ready' AND run_at > @now THEN 'scheduled' ELSE state END
+                 AS st
+          FROM {s}.jobs WHERE queue = @P1 AND id < @P2 ORDER BY id DESC) AS scan
+) AS w
+WHERE hit = 1 OR place = @P10
+ORDER BY id DESC;";
+
 /// The oldest `@P2` dead jobs of queue `@P1`.
 pub(crate) const DEAD_IDS: &str =
     "SELECT TOP (@P2) id FROM {s}.jobs WHERE queue = @P1 AND state = 'dead' ORDER BY id;";
@@ -1167,6 +1191,7 @@ pub(crate) const ALL: &[(&str, &str)] = &[
     ("BATCH_IDS", BATCH_IDS),
     ("BATCH_JOB_IDS", BATCH_JOB_IDS),
     ("DEAD_IDS", DEAD_IDS),
+    ("LIST_JOBS", LIST_JOBS),
     ("SCHEDULE_PUT", SCHEDULE_PUT),
     ("SCHEDULE_LIST", SCHEDULE_LIST),
     ("SCHEDULE_PAUSE", SCHEDULE_PAUSE),

@@ -3,8 +3,8 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use relayq_core::{
-    AttemptOutcome, AttemptRecord, Batch, BatchId, BatchProgress, Error, Inspect, JobId, JobInfo,
-    JobState, Progress, QueueStats, Result, RunningJob,
+    AttemptOutcome, AttemptRecord, Batch, BatchId, BatchProgress, Error, Inspect, JobFilter, JobId,
+    JobInfo, JobPage, JobState, LIST_SCAN, Progress, QueueStats, Result, RunningJob,
 };
 
 use crate::{PostgresBackend, db};
@@ -354,6 +354,72 @@ impl Inspect for PostgresBackend {
         .map_err(db)?;
         let ids = ids.ok_or_else(|| Error::not_found(batch.to_string()))?;
         Ok(ids.into_iter().map(JobId).collect())
+    }
+
+    async fn list_jobs_unchecked(
+        &self,
+        queue: &str,
+        filter: &JobFilter,
+        before: Option<JobId>,
+        limit: u32,
+    ) -> Result<JobPage> {
+        // Both tables' primary keys read backwards and merged: the scan stops after
+        // LIST_SCAN rows of the queue or once the page is full (the window and the
+        // filters stream), and a state filter skips the table that cannot hold it.
+        // Only the matches and the row at the scan's bound come back. The limit in
+        // each branch keeps the planner on the backward index scans: without it, a
+        // bound that every id passes (the first page) read the whole table and sorted
+        // it (330 ms on a million jobs, against under 1 ms). Even so a custom plan
+        // for stale statistics sorted the table (the statistics test); the generic
+        // plan, the one a statement settles on, reads the index in every state.
+        let mut tx = self
+            .pool()
+            .begin_with(crate::settle::GENERIC_BEGIN)
+            .await
+            .map_err(db)?;
+        let finished = filter.state.map(JobState::is_finished);
+        let rows: Vec<(i64, bool, i64)> = sqlx::query_as(self.sql(
+            "SELECT id, hit, place FROM (
+                 SELECT id, place,
+                        ($3::text IS NULL OR st = $3)
+                        AND ($4::bigint IS NULL OR batch_id = $4)
+                        AND ($5::int IS NULL OR stage = $5)
+                        AND ($6::text IS NULL OR group_key = $6)
+                        AND ($7::text IS NULL OR position(convert_to($7, 'UTF8') IN payload) > 0
+                             OR coalesce(strpos(last_error, $7) > 0, false)) AS hit
+                 FROM (SELECT *, row_number() OVER (ORDER BY id DESC) AS place FROM (
+                     (SELECT id, CASE WHEN state = 'ready' AND run_at > now() THEN 'scheduled'
+                                      ELSE state END AS st,
+                             batch_id, stage, group_key, payload, last_error
+                      FROM {s}.jobs WHERE queue = $1 AND id < $2 AND $8
+                      ORDER BY id DESC LIMIT $11)
+                     UNION ALL
+                     (SELECT id, state, batch_id, stage, group_key, payload, last_error
+                      FROM {s}.finished WHERE queue = $1 AND id < $2 AND $9
+                      ORDER BY id DESC LIMIT $11)
+                     ORDER BY id DESC LIMIT $11) scan) numbered) w
+             WHERE hit OR place = $11 ORDER BY id DESC LIMIT $10",
+        ))
+        .bind(queue)
+        .bind(before.map_or(i64::MAX, |b| b.0))
+        .bind(filter.state.map(JobState::as_str))
+        .bind(filter.batch.map(|b| b.0))
+        .bind(filter.stage)
+        .bind(filter.group.as_deref())
+        .bind(filter.text.as_deref())
+        .bind(finished != Some(true))
+        .bind(finished != Some(false))
+        .bind(i64::from(limit) + 1)
+        .bind(i64::from(LIST_SCAN))
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db)?;
+        tx.commit().await.map_err(db)?;
+        Ok(JobPage::from_scan(
+            rows.into_iter()
+                .map(|(id, hit, place)| (id, hit, u32::try_from(place).unwrap_or(u32::MAX))),
+            limit,
+        ))
     }
 
     async fn dead_jobs_unchecked(&self, queue: &str, limit: u32) -> Result<Vec<JobInfo>> {

@@ -19,8 +19,8 @@ use std::time::Duration;
 
 use relayq_conformance::{poll_until, queue_name};
 use relayq_core::{
-    Admin, Batch, Claim, ClaimRequest, ClaimedJob, Complete, Enqueue, NewJob, OnFailure,
-    OrderBarrier, OrderBarrierExt, ProgressReport, Retry, Settle, WaitFor,
+    Admin, Batch, Claim, ClaimRequest, ClaimedJob, Complete, Enqueue, Inspect, JobFilter, JobState,
+    NewJob, OnFailure, OrderBarrier, OrderBarrierExt, ProgressReport, Retry, Settle, WaitFor,
 };
 use relayq_postgres::{Config, PostgresBackend};
 
@@ -358,6 +358,20 @@ async fn operations(lab: &mut Lab, generic: bool) -> Vec<(&'static str, i64)> {
     read("settle releasing the next stage", n);
     let (n, ()) = measured(lab, generic, async move |b| progress(b, &batch).await).await;
     read("batch progress and wait", n);
+
+    // A page of the job list (SPEC M7), newest first, then one filtered by state.
+    let (n, ()) = measured(lab, generic, async move |b| {
+        let page = b.list_jobs(q, &JobFilter::all(), None, 50).await.unwrap();
+        assert_eq!(page.jobs.len(), 50);
+    })
+    .await;
+    read("list_jobs, a page of 50", n);
+    let (n, ()) = measured(lab, generic, async move |b| {
+        let all = JobFilter::all().state(JobState::Ready);
+        assert_eq!(b.list_jobs(q, &all, None, 50).await.unwrap().jobs.len(), 50);
+    })
+    .await;
+    read("list_jobs of ready jobs, a page of 50", n);
 
     // Maintenance: expiry and pruning, with nothing past retention.
     let (n, ()) = measured(lab, generic, async move |b| {

@@ -6,8 +6,8 @@ use async_trait::async_trait;
 use redis::Value;
 use relayq_core::{
     Admin, AttemptOutcome, AttemptRecord, Batch, BatchId, BatchProgress, Error, EventKind, Inspect,
-    JobId, JobInfo, JobState, Maintenance, OnFailure, OrderBarrier, Progress, QueueStats,
-    QueueUpdate, Result, RunningJob, StageProgress, WaitFor, cancelled_by,
+    JobFilter, JobId, JobInfo, JobPage, JobState, Maintenance, OnFailure, OrderBarrier, Progress,
+    QueueStats, QueueUpdate, Result, RunningJob, StageProgress, WaitFor, cancelled_by,
 };
 use serde::Deserialize;
 
@@ -327,6 +327,46 @@ impl Inspect for RedisBackend {
         Ok(ids.into_iter().map(JobId).collect())
     }
 
+    async fn list_jobs_unchecked(
+        &self,
+        queue: &str,
+        filter: &JobFilter,
+        before: Option<JobId>,
+        limit: u32,
+    ) -> Result<JobPage> {
+        let opt = |v: Option<String>| v.unwrap_or_default().into_bytes();
+        let out: Value = self
+            .run_idempotent(
+                &scripts::READ,
+                queue,
+                &[
+                    b"list".to_vec(),
+                    opt(before.map(|b| b.0.to_string())),
+                    arg(limit),
+                    arg(LIST_SCAN_REDIS),
+                    opt(filter.state.map(|s| s.as_str().to_owned())),
+                    opt(filter.batch.map(|b| b.0.to_string())),
+                    opt(filter.stage.map(|s| s.to_string())),
+                    opt(filter.group.clone()),
+                    opt(filter.text.clone()),
+                ],
+            )
+            .await?;
+        let items = reply::items(out)?;
+        let Some((next, ids)) = items.split_first() else {
+            return Err(bad("list"));
+        };
+        let next = match reply::bytes(next)?.as_slice() {
+            b"" => None,
+            _ => Some(JobId(int(next)?)),
+        };
+        let jobs = ids
+            .iter()
+            .map(|v| int(v).map(JobId))
+            .collect::<Result<_>>()?;
+        Ok(JobPage { jobs, next })
+    }
+
     async fn dead_jobs_unchecked(&self, queue: &str, limit: u32) -> Result<Vec<JobInfo>> {
         let out: Value = self
             .run_idempotent(&scripts::READ, queue, &[b"dead".to_vec(), arg(limit)])
@@ -342,6 +382,10 @@ impl Inspect for RedisBackend {
         self.registered().await
     }
 }
+
+/// How many ids one listing call looks at on Redis: a script blocks the server while
+/// it runs, so the scan is cut shorter than [`relayq_core::LIST_SCAN`] (about 2 ms).
+const LIST_SCAN_REDIS: u32 = 2_000;
 
 impl RedisBackend {
     async fn admin(&self, queue: &str, args: &[Vec<u8>]) -> Result<Value> {

@@ -2,9 +2,10 @@
 
 use async_trait::async_trait;
 use chrono::Utc;
+use futures::TryStreamExt;
 use relayq_core::{
-    AttemptOutcome, AttemptRecord, Batch, BatchId, BatchProgress, Error, Inspect, JobId, JobInfo,
-    JobState, Progress, QueueStats, Result, RunningJob,
+    AttemptOutcome, AttemptRecord, Batch, BatchId, BatchProgress, Error, Inspect, JobFilter, JobId,
+    JobInfo, JobPage, JobState, LIST_SCAN, Progress, QueueStats, Result, RunningJob,
 };
 
 use crate::{SqliteBackend, at, db, us};
@@ -273,6 +274,54 @@ impl Inspect for SqliteBackend {
         .map_err(db)?;
         tx.commit().await.map_err(db)?;
         Ok(ids.into_iter().map(JobId).collect())
+    }
+
+    async fn list_jobs_unchecked(
+        &self,
+        queue: &str,
+        filter: &JobFilter,
+        before: Option<JobId>,
+        limit: u32,
+    ) -> Result<JobPage> {
+        // The rowid read backwards (NOT INDEXED: an index on `queue` would sort the
+        // whole queue first), one row at a time: the reading stops once the page is
+        // full, so a page of a dense listing steps through about `limit` rows, and
+        // never more than LIST_SCAN. (A window function to number the rows made
+        // SQLite read all LIST_SCAN first.) The needle is bound as a blob for the
+        // payload, so instr compares bytes, and as text for the error.
+        let mut rows = sqlx::query_as::<_, (i64, bool)>(
+            "SELECT id,
+                    (?3 IS NULL OR (CASE WHEN state = 'ready' AND run_at > ?9
+                                         THEN 'scheduled' ELSE state END) = ?3)
+                    AND (?4 IS NULL OR batch_id = ?4)
+                    AND (?5 IS NULL OR stage = ?5)
+                    AND (?6 IS NULL OR group_key = ?6)
+                    AND (?7 IS NULL OR instr(payload, ?7) > 0
+                         OR coalesce(instr(last_error, ?8) > 0, 0))
+             FROM relayq_jobs NOT INDEXED
+             WHERE queue = ?1 AND id < ?2 ORDER BY id DESC LIMIT ?10",
+        )
+        .bind(queue)
+        .bind(before.map_or(i64::MAX, |b| b.0))
+        .bind(filter.state.map(JobState::as_str))
+        .bind(filter.batch.map(|b| b.0))
+        .bind(filter.stage)
+        .bind(filter.group.as_deref())
+        .bind(filter.text.as_ref().map(|t| t.as_bytes().to_vec()))
+        .bind(filter.text.as_deref())
+        .bind(us(Utc::now()))
+        .bind(i64::from(LIST_SCAN))
+        .fetch(self.pool());
+        let mut scan = Vec::new();
+        let mut hits = 0;
+        while let Some((id, hit)) = rows.try_next().await.map_err(db)? {
+            hits += u32::from(hit);
+            scan.push((id, hit, u32::try_from(scan.len() + 1).unwrap_or(u32::MAX)));
+            if hits >= limit {
+                break;
+            }
+        }
+        Ok(JobPage::from_scan(scan, limit))
     }
 
     async fn dead_jobs_unchecked(&self, queue: &str, limit: u32) -> Result<Vec<JobInfo>> {

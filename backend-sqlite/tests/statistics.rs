@@ -28,8 +28,8 @@ use std::time::Duration;
 use chrono::Utc;
 use relayq_conformance::{poll_until, queue_name};
 use relayq_core::{
-    Admin, Batch, Claim, ClaimRequest, ClaimedJob, Complete, Enqueue, NewJob, OnFailure,
-    OrderBarrier, OrderBarrierExt, Retry, Settle, WaitFor,
+    Admin, Batch, Claim, ClaimRequest, ClaimedJob, Complete, Enqueue, Inspect, JobFilter, JobState,
+    NewJob, OnFailure, OrderBarrier, OrderBarrierExt, Retry, Settle, WaitFor,
 };
 use relayq_sqlite::{Param, SqliteBackend, hot_statements};
 use sqlx::sqlite::SqliteArguments;
@@ -524,6 +524,23 @@ async fn operations(lab: &Lab) -> Vec<(&'static str, u64)> {
     let dead = Settle::fail(next, "dead", Retry::Never);
     let (n, ()) = steps(lab, async |b| settle(b, [dead]).await).await;
     out.push(("settle of a dead job halting its batch", n));
+
+    // A page of the job list (SPEC M7), newest first, then one filtered by state.
+    let (n, ()) = steps(lab, async |b| {
+        let page = b.list_jobs(q, &JobFilter::all(), None, 50).await.unwrap();
+        assert_eq!(page.jobs.len(), 50);
+    })
+    .await;
+    out.push(("list_jobs, a page of 50", n));
+    let (n, ()) = steps(lab, async |b| {
+        let ready = JobFilter::all().state(JobState::Ready);
+        assert_eq!(
+            b.list_jobs(q, &ready, None, 50).await.unwrap().jobs.len(),
+            50
+        );
+    })
+    .await;
+    out.push(("list_jobs of ready jobs, a page of 50", n));
 
     // Maintenance: expiry and pruning, with nothing past retention.
     let (n, ()) = steps(lab, async |b| {

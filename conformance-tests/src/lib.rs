@@ -327,6 +327,8 @@ macro_rules! for_each_case {
             monitor::m1_oldest_ready_is_the_longest_wait,
             monitor::m6_why_names_what_holds_a_job,
             monitor::m6_why_names_a_retrying_group_holder,
+            listing::m7_list_jobs_finds_any_job_by_filter,
+            listing::m7_a_rare_match_is_found_past_the_scan_bound,
             schedules::s1_schedules_are_stored_replaced_and_checked,
             schedules::s1_a_batch_schedule_makes_a_sealed_staged_batch,
             schedules::s2_two_schedulers_enqueue_each_slot_once,

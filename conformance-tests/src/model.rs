@@ -13,8 +13,8 @@ use anyhow::{bail, ensure};
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use proptest::{collection::vec, prelude::*};
 use relayq_core::{
-    Backend, Batch, ClaimRequest, CompleteExt, Error, Hold, InspectExt, JobId, Lease, NewJob,
-    OnFailure, ProgressReport, Retry, Settle, Why,
+    Backend, Batch, ClaimRequest, CompleteExt, Error, Hold, InspectExt, JobId, JobState, Lease,
+    NewJob, OnFailure, ProgressReport, Retry, Settle, Why,
     memory::{Clock, MemoryBackend},
     schedule::{Fired, Schedule},
 };
@@ -68,6 +68,9 @@ pub enum Op {
     Progress(usize, u8),
     /// Purge the queue (SPEC B9).
     Purge,
+    /// List the jobs in a state (an index into `JobState::ALL`), of a group, or of a
+    /// batch, following every page of this size (SPEC M7).
+    List(Option<u8>, Option<u8>, Option<usize>, u32),
 }
 
 fn spec() -> impl Strategy<Value = Spec> {
@@ -104,6 +107,13 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Lost),
         2 => (any::<usize>(), 0u8..=100).prop_map(|(i, p)| Op::Progress(i, p)),
         1 => Just(Op::Purge),
+        2 => (
+            prop::option::of(0u8..8),
+            prop::option::weighted(0.3, 0u8..3),
+            prop::option::weighted(0.3, 0usize..2),
+            1u32..4,
+        )
+            .prop_map(|(s, g, b, limit)| Op::List(s, g, b, limit)),
     ]
 }
 
@@ -306,6 +316,29 @@ impl Side {
                 verdict(&r.map(|_| lost))
             }
             Op::Purge => verdict(&b.purge(&self.queue).await),
+            Op::List(state, group, batch, limit) => {
+                let filter = relayq_core::JobFilter {
+                    state: state.map(|s| JobState::ALL[usize::from(s) % JobState::ALL.len()]),
+                    group: group.map(|g| format!("g{g}")),
+                    batch: batch.map(|i| self.batches[i % self.batches.len()].id),
+                    ..relayq_core::JobFilter::default()
+                };
+                let mut listed = Vec::new();
+                let mut before = None;
+                loop {
+                    match b.list_jobs(&self.queue, &filter, before, *limit).await {
+                        Ok(page) => {
+                            listed.extend(page.jobs.iter().map(|id| self.index(*id)));
+                            match page.next {
+                                Some(next) => before = Some(next),
+                                None => break,
+                            }
+                        }
+                        Err(e) => return Ok(format!("list: {:?}", e.kind())),
+                    }
+                }
+                format!("listed {listed:?}")
+            }
             Op::RunNow(n) => {
                 let r = b.run_schedule_now(&self.queue, &format!("s{n}")).await;
                 let answer = match &r {

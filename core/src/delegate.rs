@@ -191,6 +191,17 @@ macro_rules! delegate {
                 use $crate::Inspect as _;
                 self.$f.batch_jobs_unchecked(batch, after, limit).await
             }
+            async fn list_jobs_unchecked(
+                &self,
+                queue: &str,
+                filter: &$crate::JobFilter,
+                before: Option<$crate::JobId>,
+                limit: u32,
+            ) -> $crate::Result<$crate::JobPage> {
+                #[allow(unused_imports)]
+                use $crate::Inspect as _;
+                self.$f.list_jobs_unchecked(queue, filter, before, limit).await
+            }
             async fn dead_jobs_unchecked(&self, queue: &str, limit: u32) -> $crate::Result<Vec<$crate::JobInfo>> {
                 #[allow(unused_imports)]
                 use $crate::Inspect as _;

@@ -69,6 +69,7 @@ mod inspect;
 mod job;
 pub mod kit;
 mod lease;
+mod list;
 pub mod listing;
 pub mod memory;
 pub mod progress;
@@ -98,6 +99,7 @@ pub use inspect::{
 };
 pub use job::{DEFAULT_MAX_ATTEMPTS, Enqueued, JobId, JobState, NewJob, RunAt};
 pub use lease::{ClaimRequest, ClaimedJob, Lease, LeaseToken};
+pub use list::{JobFields, JobFilter, JobPage, LIST_SCAN, MAX_FILTER_TEXT};
 pub use progress::{Progress, ProgressReport};
 pub use queue::QueueUpdate;
 pub use settle::{DEFAULT_SETTLE_BATCH, Outcome, Retry, Settle, Settled};

@@ -17,9 +17,9 @@ use chrono::{DateTime, Utc};
 use tokio::sync::broadcast;
 
 use crate::{
-    Batch, BatchProgress, ClaimRequest, ClaimedJob, Enqueued, Event, JobId, JobInfo, Lease, Limits,
-    Maintenance, NewJob, OnFailure, ProgressReport, QueueStats, QueueUpdate, Result, RunningJob,
-    Settle, Settled, WaitFor,
+    Batch, BatchProgress, ClaimRequest, ClaimedJob, Enqueued, Event, JobFilter, JobId, JobInfo,
+    JobPage, Lease, Limits, Maintenance, NewJob, OnFailure, ProgressReport, QueueStats,
+    QueueUpdate, Result, RunningJob, Settle, Settled, WaitFor,
     schedule::{self, Fire, Fired, Schedule, ScheduleInfo, StoredSchedule, Tick},
     settle::DEFAULT_SETTLE_BATCH,
     validate,
@@ -438,6 +438,43 @@ pub trait Inspect: Send + Sync {
         after: Option<JobId>,
         limit: u32,
     ) -> Result<Vec<JobId>>;
+
+    /// Up to `limit` ids of `queue`'s jobs that match `filter`, below `before` (from
+    /// the newest when `None`), newest first (SPEC M7): finding any job, in any state,
+    /// page by page. Read each with [`job`](Self::job).
+    ///
+    /// # Behavior
+    /// - Following [`JobPage::next`] from `None` lists every job that matches once,
+    ///   and no other (SPEC M7).
+    /// - One call looks at no more than [`LIST_SCAN`](crate::LIST_SCAN) jobs: a page
+    ///   may hold fewer than `limit` jobs and still have a `next`. `next` is `None`
+    ///   only when no job below the page matches (SPEC M7).
+    /// - `limit` outside 1..=1000 is [`Error::InvalidInput`] on `limit`; a bad filter
+    ///   is [`Error::InvalidInput`] naming its field ([`JobFilter::validate`]).
+    async fn list_jobs(
+        &self,
+        queue: &str,
+        filter: &JobFilter,
+        before: Option<JobId>,
+        limit: u32,
+    ) -> Result<JobPage> {
+        validate::queue_name(queue)?;
+        validate::list_limit(limit)?;
+        filter.validate()?;
+        self.list_jobs_unchecked(queue, filter, before, limit)
+            .await
+            .map_err(|e| e.during("list_jobs"))
+    }
+
+    /// [`list_jobs`](Self::list_jobs) after validation of `queue`, `filter` and
+    /// `limit`.
+    async fn list_jobs_unchecked(
+        &self,
+        queue: &str,
+        filter: &JobFilter,
+        before: Option<JobId>,
+        limit: u32,
+    ) -> Result<JobPage>;
 
     /// Up to `limit` dead jobs of `queue`, in enqueue (id) order (SPEC M2).
     ///

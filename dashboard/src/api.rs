@@ -8,7 +8,7 @@ use axum::{
     http::StatusCode,
 };
 use relayq_core::{
-    Batch, BatchId, BatchProgress, ErrorKind, JobId, RunningJob, validate::queue_name,
+    Batch, BatchId, BatchProgress, ErrorKind, JobId, JobInfo, RunningJob, validate::queue_name,
 };
 use serde::{Deserialize, Serialize};
 
@@ -188,12 +188,28 @@ pub(crate) async fn batch_jobs(
         page.more = !b.batch_jobs(&batch, Some(last), 1).await?.is_empty();
     }
     let next = page.items.last().filter(|_| page.more).copied();
-    let mut jobs = Vec::with_capacity(page.items.len());
-    for chunk in page.items.chunks(READS_AT_ONCE) {
+    let jobs = read_jobs(&state, &batch.queue, &page.items).await?;
+    Ok(Json(BatchJobsPage {
+        items: jobs.into_iter().map(BatchJobView::from).collect(),
+        limit,
+        more: page.more,
+        next,
+    }))
+}
+
+/// Each of `ids` read with its log, in that order, [`READS_AT_ONCE`] at a time; a job
+/// pruned between its listing and its read is left out.
+pub(crate) async fn read_jobs(
+    state: &AppState,
+    queue: &str,
+    ids: &[JobId],
+) -> ApiResult<Vec<JobInfo>> {
+    let mut jobs = Vec::with_capacity(ids.len());
+    for chunk in ids.chunks(READS_AT_ONCE) {
         let mut reads = tokio::task::JoinSet::new();
         for (i, &job) in chunk.iter().enumerate() {
-            let backend = Arc::clone(b);
-            let queue = batch.queue.clone();
+            let backend = Arc::clone(&state.backend);
+            let queue = queue.to_owned();
             reads.spawn(async move { (i, backend.job(&queue, job).await) });
         }
         let mut read = Vec::with_capacity(chunk.len());
@@ -203,7 +219,7 @@ pub(crate) async fn batch_jobs(
                 ApiError::status(StatusCode::INTERNAL_SERVER_ERROR, "a job read failed")
             })?;
             match job {
-                Ok(job) => read.push((i, BatchJobView::from(job))),
+                Ok(job) => read.push((i, job)),
                 // Pruned between the listing and the read.
                 Err(e) if e.kind() == ErrorKind::NotFound => {}
                 Err(e) => return Err(e.into()),
@@ -212,12 +228,7 @@ pub(crate) async fn batch_jobs(
         read.sort_by_key(|(i, _)| *i);
         jobs.extend(read.into_iter().map(|(_, j)| j));
     }
-    Ok(Json(BatchJobsPage {
-        items: jobs,
-        limit,
-        more: page.more,
-        next,
-    }))
+    Ok(jobs)
 }
 
 /// A page of a batch's jobs, with the cursor of the next.

@@ -86,7 +86,7 @@ pub(crate) async fn queues(
     render(&state, &original, &uri, &shell)
 }
 
-/// `GET /queues/{queue}/{batches|running|dead|schedules}`.
+/// `GET /queues/{queue}/{batches|jobs|running|dead|schedules}`.
 pub(crate) async fn queue_page(
     State(state): State<AppState>,
     original: OriginalUri,
@@ -95,6 +95,7 @@ pub(crate) async fn queue_page(
 ) -> ApiResult<Response> {
     let (page, what) = match list.as_str() {
         "batches" => ("batches", "batches"),
+        "jobs" => ("jobs", "jobs"),
         "running" => ("running", "running now"),
         "dead" => ("dead", "dead jobs"),
         "schedules" => ("schedules", "schedules"),

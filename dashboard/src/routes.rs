@@ -9,7 +9,7 @@ use axum::{
     routing::{get, post},
 };
 
-use crate::{actions, api, metrics, pages, schedules, security, state::AppState};
+use crate::{actions, api, jobs, metrics, pages, schedules, security, state::AppState};
 
 pub(crate) fn build(state: AppState) -> Router {
     let read = Router::new()
@@ -30,6 +30,7 @@ pub(crate) fn build(state: AppState) -> Router {
         .route("/api/queues/{queue}/running", get(api::running))
         .route("/api/queues/{queue}/dead", get(api::dead))
         .route("/api/queues/{queue}/schedules", get(schedules::list))
+        .route("/api/queues/{queue}/jobs", get(jobs::list))
         .route("/api/queues/{queue}/jobs/{id}", get(api::job))
         .route("/api/queues/{queue}/jobs/{id}/why", get(api::why))
         .route("/metrics", get(metrics::serve));
@@ -57,6 +58,7 @@ pub(crate) fn build(state: AppState) -> Router {
                 post(actions::cancel_batch),
             )
             .route("/api/queues/{queue}/dead/retry", post(actions::retry_all))
+            .route("/api/queues/{queue}/jobs/bulk", post(jobs::bulk))
             .route(
                 "/api/queues/{queue}/schedules/{name}/pause",
                 post(schedules::pause),

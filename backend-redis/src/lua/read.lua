@@ -9,7 +9,10 @@
 --   'dead' (ARGV[4] = limit): dead job ids, oldest first;
 --   'lost' (ARGV[4..] = id, token pairs): the ids whose job is not running under that
 --     token (SPEC B8);
---   'holder' (ARGV[4] = group): the group's job running or retrying, or -1 (SPEC M6).
+--   'holder' (ARGV[4] = group): the group's job running or retrying, or -1 (SPEC M6);
+--   'list' (ARGV[4] = below this id or '', ARGV[5] = limit, ARGV[6] = how many ids to
+--     look at, ARGV[7..11] = state, batch, stage, group, text, each '' for any): where
+--     the listing goes on ('' at its end), then the matching ids, newest first (SPEC M7).
 local what = ARGV[3]
 if what == 'stats' then
   local h = redis.call('HMGET', B .. ':settings', 'paused', 'max')
@@ -75,5 +78,33 @@ elseif what == 'holder' then
   local st = get(id, 'st')
   if st == 'running' or st == 'retrying' then return tonumber(id) end
   return -1
+elseif what == 'list' then
+  -- Ids are the queue's own counter's, so the queue's jobs are every id from the
+  -- counter down; a pruned one is looked at and skipped.
+  local top = tonumber(redis.call('GET', B .. ':seq') or '0')
+  if ARGV[4] ~= '' then top = math.min(top, tonumber(ARGV[4]) - 1) end
+  local limit, budget = tonumber(ARGV[5]), tonumber(ARGV[6])
+  local state, batch, stage, group, text = ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11]
+  local out, place = {''}, 0
+  for id = top, 1, -1 do
+    place = place + 1
+    local h = redis.call('HMGET', jk(id), 'st', 'ra', 'b', 's', 'g', 'le')
+    if h[1] then
+      local st = h[1]
+      if st == 'ready' and tonumber(h[2]) > NOW then st = 'scheduled' end
+      local hit = (state == '' or st == state) and (batch == '' or h[3] == batch)
+        and (stage == '' or h[4] == stage) and (group == '' or h[5] == group)
+      if hit and text ~= '' then
+        hit = (h[6] and string.find(h[6], text, 1, true) ~= nil)
+          or string.find(get(id, 'p') or '', text, 1, true) ~= nil
+      end
+      if hit then out[#out + 1] = s(id) end
+    end
+    if #out - 1 >= limit or place >= budget then
+      out[1] = s(id)
+      break
+    end
+  end
+  return out
 end
 return redis.error_reply('RELAYQ_BUG unknown read ' .. what)

@@ -9,6 +9,7 @@ pub mod errors;
 pub mod events;
 pub mod groups;
 pub mod lease;
+pub mod listing;
 pub mod monitor;
 pub mod progress;
 pub mod purge;

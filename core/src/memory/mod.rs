@@ -283,6 +283,16 @@ impl Inspect for MemoryBackend {
         })?
     }
 
+    async fn list_jobs_unchecked(
+        &self,
+        queue: &str,
+        filter: &crate::JobFilter,
+        before: Option<JobId>,
+        limit: u32,
+    ) -> Result<crate::JobPage> {
+        self.with_queue(queue, |q, now| q.list_jobs(filter, before, limit, now))
+    }
+
     async fn dead_jobs_unchecked(&self, queue: &str, limit: u32) -> Result<Vec<JobInfo>> {
         self.with_queue(queue, |q, now| q.dead_jobs(queue, limit as usize, now))
     }

@@ -719,6 +719,35 @@ impl QueueState {
         }
     }
 
+    /// SPEC M7: matching ids below `before`, newest first, within the scan bound.
+    pub(crate) fn list_jobs(
+        &self,
+        filter: &crate::JobFilter,
+        before: Option<JobId>,
+        limit: u32,
+        now: DateTime<Utc>,
+    ) -> crate::JobPage {
+        let view = View::new(self, now);
+        let below = before.map_or(i64::MAX, |b| b.0);
+        let scan = self
+            .jobs
+            .range(..below)
+            .rev()
+            .zip(1..)
+            .map(|((id, j), place)| {
+                let fields = crate::JobFields {
+                    state: view.state(j),
+                    batch: j.batch.map(BatchId),
+                    stage: j.stage,
+                    group: j.group.as_deref(),
+                    payload: &j.payload,
+                    last_error: j.last_error.as_deref(),
+                };
+                (*id, filter.matches(&fields), place)
+            });
+        crate::JobPage::from_scan(scan, limit)
+    }
+
     pub(crate) fn dead_jobs(&self, queue: &str, limit: usize, now: DateTime<Utc>) -> Vec<JobInfo> {
         let view = View::new(self, now);
         self.jobs

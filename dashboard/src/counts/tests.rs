@@ -61,6 +61,17 @@ impl Inspect for Costly {
     ) -> Result<Vec<JobId>> {
         self.inner.batch_jobs_unchecked(batch, after, limit).await
     }
+    async fn list_jobs_unchecked(
+        &self,
+        queue: &str,
+        filter: &relayq_core::JobFilter,
+        before: Option<JobId>,
+        limit: u32,
+    ) -> Result<relayq_core::JobPage> {
+        self.inner
+            .list_jobs_unchecked(queue, filter, before, limit)
+            .await
+    }
     async fn dead_jobs_unchecked(&self, queue: &str, limit: u32) -> Result<Vec<JobInfo>> {
         self.inner.dead_jobs_unchecked(queue, limit).await
     }

@@ -1,0 +1,415 @@
+//! Finding jobs (SPEC M7): `GET /api/queues/{queue}/jobs` lists a queue's jobs by
+//! filter, newest first, a page at a time; `POST .../jobs/bulk` cancels or retries the
+//! selected jobs, or every job a filter matches.
+
+use axum::{
+    Json,
+    body::Bytes,
+    extract::{Path, Query, State},
+};
+use chrono::{DateTime, Utc};
+use relayq_core::{AttemptOutcome, BatchId, JobFilter, JobId, JobInfo, JobState, Progress, redact};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::{
+    api::{DEFAULT_LIMIT, MAX_LIMIT, id, queue, read_jobs},
+    counts::Change,
+    error::{ApiError, ApiResult},
+    state::AppState,
+    views::redacted_progress,
+};
+
+/// `?state=&batch=&stage=&group=&text=&before=&limit=`, kept as text so that a bad
+/// value is an error naming its field.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct JobsQuery {
+    state: Option<String>,
+    batch: Option<String>,
+    stage: Option<String>,
+    group: Option<String>,
+    text: Option<String>,
+    before: Option<String>,
+    limit: Option<String>,
+}
+
+/// An empty field of the filter form means "any".
+fn given(v: Option<&String>) -> Option<&str> {
+    v.map(String::as_str).filter(|s| !s.is_empty())
+}
+
+impl JobsQuery {
+    fn filter(&self) -> ApiResult<JobFilter> {
+        let number = |field: &'static str, v: Option<&String>| -> ApiResult<Option<i64>> {
+            given(v).map(|t| id(field, t)).transpose()
+        };
+        let filter = JobFilter {
+            state: given(self.state.as_ref())
+                .map(|s| {
+                    s.parse::<JobState>()
+                        .map_err(|_| ApiError::invalid("state", format!("unknown state {s:?}")))
+                })
+                .transpose()?,
+            batch: number("batch", self.batch.as_ref())?.map(BatchId),
+            stage: number("stage", self.stage.as_ref())?
+                .map(|s| {
+                    i32::try_from(s).map_err(|_| ApiError::invalid("stage", "is out of range"))
+                })
+                .transpose()?,
+            group: given(self.group.as_ref()).map(str::to_owned),
+            text: given(self.text.as_ref()).map(str::to_owned),
+        };
+        filter.validate()?;
+        Ok(filter)
+    }
+
+    fn limit(&self) -> ApiResult<u32> {
+        match given(self.limit.as_ref()) {
+            None => Ok(DEFAULT_LIMIT),
+            Some(t) => t
+                .parse::<u32>()
+                .ok()
+                .filter(|n| (1..=MAX_LIMIT).contains(n))
+                .ok_or_else(|| {
+                    ApiError::invalid("limit", format!("expected 1..={MAX_LIMIT}, got {t:?}"))
+                }),
+        }
+    }
+}
+
+/// A job as a list shows it: what it is (its name, else its command, else the start
+/// of its payload, secrets masked), where it stands and its last error's first line.
+#[derive(Debug, Serialize)]
+pub(crate) struct JobRow {
+    id: JobId,
+    state: JobState,
+    name: String,
+    batch: Option<BatchId>,
+    stage: Option<i32>,
+    group: Option<String>,
+    attempts: u32,
+    max_attempts: u16,
+    created_at: DateTime<Utc>,
+    run_at: DateTime<Utc>,
+    finished_at: Option<DateTime<Utc>>,
+    /// The running attempt's worker and start.
+    worker: Option<String>,
+    started_at: Option<DateTime<Utc>>,
+    progress: Option<Progress>,
+    error: Option<String>,
+}
+
+/// How much of a payload or an error a list row shows.
+const SHOWN: usize = 120;
+
+fn cut(text: &str) -> String {
+    let line = text.lines().next().unwrap_or("");
+    if line.chars().count() <= SHOWN {
+        return line.to_owned();
+    }
+    let mut out: String = line.chars().take(SHOWN - 1).collect();
+    out.push('…');
+    out
+}
+
+/// A payload's name for a list: the `name` field of a JSON object, else its `command`,
+/// else the payload itself; masked first, so no secret shows.
+pub(crate) fn payload_name(payload: &[u8]) -> String {
+    let text = redact::payload(payload);
+    let json: Option<Value> = serde_json::from_str(&text).ok();
+    let field = |k| json.as_ref().and_then(|v| v.get(k)).and_then(Value::as_str);
+    cut(field("name").or_else(|| field("command")).unwrap_or(&text))
+}
+
+impl From<JobInfo> for JobRow {
+    fn from(j: JobInfo) -> Self {
+        let running = j
+            .attempt_log
+            .iter()
+            .rev()
+            .find(|a| a.outcome == AttemptOutcome::Running);
+        Self {
+            id: j.id,
+            state: j.state,
+            name: payload_name(&j.payload),
+            batch: j.batch,
+            stage: j.stage,
+            group: j.group,
+            attempts: j.attempts,
+            max_attempts: j.max_attempts,
+            created_at: j.created_at,
+            run_at: j.run_at,
+            finished_at: j.finished_at,
+            worker: running.map(|a| a.worker.clone()),
+            started_at: running.map(|a| a.started_at),
+            progress: j.progress.map(redacted_progress),
+            error: j.last_error.as_deref().map(|e| cut(&redact::urls(e))),
+        }
+    }
+}
+
+/// A page of a job list, with the cursor of the next (SPEC M7): a page may be short,
+/// or empty, and still have a `next` when the backend stopped after looking at its
+/// share of jobs.
+#[derive(Debug, Serialize)]
+pub(crate) struct JobsPage {
+    items: Vec<JobRow>,
+    limit: u32,
+    next: Option<JobId>,
+}
+
+/// `GET /api/queues/{queue}/jobs?state=&batch=&stage=&group=&text=&before=&limit=`.
+pub(crate) async fn list(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    Query(q): Query<JobsQuery>,
+) -> ApiResult<Json<JobsPage>> {
+    let name = queue(&name)?;
+    let filter = q.filter()?;
+    let limit = q.limit()?;
+    let before = given(q.before.as_ref())
+        .map(|b| id("before", b))
+        .transpose()?
+        .map(JobId);
+    let page = state
+        .backend
+        .list_jobs(name, &filter, before, limit)
+        .await?;
+    let jobs = read_jobs(&state, name, &page.jobs).await?;
+    Ok(Json(JobsPage {
+        items: jobs.into_iter().map(JobRow::from).collect(),
+        limit,
+        next: page.next,
+    }))
+}
+
+/// The most jobs one bulk action touches: an action on "every job that matches" a
+/// filter of a million jobs is done in parts, each answer saying whether more match.
+pub(crate) const BULK_MAX: usize = 10_000;
+
+/// What a bulk action does to each job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum BulkAction {
+    /// Cancel it, if unfinished (SPEC B7).
+    Cancel,
+    /// Put it back to ready, if dead and not in a batch (SPEC M2).
+    Retry,
+}
+
+/// `{"action": "cancel"|"retry", "ids": [..]}`, or `"filter": {..}` (the list's query
+/// fields) for every job that matches.
+#[derive(Debug, Deserialize)]
+struct BulkBody {
+    action: BulkAction,
+    ids: Option<Vec<i64>>,
+    filter: Option<JobsQuery>,
+}
+
+fn parse_bulk(body: &[u8]) -> ApiResult<(BulkAction, Option<Vec<JobId>>, Option<JobFilter>)> {
+    let body: BulkBody = serde_json::from_slice(body).map_err(|e| {
+        ApiError::invalid(
+            "body",
+            format!("expected JSON with action and ids or filter: {e}"),
+        )
+    })?;
+    match (body.ids, body.filter) {
+        (Some(ids), None) => {
+            if ids.is_empty() || ids.len() > BULK_MAX {
+                return Err(ApiError::invalid(
+                    "ids",
+                    format!("expected 1 to {BULK_MAX} ids, got {}", ids.len()),
+                ));
+            }
+            Ok((
+                body.action,
+                Some(ids.into_iter().map(JobId).collect()),
+                None,
+            ))
+        }
+        (None, Some(q)) => Ok((body.action, None, Some(q.filter()?))),
+        _ => Err(ApiError::invalid("ids", "give either ids or filter")),
+    }
+}
+
+/// `POST /api/queues/{queue}/jobs/bulk`: cancels or retries each job named, or each
+/// that the filter matches (up to [`BULK_MAX`]); says how many changed, how many were
+/// left as they were, and whether more match.
+pub(crate) async fn bulk(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> ApiResult<Json<Value>> {
+    let name = queue(&name)?;
+    let (action, ids, filter) = parse_bulk(&body)?;
+    let (ids, more) = match (ids, filter) {
+        (Some(ids), _) => (ids, false),
+        (None, filter) => matching(&state, name, &filter.unwrap_or_default(), action).await?,
+    };
+    let changed = match action {
+        BulkAction::Cancel => {
+            let mut n = 0u64;
+            for id in &ids {
+                n += u64::from(state.backend.cancel_job(name, *id).await?);
+            }
+            n
+        }
+        BulkAction::Retry => {
+            let mut n = 0;
+            for chunk in ids.chunks(1000) {
+                n += state.backend.retry_dead(name, Some(chunk)).await?;
+            }
+            n
+        }
+    };
+    state.counts.changed(name, Change::Jobs);
+    let unchanged = ids.len() as u64 - changed;
+    tracing::info!(queue = %name, ?action, changed, unchanged, more, "relayq-dashboard: bulk action");
+    let what = match action {
+        BulkAction::Cancel => "cancelled",
+        BulkAction::Retry => "retried",
+    };
+    // Say what was left alone, and why, rather than let a short count look like all.
+    let why = match action {
+        BulkAction::Cancel => "already finished",
+        BulkAction::Retry => "not dead, in a batch, or holding a dedupe key another job has",
+    };
+    let mut note =
+        (unchanged > 0).then(|| format!("{changed} {what}; {unchanged} left as they were ({why})"));
+    if more {
+        let more_note = format!("more than {BULK_MAX} jobs match: run it again for the rest");
+        note = Some(note.map_or(more_note.clone(), |n| format!("{n}; {more_note}")));
+    }
+    Ok(Json(
+        json!({ what: changed, "unchanged": unchanged, "more": more, "note": note }),
+    ))
+}
+
+/// The jobs a filter matches, up to [`BULK_MAX`], and whether more match. A retry
+/// looks at dead jobs unless the filter names a state; a cancel at every job that
+/// matches, leaving finished ones as they are.
+async fn matching(
+    state: &AppState,
+    queue: &str,
+    filter: &JobFilter,
+    action: BulkAction,
+) -> ApiResult<(Vec<JobId>, bool)> {
+    let mut filter = filter.clone();
+    if action == BulkAction::Retry && filter.state.is_none() {
+        filter.state = Some(JobState::Dead);
+    }
+    let mut out = Vec::new();
+    let mut before = None;
+    loop {
+        let page = state
+            .backend
+            .list_jobs(queue, &filter, before, 1000)
+            .await?;
+        for id in page.jobs {
+            if out.len() == BULK_MAX {
+                return Ok((out, true));
+            }
+            out.push(id);
+        }
+        match page.next {
+            Some(next) => before = Some(next),
+            None => return Ok((out, false)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn field_of(e: &ApiError) -> String {
+        format!("{e:?}")
+    }
+
+    #[test]
+    fn bad_queries_name_their_field() {
+        for (q, field) in [
+            (
+                JobsQuery {
+                    state: Some("sleeping".into()),
+                    ..JobsQuery::default()
+                },
+                "state",
+            ),
+            (
+                JobsQuery {
+                    batch: Some("x".into()),
+                    ..JobsQuery::default()
+                },
+                "batch",
+            ),
+            (
+                JobsQuery {
+                    stage: Some("99999999999".into()),
+                    ..JobsQuery::default()
+                },
+                "stage",
+            ),
+            (
+                JobsQuery {
+                    text: Some("x".repeat(300)),
+                    ..JobsQuery::default()
+                },
+                "text",
+            ),
+        ] {
+            let e = q.filter().unwrap_err();
+            assert!(field_of(&e).contains(field), "{q:?}: {e:?}");
+        }
+        let empty = JobsQuery {
+            state: Some(String::new()),
+            text: Some(String::new()),
+            ..JobsQuery::default()
+        };
+        assert_eq!(empty.filter().unwrap(), JobFilter::all());
+        let bad_limit = JobsQuery {
+            limit: Some("0".into()),
+            ..JobsQuery::default()
+        };
+        assert!(field_of(&bad_limit.limit().unwrap_err()).contains("limit"));
+    }
+
+    #[test]
+    fn bulk_bodies_are_checked() {
+        let (a, ids, f) = parse_bulk(br#"{"action":"cancel","ids":[3,4]}"#).unwrap();
+        assert_eq!(
+            (a, ids, f),
+            (BulkAction::Cancel, Some(vec![JobId(3), JobId(4)]), None)
+        );
+        let (a, ids, f) = parse_bulk(br#"{"action":"retry","filter":{"text":"disk"}}"#).unwrap();
+        assert_eq!((a, ids), (BulkAction::Retry, None));
+        assert_eq!(f.unwrap(), JobFilter::all().text("disk"));
+        for (bad, field) in [
+            (&br#"{"action":"delete","ids":[1]}"#[..], "body"),
+            (br#"{"action":"cancel"}"#, "ids"),
+            (br#"{"action":"cancel","ids":[]}"#, "ids"),
+            (br#"{"action":"cancel","ids":[1],"filter":{}}"#, "ids"),
+            (br#"{"action":"cancel","filter":{"state":"nope"}}"#, "state"),
+        ] {
+            let e = parse_bulk(bad).unwrap_err();
+            assert!(
+                field_of(&e).contains(field),
+                "{}: {e:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+
+    #[test]
+    fn names_come_from_the_payload_with_secrets_masked() {
+        assert_eq!(
+            payload_name(br#"{"name":"load orders","command":"x"}"#),
+            "load orders"
+        );
+        assert_eq!(payload_name(br#"{"command":"echo hi"}"#), "echo hi");
+        assert_eq!(payload_name(b"plain bytes\nsecond line"), "plain bytes");
+        let leaked = payload_name(br#"{"command":"psql postgres://u:hunter2@db/x"}"#);
+        assert!(!leaked.contains("hunter2"), "{leaked}");
+        assert_eq!(payload_name(&vec![b'a'; 500]).chars().count(), SHOWN);
+    }
+}
