@@ -863,6 +863,18 @@ DELETE FROM {s}.jobs WHERE id IN (SELECT id FROM @p) AND finished_at IS NOT NULL
 COMMIT TRANSACTION;
 SELECT COUNT(*) AS pruned FROM @p;";
 
+/// SPEC M8: deletes the finished jobs of queue `@P1` among the ids of JSON array `@P2`,
+/// with their logs; returns how many.
+pub(crate) const DELETE_JOBS: &str = "
+DECLARE @d TABLE (id bigint NOT NULL PRIMARY KEY);
+BEGIN TRANSACTION;
+DELETE FROM {s}.jobs OUTPUT deleted.id INTO @d
+WHERE id IN (SELECT CAST(value AS bigint) FROM OPENJSON(@P2))
+  AND queue = @P1 AND state IN ('succeeded', 'dead', 'cancelled');
+DELETE FROM {s}.attempts WHERE job_id IN (SELECT id FROM @d);
+COMMIT TRANSACTION;
+SELECT COUNT(*) AS deleted FROM @d;";
+
 /// Deletes sealed batches of queue `@P1` that have no job left.
 pub(crate) const PRUNE_BATCHES: &str = "
 DELETE FROM {s}.batches WHERE queue = @P1 AND sealed = 1
@@ -1192,6 +1204,7 @@ pub(crate) const ALL: &[(&str, &str)] = &[
     ("BATCH_JOB_IDS", BATCH_JOB_IDS),
     ("DEAD_IDS", DEAD_IDS),
     ("LIST_JOBS", LIST_JOBS),
+    ("DELETE_JOBS", DELETE_JOBS),
     ("SCHEDULE_PUT", SCHEDULE_PUT),
     ("SCHEDULE_LIST", SCHEDULE_LIST),
     ("SCHEDULE_PAUSE", SCHEDULE_PAUSE),

@@ -346,6 +346,22 @@ impl Admin for PostgresBackend {
         kit::purge::purge(queue, batches, batch, step).await
     }
 
+    async fn delete_jobs_unchecked(&self, queue: &str, ids: &[JobId]) -> Result<u64> {
+        // Finished jobs live in `finished` only: an unfinished one is never matched.
+        let ids: Vec<i64> = ids.iter().map(|id| id.0).collect();
+        let n: i64 = sqlx::query_scalar(self.sql(
+            "WITH d AS (DELETE FROM {s}.finished WHERE queue = $1 AND id = ANY ($2) RETURNING id),
+                  a AS (DELETE FROM {s}.attempts WHERE job_id = ANY (ARRAY(SELECT id FROM d)))
+             SELECT count(*) FROM d",
+        ))
+        .bind(queue)
+        .bind(&ids)
+        .fetch_one(self.pool())
+        .await
+        .map_err(db)?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
     async fn retry_dead_unchecked(&self, queue: &str, ids: Option<&[JobId]>) -> Result<u64> {
         let ids: Option<Vec<i64>> = ids.map(|ids| ids.iter().map(|id| id.0).collect());
         let (n, payloads) = retry_transient(

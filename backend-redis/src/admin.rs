@@ -493,6 +493,13 @@ impl Admin for RedisBackend {
         Ok(n)
     }
 
+    async fn delete_jobs_unchecked(&self, queue: &str, ids: &[JobId]) -> Result<u64> {
+        let mut args = vec![b"delete".to_vec()];
+        args.extend(ids.iter().map(|id| arg(id.0)));
+        let out = self.admin(queue, &args).await?;
+        u64::try_from(int(&out)?).map_err(Error::backend)
+    }
+
     async fn retry_dead_unchecked(&self, queue: &str, ids: Option<&[JobId]>) -> Result<u64> {
         let list = ids
             .map(|ids| {

@@ -142,6 +142,36 @@ impl Admin for SqliteBackend {
     async fn cancel_batch_unchecked(&self, batch: &Batch) -> Result<u64> {
         self.cancel_batch_as(batch, cancelled_by::BATCH).await
     }
+    async fn delete_jobs_unchecked(&self, queue: &str, ids: &[JobId]) -> Result<u64> {
+        let list: Vec<String> = ids.iter().map(|id| id.0.to_string()).collect();
+        let list = format!("[{}]", list.join(","));
+        let (mut tx, _) = self.write().await?;
+        // Each named job by its key, and its log through the log's index.
+        let gone: Vec<i64> = sqlx::query_scalar(
+            "DELETE FROM relayq_jobs WHERE id IN (SELECT value FROM json_each(?2))
+               AND queue = ?1 AND state IN ('succeeded', 'dead', 'cancelled')
+             RETURNING id",
+        )
+        .bind(queue)
+        .bind(&list)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db)?;
+        if !gone.is_empty() {
+            let gone: Vec<String> = gone.iter().map(i64::to_string).collect();
+            sqlx::query(
+                "DELETE FROM relayq_attempts INDEXED BY relayq_attempts_job
+                 WHERE job_id IN (SELECT value FROM json_each(?1))",
+            )
+            .bind(format!("[{}]", gone.join(",")))
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
+        }
+        tx.commit().await.map_err(db)?;
+        Ok(gone.len() as u64)
+    }
+
     async fn retry_dead_unchecked(&self, queue: &str, ids: Option<&[JobId]>) -> Result<u64> {
         let wanted = ids.map(|ids| {
             let list: Vec<String> = ids.iter().map(|id| id.0.to_string()).collect();

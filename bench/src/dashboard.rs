@@ -124,6 +124,18 @@ pub async fn time_api(
             format!("/api/queues/{q}/batches/{}/jobs?limit=100", batch.id.0),
             "GET /api/queues/{q}/batches/{id}/jobs (100, the timeline)",
         ),
+        (
+            format!("/api/queues/{q}/jobs?limit=50"),
+            "GET /api/queues/{q}/jobs (a page of 50, newest first)",
+        ),
+        (
+            format!("/api/queues/{q}/jobs?limit=50&state=ready&before={}", n / 2),
+            "GET /api/queues/{q}/jobs (ready, a page from the middle)",
+        ),
+        (
+            format!("/api/queues/{q}/jobs?limit=50&text=no-such-text"),
+            "GET /api/queues/{q}/jobs (a text no job holds: one bounded scan)",
+        ),
         ("/metrics".to_owned(), "GET /metrics"),
         ("/".to_owned(), "GET / (the page)"),
     ];

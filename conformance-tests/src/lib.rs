@@ -329,6 +329,7 @@ macro_rules! for_each_case {
             monitor::m6_why_names_a_retrying_group_holder,
             listing::m7_list_jobs_finds_any_job_by_filter,
             listing::m7_a_rare_match_is_found_past_the_scan_bound,
+            listing::m8_delete_jobs_removes_only_finished_ones,
             schedules::s1_schedules_are_stored_replaced_and_checked,
             schedules::s1_a_batch_schedule_makes_a_sealed_staged_batch,
             schedules::s2_two_schedulers_enqueue_each_slot_once,

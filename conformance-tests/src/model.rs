@@ -71,6 +71,8 @@ pub enum Op {
     /// List the jobs in a state (an index into `JobState::ALL`), of a group, or of a
     /// batch, following every page of this size (SPEC M7).
     List(Option<u8>, Option<u8>, Option<usize>, u32),
+    /// Delete the n-th job, if finished (SPEC M8).
+    Delete(usize),
 }
 
 fn spec() -> impl Strategy<Value = Spec> {
@@ -114,6 +116,7 @@ fn op() -> impl Strategy<Value = Op> {
             1u32..4,
         )
             .prop_map(|(s, g, b, limit)| Op::List(s, g, b, limit)),
+        1 => any::<usize>().prop_map(Op::Delete),
     ]
 }
 
@@ -316,6 +319,13 @@ impl Side {
                 verdict(&r.map(|_| lost))
             }
             Op::Purge => verdict(&b.purge(&self.queue).await),
+            Op::Delete(i) => {
+                if self.ids.is_empty() {
+                    return Ok("no job".into());
+                }
+                let id = self.ids[i % self.ids.len()];
+                verdict(&b.delete_jobs(&self.queue, &[id]).await)
+            }
             Op::List(state, group, batch, limit) => {
                 let filter = relayq_core::JobFilter {
                     state: state.map(|s| JobState::ALL[usize::from(s) % JobState::ALL.len()]),
@@ -401,7 +411,14 @@ impl Side {
     async fn snapshot(&self) -> anyhow::Result<Vec<String>> {
         let mut out = Vec::new();
         for (i, id) in self.ids.iter().enumerate() {
-            let info = self.b.job(&self.queue, *id).await?;
+            // A job deleted (SPEC M8) is gone alike everywhere.
+            let info = match self.b.job(&self.queue, *id).await {
+                Err(e) if e.kind() == relayq_core::ErrorKind::NotFound => {
+                    out.push(format!("job {i}: gone"));
+                    continue;
+                }
+                read => read?,
+            };
             let progress = info.progress.map(|p| (p.attempt, p.percent, p.message));
             out.push(format!(
                 "job {i}: {} attempts {} progress {progress:?}",

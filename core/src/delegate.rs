@@ -237,6 +237,11 @@ macro_rules! delegate {
                 use $crate::Admin as _;
                 self.$f.purge_unchecked(queue).await
             }
+            async fn delete_jobs_unchecked(&self, queue: &str, ids: &[$crate::JobId]) -> $crate::Result<u64> {
+                #[allow(unused_imports)]
+                use $crate::Admin as _;
+                self.$f.delete_jobs_unchecked(queue, ids).await
+            }
             async fn retry_dead_unchecked(&self, queue: &str, ids: Option<&[$crate::JobId]>) -> $crate::Result<u64> {
                 #[allow(unused_imports)]
                 use $crate::Admin as _;

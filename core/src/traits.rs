@@ -605,6 +605,27 @@ pub trait Admin: Send + Sync {
     /// [`purge`](Self::purge) after validation of `queue`.
     async fn purge_unchecked(&self, queue: &str) -> Result<u64>;
 
+    /// Deletes the finished jobs (succeeded, dead or cancelled) of `queue` among `ids`,
+    /// with their attempt logs, before their retention ends (SPEC M8). Returns how
+    /// many it deleted.
+    ///
+    /// # Behavior
+    /// - A finished job named is gone, as if pruned: [`Inspect::job`] is
+    ///   [`Error::NotFound`] and no listing shows it (SPEC M8).
+    /// - An unfinished job named is left as it is (cancel it first), and so is an id
+    ///   unknown or of another queue (SPEC M8).
+    /// - No id, or more than 1000, is [`Error::InvalidInput`] on `ids`.
+    async fn delete_jobs(&self, queue: &str, ids: &[JobId]) -> Result<u64> {
+        validate::queue_name(queue)?;
+        validate::job_ids(ids)?;
+        self.delete_jobs_unchecked(queue, ids)
+            .await
+            .map_err(|e| e.during("delete_jobs"))
+    }
+
+    /// [`delete_jobs`](Self::delete_jobs) after validation of `queue` and `ids`.
+    async fn delete_jobs_unchecked(&self, queue: &str, ids: &[JobId]) -> Result<u64>;
+
     /// Puts dead jobs back to `ready` (or `blocked` behind their group) with attempts
     /// reset: those in `ids`, or every dead job of the queue when `ids` is `None`
     /// (SPEC M2). Returns how many.

@@ -238,6 +238,20 @@ pub fn list_limit(limit: u32) -> Result<()> {
     Ok(())
 }
 
+/// Checks the ids one call acts on: 1 to 1000.
+///
+/// # Errors
+/// [`Error::InvalidInput`] on `ids`.
+pub fn job_ids(ids: &[crate::JobId]) -> Result<()> {
+    if ids.is_empty() || ids.len() > 1000 {
+        return Err(Error::invalid(
+            "ids",
+            format!("must name 1 to 1000 jobs, got {}", ids.len()),
+        ));
+    }
+    Ok(())
+}
+
 /// Checks a lease length or heartbeat extension.
 ///
 /// # Errors

@@ -88,7 +88,7 @@
   function nav() {
     const items = [link(`${base}/`, "queues", page === "queues" ? "current" : null)];
     if (queue) {
-      for (const [p, label] of [["batches", "batches"], ["running", "running"], ["dead", "dead"], ["schedules", "schedules"]]) {
+      for (const [p, label] of [["batches", "batches"], ["jobs", "jobs"], ["running", "running"], ["dead", "dead"], ["schedules", "schedules"]]) {
         items.push(link(`${qpath(queue)}/${p}`, label, page === p ? "current" : null));
       }
     }
@@ -149,7 +149,7 @@
         STATES.map((st) => num(s.counted ? s.counts[st] ?? 0 : "…")),
         h("td", { class: "num" }, s.counted ? `${s.running} / ${s.max_running ?? "∞"}` : "…"),
         h("td", { class: "num oldest" }, s.counted ? waited(s.oldest_ready_seconds) : "…"),
-        h("td", {}, link(`${qpath(s.queue)}/running`, "running"), " · ", link(`${qpath(s.queue)}/dead`, "dead")),
+        h("td", {}, link(`${qpath(s.queue)}/jobs`, "jobs"), " · ", link(`${qpath(s.queue)}/running`, "running"), " · ", link(`${qpath(s.queue)}/dead`, "dead")),
         // Until counted, the settings are unknown: no button that could be wrong.
         readOnly ? null : h("td", {}, s.counted ? queueActions(s) : null)));
     const add = h("form", { class: "toolbar", onsubmit: (ev) => {
@@ -254,8 +254,9 @@
     return h("div", { class: "timeline-wrap" },
       svg("svg", { id: "timeline", viewBox: `0 0 ${label + width + 10} ${height + 24}`, role: "img", "aria-label": "attempts by worker over time" },
         workers.map((w) => svg("text", { class: "worker", x: 0, y: y(w, 0) + 10 }, w.length > 26 ? `${w.slice(0, 25)}…` : w)),
-        bars.map((b) => svg("rect", { class: `att ${b.outcome}`, x: x(b.start).toFixed(1), y: y(b.worker, b.lane), width: Math.max(1.5, x(b.end) - x(b.start)).toFixed(1), height: row - 3, "data-job": b.job, "data-worker": b.worker },
-          svg("title", {}, `job #${b.job}, stage ${b.stage}, attempt ${b.attempt} on ${b.worker}: ${b.outcome}, ${((b.end - b.start) / 1000).toFixed(2)} s`))),
+        // Each bar links to its job's page.
+        bars.map((b) => svg("a", { href: `${qpath(queue)}/jobs/${b.job}` }, svg("rect", { class: `att ${b.outcome}`, x: x(b.start).toFixed(1), y: y(b.worker, b.lane), width: Math.max(1.5, x(b.end) - x(b.start)).toFixed(1), height: row - 3, "data-job": b.job, "data-worker": b.worker },
+          svg("title", {}, `job #${b.job}, stage ${b.stage}, attempt ${b.attempt} on ${b.worker}: ${b.outcome}, ${((b.end - b.start) / 1000).toFixed(2)} s`)))),
         svg("text", { class: "axis", x: label, y: height + 18 }, new Date(t0).toLocaleTimeString()),
         svg("text", { class: "axis end", x: label + width, y: height + 18 }, `+${((t1 - t0) / 1000).toFixed(1)} s`)),
       h("p", { class: "muted legend" }, `${bars.length} attempts of ${list.items.length} jobs on ${workers.length} worker${workers.length === 1 ? "" : "s"}`,
@@ -275,6 +276,7 @@
     return [
       h("p", {}, batchState(b), " on failure: ", b.on_failure, b.sealed ? " · sealed" : " · unsealed", b.released_stage === null ? "" : ` · released up to stage ${b.released_stage}`),
       h("div", { id: "stages" }, b.stages.map(stageBar)),
+      h("p", {}, link(`${qpath(queue)}/jobs?batch=${q(id)}`, "the batch's jobs", "batch-jobs"), " · ", link(`${qpath(queue)}/jobs?batch=${q(id)}&state=dead`, "its dead jobs")),
       h("h2", {}, "Attempts by worker"),
       timeline(jobs),
       jobs.more || after ? h("p", { class: "more" }, after ? [link(`?${first}`, "first jobs"), " · "] : null, jobs.more ? link(`?${next}`, "next jobs") : null) : null,
@@ -292,12 +294,97 @@
     const rows = list.items.map((r) =>
       h("tr", { "data-job": r.id },
         h("td", {}, link(`${qpath(queue)}/jobs/${r.id}`, `#${r.id}`)),
+        h("td", { class: "name" }, r.name ?? ""), h("td", {}, batchCell(r)),
         h("td", {}, r.worker), num(r.attempt), h("td", {}, when(r.started_at)), h("td", {}, when(r.lease_expires_at)),
         h("td", {}, progressOf(r.progress, r.attempt)),
         readOnly ? null : h("td", {}, button("cancel", `/queues/${q(queue)}/jobs/${r.id}/cancel`, {}, { danger: true, name: "cancel-job", confirm: `Cancel job ${r.id}?` }))));
     return [head,
-      list.items.length ? h("table", { id: "running" }, h("thead", {}, h("tr", {}, h("th", {}, "job"), h("th", {}, "worker"), h("th", {}, "attempt"), h("th", {}, "since"), h("th", {}, "lease expires"), h("th", {}, "progress"), readOnly ? null : h("th", {}, ""))), h("tbody", {}, rows)) : h("p", { class: "muted" }, "Nothing running."),
+      list.items.length ? h("table", { id: "running" }, h("thead", {}, h("tr", {}, h("th", {}, "job"), h("th", {}, "name"), h("th", {}, "batch · stage"), h("th", {}, "worker"), h("th", {}, "attempt"), h("th", {}, "since"), h("th", {}, "lease expires"), h("th", {}, "progress"), readOnly ? null : h("th", {}, ""))), h("tbody", {}, rows)) : h("p", { class: "muted" }, "Nothing running."),
       moreLink(list)];
+  }
+
+  const batchCell = (j) => j.batch === null || j.batch === undefined ? h("span", { class: "muted" }, "—")
+    : [link(`${qpath(queue)}/batches/${j.batch}`, `#${j.batch}`), ` · ${j.stage}`];
+
+  // The jobs page: any job found by filter, newest first, a page at a time, with bulk
+  // actions on the selected jobs or on every job that matches.
+  const FILTERS = ["state", "batch", "stage", "group", "text"];
+  // Ids ticked on this page, kept across redraws.
+  const selected = new Set();
+
+  async function drawJobs() {
+    const query = new URLSearchParams();
+    for (const k of [...FILTERS, "before", "limit"]) if (params.get(k)) query.set(k, params.get(k));
+    const [head, list] = await Promise.all([queueHeader(), api(`/queues/${q(queue)}/jobs?${query}`)]);
+    const shown = new Set(list.items.map((j) => String(j.id)));
+    for (const sel of [...selected]) if (!shown.has(sel)) selected.delete(sel);
+    const filterForm = h("form", { id: "job-filter", class: "toolbar", onsubmit: (ev) => {
+      ev.preventDefault();
+      const next = new URLSearchParams();
+      for (const k of FILTERS) {
+        const v = ev.target.elements[k].value.trim();
+        if (v) next.set(k, v);
+      }
+      selected.clear();
+      location.search = next.toString();
+    } },
+      h("select", { name: "state", "aria-label": "state" }, h("option", { value: "" }, "any state"),
+        STATES.map((st) => h("option", { value: st, selected: params.get("state") === st }, st))), " ",
+      h("input", { name: "batch", placeholder: "batch", value: params.get("batch") || "", "aria-label": "batch" }), " ",
+      h("input", { name: "stage", placeholder: "stage", value: params.get("stage") || "", "aria-label": "stage" }), " ",
+      h("input", { name: "group", placeholder: "group", value: params.get("group") || "", "aria-label": "group" }), " ",
+      h("input", { name: "text", class: "wide", placeholder: "name or error text", value: params.get("text") || "", "aria-label": "text" }), " ",
+      h("button", { type: "submit", "data-action": "filter" }, "filter"), " ",
+      link(`${qpath(queue)}/jobs`, "clear"));
+    const filterBody = Object.fromEntries(FILTERS.filter((k) => params.get(k)).map((k) => [k, params.get(k)]));
+    const bulk = (action, ids) => {
+      const what = ids ? `${ids.length} selected job${ids.length === 1 ? "" : "s"}` : "every job that matches this filter (up to 10,000 at a time)";
+      if (!window.confirm(`${action[0].toUpperCase()}${action.slice(1)} ${what}?`)) return;
+      selected.clear();
+      act(`/queues/${q(queue)}/jobs/bulk`, ids ? { action, ids } : { action, filter: filterBody });
+    };
+    const picked = () => [...selected].map(Number);
+    const tools = readOnly ? null : h("p", { class: "toolbar", id: "bulk" },
+      h("button", { "data-action": "cancel-selected", class: "danger", disabled: !selected.size, onclick: () => bulk("cancel", picked()) }, `cancel selected (${selected.size})`),
+      h("button", { "data-action": "retry-selected", disabled: !selected.size, onclick: () => bulk("retry", picked()) }, `retry selected (${selected.size})`),
+      h("button", { "data-action": "delete-selected", class: "danger", disabled: !selected.size, onclick: () => bulk("delete", picked()) }, `delete selected (${selected.size})`),
+      " ", h("span", { class: "muted" }, "or every match:"), " ",
+      h("button", { "data-action": "cancel-matching", class: "danger", onclick: () => bulk("cancel") }, "cancel all matching"),
+      h("button", { "data-action": "retry-matching", onclick: () => bulk("retry") }, "retry all matching"));
+    const tick = (j) => h("input", { type: "checkbox", class: "pick", "aria-label": `select job ${j.id}`, checked: selected.has(String(j.id)), onchange: (ev) => {
+      if (ev.target.checked) selected.add(String(j.id)); else selected.delete(String(j.id));
+      refresh();
+    } });
+    const tickAll = h("input", { type: "checkbox", "aria-label": "select every job of this page", checked: list.items.length > 0 && list.items.every((j) => selected.has(String(j.id))), onchange: (ev) => {
+      for (const j of list.items) if (ev.target.checked) selected.add(String(j.id)); else selected.delete(String(j.id));
+      refresh();
+    } });
+    const rows = list.items.map((j) =>
+      h("tr", { "data-job": j.id },
+        readOnly ? null : h("td", {}, tick(j)),
+        h("td", {}, link(`${qpath(queue)}/jobs/${j.id}`, `#${j.id}`)),
+        h("td", {}, badge(j.state)),
+        h("td", { class: "name" }, j.name),
+        h("td", {}, batchCell(j)),
+        h("td", {}, j.group ?? h("span", { class: "muted" }, "—")),
+        h("td", { class: "num" }, `${j.attempts}/${j.max_attempts}`),
+        h("td", {}, when(j.created_at)),
+        h("td", {}, j.finished_at ? when(j.finished_at) : j.worker ? [j.worker, " ", progressOf(j.progress, j.attempts)] : when(j.run_at)),
+        h("td", {}, j.error ? h("span", { class: "error-line" }, j.error) : "")));
+    const next = new URLSearchParams(location.search);
+    if (list.next !== null) next.set("before", String(list.next));
+    const newest = new URLSearchParams(location.search);
+    newest.delete("before");
+    // A short page with more below: the backend stopped after looking at its share of
+    // jobs (SPEC M7), not at the end.
+    const short = list.next !== null && list.items.length < list.limit;
+    return [head, filterForm, tools,
+      list.items.length ? h("table", { id: "jobs" },
+        h("thead", {}, h("tr", {}, readOnly ? null : h("th", {}, tickAll), ["job", "state", "name", "batch · stage", "group", "attempts", "created", "finished · running on · runs"].map((t) => h("th", {}, t)), h("th", {}, "last error"))),
+        h("tbody", {}, rows)) : h("p", { class: "muted", id: "jobs-empty" }, list.next === null ? "No job matches." : "No match among the jobs looked at so far."),
+      h("p", { class: "more" },
+        params.get("before") ? [link(`?${newest}`, "newest"), " · "] : null,
+        list.next !== null ? link(`?${next}`, short ? `look further (below #${list.next})` : "older jobs", "older") : h("span", { class: "muted" }, "end of the list"))];
   }
 
   const lastOutput = (j) => [...j.attempt_log].reverse().find((a) => a.output)?.output;
@@ -364,7 +451,9 @@
         field("last error", j.last_error === null ? null : h("pre", { class: "error-text" }, j.last_error))),
       readOnly ? null : h("p", { class: "toolbar" },
         unfinished ? button("cancel job", `/queues/${q(queue)}/jobs/${j.id}/cancel`, {}, { danger: true, name: "cancel-job", confirm: `Cancel job ${j.id}?` }) : null,
-        j.state === "dead" && j.batch === null ? button("retry", `/queues/${q(queue)}/jobs/${j.id}/retry`, {}, { name: "retry" }) : null),
+        j.state === "dead" && j.batch === null ? button("retry", `/queues/${q(queue)}/jobs/${j.id}/retry`, {}, { name: "retry" }) : null,
+        // A finished job can go before its retention ends; its page then says it is gone.
+        unfinished ? null : button("delete", `/queues/${q(queue)}/jobs/bulk`, { action: "delete", ids: [j.id] }, { danger: true, name: "delete-job", confirm: `Delete job ${j.id} and its attempts?` })),
       h("h2", {}, "Attempts"),
       j.attempt_log.length ? h("table", { id: "attempts" },
         h("thead", {}, h("tr", {}, ["#", "worker", "started", "ended", "outcome", "error", "output"].map((t) => h("th", {}, t)))),
@@ -374,7 +463,7 @@
     ];
   }
 
-  const pages = { queues: drawQueues, batches: drawBatches, batch: drawBatch, running: drawRunning, dead: drawDead, schedules: drawSchedules, job: drawJob };
+  const pages = { queues: drawQueues, batches: drawBatches, jobs: drawJobs, batch: drawBatch, running: drawRunning, dead: drawDead, schedules: drawSchedules, job: drawJob };
 
   // How often the page asks again (ms; 0: paused), kept across pages in this browser.
   const RATE_KEY = "relayq-refresh-ms";
@@ -399,7 +488,9 @@
     clearTimeout(timer);
     // Redrawing would drop what the user is typing, or the text they selected: wait
     // until the field loses focus or the selection is cleared.
-    const typing = document.activeElement && document.activeElement.tagName === "INPUT";
+    const active = document.activeElement;
+    const typing = active && (active.tagName === "INPUT" && active.type !== "checkbox"
+      || active.tagName === "SELECT" && $("#content").contains(active));
     const sel = window.getSelection();
     const selecting = sel && !sel.isCollapsed && $("#content").contains(sel.anchorNode);
     if (!typing && !selecting) {

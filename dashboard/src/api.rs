@@ -240,20 +240,51 @@ pub(crate) struct BatchJobsPage {
     next: Option<JobId>,
 }
 
-/// `GET /api/queues/{queue}/running?limit=N`: oldest attempt first.
+/// A running job with what it is: its name (as a job list shows it), batch and stage.
+#[derive(Debug, Serialize)]
+pub(crate) struct RunningView {
+    #[serde(flatten)]
+    run: RunningJob,
+    name: Option<String>,
+    batch: Option<BatchId>,
+    stage: Option<i32>,
+}
+
+/// `GET /api/queues/{queue}/running?limit=N`: oldest attempt first, each job read for
+/// its name, batch and stage.
 pub(crate) async fn running(
     State(state): State<AppState>,
     Path(name): Path<String>,
     Query(limit): Query<LimitQuery>,
-) -> ApiResult<Json<Page<RunningJob>>> {
+) -> ApiResult<Json<Page<RunningView>>> {
     let limit = limit.get()?;
+    let name = queue(&name)?;
     // The trait has no limit here: running jobs are bounded by the workers' slots.
-    let mut items = state.backend.running(queue(&name)?).await?;
+    let mut items = state.backend.running(name).await?;
     items.sort_by_key(|r| (r.started_at, r.id));
-    for r in &mut items {
-        r.progress = r.progress.take().map(crate::views::redacted_progress);
-    }
-    Ok(Json(Page::cut(items, limit)))
+    let page = Page::cut(items, limit);
+    let ids: Vec<JobId> = page.items.iter().map(|r| r.id).collect();
+    let jobs = read_jobs(&state, name, &ids).await?;
+    let items = page
+        .items
+        .into_iter()
+        .map(|mut run| {
+            run.progress = run.progress.take().map(crate::views::redacted_progress);
+            // A job finished between the two reads shows without its name.
+            let job = jobs.iter().find(|j| j.id == run.id);
+            RunningView {
+                name: job.map(|j| crate::jobs::payload_name(&j.payload)),
+                batch: job.and_then(|j| j.batch),
+                stage: job.and_then(|j| j.stage),
+                run,
+            }
+        })
+        .collect();
+    Ok(Json(Page {
+        items,
+        limit: page.limit,
+        more: page.more,
+    }))
 }
 
 /// `GET /api/queues/{queue}/dead?limit=N`: in enqueue order.

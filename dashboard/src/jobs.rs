@@ -1,6 +1,6 @@
 //! Finding jobs (SPEC M7): `GET /api/queues/{queue}/jobs` lists a queue's jobs by
-//! filter, newest first, a page at a time; `POST .../jobs/bulk` cancels or retries the
-//! selected jobs, or every job a filter matches.
+//! filter, newest first, a page at a time; `POST .../jobs/bulk` cancels, retries or
+//! deletes the selected jobs, or every job a filter matches.
 
 use axum::{
     Json,
@@ -195,9 +195,11 @@ enum BulkAction {
     Cancel,
     /// Put it back to ready, if dead and not in a batch (SPEC M2).
     Retry,
+    /// Delete it, if finished (SPEC M8).
+    Delete,
 }
 
-/// `{"action": "cancel"|"retry", "ids": [..]}`, or `"filter": {..}` (the list's query
+/// `{"action": "cancel"|"retry"|"delete", "ids": [..]}`, or `"filter": {..}` (the list's query
 /// fields) for every job that matches.
 #[derive(Debug, Deserialize)]
 struct BulkBody {
@@ -232,7 +234,7 @@ fn parse_bulk(body: &[u8]) -> ApiResult<(BulkAction, Option<Vec<JobId>>, Option<
     }
 }
 
-/// `POST /api/queues/{queue}/jobs/bulk`: cancels or retries each job named, or each
+/// `POST /api/queues/{queue}/jobs/bulk`: cancels, retries or deletes each job named, or each
 /// that the filter matches (up to [`BULK_MAX`]); says how many changed, how many were
 /// left as they were, and whether more match.
 pub(crate) async fn bulk(
@@ -261,6 +263,13 @@ pub(crate) async fn bulk(
             }
             n
         }
+        BulkAction::Delete => {
+            let mut n = 0;
+            for chunk in ids.chunks(1000) {
+                n += state.backend.delete_jobs(name, chunk).await?;
+            }
+            n
+        }
     };
     state.counts.changed(name, Change::Jobs);
     let unchanged = ids.len() as u64 - changed;
@@ -268,11 +277,13 @@ pub(crate) async fn bulk(
     let what = match action {
         BulkAction::Cancel => "cancelled",
         BulkAction::Retry => "retried",
+        BulkAction::Delete => "deleted",
     };
     // Say what was left alone, and why, rather than let a short count look like all.
     let why = match action {
         BulkAction::Cancel => "already finished",
         BulkAction::Retry => "not dead, in a batch, or holding a dedupe key another job has",
+        BulkAction::Delete => "not finished: cancel them first",
     };
     let mut note =
         (unchanged > 0).then(|| format!("{changed} {what}; {unchanged} left as they were ({why})"));
@@ -385,7 +396,7 @@ mod tests {
         assert_eq!((a, ids), (BulkAction::Retry, None));
         assert_eq!(f.unwrap(), JobFilter::all().text("disk"));
         for (bad, field) in [
-            (&br#"{"action":"delete","ids":[1]}"#[..], "body"),
+            (&br#"{"action":"explode","ids":[1]}"#[..], "body"),
             (br#"{"action":"cancel"}"#, "ids"),
             (br#"{"action":"cancel","ids":[]}"#, "ids"),
             (br#"{"action":"cancel","ids":[1],"filter":{}}"#, "ids"),

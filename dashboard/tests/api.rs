@@ -521,3 +521,308 @@ async fn a_jobs_why_names_what_holds_it() {
     let missing = get(&app, &format!("/api/queues/{q}/jobs/999999/why")).await;
     assert_eq!(missing.status, 404);
 }
+
+/// The ids of a jobs page.
+fn ids_of(page: &serde_json::Value) -> Vec<i64> {
+    page["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_i64().unwrap())
+        .collect()
+}
+
+/// SPEC M7 through the API: any job found by state, batch, group or text, newest
+/// first, page by page, each with its name (secrets masked); bad filters name their
+/// field; the running list names each job, its batch and stage.
+#[tokio::test]
+async fn jobs_are_found_by_filter_page_by_page() {
+    let db = sqlite().await;
+    let q = queue();
+    let b = db.backend.as_ref();
+    // First: `dead_job` fails whichever job a claim takes next.
+    let dead = dead_job(b, &q, "plain", "disk full").await;
+    let batch = b.open_batch(&q, OnFailure::Continue).await.unwrap();
+    let staged = b
+        .enqueue(vec![
+            NewJob::new(&q, br#"{"name":"load orders","command":"x"}"#.to_vec())
+                .in_batch(batch.id, 1),
+            NewJob::new(
+                &q,
+                br#"{"command":"psql postgres://u:s3cret@db/x"}"#.to_vec(),
+            )
+            .in_batch(batch.id, 2)
+            .group("g"),
+        ])
+        .await
+        .unwrap();
+    let ready: Vec<i64> = b
+        .enqueue(
+            (0..3)
+                .map(|i| NewJob::new(&q, format!("r{i}").into_bytes()))
+                .collect(),
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.id.0)
+        .collect();
+    let claimed = b
+        .claim(ClaimRequest::new(
+            &q,
+            "worker-9",
+            1,
+            Duration::from_secs(60),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(claimed[0].id(), staged[0].id, "stage 1 first");
+    let (app, _) = app_and_csrf(&db).await;
+    let list = |tail: &str| {
+        let app = app.clone();
+        let uri = format!("/api/queues/{q}/jobs{tail}");
+        async move { get(&app, &uri).await }
+    };
+
+    let all = list("?limit=2").await.json();
+    assert_eq!(ids_of(&all), [ready[2], ready[1]]);
+    let next = all["next"].as_i64().unwrap();
+    let rest = list(&format!("?limit=1000&before={next}")).await.json();
+    assert_eq!(
+        ids_of(&rest),
+        [ready[0], staged[1].id.0, staged[0].id.0, dead.0]
+    );
+    assert!(rest["next"].is_null());
+    for (tail, want) in [
+        ("?state=dead", vec![dead.0]),
+        ("?state=blocked", vec![staged[1].id.0]),
+        (
+            &format!("?batch={}&stage=1", batch.id.0) as &str,
+            vec![staged[0].id.0],
+        ),
+        ("?group=g", vec![staged[1].id.0]),
+        ("?text=disk", vec![dead.0]),
+        ("?text=load%20orders&state=", vec![staged[0].id.0]),
+    ] {
+        assert_eq!(ids_of(&list(tail).await.json()), want, "{tail}");
+    }
+    let page = list("?state=running").await.json();
+    let row = &page["items"][0];
+    assert_eq!(
+        (&row["name"], &row["worker"], &row["batch"], &row["stage"]),
+        (
+            &json!("load orders"),
+            &json!("worker-9"),
+            &json!(batch.id.0),
+            &json!(1)
+        )
+    );
+    let masked = list("?group=g").await;
+    assert!(!masked.body.contains("s3cret"), "{}", masked.body);
+    assert!(
+        masked.body.contains("postgres://u:***@db/x"),
+        "{}",
+        masked.body
+    );
+    assert_eq!(
+        list("?state=dead").await.json()["items"][0]["error"],
+        "disk full"
+    );
+    for (tail, field) in [
+        ("?state=asleep", "state"),
+        ("?batch=x", "batch"),
+        ("?stage=1.5", "stage"),
+        ("?before=y", "before"),
+        ("?limit=0", "limit"),
+    ] {
+        let answer = list(tail).await;
+        assert_eq!(
+            (answer.status.as_u16(), answer.json()["field"].as_str()),
+            (400, Some(field)),
+            "{tail}"
+        );
+    }
+
+    let running = get(&app, &format!("/api/queues/{q}/running")).await.json();
+    let row = &running["items"][0];
+    assert_eq!(
+        (&row["name"], &row["batch"], &row["stage"], &row["worker"]),
+        (
+            &json!("load orders"),
+            &json!(batch.id.0),
+            &json!(1),
+            &json!("worker-9")
+        )
+    );
+}
+
+/// Bulk actions: cancel the selected jobs, retry the selected dead ones, and act on
+/// every job a filter matches; each answer counts what it changed and says what it
+/// left alone; bad bodies name their field and change nothing.
+#[tokio::test]
+async fn bulk_actions_cancel_and_retry_selected_or_matching() {
+    let db = sqlite().await;
+    let q = queue();
+    let b = db.backend.as_ref();
+    let (app, csrf) = app_and_csrf(&db).await;
+    let bulk = format!("/api/queues/{q}/jobs/bulk");
+    let ready: Vec<i64> = b
+        .enqueue(
+            (0..4)
+                .map(|i| NewJob::new(&q, format!("job {i}").into_bytes()))
+                .collect(),
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.id.0)
+        .collect();
+    let answer = post(
+        &app,
+        &bulk,
+        &csrf,
+        &json!({"action": "cancel", "ids": [ready[0], ready[1]]}).to_string(),
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(
+        (
+            answer.json()["cancelled"].as_u64(),
+            answer.json()["unchanged"].as_u64()
+        ),
+        (Some(2), Some(0))
+    );
+    let qr = &q;
+    let state = |id: i64| async move { b.job(qr, relayq_core::JobId(id)).await.unwrap().state };
+    assert_eq!(state(ready[0]).await, JobState::Cancelled);
+    assert_eq!(state(ready[2]).await, JobState::Ready);
+    // Again: both are finished now, and the answer says so.
+    let again = post(
+        &app,
+        &bulk,
+        &csrf,
+        &json!({"action": "cancel", "ids": [ready[0], ready[1]]}).to_string(),
+    )
+    .await
+    .json();
+    assert_eq!(again["unchanged"], 2);
+    assert!(
+        again["note"].as_str().unwrap().contains("already finished"),
+        "{again}"
+    );
+
+    // Every job matching a filter: "job 3" only.
+    let answer = post(
+        &app,
+        &bulk,
+        &csrf,
+        &json!({"action": "cancel", "filter": {"text": "job 3", "state": "ready"}}).to_string(),
+    )
+    .await
+    .json();
+    assert_eq!(
+        (answer["cancelled"].as_u64(), answer["more"].as_bool()),
+        (Some(1), Some(false))
+    );
+    assert_eq!(state(ready[3]).await, JobState::Cancelled);
+    assert_eq!(state(ready[2]).await, JobState::Ready);
+
+    // Retry, in a queue of its own (`dead_job` fails whichever job comes next): the
+    // selected dead job, then every dead one by filter.
+    let q = queue();
+    let qr = &q;
+    let state = |id: i64| async move { b.job(qr, relayq_core::JobId(id)).await.unwrap().state };
+    let bulk = format!("/api/queues/{q}/jobs/bulk");
+    let d1 = dead_job(b, &q, "d1", "boom").await.0;
+    let d2 = dead_job(b, &q, "d2", "boom").await.0;
+    let other = b
+        .enqueue_one(NewJob::new(&q, b"ready".to_vec()))
+        .await
+        .unwrap()
+        .id
+        .0;
+    let answer = post(
+        &app,
+        &bulk,
+        &csrf,
+        &json!({"action": "retry", "ids": [d1, other]}).to_string(),
+    )
+    .await
+    .json();
+    assert_eq!(
+        (answer["retried"].as_u64(), answer["unchanged"].as_u64()),
+        (Some(1), Some(1))
+    );
+    assert_eq!(state(d1).await, JobState::Ready);
+    let answer = post(
+        &app,
+        &bulk,
+        &csrf,
+        &json!({"action": "retry", "filter": {"text": "boom"}}).to_string(),
+    )
+    .await
+    .json();
+    assert_eq!(answer["retried"], 1, "{answer}");
+    assert_eq!(state(d2).await, JobState::Ready);
+
+    // Delete: a finished job goes, an unfinished one stays and the answer says why.
+    let done = b
+        .enqueue_one(NewJob::new(&q, b"gone".to_vec()))
+        .await
+        .unwrap()
+        .id;
+    b.cancel_job(&q, done).await.unwrap();
+    let answer = post(
+        &app,
+        &bulk,
+        &csrf,
+        &json!({"action": "delete", "ids": [done.0, d1]}).to_string(),
+    )
+    .await
+    .json();
+    assert_eq!(
+        (answer["deleted"].as_u64(), answer["unchanged"].as_u64()),
+        (Some(1), Some(1))
+    );
+    assert!(
+        answer["note"]
+            .as_str()
+            .unwrap()
+            .contains("cancel them first"),
+        "{answer}"
+    );
+    assert!(b.job(&q, done).await.is_err(), "the cancelled job is gone");
+    assert_eq!(state(d1).await, JobState::Ready);
+
+    for (body, field) in [
+        (json!({"action": "cancel"}), "ids"),
+        (json!({"action": "cancel", "ids": []}), "ids"),
+        (json!({"action": "explode", "ids": [d1]}), "body"),
+        (
+            json!({"action": "cancel", "filter": {"batch": "x"}}),
+            "batch",
+        ),
+    ] {
+        let answer = post(&app, &bulk, &csrf, &body.to_string()).await;
+        assert_eq!(
+            (answer.status.as_u16(), answer.json()["field"].as_str()),
+            (400, Some(field)),
+            "{body}"
+        );
+    }
+    assert_eq!(
+        state(d1).await,
+        JobState::Ready,
+        "a refused action changed nothing"
+    );
+    // Without the page's CSRF token, nothing happens.
+    let forged = post(
+        &app,
+        &bulk,
+        "wrong",
+        &json!({"action": "cancel", "ids": [d1]}).to_string(),
+    )
+    .await;
+    assert_eq!(forged.status, 403);
+    assert_eq!(state(d1).await, JobState::Ready);
+}

@@ -307,7 +307,20 @@ async fn the_dashboard_works_in_chromium(db: Db, screenshots: bool) {
     .await;
     gate.send(3).unwrap();
     until(&b, "timeline: all 4 done", bars, |v| v == &json!([4, 0, 1])).await;
+    // Each bar links to its job's page.
+    let linked = "return [...document.querySelectorAll('#timeline a')].filter((a) => /\\/jobs\\/\\d+$/.test(a.getAttribute('href')) && a.querySelector('rect.att')).length;";
+    until(&b, "every bar is a link to its job", linked, |v| {
+        v == &json!(4)
+    })
+    .await;
     screenshot(&b, "batch", screenshots).await;
+    // The batch's job list, found by following its link: all four, newest first.
+    click(&b, "a.batch-jobs").await;
+    let listed = "return [...document.querySelectorAll('#jobs tbody tr')].map((r) => r.querySelector('.badge').textContent);";
+    until(&b, "the batch's four jobs, succeeded", listed, |v| {
+        v == &json!(["succeeded", "succeeded", "succeeded", "succeeded"])
+    })
+    .await;
     b.goto(&format!("{base}/queues/{qb}/batches"))
         .await
         .unwrap();
@@ -405,6 +418,78 @@ async fn the_dashboard_works_in_chromium(db: Db, screenshots: bool) {
     .await;
     assert!(db.backend.queue_stats(&qb).await.unwrap().paused);
     screenshot(&b, "queues", screenshots).await;
+
+    // The jobs page: any job found by its name or its error; a secret in a payload
+    // stays masked; ticked jobs are cancelled in one action.
+    let qj = queue();
+    let made = db
+        .backend
+        .enqueue(vec![
+            NewJob::new(&qj, br#"{"name":"load-a","command":"x"}"#.to_vec()),
+            NewJob::new(&qj, br#"{"name":"load-b","command":"x"}"#.to_vec()),
+            NewJob::new(
+                &qj,
+                br#"{"name":"other","env":{"API_TOKEN":"s3cret"}}"#.to_vec(),
+            ),
+        ])
+        .await
+        .unwrap();
+    let ids: Vec<i64> = made.iter().map(|e| e.id.0).collect();
+    b.goto(&format!("{base}/queues/{qj}/jobs")).await.unwrap();
+    let names = "return [...document.querySelectorAll('#jobs td.name')].map((c) => c.textContent);";
+    until(&b, "every job, newest first", names, |v| {
+        v == &json!(["other", "load-b", "load-a"])
+    })
+    .await;
+    let secret = "return document.querySelector('#content').textContent.includes('s3cret');";
+    assert_eq!(b.execute(secret, vec![]).await.unwrap(), json!(false));
+    // A filter typed into the form.
+    let filter = "const f = document.querySelector('#job-filter');         f.elements.text.value = 'load-'; f.requestSubmit(); return true;";
+    b.execute(filter, vec![]).await.unwrap();
+    until(&b, "the filter finds load-b and load-a", names, |v| {
+        v == &json!(["load-b", "load-a"])
+    })
+    .await;
+    screenshot(&b, "jobs", screenshots).await;
+    // Tick load-a, confirm, cancel.
+    b.execute("window.confirm = () => true; return true;", vec![])
+        .await
+        .unwrap();
+    click(&b, &format!("tr[data-job=\"{}\"] input.pick", ids[0])).await;
+    until(
+        &b,
+        "the bulk button counts the ticked job",
+        &text_of("button[data-action=\"cancel-selected\"]"),
+        |v| v == &json!("cancel selected (1)"),
+    )
+    .await;
+    click(&b, "button[data-action=\"cancel-selected\"]").await;
+    until(
+        &b,
+        "load-a shows cancelled",
+        &text_of(&format!("tr[data-job=\"{}\"] .badge", ids[0])),
+        |v| v == &json!("cancelled"),
+    )
+    .await;
+    let state = |i: usize| {
+        let backend = db.backend.clone();
+        let (q, id) = (qj.clone(), made[i].id);
+        async move { backend.job(&q, id).await.unwrap().state }
+    };
+    assert_eq!(state(0).await, JobState::Cancelled);
+    assert_eq!(state(1).await, JobState::Ready, "only the ticked job");
+    // Cancelled, it can be deleted: tick it again, delete, and its row is gone.
+    click(&b, &format!("tr[data-job=\"{}\"] input.pick", ids[0])).await;
+    click(
+        &b,
+        "button[data-action=\"delete-selected\"]:not([disabled])",
+    )
+    .await;
+    until(&b, "load-a's row is gone", names, |v| {
+        v == &json!(["load-b"])
+    })
+    .await;
+    assert!(db.backend.job(&qj, made[0].id).await.is_err(), "deleted");
 
     // A batch that finished with a dead job says so, not a green "finished".
     let qf = queue();

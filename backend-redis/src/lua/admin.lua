@@ -4,7 +4,9 @@
 --     dead jobs went back to ready (not batch jobs; not a job whose dedupe key another
 --     unfinished job holds; of dead jobs sharing a key, the first);
 --   'maintain' (ARGV[4] = retention, microseconds): requeued, dead, pruned, and 1 when
---     there is more to do (each call does a bounded amount).
+--     there is more to do (each call does a bounded amount);
+--   'delete' (ARGV[4..] = ids): how many of them were finished and are now gone, as
+--     pruning leaves them (SPEC M8).
 local op = ARGV[3]
 if op == 'pause' or op == 'resume' then
   redis.call('HSET', B .. ':settings', 'paused', op == 'pause' and '1' or '0')
@@ -51,6 +53,24 @@ elseif op == 'retry' then
   end
   publish()
   return revived
+elseif op == 'delete' then
+  local deleted = 0
+  for i = 4, #ARGV do
+    local id = ARGV[i]
+    local h = redis.call('HMGET', jk(id), 'st', 'b')
+    if h[1] == 'succeeded' or h[1] == 'dead' or h[1] == 'cancelled' then
+      stat(h[1], -1)
+      redis.call('DEL', jk(id), jk(id) .. ':log')
+      redis.call('ZREM', B .. ':done', id)
+      redis.call('ZREM', B .. ':dead', id)
+      if h[2] then redis.call('SREM', bk(h[2]) .. ':jobs', id) end
+      -- A plain completion's id stays in B:donelist until pruning reaches it and
+      -- finds no job: removing it here would cost a walk of the list.
+      deleted = deleted + 1
+    end
+  end
+  publish()
+  return deleted
 elseif op == 'maintain' then
   -- Bounded work per call (a script blocks the server while it runs): the caller
   -- calls again while the last value says there is more.

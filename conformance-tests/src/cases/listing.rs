@@ -211,3 +211,47 @@ pub async fn m7_a_rare_match_is_found_past_the_scan_bound(env: &Env) -> anyhow::
     );
     Ok(())
 }
+
+/// SPEC M8: `delete_jobs` removes the finished jobs named (succeeded, dead,
+/// cancelled) with their logs, as pruning would, and leaves unfinished ones, unknown
+/// ids and another queue's jobs; a second delete finds nothing; no id, or too many, is
+/// `InvalidInput` on `ids`.
+pub async fn m8_delete_jobs_removes_only_finished_ones(env: &Env) -> anyhow::Result<()> {
+    let b = env.backend();
+    let q = queue_name("m8");
+    let other = queue_name("m8other");
+    let by_state = one_job_per_state(b, &q).await?;
+    let theirs = enqueue(b, NewJob::new(&other, b"theirs".to_vec())).await?;
+    b.cancel_job(&other, theirs).await?;
+    let finished = [JobState::Succeeded, JobState::Dead, JobState::Cancelled];
+    let mut named: Vec<JobId> = by_state.values().copied().collect();
+    named.extend([theirs, JobId(theirs.0 + 1_000_000)]);
+    let n = b.delete_jobs(&q, &named).await?;
+    ensure!(n == 3, "deleted {n}, expected the 3 finished jobs");
+    for (state, id) in &by_state {
+        let read = b.job(&q, *id).await;
+        if finished.contains(state) {
+            ensure!(
+                matches!(read, Err(relayq_core::Error::NotFound { .. })),
+                "the {state} job {id} should be gone: {read:?}"
+            );
+        } else {
+            super::support::expect_state(b, &q, *id, *state).await?;
+        }
+    }
+    super::support::expect_state(b, &other, theirs, JobState::Cancelled).await?;
+    let stats = b.queue_stats(&q).await?;
+    for state in finished {
+        ensure!(stats.count(state) == 0, "{state} still counted: {stats:?}");
+    }
+    let (listed, _) = list_all(b, &q, &JobFilter::all(), 100).await?;
+    ensure!(listed.len() == 5, "listed {listed:?} after the delete");
+    ensure!(
+        b.delete_jobs(&q, &named).await? == 0,
+        "a second delete found jobs"
+    );
+    expect_invalid(b.delete_jobs(&q, &[]).await, "ids", "no id")?;
+    let many: Vec<JobId> = (1..=1001).map(JobId).collect();
+    expect_invalid(b.delete_jobs(&q, &many).await, "ids", "1001 ids")?;
+    Ok(())
+}

@@ -360,6 +360,10 @@ impl Admin for MemoryBackend {
         Ok(n)
     }
 
+    async fn delete_jobs_unchecked(&self, queue: &str, ids: &[JobId]) -> Result<u64> {
+        self.with_queue(queue, |q, _| q.delete_jobs(ids))
+    }
+
     async fn retry_dead_unchecked(&self, queue: &str, ids: Option<&[JobId]>) -> Result<u64> {
         let n = self.with_queue(queue, |q, now| q.retry_dead(ids, now))?;
         self.notify(queue, EventKind::Ready);

@@ -658,6 +658,22 @@ impl QueueState {
 
     /// SPEC M3: deletes finished jobs older than `cutoff`, and sealed batches left
     /// with no job.
+    /// SPEC M8: the finished jobs among `ids`, gone as if pruned.
+    pub(crate) fn delete_jobs(&mut self, ids: &[JobId]) -> u64 {
+        let mut deleted = 0;
+        for id in ids {
+            if self
+                .jobs
+                .get(&id.0)
+                .is_some_and(|j| matches!(j.phase, Phase::Finished(_)))
+            {
+                self.jobs.remove(&id.0);
+                deleted += 1;
+            }
+        }
+        deleted
+    }
+
     pub(crate) fn prune(&mut self, cutoff: DateTime<Utc>) -> u64 {
         let before = self.jobs.len();
         self.jobs
