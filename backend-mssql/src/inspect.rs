@@ -179,6 +179,10 @@ impl Inspect for MssqlBackend {
             .collect()
     }
 
+    async fn workers_unchecked(&self, queue: &str) -> Result<Vec<relayq_core::WorkerSeen>> {
+        self.seen(queue).await
+    }
+
     async fn list_jobs_unchecked(
         &self,
         queue: &str,

@@ -63,6 +63,7 @@ mod schema;
 mod server_tests;
 mod settle;
 mod sql;
+mod workers;
 
 use std::{
     collections::HashMap,

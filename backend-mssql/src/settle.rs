@@ -127,6 +127,14 @@ impl Complete for MssqlBackend {
     }
 
     /// The reports go in id order, the order every writer locks job rows in.
+    async fn worker_beat_unchecked(
+        &self,
+        queue: &str,
+        beat: &relayq_core::WorkerBeat,
+    ) -> Result<()> {
+        self.beat(queue, beat).await
+    }
+
     async fn report_progress_unchecked(&self, reports: &[ProgressReport]) -> Result<Vec<JobId>> {
         let mut reports: Vec<&ProgressReport> = reports.iter().collect();
         reports.sort_unstable_by_key(|r| r.lease.job);

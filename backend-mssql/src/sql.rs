@@ -212,6 +212,15 @@ ALTER TABLE {s}.schedules SET (LOCK_ESCALATION = DISABLE);",
     // (SPEC L7); kept after the job finishes.
     "
 ALTER TABLE {s}.jobs ADD progress nvarchar(max) NULL;",
+    // Each worker's last beat to a queue it serves (SPEC M9), removed an hour after
+    // its last beat.
+    "
+CREATE TABLE {s}.workers (
+    queue     nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
+    name      nvarchar(256) COLLATE Latin1_General_100_BIN2 NOT NULL,
+    beat      nvarchar(max) NOT NULL,
+    last_seen datetime2(6)  NOT NULL,
+    CONSTRAINT workers_pk PRIMARY KEY (queue, name));",
 ];
 
 /// Declarations the promotion fragment needs; the batch fills the `@t*` tables with
@@ -875,6 +884,24 @@ DELETE FROM {s}.attempts WHERE job_id IN (SELECT id FROM @d);
 COMMIT TRANSACTION;
 SELECT COUNT(*) AS deleted FROM @d;";
 
+/// SPEC M9: stores beat `@P3` of worker `@P2` for queue `@P1` with the server's time,
+/// and drops the queue's beats older than `@P4` seconds.
+pub(crate) const WORKER_BEAT: &str = "
+DECLARE @now datetime2(6) = SYSUTCDATETIME();
+BEGIN TRANSACTION;
+UPDATE {s}.workers WITH (UPDLOCK, SERIALIZABLE) SET beat = @P3, last_seen = @now
+WHERE queue = @P1 AND name = @P2;
+IF @@ROWCOUNT = 0
+    INSERT INTO {s}.workers (queue, name, beat, last_seen) VALUES (@P1, @P2, @P3, @now);
+DELETE FROM {s}.workers WHERE queue = @P1 AND last_seen < DATEADD(second, -@P4, @now);
+COMMIT TRANSACTION;";
+
+/// SPEC M9: the beats of queue `@P1` from the last `@P2` seconds, the most recent first.
+pub(crate) const WORKERS: &str = "
+SELECT beat, last_seen FROM {s}.workers
+WHERE queue = @P1 AND last_seen > DATEADD(second, -@P2, SYSUTCDATETIME())
+ORDER BY last_seen DESC, name;";
+
 /// Deletes sealed batches of queue `@P1` that have no job left.
 pub(crate) const PRUNE_BATCHES: &str = "
 DELETE FROM {s}.batches WHERE queue = @P1 AND sealed = 1
@@ -1176,6 +1203,7 @@ pub(crate) const ALL: &[(&str, &str)] = &[
     ("MIGRATION_2", MIGRATIONS[1]),
     ("MIGRATION_3", MIGRATIONS[2]),
     ("MIGRATION_4", MIGRATIONS[3]),
+    ("MIGRATION_5", MIGRATIONS[4]),
     ("CLAIM", CLAIM),
     ("SETTLE", SETTLE),
     ("HEARTBEAT", HEARTBEAT),
@@ -1205,6 +1233,8 @@ pub(crate) const ALL: &[(&str, &str)] = &[
     ("DEAD_IDS", DEAD_IDS),
     ("LIST_JOBS", LIST_JOBS),
     ("DELETE_JOBS", DELETE_JOBS),
+    ("WORKER_BEAT", WORKER_BEAT),
+    ("WORKERS", WORKERS),
     ("SCHEDULE_PUT", SCHEDULE_PUT),
     ("SCHEDULE_LIST", SCHEDULE_LIST),
     ("SCHEDULE_PAUSE", SCHEDULE_PAUSE),

@@ -61,6 +61,7 @@ mod schema;
 mod settle;
 #[cfg(test)]
 mod test_schema;
+mod workers;
 
 use std::{str::FromStr, sync::Arc, time::Duration};
 

@@ -24,6 +24,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0006_group_scans.sql"),
     include_str!("../migrations/0007_schedules.sql"),
     include_str!("../migrations/0008_progress.sql"),
+    include_str!("../migrations/0009_workers.sql"),
 ];
 
 /// The schema version this crate migrates to. [`migrate`](crate::PostgresBackend::migrate)

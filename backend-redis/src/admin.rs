@@ -327,6 +327,26 @@ impl Inspect for RedisBackend {
         Ok(ids.into_iter().map(JobId).collect())
     }
 
+    async fn workers_unchecked(&self, queue: &str) -> Result<Vec<relayq_core::WorkerSeen>> {
+        let kept = micros(relayq_core::workers::BEAT_KEPT);
+        let out: Value = self
+            .run_idempotent(&scripts::READ, queue, &[b"workers".to_vec(), arg(kept)])
+            .await?;
+        let mut seen = Vec::new();
+        for pair in reply::items(out)?.chunks(2) {
+            let [beat, at] = pair else {
+                return Err(bad("workers"));
+            };
+            if let Some(beat) = relayq_core::WorkerBeat::from_stored(&text(beat)?) {
+                seen.push(relayq_core::WorkerSeen {
+                    beat,
+                    last_seen: reply::time(int(at)?),
+                });
+            }
+        }
+        Ok(seen)
+    }
+
     async fn list_jobs_unchecked(
         &self,
         queue: &str,
@@ -388,6 +408,19 @@ impl Inspect for RedisBackend {
 const LIST_SCAN_REDIS: u32 = 2_000;
 
 impl RedisBackend {
+    /// SPEC M9: stores `beat` with the server's time; drops the queue's old beats.
+    pub(crate) async fn beat(&self, queue: &str, beat: &relayq_core::WorkerBeat) -> Result<()> {
+        let kept = micros(relayq_core::workers::BEAT_KEPT);
+        let args = [
+            b"beat".to_vec(),
+            beat.worker.clone().into_bytes(),
+            beat.to_stored().into_bytes(),
+            arg(kept),
+        ];
+        self.admin(queue, &args).await?;
+        Ok(())
+    }
+
     async fn admin(&self, queue: &str, args: &[Vec<u8>]) -> Result<Value> {
         self.run(&scripts::ADMIN, queue, args).await
     }

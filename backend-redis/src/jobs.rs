@@ -225,6 +225,14 @@ impl Complete for RedisBackend {
 
     /// One script per queue, as [`lost_leases`](Self::lost_leases_unchecked); storing
     /// the same progress twice is harmless, so it is tried again after a lost connection.
+    async fn worker_beat_unchecked(
+        &self,
+        queue: &str,
+        beat: &relayq_core::WorkerBeat,
+    ) -> Result<()> {
+        self.beat(queue, beat).await
+    }
+
     async fn report_progress_unchecked(&self, reports: &[ProgressReport]) -> Result<Vec<JobId>> {
         let mut by_queue: std::collections::BTreeMap<&str, Vec<Vec<u8>>> = Default::default();
         for r in reports {

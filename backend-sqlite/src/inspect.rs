@@ -276,6 +276,10 @@ impl Inspect for SqliteBackend {
         Ok(ids.into_iter().map(JobId).collect())
     }
 
+    async fn workers_unchecked(&self, queue: &str) -> Result<Vec<relayq_core::WorkerSeen>> {
+        self.seen(queue).await
+    }
+
     async fn list_jobs_unchecked(
         &self,
         queue: &str,

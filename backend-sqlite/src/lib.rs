@@ -50,6 +50,7 @@ mod open_error;
 mod promote;
 mod schedules;
 mod settle;
+mod workers;
 
 use std::{
     collections::HashMap,
@@ -267,6 +268,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0003_group_holder.sql"),
     include_str!("../migrations/0004_schedules.sql"),
     include_str!("../migrations/0005_progress.sql"),
+    include_str!("../migrations/0006_workers.sql"),
 ];
 
 /// Applies the migrations not yet applied. The whole check-and-apply runs under

@@ -129,6 +129,14 @@ impl Complete for SqliteBackend {
         Ok(ids.into_iter().map(JobId).collect())
     }
 
+    async fn worker_beat_unchecked(
+        &self,
+        queue: &str,
+        beat: &relayq_core::WorkerBeat,
+    ) -> Result<()> {
+        self.beat(queue, beat).await
+    }
+
     async fn report_progress_unchecked(&self, reports: &[ProgressReport]) -> Result<Vec<JobId>> {
         let stored: Vec<String> = reports.iter().map(ProgressReport::stored).collect();
         let json = leases_json(

@@ -330,6 +330,8 @@ macro_rules! for_each_case {
             listing::m7_list_jobs_finds_any_job_by_filter,
             listing::m7_a_rare_match_is_found_past_the_scan_bound,
             listing::m8_delete_jobs_removes_only_finished_ones,
+            workers::m9_workers_lists_each_worker_s_last_beat,
+            workers::m9_a_running_worker_beats,
             schedules::s1_schedules_are_stored_replaced_and_checked,
             schedules::s1_a_batch_schedule_makes_a_sealed_staged_batch,
             schedules::s2_two_schedulers_enqueue_each_slot_once,

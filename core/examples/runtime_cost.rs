@@ -100,6 +100,15 @@ impl Complete for Immediate {
     ) -> Result<Vec<relayq_core::JobId>> {
         Ok(Vec::new())
     }
+
+    /// Nobody looks at beats here.
+    async fn worker_beat_unchecked(
+        &self,
+        _queue: &str,
+        _beat: &relayq_core::WorkerBeat,
+    ) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// This process's CPU time so far (user and system), from `/proc` (Linux).

@@ -106,6 +106,11 @@ macro_rules! delegate {
                 use $crate::Complete as _;
                 self.$f.heartbeat_unchecked(lease, extend).await
             }
+            async fn worker_beat_unchecked(&self, queue: &str, beat: &$crate::WorkerBeat) -> $crate::Result<()> {
+                #[allow(unused_imports)]
+                use $crate::Complete as _;
+                self.$f.worker_beat_unchecked(queue, beat).await
+            }
             async fn lost_leases_unchecked(
                 &self,
                 leases: &[$crate::Lease],
@@ -180,6 +185,11 @@ macro_rules! delegate {
                 #[allow(unused_imports)]
                 use $crate::Inspect as _;
                 self.$f.batches_unchecked(queue, limit).await
+            }
+            async fn workers_unchecked(&self, queue: &str) -> $crate::Result<Vec<$crate::WorkerSeen>> {
+                #[allow(unused_imports)]
+                use $crate::Inspect as _;
+                self.$f.workers_unchecked(queue).await
             }
             async fn batch_jobs_unchecked(
                 &self,
@@ -344,6 +354,9 @@ mod tests {
         }
         async fn lost_leases_unchecked(&self, leases: &[Lease]) -> Result<Vec<crate::JobId>> {
             self.0.lost_leases_unchecked(leases).await
+        }
+        async fn worker_beat_unchecked(&self, queue: &str, beat: &crate::WorkerBeat) -> Result<()> {
+            self.0.worker_beat_unchecked(queue, beat).await
         }
         async fn report_progress_unchecked(
             &self,

@@ -83,6 +83,7 @@ mod traits;
 pub mod validate;
 pub mod why;
 pub mod worker;
+pub mod workers;
 
 /// The attribute the backend traits are written with, for implementing them.
 pub use async_trait::async_trait;
@@ -109,6 +110,7 @@ pub use traits::{
 };
 pub use validate::Limits;
 pub use why::{Hold, InspectExt, Why};
+pub use workers::{WorkerBeat, WorkerSeen};
 
 /// What [`delegate!`] expands to needs; not part of the API.
 #[doc(hidden)]

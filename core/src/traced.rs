@@ -128,6 +128,10 @@ impl Complete for Traced {
             .await
     }
 
+    async fn worker_beat_unchecked(&self, queue: &str, beat: &crate::WorkerBeat) -> Result<()> {
+        self.inner.worker_beat_unchecked(queue, beat).await
+    }
+
     async fn report_progress_unchecked(&self, reports: &[ProgressReport]) -> Result<Vec<JobId>> {
         let span = tracing::debug_span!("relayq.report_progress", reports = reports.len());
         self.inner

@@ -19,7 +19,7 @@ use tokio::sync::broadcast;
 use crate::{
     Batch, BatchProgress, ClaimRequest, ClaimedJob, Enqueued, Event, JobFilter, JobId, JobInfo,
     JobPage, Lease, Limits, Maintenance, NewJob, OnFailure, ProgressReport, QueueStats,
-    QueueUpdate, Result, RunningJob, Settle, Settled, WaitFor,
+    QueueUpdate, Result, RunningJob, Settle, Settled, WaitFor, WorkerBeat, WorkerSeen,
     schedule::{self, Fire, Fired, Schedule, ScheduleInfo, StoredSchedule, Tick},
     settle::DEFAULT_SETTLE_BATCH,
     validate,
@@ -245,6 +245,25 @@ pub trait Complete: Send + Sync {
     /// [`report_progress`](Self::report_progress) after validation: at most 1000
     /// reports, at least one, each job once, each valid.
     async fn report_progress_unchecked(&self, reports: &[ProgressReport]) -> Result<Vec<JobId>>;
+
+    /// Stores `beat` as `queue`'s word from its worker, with the server's time, in
+    /// place of that worker's last one (SPEC M9). Workers send it every
+    /// [`BEAT_EVERY`](crate::workers::BEAT_EVERY) for each queue they serve.
+    ///
+    /// # Behavior
+    /// - [`Inspect::workers`] then lists the worker once, with this beat (SPEC M9).
+    /// - A bad beat is [`Error::InvalidInput`] naming its field
+    ///   ([`WorkerBeat::validate`]), and nothing is stored.
+    async fn worker_beat(&self, queue: &str, beat: &WorkerBeat) -> Result<()> {
+        validate::queue_name(queue)?;
+        beat.validate()?;
+        self.worker_beat_unchecked(queue, beat)
+            .await
+            .map_err(|e| e.during("worker_beat"))
+    }
+
+    /// [`worker_beat`](Self::worker_beat) after validation of `queue` and `beat`.
+    async fn worker_beat_unchecked(&self, queue: &str, beat: &WorkerBeat) -> Result<()>;
 }
 
 /// Batches and ordered stages: the order barrier (SPEC B).
@@ -475,6 +494,23 @@ pub trait Inspect: Send + Sync {
         before: Option<JobId>,
         limit: u32,
     ) -> Result<JobPage>;
+
+    /// The workers that beat for `queue` within the last
+    /// [`BEAT_KEPT`](crate::workers::BEAT_KEPT), each with its last beat and when the
+    /// server took it, the most recent first (SPEC M9).
+    ///
+    /// # Behavior
+    /// - Each worker is listed once, with its last beat (SPEC M9).
+    /// - A worker that beat only for other queues is not listed (SPEC M9).
+    async fn workers(&self, queue: &str) -> Result<Vec<WorkerSeen>> {
+        validate::queue_name(queue)?;
+        self.workers_unchecked(queue)
+            .await
+            .map_err(|e| e.during("workers"))
+    }
+
+    /// [`workers`](Self::workers) after validation of `queue`.
+    async fn workers_unchecked(&self, queue: &str) -> Result<Vec<WorkerSeen>>;
 
     /// Up to `limit` dead jobs of `queue`, in enqueue (id) order (SPEC M2).
     ///

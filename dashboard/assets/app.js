@@ -86,7 +86,7 @@
   }
 
   function nav() {
-    const items = [link(`${base}/`, "queues", page === "queues" ? "current" : null)];
+    const items = [link(`${base}/`, "queues", page === "queues" ? "current" : null), link(`${base}/workers`, "workers", page === "workers" ? "current" : null)];
     if (queue) {
       for (const [p, label] of [["batches", "batches"], ["jobs", "jobs"], ["running", "running"], ["dead", "dead"], ["schedules", "schedules"]]) {
         items.push(link(`${qpath(queue)}/${p}`, label, page === p ? "current" : null));
@@ -140,12 +140,33 @@
     return age > 2 ? h("span", { class: "muted counted-at", title: s.counted_at }, `counts from ${fmtSecs(Math.round(age))} ago`) : null;
   }
 
+  // Ready jobs and no worker beating for the queue (SPEC M9): nothing will run them.
+  // A paused queue says "paused" instead; a queue with no ready job needs no worker.
+  const unserved = (s) => s.counted && !s.paused && s.workers === 0 && (s.counts.ready ?? 0) + (s.counts.retrying ?? 0) > 0
+    ? badge("no worker", "dead no-worker") : null;
+
+  async function drawWorkers() {
+    const list = await api("/workers");
+    const rows = list.map((w) =>
+      h("tr", { "data-worker": w.worker },
+        h("td", {}, w.worker, " ", w.alive ? null : badge("gone", "cancelled")),
+        h("td", {}, w.host, h("span", { class: "muted" }, ` pid ${w.pid}`)),
+        h("td", {}, w.queues.map((name, i) => [i ? ", " : "", link(`${qpath(name)}/batches`, name)])),
+        num(w.slots), num(w.busy), num(w.held),
+        h("td", {}, when(w.started_at)),
+        h("td", {}, when(w.last_seen))));
+    return list.length
+      ? [h("table", { id: "workers" }, h("thead", {}, h("tr", {}, ["worker", "host", "queues", "slots", "busy", "held ahead", "started", "last seen"].map((t) => h("th", { title: t === "held ahead" ? "jobs claimed ahead, waiting in its buffer for a slot: leased, not running yet" : null }, t)))), h("tbody", {}, rows)),
+        h("p", { class: "muted" }, "Each worker beats every 5 s for each queue it serves; one silent for 15 s is shown as gone, and dropped after an hour.")]
+      : h("p", { class: "muted", id: "workers-empty" }, "No worker has beaten in the last hour.");
+  }
+
   async function drawQueues() {
     const extra = params.get("queues");
     const list = await api(`/queues${extra ? `?queues=${q(extra)}` : ""}`);
     const rows = list.map((s) =>
       h("tr", { "data-queue": s.queue },
-        h("td", {}, link(`${qpath(s.queue)}/batches`, s.queue), " ", s.paused ? badge("paused") : null, " ", countNote(s)),
+        h("td", {}, link(`${qpath(s.queue)}/batches`, s.queue), " ", s.paused ? badge("paused") : null, " ", unserved(s), " ", countNote(s)),
         STATES.map((st) => num(s.counted ? s.counts[st] ?? 0 : "…")),
         h("td", { class: "num" }, s.counted ? `${s.running} / ${s.max_running ?? "∞"}` : "…"),
         h("td", { class: "num oldest" }, s.counted ? waited(s.oldest_ready_seconds) : "…"),
@@ -195,7 +216,8 @@
     if (!s.counted) return h("p", { id: "summary" }, countNote(s));
     return h("p", { id: "summary" },
       STATES.filter((st) => s.counts[st]).map((st) => [badge(`${st} ${s.counts[st]}`, st), " "]),
-      s.paused ? badge("paused") : null, " ", `running ${s.running} / ${s.max_running ?? "∞"}`,
+      s.paused ? badge("paused") : null, " ", unserved(s), " ", `running ${s.running} / ${s.max_running ?? "∞"}`,
+      ` · ${s.workers} worker${s.workers === 1 ? "" : "s"}`,
       ` · oldest ready ${waited(s.oldest_ready_seconds)}`, " ", countNote(s));
   }
 
@@ -463,7 +485,7 @@
     ];
   }
 
-  const pages = { queues: drawQueues, batches: drawBatches, jobs: drawJobs, batch: drawBatch, running: drawRunning, dead: drawDead, schedules: drawSchedules, job: drawJob };
+  const pages = { queues: drawQueues, workers: drawWorkers, batches: drawBatches, jobs: drawJobs, batch: drawBatch, running: drawRunning, dead: drawDead, schedules: drawSchedules, job: drawJob };
 
   // How often the page asks again (ms; 0: paused), kept across pages in this browser.
   const RATE_KEY = "relayq-refresh-ms";

@@ -26,7 +26,7 @@ pub(crate) const MAX_LIMIT: u32 = 1000;
 /// `?queues=a,b`: queues to list beside the configured ones.
 #[derive(Debug, Deserialize)]
 pub(crate) struct QueuesQuery {
-    queues: Option<String>,
+    pub(crate) queues: Option<String>,
 }
 
 /// `?limit=N`, kept as text so that a bad value is an error naming `limit`.
@@ -105,12 +105,13 @@ pub(crate) async fn queues(
 ) -> ApiResult<Json<Vec<QueueView>>> {
     let names = queue_names(&state, q.queues.as_deref()).await?;
     let answers = state.counts.get_many(&names).await;
-    names
-        .iter()
-        .zip(answers)
-        .map(|(name, answer)| Ok(QueueView::new(name, answer?)))
-        .collect::<ApiResult<_>>()
-        .map(Json)
+    let mut out = Vec::with_capacity(names.len());
+    for (name, answer) in names.iter().zip(answers) {
+        let mut view = QueueView::new(name, answer?);
+        view.workers = Some(crate::workers::alive(&state, name).await?);
+        out.push(view);
+    }
+    Ok(Json(out))
 }
 
 /// `GET /api/queues/{queue}`.
@@ -119,7 +120,9 @@ pub(crate) async fn queue_stats(
     Path(name): Path<String>,
 ) -> ApiResult<Json<QueueView>> {
     let name = queue(&name)?;
-    Ok(Json(QueueView::new(name, state.counts.get(name).await?)))
+    let mut view = QueueView::new(name, state.counts.get(name).await?);
+    view.workers = Some(crate::workers::alive(&state, name).await?);
+    Ok(Json(view))
 }
 
 /// `GET /api/queues/{queue}/batches?limit=N`: newest first.

@@ -38,6 +38,7 @@ mod schedules;
 mod security;
 mod state;
 mod views;
+mod workers;
 
 use std::sync::Arc;
 

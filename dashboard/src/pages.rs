@@ -86,6 +86,21 @@ pub(crate) async fn queues(
     render(&state, &original, &uri, &shell)
 }
 
+/// `GET /workers`: who serves the queues.
+pub(crate) async fn workers(
+    State(state): State<AppState>,
+    original: OriginalUri,
+    uri: Uri,
+) -> Response {
+    let shell = Shell {
+        page: "workers",
+        title: "Workers".into(),
+        queue: "",
+        id: "",
+    };
+    render(&state, &original, &uri, &shell)
+}
+
 /// `GET /queues/{queue}/{batches|jobs|running|dead|schedules}`.
 pub(crate) async fn queue_page(
     State(state): State<AppState>,

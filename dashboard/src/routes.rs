@@ -9,17 +9,20 @@ use axum::{
     routing::{get, post},
 };
 
-use crate::{actions, api, jobs, metrics, pages, schedules, security, state::AppState};
+use crate::{actions, api, jobs, metrics, pages, schedules, security, state::AppState, workers};
 
 pub(crate) fn build(state: AppState) -> Router {
     let read = Router::new()
         .route("/", get(pages::queues))
+        .route("/workers", get(pages::workers))
         .route("/queues/{queue}", get(pages::queue_home))
         .route("/queues/{queue}/{list}", get(pages::queue_page))
         .route("/queues/{queue}/{kind}/{id}", get(pages::item_page))
         .route("/assets/app.js", get(pages::app_js))
         .route("/assets/style.css", get(pages::style_css))
         .route("/api/queues", get(api::queues))
+        .route("/api/workers", get(workers::all))
+        .route("/api/queues/{queue}/workers", get(workers::of_queue))
         .route("/api/queues/{queue}", get(api::queue_stats))
         .route("/api/queues/{queue}/batches", get(api::batches))
         .route("/api/queues/{queue}/batches/{id}", get(api::batch))

@@ -23,6 +23,9 @@ pub(crate) struct QueueView {
     pub(crate) counted_seconds_ago: Option<f64>,
     #[serde(flatten)]
     pub(crate) figures: Option<Figures>,
+    /// How many workers beat for the queue within three beats' time (SPEC M9): zero
+    /// with ready jobs means nobody serves it.
+    pub(crate) workers: Option<u32>,
 }
 
 /// What a count says of a queue.
@@ -49,6 +52,7 @@ impl QueueView {
                 counted_at: None,
                 counted_seconds_ago: None,
                 figures: None,
+                workers: None,
             };
         };
         Self {
@@ -70,6 +74,7 @@ impl QueueView {
                 max_running: stats.max_running,
                 paused: stats.paused,
             }),
+            workers: None,
         }
     }
 }

@@ -826,3 +826,54 @@ async fn bulk_actions_cancel_and_retry_selected_or_matching() {
     assert_eq!(forged.status, 403);
     assert_eq!(state(d1).await, JobState::Ready);
 }
+
+/// SPEC M9 through the API: a queue's workers, every worker once across queues, and
+/// the count of live ones on the queue's own answer.
+#[tokio::test]
+async fn workers_are_listed_from_their_beats() {
+    let db = sqlite().await;
+    let (a, c) = (queue(), queue());
+    db.backend
+        .enqueue_one(NewJob::new(&a, b"x".to_vec()))
+        .await
+        .unwrap();
+    let (app, _) = app_and_csrf(&db).await;
+    let view = get_until(&app, &format!("/api/queues/{a}"), counted)
+        .await
+        .json();
+    assert_eq!(view["workers"], 0, "nobody serves {a} yet");
+    let beat = |queues: Vec<String>| relayq_core::WorkerBeat {
+        worker: "w-1".into(),
+        host: "box".into(),
+        pid: 9,
+        queues,
+        slots: 4,
+        busy: 1,
+        held: 0,
+        started_at: chrono::Utc::now(),
+    };
+    let both = vec![a.clone(), c.clone()];
+    db.backend
+        .worker_beat(&a, &beat(both.clone()))
+        .await
+        .unwrap();
+    db.backend
+        .worker_beat(&c, &beat(both.clone()))
+        .await
+        .unwrap();
+    let view = get(&app, &format!("/api/queues/{a}")).await.json();
+    assert_eq!(view["workers"], 1);
+    let of_a = get(&app, &format!("/api/queues/{a}/workers")).await.json();
+    assert_eq!(of_a[0]["worker"], "w-1");
+    assert_eq!(
+        (of_a[0]["slots"].as_u64(), of_a[0]["alive"].as_bool()),
+        (Some(4), Some(true))
+    );
+    let all = get(&app, &format!("/api/workers?queues={c}")).await.json();
+    assert_eq!(
+        all.as_array().unwrap().len(),
+        1,
+        "one row per worker: {all}"
+    );
+    assert_eq!(all[0]["queues"], json!(both));
+}

@@ -408,6 +408,17 @@ async fn the_dashboard_works_in_chromium(db: Db, screenshots: bool) {
         },
     )
     .await;
+    // The queue whose job was retried has a ready job and no worker: it says so. The
+    // one the gated worker serves does not.
+    until(
+        &b,
+        "the unserved queue is flagged",
+        &text_of(&format!("tr[data-queue=\"{qd}\"] .no-worker")),
+        |v| v == &json!("no worker"),
+    )
+    .await;
+    let flagged = format!("return document.querySelector('{qrow} .no-worker') !== null;");
+    assert_eq!(b.execute(&flagged, vec![]).await.unwrap(), json!(false));
     click(&b, &format!("{qrow} button[data-action=\"pause\"]")).await;
     until(
         &b,
@@ -490,6 +501,16 @@ async fn the_dashboard_works_in_chromium(db: Db, screenshots: bool) {
     })
     .await;
     assert!(db.backend.job(&qj, made[0].id).await.is_err(), "deleted");
+
+    // The workers page: the gated worker, its queue and its four slots.
+    b.goto(&format!("{base}/workers")).await.unwrap();
+    let wrow = "return [...document.querySelectorAll('#workers tbody tr')].map((r) => [...r.querySelectorAll('td')].slice(2, 4).map((c) => c.textContent));";
+    until(&b, "the worker, its queue and slots", wrow, |v| {
+        v.as_array()
+            .is_some_and(|rows| rows.contains(&json!([qb, "4"])))
+    })
+    .await;
+    screenshot(&b, "workers", screenshots).await;
 
     // A batch that finished with a dead job says so, not a green "finished".
     let qf = queue();

@@ -6,7 +6,10 @@
 --   'maintain' (ARGV[4] = retention, microseconds): requeued, dead, pruned, and 1 when
 --     there is more to do (each call does a bounded amount);
 --   'delete' (ARGV[4..] = ids): how many of them were finished and are now gone, as
---     pruning leaves them (SPEC M8).
+--     pruning leaves them (SPEC M8);
+--   'beat' (ARGV[4] = worker, ARGV[5] = its beat, ARGV[6] = how long beats are kept,
+--     microseconds): stores the beat in B:workers and its time in B:wseen, and drops
+--     beats older than that (SPEC M9).
 local op = ARGV[3]
 if op == 'pause' or op == 'resume' then
   redis.call('HSET', B .. ':settings', 'paused', op == 'pause' and '1' or '0')
@@ -71,6 +74,14 @@ elseif op == 'delete' then
   end
   publish()
   return deleted
+elseif op == 'beat' then
+  for _, gone in ipairs(redis.call('ZRANGEBYSCORE', B .. ':wseen', '-inf', '(' .. s(NOW - tonumber(ARGV[6])))) do
+    redis.call('HDEL', B .. ':workers', gone)
+    redis.call('ZREM', B .. ':wseen', gone)
+  end
+  redis.call('HSET', B .. ':workers', ARGV[4], ARGV[5])
+  redis.call('ZADD', B .. ':wseen', NOWS, ARGV[4])
+  return 1
 elseif op == 'maintain' then
   -- Bounded work per call (a script blocks the server while it runs): the caller
   -- calls again while the last value says there is more.

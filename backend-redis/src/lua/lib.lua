@@ -25,6 +25,7 @@
 --   B:stats          count per state                       B:settings  paused, max
 --   B:dedupe         dedupe key -> unfinished job id
 --   B:g:<group>      the group's unfinished jobs by order key; B:gh:<group> its holder
+--   B:workers        worker name -> its last beat;  B:wseen  worker name by its time
 --   B:b:<id>         batch hash; B:b:<id>:live unfinished jobs by stage;
 --                    B:b:<id>:jobs all its job ids;  B:batches  batch ids
 --

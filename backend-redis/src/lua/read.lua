@@ -12,7 +12,9 @@
 --   'holder' (ARGV[4] = group): the group's job running or retrying, or -1 (SPEC M6);
 --   'list' (ARGV[4] = below this id or '', ARGV[5] = limit, ARGV[6] = how many ids to
 --     look at, ARGV[7..11] = state, batch, stage, group, text, each '' for any): where
---     the listing goes on ('' at its end), then the matching ids, newest first (SPEC M7).
+--     the listing goes on ('' at its end), then the matching ids, newest first (SPEC M7);
+--   'workers' (ARGV[4] = how long beats are kept, microseconds): beat, time pairs, the
+--     most recent first (SPEC M9).
 local what = ARGV[3]
 if what == 'stats' then
   local h = redis.call('HMGET', B .. ':settings', 'paused', 'max')
@@ -78,6 +80,17 @@ elseif what == 'holder' then
   local st = get(id, 'st')
   if st == 'running' or st == 'retrying' then return tonumber(id) end
   return -1
+elseif what == 'workers' then
+  local seen = redis.call('ZREVRANGEBYSCORE', B .. ':wseen', '+inf', '(' .. s(NOW - tonumber(ARGV[4])), 'WITHSCORES')
+  local out = {}
+  for i = 1, #seen, 2 do
+    local beat = redis.call('HGET', B .. ':workers', seen[i])
+    if beat then
+      out[#out + 1] = beat
+      out[#out + 1] = seen[i + 1]
+    end
+  end
+  return out
 elseif what == 'list' then
   -- Ids are the queue's own counter's, so the queue's jobs are every id from the
   -- counter down; a pruned one is looked at and skipped.

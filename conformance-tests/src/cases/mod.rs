@@ -16,3 +16,4 @@ pub mod purge;
 pub mod scenarios;
 pub mod schedules;
 pub mod support;
+pub mod workers;

@@ -215,6 +215,10 @@ impl Complete for MemoryBackend {
         Ok(lost)
     }
 
+    async fn worker_beat_unchecked(&self, queue: &str, beat: &crate::WorkerBeat) -> Result<()> {
+        self.with_queue(queue, |q, now| q.worker_beat(beat, now))
+    }
+
     async fn report_progress_unchecked(&self, reports: &[ProgressReport]) -> Result<Vec<JobId>> {
         let mut queues = self.lock();
         Ok(reports
@@ -281,6 +285,10 @@ impl Inspect for MemoryBackend {
         self.with_queue(&batch.queue, |q, _| {
             q.batch_jobs(batch, after, limit as usize)
         })?
+    }
+
+    async fn workers_unchecked(&self, queue: &str) -> Result<Vec<crate::WorkerSeen>> {
+        self.with_queue(queue, |q, now| q.workers(now))
     }
 
     async fn list_jobs_unchecked(

@@ -102,6 +102,8 @@ pub(crate) struct QueueState {
     /// Set when a halt cancelled a running job, for the backend to send `Revoked`
     /// (SPEC B8) once the call that did it returns.
     pub(crate) revoked: bool,
+    /// Each worker's last beat and when it came (SPEC M9).
+    pub(crate) workers: BTreeMap<String, (crate::WorkerBeat, DateTime<Utc>)>,
 }
 
 fn after(now: DateTime<Utc>, d: std::time::Duration) -> DateTime<Utc> {
@@ -658,6 +660,36 @@ impl QueueState {
 
     /// SPEC M3: deletes finished jobs older than `cutoff`, and sealed batches left
     /// with no job.
+    /// SPEC M9: `beat` replaces its worker's last one; beats older than
+    /// [`BEAT_KEPT`](crate::workers::BEAT_KEPT) go.
+    pub(crate) fn worker_beat(&mut self, beat: &crate::WorkerBeat, now: DateTime<Utc>) {
+        let kept = now - TimeDelta::from_std(crate::workers::BEAT_KEPT).unwrap_or(TimeDelta::MAX);
+        self.workers.retain(|_, (_, at)| *at > kept);
+        self.workers
+            .insert(beat.worker.clone(), (beat.clone(), now));
+    }
+
+    /// SPEC M9: the workers seen within [`BEAT_KEPT`](crate::workers::BEAT_KEPT), the
+    /// most recent first.
+    pub(crate) fn workers(&self, now: DateTime<Utc>) -> Vec<crate::WorkerSeen> {
+        let kept = now - TimeDelta::from_std(crate::workers::BEAT_KEPT).unwrap_or(TimeDelta::MAX);
+        let mut seen: Vec<crate::WorkerSeen> = self
+            .workers
+            .values()
+            .filter(|(_, at)| *at > kept)
+            .map(|(beat, at)| crate::WorkerSeen {
+                beat: beat.clone(),
+                last_seen: *at,
+            })
+            .collect();
+        seen.sort_by(|a, b| {
+            b.last_seen
+                .cmp(&a.last_seen)
+                .then(a.beat.worker.cmp(&b.beat.worker))
+        });
+        seen
+    }
+
     /// SPEC M8: the finished jobs among `ids`, gone as if pruned.
     pub(crate) fn delete_jobs(&mut self, ids: &[JobId]) -> u64 {
         let mut deleted = 0;

@@ -25,6 +25,7 @@
 //! - on shutdown stops claiming, lets running handlers finish until a deadline, then
 //!   releases what is left (W4).
 
+mod beat;
 mod buffer;
 mod context;
 mod control;

@@ -69,6 +69,8 @@ pub(super) struct Runner {
     short: bool,
     /// Tells the settler whether the worker has run dry.
     dry: watch::Sender<bool>,
+    /// How many jobs wait in the buffer, for the worker's beat.
+    held: Arc<std::sync::atomic::AtomicU32>,
 }
 
 impl Runner {
@@ -104,6 +106,7 @@ impl Runner {
             next_queue: 0,
             short: false,
             dry: watch::Sender::new(false),
+            held: Arc::default(),
         }
     }
 
@@ -151,6 +154,16 @@ impl Runner {
             &self.config.name,
         ));
         let slots = self.pool().shared.clone();
+        let beater = super::beat::Beater {
+            backend: self.backend.clone(),
+            queues: self.queues.clone(),
+            worker: self.config.name.clone(),
+            slots: self.config.concurrency,
+            shared: slots.clone(),
+            held: self.held.clone(),
+            started_at: chrono::Utc::now(),
+        };
+        let beating = tokio::spawn(beater.run(maintenance_stop.clone()));
         let mut events = self.backend.subscribe();
         let mut idle = self.config.poll_min;
         // Claim without waiting: set when there is likely work (start, a freed slot, an
@@ -173,6 +186,8 @@ impl Runner {
             self.tell_dry();
             // Free slots first: a job is released only if no slot could take it in time.
             self.start_buffered();
+            self.held
+                .store(self.buffer.len(), std::sync::atomic::Ordering::Relaxed);
             // Given back on tasks of their own: the loop must keep serving (and hear a
             // shutdown) while a server that does not answer holds a release up.
             let expired = self.buffer.take_expired(Instant::now());
@@ -226,6 +241,7 @@ impl Runner {
         if let Some(s) = scheduler {
             s.await.ok();
         }
+        beating.await.ok();
         // Each step that waits on the server gets at most the shutdown timeout: a server
         // that stops answering (a SQLite file whose write lock a frozen process holds, a
         // network gone) must not hold the process past SIGTERM for ever. What is not

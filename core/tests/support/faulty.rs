@@ -118,6 +118,14 @@ impl Complete for Faulty {
         self.inner.lost_leases_unchecked(leases).await
     }
 
+    async fn worker_beat_unchecked(
+        &self,
+        queue: &str,
+        beat: &relayq_core::WorkerBeat,
+    ) -> Result<()> {
+        self.inner.worker_beat_unchecked(queue, beat).await
+    }
+
     async fn report_progress_unchecked(&self, reports: &[ProgressReport]) -> Result<Vec<JobId>> {
         let seen = reports.iter().map(|r| (r.lease.job, r.percent)).collect();
         self.progress_calls

@@ -61,6 +61,9 @@ impl Inspect for Costly {
     ) -> Result<Vec<JobId>> {
         self.inner.batch_jobs_unchecked(batch, after, limit).await
     }
+    async fn workers_unchecked(&self, queue: &str) -> Result<Vec<relayq_core::WorkerSeen>> {
+        self.inner.workers_unchecked(queue).await
+    }
     async fn list_jobs_unchecked(
         &self,
         queue: &str,
