@@ -50,6 +50,7 @@ pub(crate) fn settle_json(settles: &[Settle]) -> String {
             "at": at,
             "error": error,
             "output": s.output,
+            "wait_ms": i32::try_from(s.waited_micros() / 1000).unwrap_or(i32::MAX),
         }));
     }
     Value::Array(items).to_string()

@@ -497,7 +497,8 @@ DECLARE @now datetime2(6) = SYSUTCDATETIME();
 DECLARE @i TABLE (
     ord int NOT NULL PRIMARY KEY, id bigint NOT NULL, token uniqueidentifier NOT NULL,
     queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL, kind varchar(8) NOT NULL, days int NULL, ms int NULL,
-    retry_at datetime2(6) NULL, error nvarchar(max) NULL, output nvarchar(max) NULL);
+    retry_at datetime2(6) NULL, error nvarchar(max) NULL, output nvarchar(max) NULL,
+    wait_ms int NULL);
 DECLARE @m TABLE (
     ord int NOT NULL, id bigint NOT NULL PRIMARY KEY,
     queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
@@ -507,13 +508,13 @@ DECLARE @m TABLE (
     error nvarchar(max) NULL, output nvarchar(max) NULL);",
     promote_declare!(),
     "
-INSERT INTO @i (ord, id, token, queue, kind, days, ms, retry_at, error, output)
-SELECT ord, id, token, queue, kind, days, ms, retry_at, error, output
+INSERT INTO @i (ord, id, token, queue, kind, days, ms, retry_at, error, output, wait_ms)
+SELECT ord, id, token, queue, kind, days, ms, retry_at, error, output, wait_ms
 FROM OPENJSON(@P1) WITH (
     ord int '$.ord', id bigint '$.id', token uniqueidentifier '$.token',
     queue nvarchar(128) '$.queue', kind varchar(8) '$.kind', days int '$.days', ms int '$.ms',
     retry_at datetime2(6) '$.at', error nvarchar(max) '$.error',
-    output nvarchar(max) '$.output');
+    output nvarchar(max) '$.output', wait_ms int '$.wait_ms');
 BEGIN TRANSACTION;
 INSERT INTO @tb (id)
 SELECT DISTINCT j.batch_id FROM {s}.jobs AS j INNER JOIN @i AS i ON i.id = j.id
@@ -546,7 +547,10 @@ UPDATE j SET
                        ELSE @now END,
     lease_token = NULL, lease_expires_at = NULL
 OUTPUT i.ord, inserted.id, inserted.queue, inserted.state, inserted.run_at, deleted.attempts,
-    inserted.group_key, inserted.batch_id, inserted.stage, deleted.worker, deleted.started_at,
+    inserted.group_key, inserted.batch_id, inserted.stage, deleted.worker,
+    -- The handler's start (SPEC L5): the claim plus its wait in the worker.
+    CASE WHEN DATEADD(millisecond, ISNULL(i.wait_ms, 0), deleted.started_at) < @now
+         THEN DATEADD(millisecond, ISNULL(i.wait_ms, 0), deleted.started_at) ELSE @now END,
     i.kind, i.error, i.output
 INTO @m (ord, id, queue, next, run_at, attempts, group_key, batch_id, stage, worker,
          started_at, kind, error, output)

@@ -19,9 +19,10 @@ macro_rules! settle_inputs {
     () => {
         "WITH i AS (
             SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::text[],
-                                 $5::bigint[], $6::timestamptz[], $7::text[], $8::text[])
+                                 $5::bigint[], $6::timestamptz[], $7::text[], $8::text[],
+                                 $11::bigint[])
                 WITH ORDINALITY AS i(id, token, queue, kind, delay_us, retry_at, error,
-                                     output, ord)),"
+                                     output, waited_us, ord)),"
     };
 }
 
@@ -124,6 +125,9 @@ const SETTLE: &str = concat!(
     settle_inputs!(),
     "m AS MATERIALIZED (
         SELECT j.*, i.kind, i.error, i.output, i.ord,
+               -- The handler's start (SPEC L5): the claim plus its wait in the worker.
+               LEAST(j.started_at + i.waited_us::float8 * interval '1 microsecond', now())
+                   AS began,
                CASE
                    WHEN i.kind = 'complete' THEN 'succeeded'
                    WHEN i.kind = 'release' THEN 'ready'
@@ -148,7 +152,7 @@ const SETTLE: &str = concat!(
         "g.next",
         "CASE WHEN g.next = 'dead' THEN g.error ELSE g.last_error END",
         "CASE WHEN g.next = 'succeeded' THEN g.worker END,
-         CASE WHEN g.next = 'succeeded' THEN g.started_at END,
+         CASE WHEN g.next = 'succeeded' THEN g.began END,
          CASE WHEN g.next = 'succeeded' THEN g.output END"
     ),
     "),
@@ -184,7 +188,7 @@ const SETTLE: &str = concat!(
     logged AS (
         INSERT INTO {s}.attempts (job_id, attempt, worker, started_at, ended_at, outcome,
                                   error, output)
-        SELECT id, attempts, worker, started_at, now(),
+        SELECT id, attempts, worker, began, now(),
                CASE kind WHEN 'complete' THEN 'succeeded' WHEN 'release' THEN 'released'
                          ELSE 'failed' END,
                error, output
@@ -225,7 +229,10 @@ const SETTLE_COMPLETES: &str = concat!(
         RETURNING j.*, 'succeeded'::text AS next, NULL::text AS fail_error,
                   ($8::text[])[",
     at!(),
-    "] AS done_output, ",
+    "] AS done_output,
+                  LEAST(j.started_at + ($11::bigint[])[",
+    at!(),
+    "]::float8 * interval '1 microsecond', now()) AS began, ",
     at!(),
     "::bigint AS ord),
     archived AS (",
@@ -233,7 +240,7 @@ const SETTLE_COMPLETES: &str = concat!(
         "g",
         "g.next",
         "g.last_error",
-        "g.worker, g.started_at, g.done_output"
+        "g.worker, g.began, g.done_output"
     ),
     "),
     m AS (
@@ -285,6 +292,7 @@ struct Arrays<'a> {
     retry_at: Vec<Option<DateTime<Utc>>>,
     errors: Vec<Option<&'a str>>,
     outputs: Vec<Option<&'a str>>,
+    waited: Vec<i64>,
     /// Input index of each array element.
     index: Vec<usize>,
 }
@@ -312,6 +320,7 @@ impl<'a> Arrays<'a> {
         self.retry_at.push(at);
         self.errors.push(error);
         self.outputs.push(s.output.as_deref());
+        self.waited.push(s.waited_micros());
         self.index.push(i);
     }
 }
@@ -380,6 +389,7 @@ impl PostgresBackend {
                 .bind(&arrays.outputs)
                 .bind(self.inner.schema.channel())
                 .bind(format!("{}:", listen::FINISHED))
+                .bind(&arrays.waited)
                 .fetch_all(&mut *tx)
                 .await
                 .map_err(db)?;
@@ -466,11 +476,11 @@ impl PostgresBackend {
     async fn explain_settle_statement(&self, sql: &'static str, generic: bool) -> Result<String> {
         self.explain(
             &self.sql(sql).0,
-            "bigint[], uuid[], text[], text[], bigint[], timestamptz[], text[], text[], text, text",
+            "bigint[], uuid[], text[], text[], bigint[], timestamptz[], text[], text[], text, text, bigint[]",
             "'{1,2}',
              '{00000000-0000-0000-0000-000000000001,00000000-0000-0000-0000-000000000002}',
              '{q,q}', '{complete,complete}', '{NULL,NULL}', '{NULL,NULL}', '{NULL,NULL}',
-             '{NULL,NULL}', 'c', 'f:'",
+             '{NULL,NULL}', 'c', 'f:', '{0,0}'",
             generic,
         )
         .await

@@ -254,13 +254,19 @@ impl Complete for RedisBackend {
 }
 
 /// One lease's record for the settle script: a completion without output in three
-/// arguments (`c`, id, token), anything else in eight (`x`, id, token, kind, retry
-/// delay, retry time, error, output).
+/// arguments (`c`, id, token), or four with the wait before its handler started (`w`,
+/// id, token, microseconds), anything else in nine (`x`, id, token, kind, retry delay,
+/// retry time, error, output, wait or '').
 fn push_settle(args: &mut Vec<Vec<u8>>, s: &Settle) {
     let id = arg(s.lease.job.0);
     let token = s.lease.token.0.to_string().into_bytes();
+    // A wait under a millisecond is not worth a field: the log keeps the claim time.
+    let waited = Some(s.waited_micros()).filter(|&w| w >= 1000);
     if matches!(s.outcome, Outcome::Complete) && s.output.is_none() {
-        args.extend([b"c".to_vec(), id, token]);
+        match waited {
+            None => args.extend([b"c".to_vec(), id, token]),
+            Some(w) => args.extend([b"w".to_vec(), id, token, arg(w)]),
+        }
         return;
     }
     let (kind, delay, at, error) = match &s.outcome {
@@ -290,6 +296,7 @@ fn push_settle(args: &mut Vec<Vec<u8>>, s: &Settle) {
             .map(|o| format!("={o}").into_bytes())
             .unwrap_or_default(),
     );
+    args.push(waited.map(arg).unwrap_or_default());
 }
 
 fn verdict(v: &str) -> Result<Settled> {

@@ -196,10 +196,16 @@ fn completions_alone(settles: &[Settle]) -> bool {
 /// The leases of [`COMPLETE_ALL`] and [`LOG_COMPLETED`]: a JSON array of `[id, token
 /// in hex, queue, output or null]`.
 fn leases_json<'a>(leases: impl Iterator<Item = (&'a Lease, Option<&'a String>)>) -> String {
+    settles_json(leases.map(|(l, output)| (l, output, 0)))
+}
+
+/// [`leases_json`] with a fifth element: how long each job waited in its worker before
+/// its handler started, in microseconds (SPEC L5).
+fn settles_json<'a>(leases: impl Iterator<Item = (&'a Lease, Option<&'a String>, i64)>) -> String {
     let leases: Vec<_> = leases
-        .map(|(l, output)| {
+        .map(|(l, output, waited)| {
             let token = l.token.0.simple().to_string();
-            serde_json::json!([l.job.0, token, l.queue, output])
+            serde_json::json!([l.job.0, token, l.queue, output, waited])
         })
         .collect();
     serde_json::Value::Array(leases).to_string()
@@ -233,7 +239,8 @@ macro_rules! held {
 pub(crate) const LOG_COMPLETED: &str = concat!(
     "INSERT INTO relayq_attempts
          (job_id, attempt, worker, started_at, ended_at, outcome, error, output)
-     SELECT j.id, j.attempts, j.worker, j.started_at, ?1, 'succeeded', NULL, l.value ->> 3 ",
+     SELECT j.id, j.attempts, j.worker, min(j.started_at + coalesce(l.value ->> 4, 0), ?1),
+            ?1, 'succeeded', NULL, l.value ->> 3 ",
     held!()
 );
 
@@ -273,7 +280,11 @@ async fn complete_all(
     now: DateTime<Utc>,
     touched: &mut promote::Touched,
 ) -> Result<Vec<Result<Settled>>> {
-    let leases = leases_json(settles.iter().map(|s| (&s.lease, s.output.as_ref())));
+    let leases = settles_json(
+        settles
+            .iter()
+            .map(|s| (&s.lease, s.output.as_ref(), s.waited_micros())),
+    );
     sqlx::query(LOG_COMPLETED)
         .bind(us(now))
         .bind(&leases)
@@ -355,7 +366,11 @@ async fn settle_one(
         job: s.lease.job.0,
         attempt,
         worker: &row.worker,
-        started_at: row.started_at,
+        // The handler's start: the claim plus its wait in the worker (SPEC L5).
+        started_at: row
+            .started_at
+            .saturating_add(s.waited_micros())
+            .min(us(now)),
         ended_at: now,
         outcome,
         error,

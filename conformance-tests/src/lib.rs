@@ -268,6 +268,7 @@ macro_rules! for_each_case {
             lease::l4_release_does_not_count,
             lease::l5_attempt_log_records_attempts,
             lease::l5_attempt_log_keeps_output,
+            lease::l5_a_wait_in_the_worker_moves_the_logged_start,
             lease::l5_running_lists_holders,
             lease::l6_settle_many_judges_each_lease,
             lease::l6_completions_alone_judge_each_lease,

@@ -84,6 +84,11 @@ pub struct Settle {
     /// (SPEC L5): on success the job's result, at most 64 KiB or the call is refused
     /// (SPEC L8); on failure cut to 64 KiB.
     pub output: Option<String>,
+    /// How long the job waited in the worker between its claim and its handler's
+    /// start (a claim ahead of free slots keeps jobs in a buffer): the attempt's start
+    /// in the log is its claim plus this, never after its end (SPEC L5). `None` when
+    /// it started as it was claimed.
+    pub waited: Option<std::time::Duration>,
 }
 
 impl Settle {
@@ -94,6 +99,7 @@ impl Settle {
             lease,
             outcome: Outcome::Complete,
             output: None,
+            waited: None,
         }
     }
 
@@ -102,6 +108,21 @@ impl Settle {
     pub fn with_output(mut self, output: Option<String>) -> Self {
         self.output = output;
         self
+    }
+
+    /// Says the handler started `waited` after the claim: the attempt's start is
+    /// logged then (SPEC L5).
+    #[must_use]
+    pub fn with_waited(mut self, waited: std::time::Duration) -> Self {
+        self.waited = Some(waited);
+        self
+    }
+
+    /// [`waited`](Self::waited) in whole microseconds, 0 when `None`, as backends store it.
+    #[must_use]
+    pub fn waited_micros(&self) -> i64 {
+        self.waited
+            .map_or(0, |w| i64::try_from(w.as_micros()).unwrap_or(i64::MAX))
     }
 
     /// Fails `lease` with `error`, retrying per `retry`.
@@ -113,6 +134,7 @@ impl Settle {
                 retry,
             },
             output: None,
+            waited: None,
         }
     }
 
@@ -123,6 +145,7 @@ impl Settle {
             lease,
             outcome: Outcome::Release,
             output: None,
+            waited: None,
         }
     }
 }

@@ -67,10 +67,17 @@ async fn w1_claims_free_slots_in_one_call_and_settles_in_batches() {
     let b = Arc::new(MemoryBackend::new());
     let q = queue();
     let ids = enqueue_n(&b, &q, 40, 3).await;
+    // The memory backend stamps one server time per call, so equal times mean one call:
+    // a claim's leases share their expiry.
+    let expiries = Arc::new(Mutex::new(HashSet::new()));
+    let seen = expiries.clone();
     let w = builder(&b, &q)
         .concurrency(40)
         .settle_delay(Duration::from_millis(20))
-        .handler(|_job: ClaimedJob| async { Ok::<_, JobError>(()) })
+        .handler(move |job: ClaimedJob| {
+            seen.lock().unwrap().insert(job.lease.expires_at);
+            async { Ok::<_, JobError>(()) }
+        })
         .build()
         .unwrap()
         .spawn();
@@ -81,12 +88,10 @@ async fn w1_claims_free_slots_in_one_call_and_settles_in_batches() {
     let report = w.shutdown().await.unwrap();
     assert_eq!(report.succeeded, 40);
     assert_eq!(report.claimed, 40);
-    // The memory backend stamps one server time per call, so equal times mean one call.
-    let mut starts = HashSet::new();
+    let starts = expiries.lock().unwrap().clone();
     let mut ends = HashSet::new();
     for id in ids {
         let log = b.job(&q, id).await.unwrap().attempt_log;
-        starts.insert(log[0].started_at);
         ends.insert(log[0].ended_at.unwrap());
     }
     assert_eq!(
@@ -736,11 +741,15 @@ async fn prefetch_claims_ahead_and_runs_each_job_once() {
     let ids = enqueue_n(&b, &q, 200, 1).await;
     let ran = Arc::new(Mutex::new(Vec::new()));
     let seen = ran.clone();
+    // One server time per claim call: a claim's leases share their expiry.
+    let expiries = Arc::new(Mutex::new(HashSet::new()));
+    let claimed = expiries.clone();
     let w = builder(&b, &q)
         .concurrency(2)
         .prefetch(50)
         .handler(move |job: ClaimedJob| {
             seen.lock().unwrap().push(job.id());
+            claimed.lock().unwrap().insert(job.lease.expires_at);
             async { Ok::<_, JobError>(()) }
         })
         .build()
@@ -755,12 +764,9 @@ async fn prefetch_claims_ahead_and_runs_each_job_once() {
     let mut ran = ran.lock().unwrap().clone();
     ran.sort_unstable();
     assert_eq!(ran, ids, "every job ran exactly once");
-    // One server time per claim call: without prefetch two slots would take ~100 claims.
-    let mut claims = HashSet::new();
-    for id in ids {
-        claims.insert(b.job(&q, id).await.unwrap().attempt_log[0].started_at);
-    }
-    assert!(claims.len() <= 20, "200 jobs took {} claims", claims.len());
+    // Without prefetch two slots would take ~100 claims.
+    let claims = expiries.lock().unwrap().len();
+    assert!(claims <= 20, "200 jobs took {claims} claims");
 }
 
 #[tokio::test]
@@ -858,4 +864,54 @@ async fn s5_a_worker_fires_its_queues_schedules() {
     })
     .await;
     worker.shutdown().await.unwrap();
+}
+
+/// SPEC L5 (finding: jobs claimed ahead were logged as running): a worker of two slots
+/// that claims ahead into its buffer logs no more than two attempts running at any
+/// moment; a job's attempt starts when its handler did, not at its claim.
+#[tokio::test]
+async fn l5_a_buffered_job_is_logged_from_its_start_not_its_claim() {
+    let b = Arc::new(MemoryBackend::new());
+    let q = queue();
+    let ids = enqueue_n(&b, &q, 12, 1).await;
+    // Each outcome stored at once: an attempt's logged end is its settle's time.
+    let w = builder(&b, &q)
+        .concurrency(2)
+        .prefetch(10)
+        .settle_delay(Duration::ZERO)
+        .handler(|_job: ClaimedJob| async {
+            sleep(Duration::from_millis(40)).await;
+            Ok::<_, JobError>(())
+        })
+        .build()
+        .unwrap()
+        .spawn();
+    until("all jobs succeeded", async || {
+        b.queue_stats(&q).await.unwrap().count(JobState::Succeeded) == 12
+    })
+    .await;
+    w.shutdown().await.unwrap();
+    let mut spans = Vec::new();
+    for id in ids {
+        let a = &b.job(&q, id).await.unwrap().attempt_log[0];
+        spans.push((a.started_at, a.ended_at.unwrap()));
+    }
+    // At each attempt's start, how many attempts (itself included) were running. An
+    // end is logged when its settle is stored, a moment after the handler returned
+    // and its slot took the next job: a few milliseconds of overlap are that.
+    let slack = chrono::TimeDelta::milliseconds(5);
+    let most = spans
+        .iter()
+        .map(|(s, _)| {
+            spans
+                .iter()
+                .filter(|(s2, e2)| s2 <= s && *s < *e2 - slack)
+                .count()
+        })
+        .max()
+        .unwrap();
+    assert!(
+        most <= 2,
+        "{most} attempts overlapped on a worker of 2 slots: {spans:?}"
+    );
 }

@@ -1,9 +1,18 @@
 -- SPEC L: ARGV[3] = n, then one record per lease: 'c', job id, token for a completion
--- without output (the common case, in three arguments); else 'x', job id, token, kind
--- (complete, fail, release), retry delay (microseconds, or ''), retry time (absolute,
--- or ''), error, output ('' = none, else '=' .. text). Each lease is judged on its own
--- token, one after another. Returns one verdict per lease: 'c', 'r', 'd', 't<run_at>'
--- or 's' (stale).
+-- without output (the common case, in three arguments); 'w', the same and how long the
+-- job waited in its worker before its handler started (microseconds); else 'x', job
+-- id, token, kind (complete, fail, release), retry delay (microseconds, or ''), retry
+-- time (absolute, or ''), error, output ('' = none, else '=' .. text), wait ('' =
+-- none). Each lease is judged on its own token, one after another. Returns one verdict
+-- per lease: 'c', 'r', 'd', 't<run_at>' or 's' (stale).
+
+-- The attempt's start as the log keeps it (SPEC L5): its claim, `sa`, plus its wait
+-- in the worker, never past now. Stored back, so every reader of `sa` agrees.
+local function began(k, waited)
+  if not waited or waited == '' then return end
+  local sa = tonumber(redis.call('HGET', k, 'sa'))
+  if sa then redis.call('HSET', k, 'sa', s(math.min(sa + tonumber(waited), NOW))) end
+end
 
 -- Every outcome but a plain completion, `kind`, of job `id` of group `g` (or nil); a
 -- failure's delay, time and error are ARGV[o + 4] to ARGV[o + 6]. Returns the verdict.
@@ -73,9 +82,12 @@ local n = tonumber(ARGV[3])
 local out, done = {}, {}
 local o = 3
 for i = 1, n do
-  local id, full = ARGV[o + 2], ARGV[o + 1] == 'x'
+  local id, full, waits = ARGV[o + 2], ARGV[o + 1] == 'x', ARGV[o + 1] == 'w'
   local k = B .. ':job:' .. id
   local ok, plain = judge(k, ARGV[o + 3])
+  if ok then
+    if full then began(k, ARGV[o + 9]) elseif waits then began(k, ARGV[o + 4]) end
+  end
   if not ok then
     out[i] = 's'
   elseif plain and not full then
@@ -108,7 +120,7 @@ for i = 1, n do
       out[i] = settle_one(o + 1, kind, tonumber(id), g, output)
     end
   end
-  o = o + (full and 8 or 3)
+  o = o + (full and 9 or (waits and 4 or 3))
 end
 flush_completed(done)
 publish()

@@ -803,3 +803,78 @@ pub async fn l6_rejected_settle_call_settles_nothing(env: &Env) -> anyhow::Resul
     }
     Ok(())
 }
+
+/// SPEC L5: a settle that says how long the job waited in its worker before its
+/// handler started logs the attempt as starting that much after its claim, for every
+/// outcome and kind of job (plain, grouped, in a batch), and never after its end; a
+/// settle that says nothing keeps the claim time.
+pub async fn l5_a_wait_in_the_worker_moves_the_logged_start(env: &Env) -> anyhow::Result<()> {
+    let b = env.backend();
+    let q = queue_name("l5wait");
+    let batch = b.open_batch(&q, relayq_core::OnFailure::Continue).await?;
+    let jobs = vec![
+        NewJob::new(&q, b"plain".to_vec()),
+        NewJob::new(&q, b"grouped".to_vec()).group("g"),
+        NewJob::new(&q, b"batched".to_vec()).in_batch(batch.id, 1),
+        NewJob::new(&q, b"fails".to_vec()).max_attempts(1),
+        NewJob::new(&q, b"released".to_vec()),
+        NewJob::new(&q, b"overlong".to_vec()),
+        NewJob::new(&q, b"silent".to_vec()),
+    ];
+    let ids = b
+        .enqueue(jobs)
+        .await?
+        .iter()
+        .map(|e| e.id)
+        .collect::<Vec<_>>();
+    let got = claim_exactly(b, &q, &ids).await?;
+    let mut claimed = Vec::new();
+    for id in &ids {
+        claimed.push(b.job(&q, *id).await?.attempt_log[0].started_at);
+    }
+    // The attempts must last longer than the wait they report: time has to pass
+    // between the claim and the settle, it is not waiting for something to happen.
+    let wait = Duration::from_millis(100);
+    sleep(wait + Duration::from_millis(50)).await;
+    let settles = vec![
+        Settle::complete(got[0].lease.clone()).with_waited(wait),
+        Settle::complete(got[1].lease.clone()).with_waited(wait),
+        Settle::complete(got[2].lease.clone()).with_waited(wait),
+        Settle::fail(got[3].lease.clone(), "no", Retry::Never).with_waited(wait),
+        Settle::release(got[4].lease.clone()).with_waited(wait),
+        Settle::complete(got[5].lease.clone()).with_waited(Duration::from_secs(86_400)),
+        Settle::complete(got[6].lease.clone()),
+    ];
+    for r in b.settle_many(settles).await? {
+        r?;
+    }
+    for (i, id) in ids.iter().enumerate() {
+        let log = b.job(&q, *id).await?.attempt_log;
+        let a = &log[0];
+        let end = a
+            .ended_at
+            .ok_or_else(|| anyhow::anyhow!("job {id}: no end"))?;
+        ensure!(
+            a.started_at <= end,
+            "job {id}: started {} after its end {end}",
+            a.started_at
+        );
+        let moved = a.started_at - claimed[i];
+        match i {
+            5 => ensure!(
+                end - a.started_at <= TIME_SLACK,
+                "job {id}: a wait past the end should start it at its end: {a:?}"
+            ),
+            6 => ensure!(
+                moved.abs() <= TIME_SLACK,
+                "job {id}: no wait given, yet the start moved by {moved}"
+            ),
+            _ => ensure!(
+                (moved - delta(wait)).abs() <= TIME_SLACK,
+                "job {id} ({:?}): the start moved by {moved}, expected {wait:?}",
+                a.outcome
+            ),
+        }
+    }
+    Ok(())
+}

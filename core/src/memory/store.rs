@@ -392,6 +392,10 @@ impl QueueState {
             .get_mut(&id)
             .filter(|j| j.holds(&s.lease, now))
             .ok_or(Error::StaleLease)?;
+        // The handler's start, if it waited in the worker after its claim (SPEC L5).
+        if let (Some(waited), Some(rec)) = (s.waited, job.log.last_mut()) {
+            rec.started_at = after(rec.started_at, waited).min(now);
+        }
         match s.outcome {
             Outcome::Complete => {
                 job.close_attempt(now, AttemptOutcome::Succeeded, None, s.output.as_deref());

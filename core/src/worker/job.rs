@@ -55,6 +55,9 @@ pub(super) struct Assigned {
     /// finds it past this when it thaws, perhaps with the lease long gone and the job
     /// run elsewhere: it is stopped instead of started.
     pub(super) start_by: Instant,
+    /// When its claim was sent: the handler's start, less this, is how long it waited
+    /// in the buffer, which its settle reports (SPEC L5).
+    pub(super) claimed_at: Instant,
     pub(super) control: Arc<Control>,
     pub(super) slot: Slot,
     pub(super) ended: Ended,
@@ -70,6 +73,7 @@ impl JobRun {
             slot,
             ended,
             start_by,
+            claimed_at,
         } = assigned;
         let _finished = Finished(&control);
         // Its lease was lost while it waited for this slot.
@@ -131,6 +135,14 @@ impl JobRun {
             }
         };
         control.handed.store(true, Ordering::SeqCst);
+        // Time in the buffer, reported so the log starts the attempt when its handler
+        // did (SPEC L5); under a millisecond it says nothing worth a field.
+        let waited = started.saturating_duration_since(claimed_at);
+        let settle = if waited >= Duration::from_millis(1) {
+            settle.with_waited(waited)
+        } else {
+            settle
+        };
         let outcome = match &settle.outcome {
             Outcome::Complete => "succeeded",
             Outcome::Fail { .. } => "failed",

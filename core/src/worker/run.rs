@@ -370,6 +370,7 @@ impl Runner {
                 slot,
                 ended,
                 start_by,
+                claimed_at,
             });
         }
     }

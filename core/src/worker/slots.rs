@@ -197,6 +197,7 @@ pub(super) mod tests {
             slot,
             ended,
             start_by,
+            claimed_at: Instant::now(),
         });
         (control, heard)
     }
