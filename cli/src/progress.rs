@@ -20,6 +20,9 @@ pub struct Progress {
     view: View,
     /// Stages already reported finished (plain lines).
     finished: BTreeSet<i32>,
+    /// Jobs of each stage whose command runs here now: the batch's `running` counts
+    /// every leased job, jobs claimed ahead and waiting for a slot among them.
+    started: HashMap<i32, u64>,
 }
 
 enum View {
@@ -63,6 +66,7 @@ impl Progress {
             t0: Instant::now(),
             view,
             finished: BTreeSet::new(),
+            started: HashMap::new(),
         }
     }
 
@@ -83,6 +87,14 @@ impl Progress {
             .stage
             .map_or_else(String::new, |s| format!("stage {s}  "));
         let tries = format!("attempt {}/{}", ev.attempt, ev.max_attempts);
+        if let Some(stage) = ev.stage {
+            let n = self.started.entry(stage).or_default();
+            match &ev.kind {
+                EventKind::Started { .. } => *n += 1,
+                EventKind::Ended { .. } => *n = n.saturating_sub(1),
+                EventKind::BadPayload { .. } => {}
+            }
+        }
         match &ev.kind {
             EventKind::Started { .. } => match &mut self.view {
                 View::Bars { multi, running, .. } => {
@@ -151,7 +163,8 @@ impl Progress {
             {
                 bar.set_length(s.total());
                 bar.set_position(s.succeeded + s.dead + s.cancelled);
-                bar.set_message(stage_message(s));
+                let here = self.started.get(&s.stage).copied().unwrap_or(0);
+                bar.set_message(stage_message(s, here));
             }
             if s.unfinished() == 0 && s.total() > 0 && self.finished.insert(s.stage) {
                 if let View::Bars { stages, .. } = &self.view
@@ -185,14 +198,21 @@ impl Progress {
     }
 }
 
-fn stage_message(s: &StageProgress) -> String {
+/// A stage's line: `here` of its leased jobs run a command in this process; the rest
+/// are claimed but not started here (waiting in a worker's buffer for a slot, or
+/// running elsewhere), and are not called running.
+fn stage_message(s: &StageProgress, here: u64) -> String {
     if s.unfinished() == 0 {
         return counts(s).join(", ");
     }
     if s.running == 0 && s.succeeded + s.dead + s.cancelled == 0 {
         return "waiting".to_owned();
     }
-    let mut parts = vec![format!("{} running", s.running)];
+    let here = here.min(s.running);
+    let mut parts = vec![format!("{here} running")];
+    if s.running > here {
+        parts.push(format!("{} more claimed", s.running - here));
+    }
     parts.extend(counts(s).into_iter().filter(|c| !c.ends_with("succeeded")));
     parts.join(", ")
 }
@@ -231,17 +251,21 @@ mod tests {
             pending: 2,
             ..StageProgress::default()
         };
-        assert_eq!(stage_message(&s), "waiting");
+        assert_eq!(stage_message(&s, 0), "waiting");
         s.running = 1;
         s.pending = 1;
         s.dead = 1;
-        assert_eq!(stage_message(&s), "1 running, 1 dead");
+        assert_eq!(stage_message(&s, 1), "1 running, 1 dead");
+        // Thirteen leased, four of them started here: the rest are not called running.
+        s.running = 13;
+        assert_eq!(stage_message(&s, 4), "4 running, 9 more claimed, 1 dead");
+        assert_eq!(stage_message(&s, 20), "13 running, 1 dead");
         s = StageProgress {
             stage: 100,
             succeeded: 3,
             cancelled: 1,
             ..StageProgress::default()
         };
-        assert_eq!(stage_message(&s), "3 succeeded, 1 cancelled");
+        assert_eq!(stage_message(&s, 0), "3 succeeded, 1 cancelled");
     }
 }

@@ -124,6 +124,12 @@ fn pause_resume_and_limit(env: &Env) -> Result<(), Failed> {
     check(
         s["stats"]["paused"] == false && s["stats"]["max_running"].is_null(),
         || format!("after resume and limit none: {s}"),
+    )?;
+    // Resumed, its job waits and no worker serves the queue: status says so.
+    let out = env.run(&["status", "-q", &q]);
+    check(
+        out.code == 0 && out.stdout.contains("warning: no worker serves this queue"),
+        || format!("status of an unserved queue: {} {}", out.code, out.stdout),
     )
 }
 

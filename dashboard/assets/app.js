@@ -168,7 +168,7 @@
       h("tr", { "data-queue": s.queue },
         h("td", {}, link(`${qpath(s.queue)}/batches`, s.queue), " ", s.paused ? badge("paused") : null, " ", unserved(s), " ", countNote(s)),
         STATES.map((st) => num(s.counted ? s.counts[st] ?? 0 : "…")),
-        h("td", { class: "num" }, s.counted ? `${s.running} / ${s.max_running ?? "∞"}` : "…"),
+        h("td", { class: "num" }, s.counted ? `${s.running} / ${s.max_running ?? "∞"}` : "…", s.held ? h("span", { class: "muted held", title: "claimed ahead, waiting in a worker's buffer: not started" }, ` (${s.held} held)`) : null),
         h("td", { class: "num oldest" }, s.counted ? waited(s.oldest_ready_seconds) : "…"),
         h("td", {}, link(`${qpath(s.queue)}/jobs`, "jobs"), " · ", link(`${qpath(s.queue)}/running`, "running"), " · ", link(`${qpath(s.queue)}/dead`, "dead")),
         // Until counted, the settings are unknown: no button that could be wrong.
@@ -217,6 +217,8 @@
     return h("p", { id: "summary" },
       STATES.filter((st) => s.counts[st]).map((st) => [badge(`${st} ${s.counts[st]}`, st), " "]),
       s.paused ? badge("paused") : null, " ", unserved(s), " ", `running ${s.running} / ${s.max_running ?? "∞"}`,
+      // Leased jobs waiting in a worker's buffer are counted running by the backend.
+      s.held ? h("span", { class: "muted held", title: "claimed ahead, waiting in a worker's buffer for a free slot: leased, not started (from the workers' beats)" }, ` (${s.held} of them claimed ahead, not started)`) : null,
       ` · ${s.workers} worker${s.workers === 1 ? "" : "s"}`,
       ` · oldest ready ${waited(s.oldest_ready_seconds)}`, " ", countNote(s));
   }

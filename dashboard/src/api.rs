@@ -108,7 +108,9 @@ pub(crate) async fn queues(
     let mut out = Vec::with_capacity(names.len());
     for (name, answer) in names.iter().zip(answers) {
         let mut view = QueueView::new(name, answer?);
-        view.workers = Some(crate::workers::alive(&state, name).await?);
+        (view.workers, view.held) = crate::workers::alive(&state, name)
+            .await
+            .map(|(n, held)| (Some(n), Some(held)))?;
         out.push(view);
     }
     Ok(Json(out))
@@ -121,7 +123,9 @@ pub(crate) async fn queue_stats(
 ) -> ApiResult<Json<QueueView>> {
     let name = queue(&name)?;
     let mut view = QueueView::new(name, state.counts.get(name).await?);
-    view.workers = Some(crate::workers::alive(&state, name).await?);
+    (view.workers, view.held) = crate::workers::alive(&state, name)
+        .await
+        .map(|(n, held)| (Some(n), Some(held)))?;
     Ok(Json(view))
 }
 

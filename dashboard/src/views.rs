@@ -26,6 +26,9 @@ pub(crate) struct QueueView {
     /// How many workers beat for the queue within three beats' time (SPEC M9): zero
     /// with ready jobs means nobody serves it.
     pub(crate) workers: Option<u32>,
+    /// Of the running jobs, how many those workers hold claimed ahead in their
+    /// buffers, by their last beats: leased, not started.
+    pub(crate) held: Option<u32>,
 }
 
 /// What a count says of a queue.
@@ -53,6 +56,7 @@ impl QueueView {
                 counted_seconds_ago: None,
                 figures: None,
                 workers: None,
+                held: None,
             };
         };
         Self {
@@ -75,6 +79,7 @@ impl QueueView {
                 paused: stats.paused,
             }),
             workers: None,
+            held: None,
         }
     }
 }

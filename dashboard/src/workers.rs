@@ -73,10 +73,16 @@ pub(crate) async fn all(
     Ok(Json(rows))
 }
 
-/// How many workers beat for `queue` within three beats' time, for the queue list's
-/// "no worker" warning.
-pub(crate) async fn alive(state: &AppState, queue: &str) -> ApiResult<u32> {
+/// How many workers beat for `queue` within three beats' time (the queue list's "no
+/// worker" warning), and how many jobs they hold claimed ahead in their buffers: leased,
+/// so counted running by the backend, but not started.
+pub(crate) async fn alive(state: &AppState, queue: &str) -> ApiResult<(u32, u32)> {
     let now = Utc::now();
     let seen = state.backend.workers(queue).await?;
-    Ok(u32::try_from(seen.iter().filter(|s| s.alive(now)).count()).unwrap_or(u32::MAX))
+    let alive: Vec<&WorkerSeen> = seen.iter().filter(|s| s.alive(now)).collect();
+    let held = alive
+        .iter()
+        .map(|s| s.beat.held)
+        .fold(0u32, u32::saturating_add);
+    Ok((u32::try_from(alive.len()).unwrap_or(u32::MAX), held))
 }

@@ -849,7 +849,7 @@ async fn workers_are_listed_from_their_beats() {
         queues,
         slots: 4,
         busy: 1,
-        held: 0,
+        held: 3,
         started_at: chrono::Utc::now(),
     };
     let both = vec![a.clone(), c.clone()];
@@ -863,6 +863,7 @@ async fn workers_are_listed_from_their_beats() {
         .unwrap();
     let view = get(&app, &format!("/api/queues/{a}")).await.json();
     assert_eq!(view["workers"], 1);
+    assert_eq!(view["held"], 3, "jobs claimed ahead, by the beat: {view}");
     let of_a = get(&app, &format!("/api/queues/{a}/workers")).await.json();
     assert_eq!(of_a[0]["worker"], "w-1");
     assert_eq!(

@@ -42,6 +42,8 @@ struct Status {
     stats: Stats,
     running: Vec<Running>,
     batches: Vec<BatchProgress>,
+    /// The workers that beat for the queue in the last hour (SPEC M9).
+    workers: Vec<relayq_core::WorkerSeen>,
 }
 
 #[derive(Serialize)]
@@ -80,10 +82,12 @@ pub async fn run(db: &str, args: StatusArgs) -> anyhow::Result<u8> {
         ],
         None => backend.batches(queue, args.batches).await?,
     };
+    let workers = backend.workers(queue).await?;
     let status = Status {
         stats,
         running,
         batches,
+        workers,
     };
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&status)?);
@@ -179,6 +183,7 @@ fn print_text(s: &Status) {
         Some(secs) => outln!("oldest ready job has waited {secs:.1} s"),
         None => outln!("no job waits to be claimed"),
     }
+    print_workers(s);
     if s.running.is_empty() {
         outln!("running now: none");
     } else {
@@ -254,4 +259,34 @@ pub fn print_batch(b: &BatchProgress) {
         ]);
     }
     outln!("{t}");
+}
+
+/// Who serves the queue, by the workers' beats (SPEC M9), and a warning when jobs wait
+/// and nobody does.
+fn print_workers(s: &Status) {
+    let now = Utc::now();
+    let alive: Vec<_> = s.workers.iter().filter(|w| w.alive(now)).collect();
+    let waiting = s.stats.counts.get(JobState::Ready) + s.stats.counts.get(JobState::Retrying);
+    if alive.is_empty() {
+        if waiting > 0 && !s.stats.paused {
+            outln!(
+                "warning: no worker serves this queue (none has beaten in the last 15 s), and jobs wait"
+            );
+        } else {
+            outln!("workers: none");
+        }
+        return;
+    }
+    let (busy, slots, held) = alive.iter().fold((0, 0, 0), |(b, sl, h), w| {
+        (b + w.beat.busy, sl + w.beat.slots, h + w.beat.held)
+    });
+    outln!(
+        "workers: {}, {busy} of {slots} slots busy{}",
+        alive.len(),
+        if held > 0 {
+            format!("; {held} jobs claimed ahead, waiting for a slot (counted running above)")
+        } else {
+            String::new()
+        }
+    );
 }
