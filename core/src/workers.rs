@@ -142,7 +142,8 @@ mod tests {
 
     #[test]
     fn bad_beats_name_their_field() {
-        let cases: [(fn(&mut WorkerBeat), &str); 4] = [
+        type Spoil = fn(&mut WorkerBeat);
+        let cases: [(Spoil, &str); 4] = [
             (|b| b.worker.clear(), "worker"),
             (|b| b.host = "a\nb".into(), "host"),
             (|b| b.queues = vec!["bad name!".into()], "queues"),
