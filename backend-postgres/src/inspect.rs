@@ -385,12 +385,13 @@ impl Inspect for PostgresBackend {
         let rows: Vec<(i64, bool, i64)> = sqlx::query_as(self.sql(
             "SELECT id, hit, place FROM (
                  SELECT id, place,
-                        ($3::text IS NULL OR st = $3)
+                        -- NULL columns (no batch, no error) make NULL, not false.
+                        coalesce(($3::text IS NULL OR st = $3)
                         AND ($4::bigint IS NULL OR batch_id = $4)
                         AND ($5::int IS NULL OR stage = $5)
                         AND ($6::text IS NULL OR group_key = $6)
                         AND ($7::text IS NULL OR position(convert_to($7, 'UTF8') IN payload) > 0
-                             OR coalesce(strpos(last_error, $7) > 0, false)) AS hit
+                             OR strpos(last_error, $7) > 0), false) AS hit
                  FROM (SELECT *, row_number() OVER (ORDER BY id DESC) AS place FROM (
                      (SELECT id, CASE WHEN state = 'ready' AND run_at > now() THEN 'scheduled'
                                       ELSE state END AS st,

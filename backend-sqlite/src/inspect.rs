@@ -295,13 +295,13 @@ impl Inspect for SqliteBackend {
         // payload, so instr compares bytes, and as text for the error.
         let mut rows = sqlx::query_as::<_, (i64, bool)>(
             "SELECT id,
-                    (?3 IS NULL OR (CASE WHEN state = 'ready' AND run_at > ?9
-                                         THEN 'scheduled' ELSE state END) = ?3)
+                    coalesce((?3 IS NULL OR (CASE WHEN state = 'ready' AND run_at > ?9
+                                                  THEN 'scheduled' ELSE state END) = ?3)
                     AND (?4 IS NULL OR batch_id = ?4)
                     AND (?5 IS NULL OR stage = ?5)
                     AND (?6 IS NULL OR group_key = ?6)
                     AND (?7 IS NULL OR instr(payload, ?7) > 0
-                         OR coalesce(instr(last_error, ?8) > 0, 0))
+                         OR instr(last_error, ?8) > 0), 0)
              FROM relayq_jobs NOT INDEXED
              WHERE queue = ?1 AND id < ?2 ORDER BY id DESC LIMIT ?10",
         )

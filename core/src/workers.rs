@@ -30,10 +30,10 @@ pub struct WorkerBeat {
     pub queues: Vec<String>,
     /// How many jobs it runs at once.
     pub slots: u32,
-    /// Slots running a handler now.
+    /// Slots running a handler now, for any of its queues.
     pub busy: u32,
-    /// Jobs it claimed ahead that wait in its buffer for a slot: they hold a lease,
-    /// but no handler runs them yet.
+    /// Jobs of this queue it claimed ahead that wait in its buffer for a slot: they
+    /// hold a lease, but no handler runs them yet.
     pub held: u32,
     /// When it started, by its own clock.
     pub started_at: DateTime<Utc>,

@@ -57,17 +57,21 @@
     if (!r.ok) throw new Error(body.error || `${r.status} ${r.statusText}`);
     return body;
   }
+  async function post(path, body) {
+    const r = await fetch(`${base}/api${path}`, {
+      method: "POST",
+      credentials: "same-origin",
+      headers: { "content-type": "application/json", "x-relayq-csrf": csrf },
+      body: JSON.stringify(body || {}),
+    });
+    const out = await r.json().catch(() => ({}));
+    if (!r.ok) throw new Error(out.error || `${r.status} ${r.statusText}`);
+    return out;
+  }
   async function act(path, body, confirmText) {
     if (confirmText && !window.confirm(confirmText)) return;
     try {
-      const r = await fetch(`${base}/api${path}`, {
-        method: "POST",
-        credentials: "same-origin",
-        headers: { "content-type": "application/json", "x-relayq-csrf": csrf },
-        body: JSON.stringify(body || {}),
-      });
-      const out = await r.json().catch(() => ({}));
-      if (!r.ok) throw new Error(out.error || `${r.status} ${r.statusText}`);
+      const out = await post(path, body);
       // An action that did less than asked says why (retry all: jobs that stay dead).
       showError(out.note || null);
     } catch (e) {
@@ -333,8 +337,10 @@
   // The jobs page: any job found by filter, newest first, a page at a time, with bulk
   // actions on the selected jobs or on every job that matches.
   const FILTERS = ["state", "batch", "stage", "group", "text"];
-  // Ids ticked on this page, kept across redraws.
+  // Ids ticked on this page, and what is typed in the filter form before it is sent:
+  // both kept across redraws.
   const selected = new Set();
+  const draft = Object.fromEntries(FILTERS.map((k) => [k, params.get(k) || ""]));
 
   async function drawJobs() {
     const query = new URLSearchParams();
@@ -342,6 +348,7 @@
     const [head, list] = await Promise.all([queueHeader(), api(`/queues/${q(queue)}/jobs?${query}`)]);
     const shown = new Set(list.items.map((j) => String(j.id)));
     for (const sel of [...selected]) if (!shown.has(sel)) selected.delete(sel);
+    const field = (k, attrs) => h("input", { name: k, placeholder: k, value: draft[k], "aria-label": k, oninput: (ev) => { draft[k] = ev.target.value; }, ...attrs });
     const filterForm = h("form", { id: "job-filter", class: "toolbar", onsubmit: (ev) => {
       ev.preventDefault();
       const next = new URLSearchParams();
@@ -352,20 +359,35 @@
       selected.clear();
       location.search = next.toString();
     } },
-      h("select", { name: "state", "aria-label": "state" }, h("option", { value: "" }, "any state"),
-        STATES.map((st) => h("option", { value: st, selected: params.get("state") === st }, st))), " ",
-      h("input", { name: "batch", placeholder: "batch", value: params.get("batch") || "", "aria-label": "batch" }), " ",
-      h("input", { name: "stage", placeholder: "stage", value: params.get("stage") || "", "aria-label": "stage" }), " ",
-      h("input", { name: "group", placeholder: "group", value: params.get("group") || "", "aria-label": "group" }), " ",
-      h("input", { name: "text", class: "wide", placeholder: "name or error text", value: params.get("text") || "", "aria-label": "text" }), " ",
+      h("select", { name: "state", "aria-label": "state", onchange: (ev) => { draft.state = ev.target.value; } }, h("option", { value: "" }, "any state"),
+        STATES.map((st) => h("option", { value: st, selected: draft.state === st }, st))), " ",
+      field("batch"), " ", field("stage"), " ", field("group"), " ",
+      field("text", { class: "wide", placeholder: "name or error text" }), " ",
       h("button", { type: "submit", "data-action": "filter" }, "filter"), " ",
       link(`${qpath(queue)}/jobs`, "clear"));
     const filterBody = Object.fromEntries(FILTERS.filter((k) => params.get(k)).map((k) => [k, params.get(k)]));
-    const bulk = (action, ids) => {
-      const what = ids ? `${ids.length} selected job${ids.length === 1 ? "" : "s"}` : "every job that matches this filter (up to 10,000 at a time)";
+    const bulk = async (action, ids) => {
+      const what = ids ? `${ids.length} selected job${ids.length === 1 ? "" : "s"}` : "every job that matches this filter";
       if (!window.confirm(`${action[0].toUpperCase()}${action.slice(1)} ${what}?`)) return;
       selected.clear();
-      act(`/queues/${q(queue)}/jobs/bulk`, ids ? { action, ids } : { action, filter: filterBody });
+      if (ids) return act(`/queues/${q(queue)}/jobs/bulk`, { action, ids });
+      // Every match: 10,000 a call, each call going on below the last.
+      let before = null, changed = 0, unchanged = 0;
+      try {
+        for (let call = 0; call < 1000; call++) {
+          const filter = before === null ? filterBody : { ...filterBody, before: String(before) };
+          const out = await post(`/queues/${q(queue)}/jobs/bulk`, { action, filter });
+          changed += out.cancelled ?? out.retried ?? out.deleted ?? 0;
+          unchanged += out.unchanged;
+          if (!out.more) break;
+          before = out.next;
+        }
+        const past = { cancel: "cancelled", retry: "retried", delete: "deleted" }[action];
+        showError(unchanged ? `${changed} ${past}; ${unchanged} left as they were` : null);
+      } catch (e) {
+        showError(`action failed: ${e.message}`);
+      }
+      refresh();
     };
     const picked = () => [...selected].map(Number);
     const tools = readOnly ? null : h("p", { class: "toolbar", id: "bulk" },
@@ -374,7 +396,8 @@
       h("button", { "data-action": "delete-selected", class: "danger", disabled: !selected.size, onclick: () => bulk("delete", picked()) }, `delete selected (${selected.size})`),
       " ", h("span", { class: "muted" }, "or every match:"), " ",
       h("button", { "data-action": "cancel-matching", class: "danger", onclick: () => bulk("cancel") }, "cancel all matching"),
-      h("button", { "data-action": "retry-matching", onclick: () => bulk("retry") }, "retry all matching"));
+      h("button", { "data-action": "retry-matching", onclick: () => bulk("retry") }, "retry all matching"),
+      h("button", { "data-action": "delete-matching", class: "danger", onclick: () => bulk("delete") }, "delete all matching"));
     const tick = (j) => h("input", { type: "checkbox", class: "pick", "aria-label": `select job ${j.id}`, checked: selected.has(String(j.id)), onchange: (ev) => {
       if (ev.target.checked) selected.add(String(j.id)); else selected.delete(String(j.id));
       refresh();

@@ -8,7 +8,9 @@ use axum::{
     extract::{Path, Query, State},
 };
 use chrono::{DateTime, Utc};
-use relayq_core::{AttemptOutcome, BatchId, JobFilter, JobId, JobInfo, JobState, Progress, redact};
+use relayq_core::{
+    AttemptOutcome, BatchId, ErrorKind, JobFilter, JobId, JobInfo, JobState, Progress, redact,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -167,20 +169,41 @@ pub(crate) async fn list(
     let name = queue(&name)?;
     let filter = q.filter()?;
     let limit = q.limit()?;
-    let before = given(q.before.as_ref())
-        .map(|b| id("before", b))
-        .transpose()?
-        .map(JobId);
+    let before = before_of(&q)?;
     let page = state
         .backend
         .list_jobs(name, &filter, before, limit)
         .await?;
     let jobs = read_jobs(&state, name, &page.jobs).await?;
     Ok(Json(JobsPage {
-        items: jobs.into_iter().map(JobRow::from).collect(),
+        items: jobs
+            .into_iter()
+            .filter(|j| shown_match(j, filter.text.as_deref()))
+            .map(JobRow::from)
+            .collect(),
         limit,
         next: page.next,
     }))
+}
+
+fn before_of(q: &JobsQuery) -> ApiResult<Option<JobId>> {
+    Ok(given(q.before.as_ref())
+        .map(|b| id("before", b))
+        .transpose()?
+        .map(JobId))
+}
+
+/// Whether `text` is in what a person may read of the job: its payload and last error
+/// with secrets masked. The backends search the stored bytes, so without this a filter
+/// typed one character at a time would spell out a masked secret.
+fn shown_match(job: &JobInfo, text: Option<&str>) -> bool {
+    text.is_none_or(|t| {
+        redact::payload(&job.payload).contains(t)
+            || job
+                .last_error
+                .as_deref()
+                .is_some_and(|e| redact::urls(e).contains(t))
+    })
 }
 
 /// The most jobs one bulk action touches: an action on "every job that matches" a
@@ -208,7 +231,15 @@ struct BulkBody {
     filter: Option<JobsQuery>,
 }
 
-fn parse_bulk(body: &[u8]) -> ApiResult<(BulkAction, Option<Vec<JobId>>, Option<JobFilter>)> {
+/// A bulk action's body, checked: the action, and the ids named or the filter with
+/// where to go on from.
+type Bulk = (
+    BulkAction,
+    Option<Vec<JobId>>,
+    Option<(JobFilter, Option<JobId>)>,
+);
+
+fn parse_bulk(body: &[u8]) -> ApiResult<Bulk> {
     let body: BulkBody = serde_json::from_slice(body).map_err(|e| {
         ApiError::invalid(
             "body",
@@ -229,14 +260,14 @@ fn parse_bulk(body: &[u8]) -> ApiResult<(BulkAction, Option<Vec<JobId>>, Option<
                 None,
             ))
         }
-        (None, Some(q)) => Ok((body.action, None, Some(q.filter()?))),
+        (None, Some(q)) => Ok((body.action, None, Some((q.filter()?, before_of(&q)?)))),
         _ => Err(ApiError::invalid("ids", "give either ids or filter")),
     }
 }
 
-/// `POST /api/queues/{queue}/jobs/bulk`: cancels, retries or deletes each job named, or each
-/// that the filter matches (up to [`BULK_MAX`]); says how many changed, how many were
-/// left as they were, and whether more match.
+/// `POST /api/queues/{queue}/jobs/bulk`: cancels, retries or deletes each job named,
+/// or each that the filter matches (up to [`BULK_MAX`] a call); says how many changed,
+/// how many were left as they were and why, and where to go on from when more match.
 pub(crate) async fn bulk(
     State(state): State<AppState>,
     Path(name): Path<String>,
@@ -244,33 +275,15 @@ pub(crate) async fn bulk(
 ) -> ApiResult<Json<Value>> {
     let name = queue(&name)?;
     let (action, ids, filter) = parse_bulk(&body)?;
-    let (ids, more) = match (ids, filter) {
-        (Some(ids), _) => (ids, false),
-        (None, filter) => matching(&state, name, &filter.unwrap_or_default(), action).await?,
-    };
-    let changed = match action {
-        BulkAction::Cancel => {
-            let mut n = 0u64;
-            for id in &ids {
-                n += u64::from(state.backend.cancel_job(name, *id).await?);
-            }
-            n
-        }
-        BulkAction::Retry => {
-            let mut n = 0;
-            for chunk in ids.chunks(1000) {
-                n += state.backend.retry_dead(name, Some(chunk)).await?;
-            }
-            n
-        }
-        BulkAction::Delete => {
-            let mut n = 0;
-            for chunk in ids.chunks(1000) {
-                n += state.backend.delete_jobs(name, chunk).await?;
-            }
-            n
+    let (ids, next) = match (ids, filter) {
+        (Some(ids), _) => (ids, None),
+        (None, filter) => {
+            let (filter, before) = filter.unwrap_or_default();
+            matching(&state, name, &filter, before, action).await?
         }
     };
+    let more = next.is_some();
+    let changed = apply(&state, name, action, &ids).await?;
     state.counts.changed(name, Change::Jobs);
     let unchanged = ids.len() as u64 - changed;
     tracing::info!(queue = %name, ?action, changed, unchanged, more, "relayq-dashboard: bulk action");
@@ -288,43 +301,88 @@ pub(crate) async fn bulk(
     let mut note =
         (unchanged > 0).then(|| format!("{changed} {what}; {unchanged} left as they were ({why})"));
     if more {
-        let more_note = format!("more than {BULK_MAX} jobs match: run it again for the rest");
+        let more_note = format!("more than {BULK_MAX} jobs match: go on from `next` for the rest");
         note = Some(note.map_or(more_note.clone(), |n| format!("{n}; {more_note}")));
     }
-    Ok(Json(
-        json!({ what: changed, "unchanged": unchanged, "more": more, "note": note }),
-    ))
+    Ok(Json(json!({
+        what: changed,
+        "unchanged": unchanged,
+        "more": more,
+        "next": next,
+        "note": note,
+    })))
 }
 
-/// The jobs a filter matches, up to [`BULK_MAX`], and whether more match. A retry
-/// looks at dead jobs unless the filter names a state; a cancel at every job that
-/// matches, leaving finished ones as they are.
+/// Does `action` to each of `ids`; returns how many it changed. A job pruned or deleted
+/// since it was listed is left out, not an error.
+async fn apply(state: &AppState, queue: &str, action: BulkAction, ids: &[JobId]) -> ApiResult<u64> {
+    let b = &state.backend;
+    let mut n = 0;
+    match action {
+        BulkAction::Cancel => {
+            for id in ids {
+                match b.cancel_job(queue, *id).await {
+                    Ok(done) => n += u64::from(done),
+                    Err(e) if e.kind() == ErrorKind::NotFound => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        BulkAction::Retry => {
+            for chunk in ids.chunks(1000) {
+                n += b.retry_dead(queue, Some(chunk)).await?;
+            }
+        }
+        BulkAction::Delete => {
+            for chunk in ids.chunks(1000) {
+                n += b.delete_jobs(queue, chunk).await?;
+            }
+        }
+    }
+    Ok(n)
+}
+
+/// The jobs a filter matches below `before`, up to [`BULK_MAX`], and where the next
+/// call goes on from when more may match: calls never act on the same jobs twice, so
+/// jobs the action leaves as they are cannot keep it from reaching older ones. A retry
+/// looks at dead jobs unless the filter names a state; a cancel or a delete at every
+/// job that matches, leaving those it cannot change. A text matches as a person reads
+/// the job, secrets masked ([`shown_match`]).
 async fn matching(
     state: &AppState,
     queue: &str,
     filter: &JobFilter,
+    before: Option<JobId>,
     action: BulkAction,
-) -> ApiResult<(Vec<JobId>, bool)> {
+) -> ApiResult<(Vec<JobId>, Option<JobId>)> {
     let mut filter = filter.clone();
     if action == BulkAction::Retry && filter.state.is_none() {
         filter.state = Some(JobState::Dead);
     }
     let mut out = Vec::new();
-    let mut before = None;
+    let mut before = before;
     loop {
+        let room = u32::try_from(BULK_MAX - out.len())
+            .unwrap_or(1000)
+            .min(1000);
         let page = state
             .backend
-            .list_jobs(queue, &filter, before, 1000)
+            .list_jobs(queue, &filter, before, room)
             .await?;
-        for id in page.jobs {
-            if out.len() == BULK_MAX {
-                return Ok((out, true));
-            }
-            out.push(id);
+        let mut ids = page.jobs;
+        if filter.text.is_some() {
+            let jobs = read_jobs(state, queue, &ids).await?;
+            ids = jobs
+                .iter()
+                .filter(|j| shown_match(j, filter.text.as_deref()))
+                .map(|j| j.id)
+                .collect();
         }
+        out.extend(ids);
         match page.next {
+            Some(next) if out.len() >= BULK_MAX => return Ok((out, Some(next))),
             Some(next) => before = Some(next),
-            None => return Ok((out, false)),
+            None => return Ok((out, None)),
         }
     }
 }
@@ -392,9 +450,10 @@ mod tests {
             (a, ids, f),
             (BulkAction::Cancel, Some(vec![JobId(3), JobId(4)]), None)
         );
-        let (a, ids, f) = parse_bulk(br#"{"action":"retry","filter":{"text":"disk"}}"#).unwrap();
+        let (a, ids, f) =
+            parse_bulk(br#"{"action":"retry","filter":{"text":"disk","before":"9"}}"#).unwrap();
         assert_eq!((a, ids), (BulkAction::Retry, None));
-        assert_eq!(f.unwrap(), JobFilter::all().text("disk"));
+        assert_eq!(f.unwrap(), (JobFilter::all().text("disk"), Some(JobId(9))));
         for (bad, field) in [
             (&br#"{"action":"explode","ids":[1]}"#[..], "body"),
             (br#"{"action":"cancel"}"#, "ids"),

@@ -1,8 +1,8 @@
 //! # relayq-dashboard
 //!
 //! A web dashboard for relayq as an [`axum::Router`] over any `Arc<dyn Backend>`: pages
-//! for queues, batches with their stages, any job found by filter (with bulk cancel and
-//! retry), running jobs, dead jobs and each job's attempts, the JSON API under `/api/` that those pages poll, and Prometheus text at
+//! for queues, batches with their stages, any job found by filter (with bulk cancel,
+//! retry and delete), running jobs, dead jobs and each job's attempts, the JSON API under `/api/` that those pages poll, and Prometheus text at
 //! `/metrics`. Mount it in your own service, or run it with `relayq dashboard`.
 //!
 //! ```no_run

@@ -86,3 +86,25 @@ pub(crate) async fn alive(state: &AppState, queue: &str) -> ApiResult<(u32, u32)
         .fold(0u32, u32::saturating_add);
     Ok((u32::try_from(alive.len()).unwrap_or(u32::MAX), held))
 }
+
+/// [`alive`] for each of `names`, read at once (the queue list polls every second);
+/// `None` for a queue whose beats could not be read, so one failure does not fail the
+/// list.
+pub(crate) async fn alive_many(state: &AppState, names: &[String]) -> Vec<Option<(u32, u32)>> {
+    let mut out = vec![None; names.len()];
+    // Eight at a time, as the timeline reads jobs: a pool the workers may share stays
+    // theirs too.
+    for (c, chunk) in names.chunks(8).enumerate() {
+        let mut reads = tokio::task::JoinSet::new();
+        for (i, name) in chunk.iter().enumerate() {
+            let (state, name) = (state.clone(), name.clone());
+            reads.spawn(async move { (c * 8 + i, alive(&state, &name).await.ok()) });
+        }
+        while let Some(done) = reads.join_next().await {
+            if let Ok((i, seen)) = done {
+                out[i] = seen;
+            }
+        }
+    }
+    out
+}

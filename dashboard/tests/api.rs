@@ -624,6 +624,11 @@ async fn jobs_are_found_by_filter_page_by_page() {
         "{}",
         masked.body
     );
+    // The text filter finds what a person may read, not a masked secret: typed a
+    // character at a time it would spell the secret out.
+    assert!(ids_of(&list("?text=s3cret").await.json()).is_empty());
+    assert!(ids_of(&list("?text=u:s").await.json()).is_empty());
+    assert_eq!(ids_of(&list("?text=psql").await.json()), [staged[1].id.0]);
     assert_eq!(
         list("?state=dead").await.json()["items"][0]["error"],
         "disk full"
@@ -710,6 +715,17 @@ async fn bulk_actions_cancel_and_retry_selected_or_matching() {
         again["note"].as_str().unwrap().contains("already finished"),
         "{again}"
     );
+
+    // An id that no longer exists (pruned, deleted) is left as it is, not an error.
+    let gone = post(
+        &app,
+        &bulk,
+        &csrf,
+        &json!({"action": "cancel", "ids": [ready[2] + 1_000_000]}).to_string(),
+    )
+    .await;
+    assert_eq!(gone.status, 200, "{}", gone.body);
+    assert_eq!(gone.json()["unchanged"], 1);
 
     // Every job matching a filter: "job 3" only.
     let answer = post(

@@ -501,6 +501,20 @@ async fn the_dashboard_works_in_chromium(db: Db, screenshots: bool) {
     })
     .await;
     assert!(db.backend.job(&qj, made[0].id).await.is_err(), "deleted");
+    // Every job the filter matches (load-b is left): cancelled in one action.
+    click(&b, "button[data-action=\"cancel-matching\"]").await;
+    until(
+        &b,
+        "load-b shows cancelled",
+        &text_of(&format!("tr[data-job=\"{}\"] .badge", ids[1])),
+        |v| v == &json!("cancelled"),
+    )
+    .await;
+    assert_eq!(
+        state(2).await,
+        JobState::Ready,
+        "the filter left 'other' alone"
+    );
 
     // The workers page: the gated worker, its queue and its four slots.
     b.goto(&format!("{base}/workers")).await.unwrap();

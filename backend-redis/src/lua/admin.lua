@@ -103,21 +103,25 @@ elseif op == 'maintain' then
   -- Plain completions, oldest first, up to the first one still kept. Their list is in
   -- finishing order; after the server's clock stepped back, a few may wait behind a
   -- later one for a while.
-  local listed = 0
+  local listed, gone = 0, 0
   if #ids < budget then
     local head = redis.call('LRANGE', B .. ':donelist', 0, budget - #ids - 1)
     for _, id in ipairs(head) do
       local h = redis.call('HMGET', jk(id), 'st', 'fa', 'b')
       if h[1] and tonumber(h[2]) > cutoff then break end
-      if h[1] then stat(h[1], -1) end
+      -- An entry without a job was deleted already (SPEC M8): trimmed, not counted.
+      if h[1] then
+        stat(h[1], -1)
+        gone = gone + 1
+      end
       if h[3] then redis.call('SREM', bk(h[3]) .. ':jobs', id) end
       redis.call('DEL', jk(id), jk(id) .. ':log')
       listed = listed + 1
     end
     if listed > 0 then redis.call('LTRIM', B .. ':donelist', listed, -1) end
   end
-  local pruned = #ids + listed
-  local more = (requeued + dead == budget or pruned == budget) and 1 or 0
+  local pruned = #ids + gone
+  local more = (requeued + dead == budget or #ids + listed == budget) and 1 or 0
   if more == 0 then
     -- Sealed batches left without jobs go too.
     for _, b in ipairs(redis.call('ZRANGE', B .. ':batches', 0, -1)) do

@@ -185,7 +185,12 @@ pub async fn m7_list_jobs_finds_any_job_by_filter(env: &Env) -> anyhow::Result<(
 pub async fn m7_a_rare_match_is_found_past_the_scan_bound(env: &Env) -> anyhow::Result<()> {
     let b = env.backend();
     let q = queue_name("m7scan");
-    let needle = enqueue(b, NewJob::new(&q, b"the needle".to_vec())).await?;
+    let batch = b.open_batch(&q, OnFailure::Continue).await?;
+    let needle = enqueue(
+        b,
+        NewJob::new(&q, b"the needle".to_vec()).in_batch(batch.id, 1),
+    )
+    .await?;
     let n = LIST_SCAN as usize + 50;
     let mut hay = Vec::with_capacity(n);
     while hay.len() < n {
@@ -197,6 +202,15 @@ pub async fn m7_a_rare_match_is_found_past_the_scan_bound(env: &Env) -> anyhow::
     }
     let (got, calls) = list_all(b, &q, &JobFilter::all().text("needle"), 10).await?;
     ensure!(got == [needle], "listed {got:?}, expected [{needle}]");
+    // Filters on columns the other jobs leave empty (no batch, no group) past the
+    // bound too.
+    let (got, _) = list_all(b, &q, &JobFilter::all().batch(batch.id).stage(1), 10).await?;
+    ensure!(
+        got == [needle],
+        "by batch: listed {got:?}, expected [{needle}]"
+    );
+    let (got, _) = list_all(b, &q, &JobFilter::all().group("none"), 10).await?;
+    ensure!(got.is_empty(), "by an unused group: listed {got:?}");
     ensure!(calls >= 2, "{} jobs were looked at in one call", n + 1);
     // A backend may look at fewer than LIST_SCAN jobs a call, but always some.
     ensure!(calls <= n + 1, "{calls} calls for {} jobs", n + 1);

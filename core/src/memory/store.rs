@@ -662,8 +662,6 @@ impl QueueState {
         n
     }
 
-    /// SPEC M3: deletes finished jobs older than `cutoff`, and sealed batches left
-    /// with no job.
     /// SPEC M9: `beat` replaces its worker's last one; beats older than
     /// [`BEAT_KEPT`](crate::workers::BEAT_KEPT) go.
     pub(crate) fn worker_beat(&mut self, beat: &crate::WorkerBeat, now: DateTime<Utc>) {
@@ -710,6 +708,8 @@ impl QueueState {
         deleted
     }
 
+    /// SPEC M3: deletes finished jobs older than `cutoff`, and sealed batches left
+    /// with no job.
     pub(crate) fn prune(&mut self, cutoff: DateTime<Utc>) -> u64 {
         let before = self.jobs.len();
         self.jobs

@@ -24,7 +24,8 @@ pub(super) struct Beater {
     /// How many slots it has, and how many are busy.
     pub(super) slots: u32,
     pub(super) shared: Arc<Shared>,
-    pub(super) held: Arc<AtomicU32>,
+    /// Jobs of each queue (in `queues`' order) held in the buffer.
+    pub(super) held: Arc<[AtomicU32]>,
     pub(super) started_at: DateTime<Utc>,
 }
 
@@ -47,13 +48,18 @@ impl Beater {
                     .collect(),
                 slots: self.slots,
                 busy: self.shared.busy(),
-                held: self.held.load(Ordering::Relaxed),
+                held: 0,
                 started_at: self.started_at,
             };
-            for queue in self.queues.iter() {
+            for (queue, held) in self.queues.iter().zip(self.held.iter()) {
+                // Each queue hears of its own jobs held in the buffer.
+                let beat = WorkerBeat {
+                    held: held.load(Ordering::Relaxed),
+                    ..beat.clone()
+                };
                 // On a task of its own: a backend call is never dropped midway (see the
                 // keeper); stopping only stops waiting for it.
-                let (backend, queue, beat) = (self.backend.clone(), queue.clone(), beat.clone());
+                let (backend, queue) = (self.backend.clone(), queue.clone());
                 let call = tokio::spawn(async move { backend.worker_beat(&queue, &beat).await });
                 tokio::select! {
                     done = call => {

@@ -36,6 +36,16 @@ impl Buffer {
         u32::try_from(self.jobs.len()).unwrap_or(u32::MAX)
     }
 
+    /// How many of the jobs held here are of `queue`.
+    pub(super) fn held_of(&self, queue: &str) -> u32 {
+        let n = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| j.lease.queue == queue)
+            .count();
+        u32::try_from(n).unwrap_or(u32::MAX)
+    }
+
     /// Adds a claim's jobs, kept in claim-start order: two claims in flight may come
     /// back in either order, and expiry only looks at the front.
     pub(super) fn push(&mut self, claimed_at: Instant, jobs: Vec<ClaimedJob>) {
@@ -86,7 +96,7 @@ impl Buffer {
 
     /// Removes the jobs held for `hold` or longer at `now`. Jobs that expire here are
     /// not leaving fast, so refilling ahead waits for the next job to leave.
-    pub(super) fn take_expired(&mut self, now: Instant) -> Vec<ClaimedJob> {
+    pub(super) fn take_expired(&mut self, now: Instant) -> Vec<(Instant, ClaimedJob)> {
         let n = self
             .jobs
             .iter()
@@ -95,12 +105,12 @@ impl Buffer {
         if n > 0 {
             self.consumed = false;
         }
-        self.jobs.drain(..n).map(|(_, j)| j).collect()
+        self.jobs.drain(..n).collect()
     }
 
     /// Removes every job (shutdown).
-    pub(super) fn take_all(&mut self) -> Vec<ClaimedJob> {
-        self.jobs.drain(..).map(|(_, j)| j).collect()
+    pub(super) fn take_all(&mut self) -> Vec<(Instant, ClaimedJob)> {
+        self.jobs.drain(..).collect()
     }
 }
 
@@ -129,7 +139,7 @@ mod tests {
         );
         let back = b.take_expired(t0 + hold);
         assert_eq!(
-            back.iter().map(|j| j.lease.job).collect::<Vec<_>>(),
+            back.iter().map(|(_, j)| j.lease.job).collect::<Vec<_>>(),
             [JobId(2)]
         );
     }

@@ -69,8 +69,9 @@ pub(super) struct Runner {
     short: bool,
     /// Tells the settler whether the worker has run dry.
     dry: watch::Sender<bool>,
-    /// How many jobs wait in the buffer, for the worker's beat.
-    held: Arc<std::sync::atomic::AtomicU32>,
+    /// How many jobs of each queue (in `queues`' order) wait in the buffer, for the
+    /// worker's beat to each queue.
+    held: Arc<[std::sync::atomic::AtomicU32]>,
 }
 
 impl Runner {
@@ -83,6 +84,7 @@ impl Runner {
             .unwrap_or(w.config.lease / 3)
             .max(Duration::from_millis(1));
         let stats = Arc::new(Stats::new(&w.config.name));
+        let n_queues = w.queues.len();
         Self {
             template: JobRun {
                 handler: w.handler,
@@ -106,7 +108,9 @@ impl Runner {
             next_queue: 0,
             short: false,
             dry: watch::Sender::new(false),
-            held: Arc::default(),
+            held: (0..n_queues)
+                .map(|_| std::sync::atomic::AtomicU32::new(0))
+                .collect(),
         }
     }
 
@@ -186,8 +190,10 @@ impl Runner {
             self.tell_dry();
             // Free slots first: a job is released only if no slot could take it in time.
             self.start_buffered();
-            self.held
-                .store(self.buffer.len(), std::sync::atomic::Ordering::Relaxed);
+            for (held, queue) in self.held.iter().zip(self.queues.iter()) {
+                let n = self.buffer.held_of(queue);
+                held.store(n, std::sync::atomic::Ordering::Relaxed);
+            }
             // Given back on tasks of their own: the loop must keep serving (and hear a
             // shutdown) while a server that does not answer holds a release up.
             let expired = self.buffer.take_expired(Instant::now());
@@ -495,12 +501,21 @@ async fn next_event(events: &mut Option<broadcast::Receiver<Event>>, queues: &[S
 /// Gives buffered jobs back, the attempt not counted (SPEC L4): in calls of at most
 /// 1000, each retried like the settler's. If a call still fails the leases expire and
 /// the jobs are claimed again (SPEC C5).
-async fn release(backend: &dyn Backend, stats: &Stats, jobs: Vec<ClaimedJob>) {
-    for chunk in jobs.chunks(validate::MAX_SETTLE) {
+async fn release(backend: &dyn Backend, stats: &Stats, jobs: Vec<(Instant, ClaimedJob)>) {
+    // Never started: the log's attempt starts as it ends (SPEC L5), not at the claim.
+    let now = Instant::now();
+    let (claimed, jobs): (Vec<Instant>, Vec<ClaimedJob>) = jobs.into_iter().unzip();
+    for (chunk, at) in jobs
+        .chunks(validate::MAX_SETTLE)
+        .zip(claimed.chunks(validate::MAX_SETTLE))
+    {
         let n = chunk.len();
         let settles: Vec<Settle> = chunk
             .iter()
-            .map(|j| Settle::release(j.lease.clone()))
+            .zip(at)
+            .map(|(j, at)| {
+                Settle::release(j.lease.clone()).with_waited(now.saturating_duration_since(*at))
+            })
             .collect();
         let results = settler::settle_retrying(backend, &settles).await;
         match results {
