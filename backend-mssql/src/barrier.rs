@@ -62,6 +62,11 @@ impl OrderBarrier for MssqlBackend {
             return Err(Error::not_found(batch.to_string()));
         };
         let on_failure: OnFailure = req::<&str>(first, 0)?.parse()?;
+        let created_at = rows::time_opt(first, 7)?;
+        let mut last_finished_at = None;
+        for r in found {
+            last_finished_at = last_finished_at.max(rows::time_opt(r, 8)?);
+        }
         let mut counts = Vec::with_capacity(found.len());
         for r in found {
             if let (Some(stage), Some(state)) = (rows::get::<i32>(r, 4)?, rows::get::<&str>(r, 5)?)
@@ -77,6 +82,8 @@ impl OrderBarrier for MssqlBackend {
             failed: req(first, 2)?,
             released_stage: rows::get(first, 3)?,
             stages: StageProgress::tally(counts),
+            created_at,
+            last_finished_at,
         })
     }
 }

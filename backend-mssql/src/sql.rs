@@ -956,9 +956,11 @@ WHERE b.id = @P1 AND b.queue = @P2;";
 /// Batch `@P1` of queue `@P2` and its jobs counted by (stage, state), in one
 /// statement.
 pub(crate) const BATCH_PROGRESS: &str = "
-SELECT b.on_failure, b.sealed, b.failed, b.released_stage, c.stage, c.state, c.n
+SELECT b.on_failure, b.sealed, b.failed, b.released_stage, c.stage, c.state, c.n,
+       b.created_at, c.fin
 FROM {s}.batches AS b
-OUTER APPLY (SELECT j.stage, j.state, COUNT_BIG(*) AS n FROM {s}.jobs AS j
+OUTER APPLY (SELECT j.stage, j.state, COUNT_BIG(*) AS n, MAX(j.finished_at) AS fin
+             FROM {s}.jobs AS j
              WHERE j.batch_id = b.id GROUP BY j.stage, j.state) AS c
 WHERE b.id = @P1 AND b.queue = @P2;";
 

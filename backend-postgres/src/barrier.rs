@@ -1,6 +1,7 @@
 //! SPEC B: batches and their stages.
 
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 use relayq_core::{
     Batch, BatchId, BatchProgress, Error, JobState, OnFailure, OrderBarrier, Result, StageProgress,
     WaitFor,
@@ -78,15 +79,19 @@ impl OrderBarrier for PostgresBackend {
             Option<i32>,
             Option<String>,
             i64,
+            DateTime<Utc>,
+            Option<DateTime<Utc>>,
         )> = sqlx::query_as(self.sql(
             "SELECT b.on_failure, b.sealed, b.failed, b.released_stage, c.stage, c.state,
-                        COALESCE(c.n, 0)
+                        COALESCE(c.n, 0), b.created_at, c.fin
                  FROM {s}.batches b
                  LEFT JOIN LATERAL (
-                     SELECT stage, state, count(*) AS n FROM (
-                         SELECT stage, state FROM {s}.jobs WHERE batch_id = b.id
+                     SELECT stage, state, count(*) AS n, max(fin) AS fin FROM (
+                         SELECT stage, state, NULL::timestamptz AS fin
+                         FROM {s}.jobs WHERE batch_id = b.id
                          UNION ALL
-                         SELECT stage, state FROM {s}.finished WHERE batch_id = b.id) u
+                         SELECT stage, state, finished_at FROM {s}.finished
+                         WHERE batch_id = b.id) u
                      GROUP BY stage, state) c ON true
                  WHERE b.id = $1 AND b.queue = $2",
         ))
@@ -99,8 +104,10 @@ impl OrderBarrier for PostgresBackend {
             Some((o, s, f, r, ..)) => (o.parse::<OnFailure>()?, *s, *f, *r),
             None => return Err(Error::not_found(batch.to_string())),
         };
+        let created_at = rows.first().map(|r| r.7);
+        let last_finished_at = rows.iter().filter_map(|r| r.8).max();
         let mut counts = Vec::with_capacity(rows.len());
-        for (.., stage, state, n) in rows {
+        for (_, _, _, _, stage, state, n, _, _) in rows {
             if let (Some(stage), Some(state)) = (stage, state) {
                 let n = u64::try_from(n).map_err(Error::backend)?;
                 counts.push((stage, state.parse::<JobState>()?, n));
@@ -113,6 +120,8 @@ impl OrderBarrier for PostgresBackend {
             failed,
             released_stage: released,
             stages: StageProgress::tally(counts),
+            created_at,
+            last_finished_at,
         })
     }
 }

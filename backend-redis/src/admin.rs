@@ -49,11 +49,16 @@ impl OrderBarrier for RedisBackend {
 
     async fn batch_progress_unchecked(&self, batch: &Batch) -> Result<BatchProgress> {
         let items = self.read_batch(b"progress", batch).await?;
-        if items.len() < 4 {
+        if items.len() < 6 {
             return Err(bad("batch progress"));
         }
+        let time = |v: &Value| -> Result<Option<chrono::DateTime<chrono::Utc>>> {
+            reply::opt_text(v)?
+                .map(|t| t.parse::<i64>().map(reply::time).map_err(Error::backend))
+                .transpose()
+        };
         let mut counts = Vec::new();
-        for triple in items[4..].chunks(3) {
+        for triple in items[6..].chunks(3) {
             let [stage, state, n] = triple else {
                 return Err(bad("batch progress"));
             };
@@ -68,6 +73,8 @@ impl OrderBarrier for RedisBackend {
             failed: text(&items[2])? == "1",
             released_stage: opt_stage(&items[3])?,
             stages: StageProgress::tally(counts),
+            created_at: time(&items[4])?,
+            last_finished_at: time(&items[5])?,
         })
     }
 }

@@ -21,14 +21,14 @@ pub(crate) const REACHED: &str = "
 
 /// The batch row, for its progress.
 pub(crate) const BATCH_SETTINGS: &str =
-    "SELECT on_failure, sealed, failed, released_stage FROM relayq_batches
+    "SELECT on_failure, sealed, failed, released_stage, created_at FROM relayq_batches
     WHERE id = ?1 AND queue = ?2";
 
 /// The batch's jobs counted by stage and state: every job of the batch, finished
 /// ones included, which only `relayq_jobs_batch` holds.
 pub(crate) const BATCH_COUNTS: &str =
-    "SELECT stage, state, COUNT(*) FROM relayq_jobs INDEXED BY relayq_jobs_batch WHERE batch_id = ?1
-    GROUP BY stage, state";
+    "SELECT stage, state, COUNT(*), MAX(finished_at) FROM relayq_jobs INDEXED BY relayq_jobs_batch
+    WHERE batch_id = ?1 GROUP BY stage, state";
 
 #[async_trait]
 impl OrderBarrier for SqliteBackend {
@@ -80,22 +80,23 @@ impl OrderBarrier for SqliteBackend {
     }
 
     async fn batch_progress_unchecked(&self, batch: &Batch) -> Result<BatchProgress> {
-        let row: Option<(String, bool, bool, Option<i64>)> = sqlx::query_as(BATCH_SETTINGS)
+        let row: Option<(String, bool, bool, Option<i64>, i64)> = sqlx::query_as(BATCH_SETTINGS)
             .bind(batch.id.0)
             .bind(&batch.queue)
             .fetch_optional(self.pool())
             .await
             .map_err(db)?;
-        let (on_failure, sealed, failed, released) =
+        let (on_failure, sealed, failed, released, created_at) =
             row.ok_or_else(|| Error::not_found(batch.to_string()))?;
-        let counts: Vec<(i64, String, i64)> = sqlx::query_as(BATCH_COUNTS)
+        let counts: Vec<(i64, String, i64, Option<i64>)> = sqlx::query_as(BATCH_COUNTS)
             .bind(batch.id.0)
             .fetch_all(self.pool())
             .await
             .map_err(db)?;
+        let last_finished_at = counts.iter().filter_map(|r| r.3).max().map(crate::at);
         let rows = counts
             .into_iter()
-            .map(|(stage, state, n)| {
+            .map(|(stage, state, n, _)| {
                 let stage = i32::try_from(stage).map_err(Error::backend)?;
                 let n = u64::try_from(n).map_err(Error::backend)?;
                 Ok((stage, state.parse::<JobState>()?, n))
@@ -111,6 +112,8 @@ impl OrderBarrier for SqliteBackend {
                 .transpose()
                 .map_err(Error::backend)?,
             stages: StageProgress::tally(rows),
+            created_at: Some(crate::at(created_at)),
+            last_finished_at,
         })
     }
 }

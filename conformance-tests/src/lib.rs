@@ -317,6 +317,7 @@ macro_rules! for_each_case {
             monitor::m1_stats_count_each_state,
             monitor::m1_job_reads_back_fields,
             monitor::m1_batches_lists_newest_first,
+            monitor::m1_a_batch_says_when_it_opened_and_last_finished,
             monitor::m2_dead_jobs_listed_and_retried,
             monitor::m2_retry_dead_leaves_batch_jobs,
             monitor::m2_retry_dead_revives_one_job_per_dedupe_key,

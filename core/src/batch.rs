@@ -151,6 +151,13 @@ pub struct BatchProgress {
     pub released_stage: Option<i32>,
     /// Counts per stage, ascending by stage.
     pub stages: Vec<StageProgress>,
+    /// When it was opened (server time).
+    #[serde(default)]
+    pub created_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// When the last of its jobs to finish so far finished, if one did: once the batch
+    /// is done, its end, so its duration is this less `created_at`.
+    #[serde(default)]
+    pub last_finished_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 impl BatchProgress {

@@ -203,6 +203,13 @@
       h("span", { class: "stage-text" }, `${st.succeeded + st.dead + st.cancelled}/${st.pending + st.running + st.succeeded + st.dead + st.cancelled} done · ${st.running} running · ${st.pending} pending${st.dead ? ` · ${st.dead} dead` : ""}${st.cancelled ? ` · ${st.cancelled} cancelled` : ""}`));
   }
   const batchDone = (b) => b.sealed && b.stages.every((s) => s.pending + s.running === 0);
+  // When the batch was opened, and how long it took once done (to its last job's end).
+  function batchTimes(b) {
+    if (!b.created_at) return null;
+    const took = batchDone(b) && b.last_finished_at
+      ? ` · took ${fmtSecs(Math.max(0, Math.round((Date.parse(b.last_finished_at) - Date.parse(b.created_at)) / 1000)))}` : "";
+    return h("span", { class: "muted batch-times" }, "opened ", when(b.created_at), took);
+  }
   function batchState(b) {
     if (b.failed) return badge("failed");
     if (batchDone(b)) {
@@ -232,7 +239,7 @@
     const rows = list.items.map((b) =>
       h("tr", { "data-batch": b.batch.id },
         h("td", {}, link(`${qpath(queue)}/batches/${b.batch.id}`, `#${b.batch.id}`)),
-        h("td", {}, batchState(b), " ", b.on_failure, b.sealed ? "" : " · unsealed"),
+        h("td", {}, batchState(b), " ", b.on_failure, b.sealed ? "" : " · unsealed", h("br"), batchTimes(b)),
         h("td", {}, b.stages.length ? b.stages.map(stageBar) : h("span", { class: "muted" }, "no jobs")),
         readOnly ? null : h("td", {}, batchDone(b) ? null : button("cancel batch", `/queues/${q(queue)}/batches/${b.batch.id}/cancel`, {}, { danger: true, name: "cancel-batch", confirm: `Cancel every unfinished job of batch ${b.batch.id}?` }))));
     return [head,
@@ -302,7 +309,7 @@
     const first = new URLSearchParams(location.search);
     first.delete("after");
     return [
-      h("p", {}, batchState(b), " on failure: ", b.on_failure, b.sealed ? " · sealed" : " · unsealed", b.released_stage === null ? "" : ` · released up to stage ${b.released_stage}`),
+      h("p", {}, batchState(b), " on failure: ", b.on_failure, b.sealed ? " · sealed" : " · unsealed", b.released_stage === null ? "" : ` · released up to stage ${b.released_stage}`, " · ", batchTimes(b)),
       h("div", { id: "stages" }, b.stages.map(stageBar)),
       h("p", {}, link(`${qpath(queue)}/jobs?batch=${q(id)}`, "the batch's jobs", "batch-jobs"), " · ", link(`${qpath(queue)}/jobs?batch=${q(id)}&state=dead`, "its dead jobs")),
       h("h2", {}, "Attempts by worker"),

@@ -328,6 +328,17 @@ async fn the_dashboard_works_in_chromium(db: Db, screenshots: bool) {
         v.as_str().is_some_and(|t| t.starts_with("1/1 done"))
     })
     .await;
+    // The finished batch says when it was opened and how long it took.
+    until(
+        &b,
+        "the batch's times",
+        &text_of(&format!("[data-batch=\"{}\"] .batch-times", batch.id.0)),
+        |v| {
+            v.as_str()
+                .is_some_and(|t| t.starts_with("opened ") && t.contains(" · took "))
+        },
+    )
+    .await;
 
     // A dead job whose payload and error are markup shows them as text; retry puts it
     // back to ready (its queue has no worker, so it stays there).

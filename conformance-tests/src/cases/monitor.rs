@@ -699,3 +699,48 @@ pub async fn m6_why_names_a_retrying_group_holder(env: &Env) -> anyhow::Result<(
         "a group of 256 bytes",
     )
 }
+
+/// SPEC M1: a batch's progress says when it was opened and when its last job to finish
+/// finished, so its duration can be read; none before a job finished.
+pub async fn m1_a_batch_says_when_it_opened_and_last_finished(env: &Env) -> anyhow::Result<()> {
+    let b = env.backend();
+    let q = queue_name("m1times");
+    let batch = b.open_batch(&q, OnFailure::Continue).await?;
+    let p = b.batch_progress(&batch).await?;
+    let opened = p
+        .created_at
+        .ok_or_else(|| anyhow::anyhow!("no creation time: {p:?}"))?;
+    let off = (chrono::Utc::now() - opened).num_seconds().abs();
+    ensure!(off < 60, "opened at {opened}, {off} s from now");
+    ensure!(p.last_finished_at.is_none(), "nothing finished yet: {p:?}");
+    let ids = super::support::enqueue_all(
+        b,
+        vec![
+            NewJob::new(&q, b"a".to_vec()).in_batch(batch.id, 1),
+            NewJob::new(&q, b"b".to_vec()).in_batch(batch.id, 1),
+        ],
+    )
+    .await?;
+    b.seal(&batch).await?;
+    let got = claim_exactly(b, &q, &ids).await?;
+    b.complete(&got[0].lease).await?;
+    let first = b.batch_progress(&batch).await?.last_finished_at;
+    let finished = b.job(&q, ids[0]).await?.finished_at;
+    ensure!(
+        first.is_some() && first == finished,
+        "the last finish should be job {}'s, {finished:?}: {first:?}",
+        ids[0]
+    );
+    b.cancel_job(&q, ids[1]).await?;
+    let p = b.batch_progress(&batch).await?;
+    let last = b.job(&q, ids[1]).await?.finished_at;
+    ensure!(
+        p.last_finished_at == last && last >= first,
+        "after the cancel the last finish is {last:?}: {p:?}"
+    );
+    ensure!(
+        p.created_at == Some(opened),
+        "the creation time moved: {p:?}"
+    );
+    Ok(())
+}

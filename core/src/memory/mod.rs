@@ -236,7 +236,7 @@ impl Complete for MemoryBackend {
 #[async_trait]
 impl OrderBarrier for MemoryBackend {
     async fn open_batch_unchecked(&self, queue: &str, on_failure: OnFailure) -> Result<Batch> {
-        let id = self.with_queue(queue, |q, _| q.open_batch(on_failure))?;
+        let id = self.with_queue(queue, |q, now| q.open_batch(on_failure, now))?;
         Ok(Batch {
             queue: queue.to_owned(),
             id,

@@ -78,6 +78,7 @@ impl Job {
 
 #[derive(Debug, Clone)]
 pub(crate) struct BatchState {
+    created_at: DateTime<Utc>,
     on_failure: OnFailure,
     sealed: bool,
     failed: bool,
@@ -486,11 +487,12 @@ impl QueueState {
         )
     }
 
-    pub(crate) fn open_batch(&mut self, on_failure: OnFailure) -> BatchId {
+    pub(crate) fn open_batch(&mut self, on_failure: OnFailure, now: DateTime<Utc>) -> BatchId {
         self.next_batch += 1;
         self.batches.insert(
             self.next_batch,
             BatchState {
+                created_at: now,
                 on_failure,
                 sealed: false,
                 failed: false,
@@ -519,6 +521,12 @@ impl QueueState {
             .filter(|j| j.batch == Some(batch.id.0))
             .map(|job| (job.stage.unwrap_or(0), view.state(job), 1));
         let stages = StageProgress::tally(rows);
+        let last_finished_at = self
+            .jobs
+            .values()
+            .filter(|j| j.batch == Some(batch.id.0))
+            .filter_map(|j| j.finished_at)
+            .max();
         Ok(BatchProgress {
             batch: batch.clone(),
             on_failure: b.on_failure,
@@ -526,6 +534,8 @@ impl QueueState {
             failed: b.failed,
             released_stage: b.released,
             stages,
+            created_at: Some(b.created_at),
+            last_finished_at,
         })
     }
 
