@@ -92,7 +92,7 @@
   function nav() {
     const items = [link(`${base}/`, "queues", page === "queues" ? "current" : null), link(`${base}/workers`, "workers", page === "workers" ? "current" : null)];
     if (queue) {
-      for (const [p, label] of [["batches", "batches"], ["jobs", "jobs"], ["running", "running"], ["dead", "dead"], ["schedules", "schedules"]]) {
+      for (const [p, label] of [["batches", "batches"], ["jobs", "jobs"], ["running", "running"], ["dead", "dead"], ["schedules", "schedules"], ["charts", "charts"]]) {
         items.push(link(`${qpath(queue)}/${p}`, label, page === p ? "current" : null));
       }
     }
@@ -517,7 +517,43 @@
     ];
   }
 
-  const pages = { queues: drawQueues, workers: drawWorkers, batches: drawBatches, jobs: drawJobs, batch: drawBatch, running: drawRunning, dead: drawDead, schedules: drawSchedules, job: drawJob };
+  // One line chart: `points` are [time ms, value]; the y axis starts at zero.
+  function chart(id, title, unit, points) {
+    const w = 720, hgt = 120, left = 50, pad = 6;
+    if (points.length < 2) return h("div", { class: "chart", id }, h("h2", {}, title), h("p", { class: "muted" }, "collecting: a point every 5 s"));
+    const t0 = points[0][0], t1 = Math.max(t0 + 1, points[points.length - 1][0]);
+    const top = Math.max(...points.map((p) => p[1]), 1e-9);
+    const x = (t) => left + ((t - t0) / (t1 - t0)) * (w - left - pad);
+    const y = (v) => hgt - pad - (v / top) * (hgt - 2 * pad);
+    const path = points.map((p, i) => `${i ? "L" : "M"}${x(p[0]).toFixed(1)},${y(p[1]).toFixed(1)}`).join(" ");
+    const last = points[points.length - 1][1];
+    return h("div", { class: "chart", id },
+      h("h2", {}, title, " ", h("span", { class: "muted now" }, `now ${last.toFixed(last < 10 ? 2 : 0)} ${unit}`)),
+      svg("svg", { viewBox: `0 0 ${w} ${hgt + 16}`, role: "img", "aria-label": title },
+        svg("path", { class: "line", d: path }),
+        svg("text", { class: "axis", x: 0, y: pad + 8 }, `${top.toFixed(top < 10 ? 2 : 0)}`),
+        svg("text", { class: "axis", x: 0, y: hgt - pad }, "0"),
+        svg("text", { class: "axis", x: left, y: hgt + 14 }, new Date(t0).toLocaleTimeString()),
+        svg("text", { class: "axis end", x: w - pad, y: hgt + 14 }, new Date(t1).toLocaleTimeString())));
+  }
+
+  // Throughput, failures and wait over the last hour, from the counts this dashboard
+  // sampled. A count that went down (pruning, a retry) gives no rate for that step.
+  async function drawCharts() {
+    const [head, hist] = await Promise.all([queueHeader(), api(`/queues/${q(queue)}/history`)]);
+    const s = hist.samples.map((x) => ({ ...x, t: Date.parse(x.at) }));
+    const rate = (k) => s.slice(1).map((x, i) => [x.t, Math.max(0, x[k] - s[i][k]) / Math.max(1e-3, (x.t - s[i].t) / 1000)]);
+    return [head,
+      h("p", { class: "muted", id: "charts-note" }, s.length
+        ? `${s.length} sample${s.length === 1 ? "" : "s"} since ${new Date(s[0].t).toLocaleTimeString()}, taken while this dashboard counts the queue (every ${hist.every_seconds} s at most, the last hour).`
+        : "No sample yet."),
+      chart("chart-done", "jobs succeeded per second", "/s", rate("succeeded")),
+      chart("chart-dead", "jobs died per second", "/s", rate("dead")),
+      chart("chart-wait", "longest wait of a ready job", "s", s.map((x) => [x.t, x.oldest_ready_seconds ?? 0])),
+      chart("chart-ready", "jobs waiting (ready and retrying)", "jobs", s.map((x) => [x.t, x.ready]))];
+  }
+
+  const pages = { queues: drawQueues, charts: drawCharts, workers: drawWorkers, batches: drawBatches, jobs: drawJobs, batch: drawBatch, running: drawRunning, dead: drawDead, schedules: drawSchedules, job: drawJob };
 
   // How often the page asks again (ms; 0: paused), kept across pages in this browser.
   const RATE_KEY = "relayq-refresh-ms";

@@ -129,6 +129,21 @@ pub(crate) async fn queue_stats(
     Ok(Json(view))
 }
 
+/// `GET /api/queues/{queue}/history`: the queue's counts as sampled while this
+/// dashboard counted it (every 5 s at most, the last hour), for the charts; counts the
+/// queue first, so a chart opened alone still gathers samples.
+pub(crate) async fn history(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> ApiResult<Json<serde_json::Value>> {
+    let name = queue(&name)?;
+    state.counts.get(name).await?;
+    Ok(Json(serde_json::json!({
+        "every_seconds": crate::counts::history::EVERY.num_seconds(),
+        "samples": state.counts.history(name),
+    })))
+}
+
 /// `GET /api/queues/{queue}/batches?limit=N`: newest first.
 pub(crate) async fn batches(
     State(state): State<AppState>,

@@ -111,6 +111,7 @@ pub(crate) async fn queue_page(
     let (page, what) = match list.as_str() {
         "batches" => ("batches", "batches"),
         "jobs" => ("jobs", "jobs"),
+        "charts" => ("charts", "charts"),
         "running" => ("running", "running now"),
         "dead" => ("dead", "dead jobs"),
         "schedules" => ("schedules", "schedules"),

@@ -24,6 +24,7 @@ pub(crate) fn build(state: AppState) -> Router {
         .route("/api/workers", get(workers::all))
         .route("/api/queues/{queue}/workers", get(workers::of_queue))
         .route("/api/queues/{queue}", get(api::queue_stats))
+        .route("/api/queues/{queue}/history", get(api::history))
         .route("/api/queues/{queue}/batches", get(api::batches))
         .route("/api/queues/{queue}/batches/{id}", get(api::batch))
         .route(

@@ -894,3 +894,39 @@ async fn workers_are_listed_from_their_beats() {
     );
     assert_eq!(all[0]["queues"], json!(both));
 }
+
+/// The charts' samples: a count of the queue is one; a second within 5 s is not kept.
+#[tokio::test]
+async fn history_samples_the_counts() {
+    let db = sqlite().await;
+    let q = queue();
+    db.backend
+        .enqueue_one(NewJob::new(&q, b"x".to_vec()))
+        .await
+        .unwrap();
+    let (app, _) = app_and_csrf(&db).await;
+    let first = get_until(&app, &format!("/api/queues/{q}/history"), |a| {
+        a.status == 200
+            && a.json()["samples"]
+                .as_array()
+                .is_some_and(|s| !s.is_empty())
+    })
+    .await
+    .json();
+    assert_eq!(first["every_seconds"], 5);
+    let samples = first["samples"].as_array().unwrap();
+    assert_eq!(samples.len(), 1, "{first}");
+    assert_eq!(
+        (
+            samples[0]["ready"].as_u64(),
+            samples[0]["succeeded"].as_u64()
+        ),
+        (Some(1), Some(0))
+    );
+    let again = get(&app, &format!("/api/queues/{q}/history")).await.json();
+    assert_eq!(
+        again["samples"].as_array().unwrap().len(),
+        1,
+        "a second count within 5 s"
+    );
+}

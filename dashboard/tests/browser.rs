@@ -583,6 +583,16 @@ async fn the_dashboard_works_in_chromium(db: Db, screenshots: bool) {
     .await;
     assert!(db.backend.schedules(&qs).await.unwrap()[0].paused);
 
+    // The charts: the queue's counts sampled every 5 s while the page is open; the
+    // second sample draws the lines.
+    b.goto(&format!("{base}/queues/{qb}/charts")).await.unwrap();
+    let lines = "return ['chart-done', 'chart-dead', 'chart-wait', 'chart-ready'].filter((id) => document.querySelector(`#${id} path.line`)).length;";
+    until(&b, "four charts drawn from two samples", lines, |v| {
+        v == &json!(4)
+    })
+    .await;
+    screenshot(&b, "charts", screenshots).await;
+
     // The refresh can be paused from the header: the page stops asking and says so;
     // back at every second it redraws again.
     let set_rate = |ms: &str| {

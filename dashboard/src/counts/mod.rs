@@ -99,6 +99,8 @@ struct Entry {
     /// Actions since the running count began: it read the queue before them, so they
     /// are applied to what it brings.
     changes: Vec<Change>,
+    /// Samples of the counts, for the charts.
+    history: history::History,
 }
 
 /// The counts of every queue this dashboard has shown.
@@ -209,6 +211,9 @@ impl Counts {
             {
                 let mut entries = entries.lock().unwrap_or_else(PoisonError::into_inner);
                 let entry = entries.entry(queue).or_default();
+                if let Ok(stats) = &result {
+                    entry.history.record(at, stats);
+                }
                 entry.last = Some(result.map(|mut stats| {
                     for change in &entry.changes {
                         change.apply(&mut stats);
@@ -244,10 +249,19 @@ impl Counts {
         }
     }
 
+    /// The samples of `queue`'s counts so far, oldest first.
+    pub(crate) fn history(&self, queue: &str) -> Vec<history::Sample> {
+        self.lock()
+            .get(queue)
+            .map(|e| e.history.samples())
+            .unwrap_or_default()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
         self.entries.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
+pub(crate) mod history;
 #[cfg(test)]
 mod tests;
