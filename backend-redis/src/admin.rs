@@ -205,11 +205,14 @@ impl Inspect for RedisBackend {
         // The last attempt of a plainly completed job is kept in the hash (`lo` set),
         // not in the log list; see `complete_plain` in lib.lua.
         if let Some(outcome) = field("lo") {
+            let (sa, fa) = (micros_of(&req("sa")?)?, micros_of(&req("fa")?)?);
+            // Its wait in the worker before the handler started (SPEC L5).
+            let wt = field("wt").and_then(|w| w.parse::<i64>().ok()).unwrap_or(0);
             log.push(AttemptRecord {
                 attempt: attempts,
                 worker: field("w").unwrap_or_default(),
-                started_at: reply::time(micros_of(&req("sa")?)?),
-                ended_at: Some(reply::time(micros_of(&req("fa")?)?)),
+                started_at: reply::time(sa.saturating_add(wt).min(fa)),
+                ended_at: Some(reply::time(fa)),
                 outcome: outcome.parse()?,
                 error: None,
                 output: field("out"),

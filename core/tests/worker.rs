@@ -898,8 +898,9 @@ async fn l5_a_buffered_job_is_logged_from_its_start_not_its_claim() {
     }
     // At each attempt's start, how many attempts (itself included) were running. An
     // end is logged when its settle is stored, a moment after the handler returned
-    // and its slot took the next job: a few milliseconds of overlap are that.
-    let slack = chrono::TimeDelta::milliseconds(5);
+    // and its slot took the next job, and a wait under 10 ms is not reported: up to
+    // about 15 ms of overlap are those.
+    let slack = chrono::TimeDelta::milliseconds(15);
     let most = spans
         .iter()
         .map(|(s, _)| {

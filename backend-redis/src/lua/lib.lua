@@ -34,7 +34,9 @@
 -- by enqueued_by, ca created, fa finished, le last error, ls the running attempt's
 -- lease (see lease_value), w worker, sa started; lo and out: the outcome and output of
 -- a last attempt kept in the hash rather than the log list (see complete_plain); pg the
--- last progress reported, as the core's text (SPEC L7); f the fields a claim returns that never change, in one value (see fixed_fields). Jobs
+-- last progress reported, as the core's text (SPEC L7); wt how long a plainly
+-- completed job waited in its worker before its handler started (see complete_plain);
+-- f the fields a claim returns that never change, in one value (see fixed_fields). Jobs
 -- stored by earlier versions may lack f and hold a lease as tk (token) and ex
 -- (expiry); claim, settle and heartbeat still read those.
 --
@@ -313,10 +315,18 @@ end
 -- hash's key. The index changes and state counts are collected in `done` and made
 -- by `flush_completed`, one call for many: out of the running index, onto the end of
 -- B:donelist.
-local function complete_plain(k, id, output, done)
-  if output then
+local function complete_plain(k, id, output, done, waited)
+  -- `wt`: how long the job waited in its worker before its handler started (SPEC L5),
+  -- in the same write; readers start the attempt at `sa` plus it.
+  if output and waited then
+    redis.call('HSET', k, 'st', 'succeeded', 'fa', NOWS, 'lo', 'succeeded', 'ls', '',
+      'wt', waited, 'out', output)
+  elseif output then
     redis.call('HSET', k, 'st', 'succeeded', 'fa', NOWS, 'lo', 'succeeded', 'ls', '',
       'out', output)
+  elseif waited then
+    redis.call('HSET', k, 'st', 'succeeded', 'fa', NOWS, 'lo', 'succeeded', 'ls', '',
+      'wt', waited)
   else
     redis.call('HSET', k, 'st', 'succeeded', 'fa', NOWS, 'lo', 'succeeded', 'ls', '')
   end
@@ -327,8 +337,8 @@ end
 -- dedupe key: complete_plain, then what finishing it releases, in finish's order: the
 -- group's membership and hold, the batch's next stage, the group's next holder. Its
 -- batch keeps it in B:b:<b>:jobs; the pruning of B:donelist removes it from there.
-local function complete_kept(k, id, g, b, output, done)
-  complete_plain(k, id, output, done)
+local function complete_kept(k, id, g, b, output, done, waited)
+  complete_plain(k, id, output, done, waited)
   if g then
     redis.call('ZREM', gk(g), get(id, 'gm'))
     if redis.call('GET', ghk(g)) == id then redis.call('DEL', ghk(g)) end

@@ -7,15 +7,14 @@
 -- per lease: 'c', 'r', 'd', 't<run_at>' or 's' (stale).
 
 -- The attempt's start as the log keeps it (SPEC L5): its claim, `sa`, plus its wait
--- in the worker, never past now. Stored back, so every reader of `sa` agrees.
+-- in the worker, never past now. Stored back for the outcomes that read `sa` to log
+-- the attempt; a plain completion keeps the wait in `wt` instead (see complete_plain).
 local function began(k, waited)
-  if not waited or waited == '' then return end
+  if not waited then return end
   local sa = tonumber(redis.call('HGET', k, 'sa'))
   if sa then redis.call('HSET', k, 'sa', s(math.min(sa + tonumber(waited), NOW))) end
 end
 
--- Every outcome but a plain completion, `kind`, of job `id` of group `g` (or nil); a
--- failure's delay, time and error are ARGV[o + 4] to ARGV[o + 6]. Returns the verdict.
 local function settle_one(o, kind, id, g, output)
   local h = redis.call('HMGET', jk(id), 'at', 'ma', 'w', 'sa')
   local at, ma, ran = tonumber(h[1]), tonumber(h[2]), {h[3], h[4]}
@@ -85,14 +84,13 @@ for i = 1, n do
   local id, full, waits = ARGV[o + 2], ARGV[o + 1] == 'x', ARGV[o + 1] == 'w'
   local k = B .. ':job:' .. id
   local ok, plain = judge(k, ARGV[o + 3])
-  if ok then
-    if full then began(k, ARGV[o + 9]) elseif waits then began(k, ARGV[o + 4]) end
-  end
+  local waited = (full and ARGV[o + 9]) or (waits and ARGV[o + 4]) or nil
+  if waited == '' then waited = nil end
   if not ok then
     out[i] = 's'
   elseif plain and not full then
     -- The hot path: a plain job's completion without output reads nothing more.
-    complete_plain(k, id, nil, done)
+    complete_plain(k, id, nil, done, waited)
     out[i] = 'c'
   else
     -- What a group's or batch's bookkeeping or a dedupe key needs (none for a plain
@@ -109,12 +107,14 @@ for i = 1, n do
     end
     if kind == 'complete' and not dk then
       if g or b then
-        complete_kept(k, id, g, b, output, done)
+        complete_kept(k, id, g, b, output, done, waited)
       else
-        complete_plain(k, id, output, done)
+        complete_plain(k, id, output, done, waited)
       end
       out[i] = 'c'
     else
+      -- settle_one logs the attempt from `sa`: moved first.
+      began(k, waited)
       -- A record in three arguments is a completion: settle_one reads no failure
       -- arguments for it.
       out[i] = settle_one(o + 1, kind, tonumber(id), g, output)

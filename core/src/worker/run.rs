@@ -70,8 +70,9 @@ pub(super) struct Runner {
     /// Tells the settler whether the worker has run dry.
     dry: watch::Sender<bool>,
     /// How many jobs of each queue (in `queues`' order) wait in the buffer, for the
-    /// worker's beat to each queue.
+    /// worker's beat to each queue, and when they were last counted.
     held: Arc<[std::sync::atomic::AtomicU32]>,
+    held_counted: Instant,
 }
 
 impl Runner {
@@ -111,6 +112,7 @@ impl Runner {
             held: (0..n_queues)
                 .map(|_| std::sync::atomic::AtomicU32::new(0))
                 .collect(),
+            held_counted: Instant::now(),
         }
     }
 
@@ -190,10 +192,7 @@ impl Runner {
             self.tell_dry();
             // Free slots first: a job is released only if no slot could take it in time.
             self.start_buffered();
-            for (held, queue) in self.held.iter().zip(self.queues.iter()) {
-                let n = self.buffer.held_of(queue);
-                held.store(n, std::sync::atomic::Ordering::Relaxed);
-            }
+            self.count_held();
             // Given back on tasks of their own: the loop must keep serving (and hear a
             // shutdown) while a server that does not answer holds a release up.
             let expired = self.buffer.take_expired(Instant::now());
@@ -378,6 +377,20 @@ impl Runner {
                 start_by,
                 claimed_at,
             });
+        }
+    }
+
+    /// Counts the buffer's jobs per queue for the beat, at most every 100 ms: the beat
+    /// reads them every 5 s, and the loop turns once per claim and start.
+    fn count_held(&mut self) {
+        let now = Instant::now();
+        if now.saturating_duration_since(self.held_counted) < Duration::from_millis(100) {
+            return;
+        }
+        self.held_counted = now;
+        for (held, queue) in self.held.iter().zip(self.queues.iter()) {
+            let n = self.buffer.held_of(queue);
+            held.store(n, std::sync::atomic::Ordering::Relaxed);
         }
     }
 
