@@ -221,6 +221,11 @@ CREATE TABLE {s}.workers (
     beat      nvarchar(max) NOT NULL,
     last_seen datetime2(6)  NOT NULL,
     CONSTRAINT workers_pk PRIMARY KEY (queue, name));",
+    // Batch progress reads each stage's last finish (SPEC M1) from the batch index.
+    "
+DROP INDEX jobs_batch ON {s}.jobs;
+CREATE INDEX jobs_batch ON {s}.jobs (batch_id, stage, state) INCLUDE (finished_at)
+    WHERE batch_id IS NOT NULL;",
 ];
 
 /// Declarations the promotion fragment needs; the batch fills the `@t*` tables with
@@ -1210,6 +1215,7 @@ pub(crate) const ALL: &[(&str, &str)] = &[
     ("MIGRATION_3", MIGRATIONS[2]),
     ("MIGRATION_4", MIGRATIONS[3]),
     ("MIGRATION_5", MIGRATIONS[4]),
+    ("MIGRATION_6", MIGRATIONS[5]),
     ("CLAIM", CLAIM),
     ("SETTLE", SETTLE),
     ("HEARTBEAT", HEARTBEAT),

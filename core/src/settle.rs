@@ -86,8 +86,8 @@ pub struct Settle {
     pub output: Option<String>,
     /// How long the job waited in the worker between its claim and its handler's
     /// start (a claim ahead of free slots keeps jobs in a buffer): the attempt's start
-    /// in the log is its claim plus this, never after its end (SPEC L5). `None` when
-    /// it started as it was claimed.
+    /// in the log is its claim plus this, never after its end (SPEC L5). `None` logs
+    /// the claim time; the worker sends `None` for waits under 10 ms.
     pub waited: Option<std::time::Duration>,
 }
 

@@ -520,13 +520,20 @@
   // One line chart: `points` are [time ms, value]; the y axis starts at zero.
   function chart(id, title, unit, points) {
     const w = 720, hgt = 120, left = 50, pad = 6;
-    if (points.length < 2) return h("div", { class: "chart", id }, h("h2", {}, title), h("p", { class: "muted" }, "collecting: a point every 5 s"));
+    if (points.filter((p) => p[1] !== null).length < 2) return h("div", { class: "chart", id }, h("h2", {}, title), h("p", { class: "muted" }, "collecting: a point at most every 5 s"));
     const t0 = points[0][0], t1 = Math.max(t0 + 1, points[points.length - 1][0]);
-    const top = Math.max(...points.map((p) => p[1]), 1e-9);
+    const top = Math.max(...points.filter((p) => p[1] !== null).map((p) => p[1]), 1e-9);
     const x = (t) => left + ((t - t0) / (t1 - t0)) * (w - left - pad);
     const y = (v) => hgt - pad - (v / top) * (hgt - 2 * pad);
-    const path = points.map((p, i) => `${i ? "L" : "M"}${x(p[0]).toFixed(1)},${y(p[1]).toFixed(1)}`).join(" ");
-    const last = points[points.length - 1][1];
+    // A null value is a gap: the line stops there and starts again after it.
+    let move = true;
+    const path = points.map((p) => {
+      if (p[1] === null) { move = true; return ""; }
+      const step = `${move ? "M" : "L"}${x(p[0]).toFixed(1)},${y(p[1]).toFixed(1)}`;
+      move = false;
+      return step;
+    }).join(" ");
+    const last = points.filter((p) => p[1] !== null).pop()[1];
     return h("div", { class: "chart", id },
       h("h2", {}, title, " ", h("span", { class: "muted now" }, `now ${last.toFixed(last < 10 ? 2 : 0)} ${unit}`)),
       svg("svg", { viewBox: `0 0 ${w} ${hgt + 16}`, role: "img", "aria-label": title },
@@ -538,11 +545,12 @@
   }
 
   // Throughput, failures and wait over the last hour, from the counts this dashboard
-  // sampled. A count that went down (pruning, a retry) gives no rate for that step.
+  // sampled. A step in which a count went down (pruning, a retry) is a gap: its rate
+  // is unknown, not zero.
   async function drawCharts() {
     const [head, hist] = await Promise.all([queueHeader(), api(`/queues/${q(queue)}/history`)]);
     const s = hist.samples.map((x) => ({ ...x, t: Date.parse(x.at) }));
-    const rate = (k) => s.slice(1).map((x, i) => [x.t, Math.max(0, x[k] - s[i][k]) / Math.max(1e-3, (x.t - s[i].t) / 1000)]);
+    const rate = (k) => s.slice(1).map((x, i) => [x.t, x[k] < s[i][k] ? null : (x[k] - s[i][k]) / Math.max(1e-3, (x.t - s[i].t) / 1000)]);
     return [head,
       h("p", { class: "muted", id: "charts-note" }, s.length
         ? `${s.length} sample${s.length === 1 ? "" : "s"} since ${new Date(s[0].t).toLocaleTimeString()}, taken while this dashboard counts the queue (every ${hist.every_seconds} s at most, the last hour).`

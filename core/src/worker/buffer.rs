@@ -21,6 +21,9 @@ pub(super) struct Buffer {
     /// of free slots is only worth it while jobs are leaving (short jobs): with long
     /// jobs the buffer would just be claimed, held and released over and over.
     consumed: bool,
+    /// How many of the jobs are of each queue, kept as jobs come and go (a worker
+    /// serves a few queues: a list beats a map), for the worker's beat.
+    per_queue: Vec<(String, u32)>,
 }
 
 impl Buffer {
@@ -29,6 +32,7 @@ impl Buffer {
             jobs: VecDeque::new(),
             hold,
             consumed: false,
+            per_queue: Vec::new(),
         }
     }
 
@@ -38,12 +42,21 @@ impl Buffer {
 
     /// How many of the jobs held here are of `queue`.
     pub(super) fn held_of(&self, queue: &str) -> u32 {
-        let n = self
-            .jobs
+        self.per_queue
             .iter()
-            .filter(|(_, j)| j.lease.queue == queue)
-            .count();
-        u32::try_from(n).unwrap_or(u32::MAX)
+            .find(|(q, _)| q == queue)
+            .map_or(0, |(_, n)| *n)
+    }
+
+    /// Counts `job` in (`up`) or out of its queue's tally.
+    fn tally(&mut self, job: &ClaimedJob, up: bool) {
+        let queue = &job.lease.queue;
+        match self.per_queue.iter_mut().find(|(q, _)| q == queue) {
+            Some((_, n)) if up => *n += 1,
+            Some((_, n)) => *n = n.saturating_sub(1),
+            None if up => self.per_queue.push((queue.clone(), 1)),
+            None => {}
+        }
     }
 
     /// Adds a claim's jobs, kept in claim-start order: two claims in flight may come
@@ -51,6 +64,7 @@ impl Buffer {
     pub(super) fn push(&mut self, claimed_at: Instant, jobs: Vec<ClaimedJob>) {
         let at = self.jobs.partition_point(|(t, _)| *t <= claimed_at);
         for (i, job) in jobs.into_iter().enumerate() {
+            self.tally(&job, true);
             self.jobs.insert(at + i, (claimed_at, job));
         }
     }
@@ -76,6 +90,9 @@ impl Buffer {
             return None;
         }
         let job = self.jobs.pop_front();
+        if let Some((_, j)) = &job {
+            self.tally(j, false);
+        }
         self.consumed |= job.is_some();
         job
     }
@@ -105,11 +122,16 @@ impl Buffer {
         if n > 0 {
             self.consumed = false;
         }
-        self.jobs.drain(..n).collect()
+        let out: Vec<(Instant, ClaimedJob)> = self.jobs.drain(..n).collect();
+        for (_, j) in &out {
+            self.tally(j, false);
+        }
+        out
     }
 
     /// Removes every job (shutdown).
     pub(super) fn take_all(&mut self) -> Vec<(Instant, ClaimedJob)> {
+        self.per_queue.clear();
         self.jobs.drain(..).collect()
     }
 }
@@ -137,7 +159,9 @@ mod tests {
             b.pop(t0 + hold).is_none(),
             "a job past its hold went to a slot"
         );
+        assert_eq!(b.held_of("q"), 1, "one job of q is held");
         let back = b.take_expired(t0 + hold);
+        assert_eq!(b.held_of("q"), 0, "the expired job was counted out");
         assert_eq!(
             back.iter().map(|(_, j)| j.lease.job).collect::<Vec<_>>(),
             [JobId(2)]

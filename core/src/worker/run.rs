@@ -70,9 +70,8 @@ pub(super) struct Runner {
     /// Tells the settler whether the worker has run dry.
     dry: watch::Sender<bool>,
     /// How many jobs of each queue (in `queues`' order) wait in the buffer, for the
-    /// worker's beat to each queue, and when they were last counted.
+    /// worker's beat to each queue.
     held: Arc<[std::sync::atomic::AtomicU32]>,
-    held_counted: Instant,
 }
 
 impl Runner {
@@ -112,7 +111,6 @@ impl Runner {
             held: (0..n_queues)
                 .map(|_| std::sync::atomic::AtomicU32::new(0))
                 .collect(),
-            held_counted: Instant::now(),
         }
     }
 
@@ -380,14 +378,9 @@ impl Runner {
         }
     }
 
-    /// Counts the buffer's jobs per queue for the beat, at most every 100 ms: the beat
-    /// reads them every 5 s, and the loop turns once per claim and start.
+    /// Hands the buffer's count of held jobs per queue to the beat (the buffer keeps
+    /// them as jobs come and go, so this costs a look-up per queue).
     fn count_held(&mut self) {
-        let now = Instant::now();
-        if now.saturating_duration_since(self.held_counted) < Duration::from_millis(100) {
-            return;
-        }
-        self.held_counted = now;
         for (held, queue) in self.held.iter().zip(self.queues.iter()) {
             let n = self.buffer.held_of(queue);
             held.store(n, std::sync::atomic::Ordering::Relaxed);

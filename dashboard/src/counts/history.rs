@@ -53,8 +53,13 @@ impl History {
         });
     }
 
-    pub(crate) fn samples(&self) -> Vec<Sample> {
-        self.samples.iter().cloned().collect()
+    /// The samples of the last [`KEPT`] before `now`, oldest first.
+    pub(crate) fn samples(&self, now: DateTime<Utc>) -> Vec<Sample> {
+        self.samples
+            .iter()
+            .filter(|s| now - s.at <= KEPT)
+            .cloned()
+            .collect()
     }
 }
 
@@ -75,17 +80,25 @@ mod tests {
         h.record(t0, &stats(1));
         h.record(t0 + TimeDelta::seconds(1), &stats(2));
         assert_eq!(
-            h.samples().len(),
+            h.samples(t0).len(),
             1,
             "a second count within 5 s is not kept"
         );
         h.record(t0 + EVERY, &stats(3));
         assert_eq!(
-            h.samples().iter().map(|s| s.succeeded).collect::<Vec<_>>(),
+            h.samples(t0 + EVERY)
+                .iter()
+                .map(|s| s.succeeded)
+                .collect::<Vec<_>>(),
             [1, 3]
         );
         h.record(t0 + KEPT + EVERY + TimeDelta::seconds(1), &stats(9));
-        let kept: Vec<u64> = h.samples().iter().map(|s| s.succeeded).collect();
+        let later = t0 + KEPT + EVERY + TimeDelta::seconds(1);
+        let kept: Vec<u64> = h.samples(later).iter().map(|s| s.succeeded).collect();
         assert_eq!(kept, [9], "samples over an hour old go");
+        assert!(
+            h.samples(later + KEPT + EVERY).is_empty(),
+            "nor are old ones read"
+        );
     }
 }

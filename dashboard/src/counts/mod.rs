@@ -253,7 +253,7 @@ impl Counts {
     pub(crate) fn history(&self, queue: &str) -> Vec<history::Sample> {
         self.lock()
             .get(queue)
-            .map(|e| e.history.samples())
+            .map(|e| e.history.samples(Utc::now()))
             .unwrap_or_default()
     }
 
