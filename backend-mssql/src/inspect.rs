@@ -215,14 +215,7 @@ impl Inspect for MssqlBackend {
             .await?;
         let rows = rows::set(&sets, 0)?
             .iter()
-            .map(|r| {
-                let place = req::<i64>(r, 2)?;
-                Ok((
-                    req::<i64>(r, 0)?,
-                    req::<i32>(r, 1)? == 1,
-                    u32::try_from(place).unwrap_or(u32::MAX),
-                ))
-            })
+            .map(|r| Ok((req::<i64>(r, 0)?, req::<i32>(r, 1)? == 1, req::<i64>(r, 2)?)))
             .collect::<Result<Vec<_>>>()?;
         Ok(JobPage::from_scan(rows, limit))
     }

@@ -420,11 +420,7 @@ impl Inspect for PostgresBackend {
         .await
         .map_err(db)?;
         tx.commit().await.map_err(db)?;
-        Ok(JobPage::from_scan(
-            rows.into_iter()
-                .map(|(id, hit, place)| (id, hit, u32::try_from(place).unwrap_or(u32::MAX))),
-            limit,
-        ))
+        Ok(JobPage::from_scan(rows, limit))
     }
 
     async fn dead_jobs_unchecked(&self, queue: &str, limit: u32) -> Result<Vec<JobInfo>> {

@@ -229,6 +229,8 @@ async fn operations(lab: &mut Lab, generic: bool) -> Vec<(&'static str, i64)> {
     read("claim of 100", n);
     let mut leases = got.into_iter().map(|j| j.lease);
     let completes: Vec<Settle> = leases.by_ref().take(50).map(Settle::complete).collect();
+    // Five of them, deleted by id below (SPEC M8).
+    let done: Vec<relayq_core::JobId> = completes.iter().take(5).map(|s| s.lease.job).collect();
     let (n, ()) = measured(lab, generic, async move |b| settle(b, completes).await).await;
     read("settle of 50 completions", n);
     let mut mixed = Vec::new();
@@ -372,6 +374,11 @@ async fn operations(lab: &mut Lab, generic: bool) -> Vec<(&'static str, i64)> {
     })
     .await;
     read("list_jobs of ready jobs, a page of 50", n);
+    let (n, ()) = measured(lab, generic, async move |b| {
+        assert_eq!(b.delete_jobs(q, &done).await.unwrap(), 5);
+    })
+    .await;
+    read("delete_jobs of 5", n);
 
     // Maintenance: expiry and pruning, with nothing past retention.
     let (n, ()) = measured(lab, generic, async move |b| {

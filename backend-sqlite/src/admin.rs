@@ -143,33 +143,33 @@ impl Admin for SqliteBackend {
         self.cancel_batch_as(batch, cancelled_by::BATCH).await
     }
     async fn delete_jobs_unchecked(&self, queue: &str, ids: &[JobId]) -> Result<u64> {
-        let list: Vec<String> = ids.iter().map(|id| id.0.to_string()).collect();
-        let list = format!("[{}]", list.join(","));
         let (mut tx, _) = self.write().await?;
-        // Each named job by its key, and its log through the log's index.
-        let gone: Vec<i64> = sqlx::query_scalar(
-            "DELETE FROM relayq_jobs WHERE id IN (SELECT value FROM json_each(?2))
-               AND queue = ?1 AND state IN ('succeeded', 'dead', 'cancelled')
-             RETURNING id",
-        )
-        .bind(queue)
-        .bind(&list)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(db)?;
-        if !gone.is_empty() {
-            let gone: Vec<String> = gone.iter().map(i64::to_string).collect();
-            sqlx::query(
-                "DELETE FROM relayq_attempts INDEXED BY relayq_attempts_job
-                 WHERE job_id IN (SELECT value FROM json_each(?1))",
+        // One job at a time, each found by its key, and its log by the log's index:
+        // a list in one statement let stale statistics read the whole queue's state
+        // index instead (over 350,000 steps for five jobs in the statistics test).
+        let mut deleted = 0;
+        for id in ids {
+            let gone = sqlx::query(
+                "DELETE FROM relayq_jobs WHERE id = ?1 AND queue = ?2
+                   AND state IN ('succeeded', 'dead', 'cancelled')",
             )
-            .bind(format!("[{}]", gone.join(",")))
+            .bind(id.0)
+            .bind(queue)
             .execute(&mut *tx)
             .await
-            .map_err(db)?;
+            .map_err(db)?
+            .rows_affected();
+            if gone > 0 {
+                sqlx::query("DELETE FROM relayq_attempts WHERE job_id = ?1")
+                    .bind(id.0)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db)?;
+                deleted += gone;
+            }
         }
         tx.commit().await.map_err(db)?;
-        Ok(gone.len() as u64)
+        Ok(deleted)
     }
 
     async fn retry_dead_unchecked(&self, queue: &str, ids: Option<&[JobId]>) -> Result<u64> {

@@ -320,7 +320,7 @@ impl Inspect for SqliteBackend {
         let mut hits = 0;
         while let Some((id, hit)) = rows.try_next().await.map_err(db)? {
             hits += u32::from(hit);
-            scan.push((id, hit, u32::try_from(scan.len() + 1).unwrap_or(u32::MAX)));
+            scan.push((id, hit, i64::try_from(scan.len() + 1).unwrap_or(i64::MAX)));
             if hits >= limit {
                 break;
             }

@@ -423,6 +423,8 @@ async fn operations(lab: &Lab) -> Vec<(&'static str, u64)> {
     out.push(("claim of 100", n));
     let mut leases = got.into_iter().map(|j| j.lease);
     let completes: Vec<Settle> = leases.by_ref().take(50).map(Settle::complete).collect();
+    // Five of them, deleted by id below (SPEC M8).
+    let done: Vec<relayq_core::JobId> = completes.iter().take(5).map(|s| s.lease.job).collect();
     let (n, ()) = steps(lab, async |b| settle(b, completes).await).await;
     out.push(("settle of 50 completions", n));
     let mut mixed = Vec::new();
@@ -541,6 +543,11 @@ async fn operations(lab: &Lab) -> Vec<(&'static str, u64)> {
     })
     .await;
     out.push(("list_jobs of ready jobs, a page of 50", n));
+    let (n, ()) = steps(lab, async |b| {
+        assert_eq!(b.delete_jobs(q, &done).await.unwrap(), 5);
+    })
+    .await;
+    out.push(("delete_jobs of 5", n));
 
     // Maintenance: expiry and pruning, with nothing past retention.
     let (n, ()) = steps(lab, async |b| {

@@ -149,13 +149,13 @@ impl JobPage {
     /// place [`LIST_SCAN`]; a backend's query may leave out the ids that did not match,
     /// but for the one at that place. A scan that ends before either bound looked at
     /// every job below `before`, so the page has no `next`.
-    pub fn from_scan(scan: impl IntoIterator<Item = (i64, bool, u32)>, limit: u32) -> Self {
+    pub fn from_scan(scan: impl IntoIterator<Item = (i64, bool, i64)>, limit: u32) -> Self {
         let mut page = Self::default();
         for (id, hit, place) in scan {
             if hit {
                 page.jobs.push(JobId(id));
             }
-            if page.jobs.len() >= limit as usize || place >= LIST_SCAN {
+            if page.jobs.len() >= limit as usize || place >= i64::from(LIST_SCAN) {
                 page.next = Some(JobId(id));
                 break;
             }
@@ -222,7 +222,7 @@ mod tests {
         assert_eq!((end.jobs.len(), end.next), (1, None));
         let misses = (0..i64::from(LIST_SCAN) + 5)
             .rev()
-            .zip(1..)
+            .zip(1_i64..)
             .map(|(id, place)| (id, false, place));
         let spent = JobPage::from_scan(misses, 2);
         assert!(spent.jobs.is_empty());

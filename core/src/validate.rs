@@ -332,6 +332,10 @@ pub fn settles(settles: &mut [Settle]) -> Result<()> {
             *error = crate::settle::clean_error_text(error);
             self::retry(*retry)?;
         }
+        // A wait past any date a backend stores would overflow its start (SPEC L5).
+        if let Some(waited) = s.waited {
+            delay("waited", waited)?;
+        }
     }
     Ok(())
 }

@@ -807,7 +807,8 @@ pub async fn l6_rejected_settle_call_settles_nothing(env: &Env) -> anyhow::Resul
 /// SPEC L5: a settle that says how long the job waited in its worker before its
 /// handler started logs the attempt as starting that much after its claim, for every
 /// outcome and kind of job (plain, grouped, in a batch), and never after its end; a
-/// settle that says nothing keeps the claim time.
+/// settle that says nothing keeps the claim time; a wait over 100 years is
+/// `InvalidInput` on `waited`.
 pub async fn l5_a_wait_in_the_worker_moves_the_logged_start(env: &Env) -> anyhow::Result<()> {
     let b = env.backend();
     let q = queue_name("l5wait");
@@ -836,6 +837,16 @@ pub async fn l5_a_wait_in_the_worker_moves_the_logged_start(env: &Env) -> anyhow
     // between the claim and the settle, it is not waiting for something to happen.
     let wait = Duration::from_millis(100);
     sleep(wait + Duration::from_millis(50)).await;
+    // A wait no date holds is refused, naming it, and settles nothing.
+    expect_invalid(
+        b.settle_many(vec![
+            Settle::complete(got[0].lease.clone()).with_waited(Duration::MAX),
+        ])
+        .await,
+        "waited",
+        "a wait past every date",
+    )?;
+    expect_state(b, &q, ids[0], JobState::Running).await?;
     let settles = vec![
         Settle::complete(got[0].lease.clone()).with_waited(wait),
         Settle::complete(got[1].lease.clone()).with_waited(wait),

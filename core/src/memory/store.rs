@@ -795,7 +795,7 @@ impl QueueState {
             .jobs
             .range(..below)
             .rev()
-            .zip(1..)
+            .zip(1_i64..)
             .map(|((id, j), place)| {
                 let fields = crate::JobFields {
                     state: view.state(j),
