@@ -14,9 +14,14 @@ use crate::{
 
 #[async_trait]
 impl OrderBarrier for MssqlBackend {
-    async fn open_batch_unchecked(&self, queue: &str, on_failure: OnFailure) -> Result<Batch> {
+    async fn open_batch_unchecked(
+        &self,
+        queue: &str,
+        on_failure: OnFailure,
+        name: Option<&str>,
+    ) -> Result<Batch> {
         let sets = self
-            .run(sql::OPEN_BATCH, &[&queue, &on_failure.as_str()])
+            .run(sql::OPEN_BATCH, &[&queue, &on_failure.as_str(), &name])
             .await?;
         let id = rows::set(&sets, 0)?
             .first()
@@ -63,6 +68,7 @@ impl OrderBarrier for MssqlBackend {
         };
         let on_failure: OnFailure = req::<&str>(first, 0)?.parse()?;
         let created_at = rows::time_opt(first, 7)?;
+        let name = rows::get::<&str>(first, 9)?.map(str::to_owned);
         let mut last_finished_at = None;
         for r in found {
             last_finished_at = last_finished_at.max(rows::time_opt(r, 8)?);
@@ -82,6 +88,7 @@ impl OrderBarrier for MssqlBackend {
             failed: req(first, 2)?,
             released_stage: rows::get(first, 3)?,
             stages: StageProgress::tally(counts),
+            name,
             created_at,
             last_finished_at,
         })

@@ -226,6 +226,12 @@ CREATE TABLE {s}.workers (
 DROP INDEX jobs_batch ON {s}.jobs;
 CREATE INDEX jobs_batch ON {s}.jobs (batch_id, stage, state) INCLUDE (finished_at)
     WHERE batch_id IS NOT NULL;",
+    // The attempts a job was enqueued with, kept from its first dead retry on: each
+    // retry adds it to max_attempts so that attempt numbers go on (SPEC M2); and a
+    // batch's name, for people (SPEC B1).
+    "
+ALTER TABLE {s}.jobs ADD budget smallint NULL;
+ALTER TABLE {s}.batches ADD name nvarchar(256) NULL;",
 ];
 
 /// Declarations the promotion fragment needs; the batch fills the `@t*` tables with
@@ -774,7 +780,8 @@ SELECT @sealed AS found, (SELECT COUNT(*) FROM @cd) AS cancelled;",
     events!()
 );
 
-/// SPEC M4: revives dead jobs of queue `@P1` (all, or the ids in JSON array `@P2`).
+/// SPEC M2: revives dead jobs of queue `@P1` (all, or the ids in JSON array `@P2`),
+/// attempts counting on and `max_attempts` grown by the enqueued budget.
 /// Jobs of a batch stay dead (reviving one after later stages started would break the
 /// barrier), and so does a job whose dedupe key a live job holds (of two dead jobs
 /// sharing a key, the first wins). Result sets: how many; the queues to wake.
@@ -795,7 +802,11 @@ WHERE queue = @P1 AND state = 'dead' AND batch_id IS NULL AND group_key IS NOT N
     lock!(),
     "
 UPDATE j SET state = CASE WHEN j.group_key IS NULL THEN 'ready' ELSE 'blocked' END,
-    run_at = @now, attempts = 0, finished_at = NULL
+    run_at = @now, finished_at = NULL,
+    max_attempts = CASE WHEN CAST(j.attempts AS int) + COALESCE(j.budget, j.max_attempts) > 32767
+                        THEN 32767
+                        ELSE CAST(j.attempts AS int) + COALESCE(j.budget, j.max_attempts) END,
+    budget = COALESCE(j.budget, j.max_attempts)
 OUTPUT inserted.id, inserted.group_key INTO @rv (id, group_key)
 FROM {s}.jobs AS j WITH (ROWLOCK, READCOMMITTEDLOCK)
 WHERE j.queue = @P1 AND j.state = 'dead' AND j.batch_id IS NULL
@@ -929,13 +940,13 @@ IF @@ROWCOUNT = 0
     INSERT INTO {s}.queues (queue, paused, max_running) VALUES (@P1, COALESCE(@P2, 0), @P4);
 COMMIT TRANSACTION;";
 
-/// Opens a batch in queue `@P1` with failure policy `@P2`; returns its id (`OUTPUT
-/// INTO`, as in [`HEARTBEAT`]).
+/// Opens a batch in queue `@P1` with failure policy `@P2` and name `@P3` (or NULL);
+/// returns its id (`OUTPUT INTO`, as in [`HEARTBEAT`]).
 pub(crate) const OPEN_BATCH: &str = "
 DECLARE @b TABLE (id bigint NOT NULL);
-INSERT INTO {s}.batches (queue, on_failure, sealed, failed, created_at)
+INSERT INTO {s}.batches (queue, on_failure, sealed, failed, created_at, name)
 OUTPUT inserted.id INTO @b (id)
-VALUES (@P1, @P2, 0, 0, SYSUTCDATETIME());
+VALUES (@P1, @P2, 0, 0, SYSUTCDATETIME(), @P3);
 SELECT id FROM @b;";
 
 /// Seals batch `@P1` of queue `@P2`; returns its id, or no row (`OUTPUT INTO`, as in
@@ -962,7 +973,7 @@ WHERE b.id = @P1 AND b.queue = @P2;";
 /// statement.
 pub(crate) const BATCH_PROGRESS: &str = "
 SELECT b.on_failure, b.sealed, b.failed, b.released_stage, c.stage, c.state, c.n,
-       b.created_at, c.fin
+       b.created_at, c.fin, b.name
 FROM {s}.batches AS b
 OUTER APPLY (SELECT j.stage, j.state, COUNT_BIG(*) AS n, MAX(j.finished_at) AS fin
              FROM {s}.jobs AS j
@@ -1154,8 +1165,8 @@ BEGIN
 END;
 IF @P6 IS NOT NULL AND EXISTS (SELECT 1 FROM OPENJSON(@P2))
 BEGIN
-    INSERT INTO {s}.batches (queue, on_failure, sealed, failed, created_at)
-    VALUES (@P1, @P6, 0, 0, SYSUTCDATETIME());
+    INSERT INTO {s}.batches (queue, on_failure, sealed, failed, created_at, name)
+    VALUES (@P1, @P6, 0, 0, SYSUTCDATETIME(), @P3);
     SET @fb = SCOPE_IDENTITY();
 END;
 SELECT @fwhy AS why, @fb AS batch;";
@@ -1216,6 +1227,7 @@ pub(crate) const ALL: &[(&str, &str)] = &[
     ("MIGRATION_4", MIGRATIONS[3]),
     ("MIGRATION_5", MIGRATIONS[4]),
     ("MIGRATION_6", MIGRATIONS[5]),
+    ("MIGRATION_7", MIGRATIONS[6]),
     ("CLAIM", CLAIM),
     ("SETTLE", SETTLE),
     ("HEARTBEAT", HEARTBEAT),

@@ -200,8 +200,9 @@ impl PostgresBackend {
 
     async fn retry_dead_tx(&self, queue: &str, ids: Option<&[i64]>) -> Result<(u64, Vec<String>)> {
         let mut tx = self.inner.pool.begin().await.map_err(db)?;
-        // Jobs of a batch stay dead: reviving one after later stages started would break
-        // the order barrier. So does a job whose dedupe key another job now holds (the
+        // Attempts go on counting and max_attempts grows by the enqueued budget
+        // (SPEC M2). Jobs of a batch stay dead: reviving one after later stages started
+        // would break the order barrier. So does a job whose dedupe key another job now holds (the
         // insert skips it, and the first of two dead jobs sharing a key wins).
         let revived: Vec<(i64, Option<String>)> = sqlx::query_as(self.sql(
             "WITH d AS MATERIALIZED (
@@ -211,10 +212,12 @@ impl PostgresBackend {
                  ORDER BY id FOR UPDATE),
              ins AS (
                  INSERT INTO {s}.jobs (id, queue, state, payload, priority, run_at, max_attempts,
-                                       attempts, group_key, dedupe_key, enqueued_by, created_at,
-                                       last_error, progress)
+                                       attempts, budget, group_key, dedupe_key, enqueued_by,
+                                       created_at, last_error, progress)
                  SELECT id, queue, CASE WHEN group_key IS NULL THEN 'ready' ELSE 'blocked' END,
-                        payload, priority, now(), max_attempts, 0, group_key, dedupe_key,
+                        payload, priority, now(),
+                        least(32767, attempts + coalesce(budget, max_attempts)), attempts,
+                        coalesce(budget, max_attempts), group_key, dedupe_key,
                         enqueued_by, created_at, last_error, progress
                  FROM d ORDER BY id
                  ON CONFLICT (queue, dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING

@@ -11,12 +11,18 @@ use crate::{PostgresBackend, db, listen};
 
 #[async_trait]
 impl OrderBarrier for PostgresBackend {
-    async fn open_batch_unchecked(&self, queue: &str, on_failure: OnFailure) -> Result<Batch> {
-        let id: i64 = sqlx::query_scalar(
-            self.sql("INSERT INTO {s}.batches (queue, on_failure) VALUES ($1, $2) RETURNING id"),
-        )
+    async fn open_batch_unchecked(
+        &self,
+        queue: &str,
+        on_failure: OnFailure,
+        name: Option<&str>,
+    ) -> Result<Batch> {
+        let id: i64 = sqlx::query_scalar(self.sql(
+            "INSERT INTO {s}.batches (queue, on_failure, name) VALUES ($1, $2, $3) RETURNING id",
+        ))
         .bind(queue)
         .bind(on_failure.as_str())
+        .bind(name)
         .fetch_one(self.pool())
         .await
         .map_err(db)?;
@@ -81,9 +87,10 @@ impl OrderBarrier for PostgresBackend {
             i64,
             DateTime<Utc>,
             Option<DateTime<Utc>>,
+            Option<String>,
         )> = sqlx::query_as(self.sql(
             "SELECT b.on_failure, b.sealed, b.failed, b.released_stage, c.stage, c.state,
-                        COALESCE(c.n, 0), b.created_at, c.fin
+                        COALESCE(c.n, 0), b.created_at, c.fin, b.name
                  FROM {s}.batches b
                  LEFT JOIN LATERAL (
                      SELECT stage, state, count(*) AS n, max(fin) AS fin FROM (
@@ -105,9 +112,10 @@ impl OrderBarrier for PostgresBackend {
             None => return Err(Error::not_found(batch.to_string())),
         };
         let created_at = rows.first().map(|r| r.7);
+        let name = rows.first().and_then(|r| r.9.clone());
         let last_finished_at = rows.iter().filter_map(|r| r.8).max();
         let mut counts = Vec::with_capacity(rows.len());
-        for (_, _, _, _, stage, state, n, _, _) in rows {
+        for (_, _, _, _, stage, state, n, ..) in rows {
             if let (Some(stage), Some(state)) = (stage, state) {
                 let n = u64::try_from(n).map_err(Error::backend)?;
                 counts.push((stage, state.parse::<JobState>()?, n));
@@ -120,6 +128,7 @@ impl OrderBarrier for PostgresBackend {
             failed,
             released_stage: released,
             stages: StageProgress::tally(counts),
+            name,
             created_at,
             last_finished_at,
         })

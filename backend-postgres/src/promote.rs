@@ -37,13 +37,13 @@ macro_rules! archive {
         concat!(
             "INSERT INTO {s}.finished (id, queue, state, payload, priority, run_at, ",
             "max_attempts, attempts, group_key, batch_id, stage, dedupe_key, enqueued_by, ",
-            "created_at, last_error, finished_at, progress, worker, started_at, output) ",
+            "created_at, last_error, finished_at, progress, budget, worker, started_at, output) ",
             "SELECT g.id, g.queue, ",
             $state,
             ", g.payload, g.priority, g.run_at, g.max_attempts, g.attempts, g.group_key, ",
             "g.batch_id, g.stage, g.dedupe_key, g.enqueued_by, g.created_at, ",
             $error,
-            ", now(), g.progress, ",
+            ", now(), g.progress, g.budget, ",
             $attempt,
             " FROM ",
             $from

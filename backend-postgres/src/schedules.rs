@@ -79,10 +79,12 @@ impl PostgresBackend {
         let batch = match fire.batch.filter(|_| asked) {
             Some(on_failure) => Some(BatchId(
                 sqlx::query_scalar(self.sql(
-                    "INSERT INTO {s}.batches (queue, on_failure) VALUES ($1, $2) RETURNING id",
+                    "INSERT INTO {s}.batches (queue, on_failure, name) VALUES ($1, $2, $3)
+                     RETURNING id",
                 ))
                 .bind(&fire.queue)
                 .bind(on_failure.as_str())
+                .bind(&fire.name)
                 .fetch_one(&mut *tx)
                 .await
                 .map_err(db)?,

@@ -25,6 +25,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0007_schedules.sql"),
     include_str!("../migrations/0008_progress.sql"),
     include_str!("../migrations/0009_workers.sql"),
+    include_str!("../migrations/0010_budget_and_batch_name.sql"),
 ];
 
 /// The schema version this crate migrates to. [`migrate`](crate::PostgresBackend::migrate)

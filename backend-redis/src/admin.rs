@@ -19,9 +19,18 @@ use crate::{
 
 #[async_trait]
 impl OrderBarrier for RedisBackend {
-    async fn open_batch_unchecked(&self, queue: &str, on_failure: OnFailure) -> Result<Batch> {
+    async fn open_batch_unchecked(
+        &self,
+        queue: &str,
+        on_failure: OnFailure,
+        name: Option<&str>,
+    ) -> Result<Batch> {
         self.register(queue).await?;
-        let args = [b"open".to_vec(), on_failure.as_str().as_bytes().to_vec()];
+        let args = [
+            b"open".to_vec(),
+            on_failure.as_str().as_bytes().to_vec(),
+            name.unwrap_or_default().as_bytes().to_vec(),
+        ];
         let id: i64 = self.run(&scripts::BATCH, queue, &args).await?;
         Ok(Batch {
             queue: queue.to_owned(),
@@ -49,7 +58,7 @@ impl OrderBarrier for RedisBackend {
 
     async fn batch_progress_unchecked(&self, batch: &Batch) -> Result<BatchProgress> {
         let items = self.read_batch(b"progress", batch).await?;
-        if items.len() < 6 {
+        if items.len() < 7 {
             return Err(bad("batch progress"));
         }
         let time = |v: &Value| -> Result<Option<chrono::DateTime<chrono::Utc>>> {
@@ -58,7 +67,7 @@ impl OrderBarrier for RedisBackend {
                 .transpose()
         };
         let mut counts = Vec::new();
-        for triple in items[6..].chunks(3) {
+        for triple in items[7..].chunks(3) {
             let [stage, state, n] = triple else {
                 return Err(bad("batch progress"));
             };
@@ -73,6 +82,7 @@ impl OrderBarrier for RedisBackend {
             failed: text(&items[2])? == "1",
             released_stage: opt_stage(&items[3])?,
             stages: StageProgress::tally(counts),
+            name: reply::opt_text(&items[6])?,
             created_at: time(&items[4])?,
             last_finished_at: time(&items[5])?,
         })

@@ -205,7 +205,11 @@ impl Admin for SqliteBackend {
             }
             revived += 1;
             sqlx::query(
-                "UPDATE relayq_jobs SET state = ?2, attempts = 0, finished_at = NULL, run_at = ?3
+                // Attempts go on counting and max_attempts grows by the enqueued
+                // budget (SPEC M2).
+                "UPDATE relayq_jobs SET state = ?2, finished_at = NULL, run_at = ?3,
+                        max_attempts = min(32767, attempts + coalesce(budget, max_attempts)),
+                        budget = coalesce(budget, max_attempts)
                  WHERE id = ?1",
             )
             .bind(id)

@@ -21,7 +21,7 @@ pub(crate) const REACHED: &str = "
 
 /// The batch row, for its progress.
 pub(crate) const BATCH_SETTINGS: &str =
-    "SELECT on_failure, sealed, failed, released_stage, created_at FROM relayq_batches
+    "SELECT on_failure, sealed, failed, released_stage, created_at, name FROM relayq_batches
     WHERE id = ?1 AND queue = ?2";
 
 /// The batch's jobs counted by stage and state: every job of the batch, finished
@@ -32,15 +32,21 @@ pub(crate) const BATCH_COUNTS: &str =
 
 #[async_trait]
 impl OrderBarrier for SqliteBackend {
-    async fn open_batch_unchecked(&self, queue: &str, on_failure: OnFailure) -> Result<Batch> {
+    async fn open_batch_unchecked(
+        &self,
+        queue: &str,
+        on_failure: OnFailure,
+        name: Option<&str>,
+    ) -> Result<Batch> {
         let (mut tx, now) = self.write().await?;
         let id: i64 = sqlx::query_scalar(
-            "INSERT INTO relayq_batches (queue, on_failure, created_at) VALUES (?1, ?2, ?3)
-             RETURNING id",
+            "INSERT INTO relayq_batches (queue, on_failure, created_at, name)
+             VALUES (?1, ?2, ?3, ?4) RETURNING id",
         )
         .bind(queue)
         .bind(on_failure.as_str())
         .bind(us(now))
+        .bind(name)
         .fetch_one(&mut *tx)
         .await
         .map_err(db)?;
@@ -80,13 +86,14 @@ impl OrderBarrier for SqliteBackend {
     }
 
     async fn batch_progress_unchecked(&self, batch: &Batch) -> Result<BatchProgress> {
-        let row: Option<(String, bool, bool, Option<i64>, i64)> = sqlx::query_as(BATCH_SETTINGS)
-            .bind(batch.id.0)
-            .bind(&batch.queue)
-            .fetch_optional(self.pool())
-            .await
-            .map_err(db)?;
-        let (on_failure, sealed, failed, released, created_at) =
+        let row: Option<(String, bool, bool, Option<i64>, i64, Option<String>)> =
+            sqlx::query_as(BATCH_SETTINGS)
+                .bind(batch.id.0)
+                .bind(&batch.queue)
+                .fetch_optional(self.pool())
+                .await
+                .map_err(db)?;
+        let (on_failure, sealed, failed, released, created_at, name) =
             row.ok_or_else(|| Error::not_found(batch.to_string()))?;
         let counts: Vec<(i64, String, i64, Option<i64>)> = sqlx::query_as(BATCH_COUNTS)
             .bind(batch.id.0)
@@ -112,6 +119,7 @@ impl OrderBarrier for SqliteBackend {
                 .transpose()
                 .map_err(Error::backend)?,
             stages: StageProgress::tally(rows),
+            name,
             created_at: Some(crate::at(created_at)),
             last_finished_at,
         })

@@ -269,6 +269,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0004_schedules.sql"),
     include_str!("../migrations/0005_progress.sql"),
     include_str!("../migrations/0006_workers.sql"),
+    include_str!("../migrations/0007_budget_and_batch_name.sql"),
 ];
 
 /// Applies the migrations not yet applied. The whole check-and-apply runs under

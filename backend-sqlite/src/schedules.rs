@@ -134,12 +134,13 @@ impl Schedules for SqliteBackend {
         let batch = match fire.batch.filter(|_| asked) {
             Some(on_failure) => Some(BatchId(
                 sqlx::query_scalar(
-                    "INSERT INTO relayq_batches (queue, on_failure, created_at)
-                     VALUES (?1, ?2, ?3) RETURNING id",
+                    "INSERT INTO relayq_batches (queue, on_failure, created_at, name)
+                     VALUES (?1, ?2, ?3, ?4) RETURNING id",
                 )
                 .bind(&fire.queue)
                 .bind(on_failure.as_str())
                 .bind(us(now))
+                .bind(&fire.name)
                 .fetch_one(&mut *tx)
                 .await
                 .map_err(db)?,

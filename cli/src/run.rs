@@ -117,7 +117,7 @@ pub async fn run(db: &str, args: RunArgs) -> anyhow::Result<u8> {
     let backend = backend::open(db, Use::RunInProcess).await?;
 
     let batch = backend
-        .open_batch(&queue, plan.on_failure)
+        .open_named_batch(&queue, plan.on_failure, &plan.name)
         .await
         .context("cannot open a batch")?;
     for job in &mut jobs {
@@ -152,11 +152,12 @@ pub async fn run(db: &str, args: RunArgs) -> anyhow::Result<u8> {
         .spawn();
 
     outln!(
-        "relayq run {}: {} in {}; batch {} of queue {queue:?}; on_failure = {}; {} worker slots ({name})",
+        "relayq run {}: {} in {}; batch {} {:?} of queue {queue:?}; on_failure = {}; {} worker slots ({name})",
         plan.file,
         crate::words::plural(plan.jobs.len(), "job"),
         crate::words::plural(plan.stages().len(), "stage"),
         batch.id,
+        plan.name,
         plan.on_failure.as_str(),
         args.workers,
     );

@@ -216,7 +216,7 @@ fn status_and_wait_after_the_example_plan() {
     // The newest batches show without naming one.
     assert!(
         text.contains(&format!(
-            "batch {batch} of queue \"default\": finished; on_failure = halt"
+            "batch {batch} \"nightly etl\" of queue \"default\": finished; on_failure = halt"
         )),
         "{text}"
     );
@@ -231,7 +231,7 @@ fn status_and_wait_after_the_example_plan() {
         .stdout;
     assert!(
         text.contains(&format!(
-            "batch {batch} of queue \"default\": finished; on_failure = halt"
+            "batch {batch} \"nightly etl\" of queue \"default\": finished; on_failure = halt"
         )),
         "{text}"
     );

@@ -151,6 +151,9 @@ pub struct BatchProgress {
     pub released_stage: Option<i32>,
     /// Counts per stage, ascending by stage.
     pub stages: Vec<StageProgress>,
+    /// The name it was opened with, if any.
+    #[serde(default)]
+    pub name: Option<String>,
     /// When it was opened (server time).
     #[serde(default)]
     pub created_at: Option<chrono::DateTime<chrono::Utc>>,

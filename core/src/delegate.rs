@@ -136,10 +136,11 @@ macro_rules! delegate {
                 &self,
                 queue: &str,
                 on_failure: $crate::OnFailure,
+                name: Option<&str>,
             ) -> $crate::Result<$crate::Batch> {
                 #[allow(unused_imports)]
                 use $crate::OrderBarrier as _;
-                self.$f.open_batch_unchecked(queue, on_failure).await
+                self.$f.open_batch_unchecked(queue, on_failure, name).await
             }
             async fn seal_unchecked(&self, batch: &$crate::Batch) -> $crate::Result<()> {
                 #[allow(unused_imports)]

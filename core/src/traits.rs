@@ -276,13 +276,38 @@ pub trait OrderBarrier: Events {
     /// - A bad queue name is [`Error::InvalidInput`] on `queue`.
     async fn open_batch(&self, queue: &str, on_failure: OnFailure) -> Result<Batch> {
         validate::queue_name(queue)?;
-        self.open_batch_unchecked(queue, on_failure)
+        self.open_batch_unchecked(queue, on_failure, None)
             .await
             .map_err(|e| e.during("open_batch"))
     }
 
-    /// [`open_batch`](Self::open_batch) after validation of `queue`.
-    async fn open_batch_unchecked(&self, queue: &str, on_failure: OnFailure) -> Result<Batch>;
+    /// Opens a batch with a name people read, as [`open_batch`](Self::open_batch)
+    /// does (SPEC B1).
+    ///
+    /// # Behavior
+    /// - Its progress carries `name` (SPEC M1); names need not be unique.
+    /// - A name that is not a label (1 to 255 bytes, no control characters) is
+    ///   [`Error::InvalidInput`] on `name`, and no batch is opened.
+    async fn open_named_batch(
+        &self,
+        queue: &str,
+        on_failure: OnFailure,
+        name: &str,
+    ) -> Result<Batch> {
+        validate::queue_name(queue)?;
+        validate::label("name", name)?;
+        self.open_batch_unchecked(queue, on_failure, Some(name))
+            .await
+            .map_err(|e| e.during("open_batch"))
+    }
+
+    /// [`open_batch`](Self::open_batch) after validation of `queue` (and of `name`).
+    async fn open_batch_unchecked(
+        &self,
+        queue: &str,
+        on_failure: OnFailure,
+        name: Option<&str>,
+    ) -> Result<Batch>;
 
     /// Seals the batch: no more jobs (SPEC B4).
     ///

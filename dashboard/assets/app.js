@@ -238,7 +238,7 @@
     const [head, list] = await Promise.all([queueHeader(), api(`/queues/${q(queue)}/batches?limit=${q(limit)}`)]);
     const rows = list.items.map((b) =>
       h("tr", { "data-batch": b.batch.id },
-        h("td", {}, link(`${qpath(queue)}/batches/${b.batch.id}`, `#${b.batch.id}`)),
+        h("td", {}, link(`${qpath(queue)}/batches/${b.batch.id}`, `#${b.batch.id}`), b.name ? [" ", h("span", { class: "batch-name" }, b.name)] : null),
         h("td", {}, batchState(b), " ", b.on_failure, b.sealed ? "" : " · unsealed", h("br"), batchTimes(b)),
         h("td", {}, b.stages.length ? b.stages.map(stageBar) : h("span", { class: "muted" }, "no jobs")),
         readOnly ? null : h("td", {}, batchDone(b) ? null : button("cancel batch", `/queues/${q(queue)}/batches/${b.batch.id}/cancel`, {}, { danger: true, name: "cancel-batch", confirm: `Cancel every unfinished job of batch ${b.batch.id}?` }))));
@@ -309,6 +309,7 @@
     const first = new URLSearchParams(location.search);
     first.delete("after");
     return [
+      b.name ? h("h2", { class: "batch-name" }, b.name) : null,
       h("p", {}, batchState(b), " on failure: ", b.on_failure, b.sealed ? " · sealed" : " · unsealed", b.released_stage === null ? "" : ` · released up to stage ${b.released_stage}`, " · ", batchTimes(b)),
       h("div", { id: "stages" }, b.stages.map(stageBar)),
       h("p", {}, link(`${qpath(queue)}/jobs?batch=${q(id)}`, "the batch's jobs", "batch-jobs"), " · ", link(`${qpath(queue)}/jobs?batch=${q(id)}&state=dead`, "its dead jobs")),

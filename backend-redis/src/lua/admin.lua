@@ -1,7 +1,7 @@
 -- SPEC C6, M2, M3. ARGV[3] = operation:
 --   'pause' / 'resume'; 'max' (ARGV[4] = limit, or '' for none);
 --   'retry' (ARGV[4] = '' for every dead job, or a comma-separated id list): how many
---     dead jobs went back to ready (not batch jobs; not a job whose dedupe key another
+--     dead jobs went back to ready, each with its enqueued budget again (not batch jobs; not a job whose dedupe key another
 --     unfinished job holds; of dead jobs sharing a key, the first);
 --   'maintain' (ARGV[4] = retention, microseconds): requeued, dead, pruned, and 1 when
 --     there is more to do (each call does a bounded amount);
@@ -40,8 +40,13 @@ elseif op == 'retry' then
       revived = revived + 1
       redis.call('ZREM', B .. ':dead', id)
       redis.call('ZREM', B .. ':done', id)
-      redis.call('HDEL', jk(id), 'fa')
-      redis.call('HSET', jk(id), 'at', '0', 'ra', s(NOW))
+      -- Attempts go on counting and max_attempts grows by the enqueued budget
+      -- (SPEC M2). The fixed fields hold max_attempts: the next claim rebuilds them.
+      local c = redis.call('HMGET', jk(id), 'at', 'ma', 'bu')
+      local budget = c[3] or c[2]
+      local ma = math.min(32767, (tonumber(c[1]) or 0) + tonumber(budget))
+      redis.call('HDEL', jk(id), 'fa', 'f')
+      redis.call('HSET', jk(id), 'ma', s(ma), 'bu', budget, 'ra', s(NOW))
       if h[2] then redis.call('HSET', B .. ':dedupe', h[2], s(id)) end
       if h[3] then
         local gm = okey(NOW, id)

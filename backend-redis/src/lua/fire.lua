@@ -19,7 +19,9 @@ if n > 0 then
   if ARGV[6] ~= '' then
     local id = redis.call('INCR', B .. ':bseq')
     batch = s(id)
-    redis.call('HSET', bk(id), 'of', ARGV[6], 'sealed', '0', 'failed', '0', 'ca', NOWS)
+    -- The batch is named after its schedule (SPEC B1).
+    redis.call('HSET', bk(id), 'of', ARGV[6], 'sealed', '0', 'failed', '0', 'ca', NOWS,
+      'nm', ARGV[3])
     redis.call('ZADD', B .. ':batches', id, id)
     A = {}
     for i = 1, #ARGV do A[i] = ARGV[i] end

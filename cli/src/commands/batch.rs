@@ -18,6 +18,9 @@ pub enum BatchCommand {
         /// What a dead job does: `continue`, or `halt` (cancel the rest of the batch, running jobs included).
         #[arg(long, default_value = "continue", value_parser = on_failure)]
         on_failure: OnFailure,
+        /// A name people read on `status`, `run` and the dashboard (1 to 255 bytes).
+        #[arg(long)]
+        name: Option<String>,
     },
     /// Seal a batch: no more jobs; it is finished when all its jobs are.
     Seal {
@@ -39,9 +42,23 @@ fn on_failure(text: &str) -> Result<OnFailure, String> {
 /// Bad queue, unknown batch, a backend failure.
 pub async fn run(db: &str, cmd: BatchCommand) -> anyhow::Result<u8> {
     match cmd {
-        BatchCommand::Open { queue, on_failure } => {
+        BatchCommand::Open {
+            queue,
+            on_failure,
+            name,
+        } => {
+            if let Some(name) = &name {
+                relayq_core::validate::label("name", name)?;
+            }
             let backend = backend::open(db, Use::Create).await?;
-            let batch = backend.open_batch(&queue.queue, on_failure).await?;
+            let batch = match &name {
+                Some(name) => {
+                    backend
+                        .open_named_batch(&queue.queue, on_failure, name)
+                        .await?
+                }
+                None => backend.open_batch(&queue.queue, on_failure).await?,
+            };
             outln!("{}", batch.id);
         }
         BatchCommand::Seal { id, queue } => {

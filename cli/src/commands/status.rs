@@ -231,8 +231,12 @@ pub fn print_batch(b: &BatchProgress) {
     } else {
         "open (not sealed)"
     };
+    let name = b
+        .name
+        .as_deref()
+        .map_or_else(String::new, |n| format!(" {n:?}"));
     outln!(
-        "batch {} of queue {:?}: {state}; on_failure = {}{}",
+        "batch {}{name} of queue {:?}: {state}; on_failure = {}{}",
         b.batch.id,
         b.batch.queue,
         b.on_failure.as_str(),

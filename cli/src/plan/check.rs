@@ -151,7 +151,7 @@ fn span<T>(value: Option<&Spanned<T>>) -> Option<Range<usize>> {
     value.map(Spanned::span)
 }
 
-fn reason(e: &CoreError) -> String {
+pub(super) fn reason(e: &CoreError) -> String {
     match e {
         CoreError::InvalidInput { reason, .. } => reason.to_string(),
         other => other.to_string(),

@@ -26,6 +26,8 @@ pub const DEFAULT_MAX_ATTEMPTS: u16 = 1;
 /// A validated plan.
 #[derive(Debug, Clone)]
 pub struct Plan {
+    /// The batch's name: the plan's `name`, or the file's name without its extension.
+    pub name: String,
     /// What a dead job does to the rest of the batch.
     pub on_failure: OnFailure,
     /// The jobs, in file order.
@@ -108,6 +110,19 @@ fn beyond_i64(message: &str) -> Option<&str> {
     rest.split_once("` as i128").map(|(n, _)| n)
 }
 
+/// A plan's name when it gives none: its file's name without the extension, cut to
+/// a label's 255 bytes.
+fn default_name(file: &str) -> String {
+    let stem = Path::new(file)
+        .file_stem()
+        .map_or_else(|| file.into(), |s| s.to_string_lossy());
+    let mut name: String = stem.chars().filter(|c| !c.is_control()).collect();
+    while name.len() > 255 {
+        name.pop();
+    }
+    if name.is_empty() { "plan".into() } else { name }
+}
+
 /// Parses and validates plan `text` (from `file`); relative `cwd`s are joined to `base`.
 ///
 /// # Errors
@@ -147,6 +162,15 @@ pub fn parse(file: &str, text: &str, base: &Path) -> Result<Plan, PlanError> {
             )
         })?,
     };
+    let name = match &raw.name {
+        Some(v) => {
+            relayq_core::validate::label("name", v.get_ref()).map_err(|e| {
+                ctx.error(v.span(), &format!("field \"name\": {}", check::reason(&e)))
+            })?;
+            v.get_ref().clone()
+        }
+        None => default_name(file),
+    };
     if raw.job.is_empty() {
         return Err(PlanError(format!(
             "{file}: the plan has no jobs (add [[job]] tables, each with a `command`)"
@@ -168,6 +192,7 @@ pub fn parse(file: &str, text: &str, base: &Path) -> Result<Plan, PlanError> {
         jobs.push(job);
     }
     Ok(Plan {
+        name,
         on_failure,
         jobs,
         file: file.to_owned(),

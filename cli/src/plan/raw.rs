@@ -9,6 +9,7 @@ use toml::Spanned;
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawPlan {
+    pub name: Option<Spanned<String>>,
     pub on_failure: Option<Spanned<String>>,
     #[serde(default)]
     pub job: Vec<Spanned<RawJob>>,

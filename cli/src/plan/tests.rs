@@ -57,6 +57,23 @@ fn on_failure_defaults_to_continue() {
 }
 
 #[test]
+fn the_batch_is_named_by_the_plan_or_its_file() {
+    let plan = parse_str("name = \"nightly load\"\n[[job]]\ncommand = \"true\"\n").unwrap();
+    assert_eq!(plan.name, "nightly load");
+    let plan = parse(
+        "dir/etl.toml",
+        "[[job]]\ncommand = \"true\"\n",
+        Path::new("/"),
+    )
+    .unwrap();
+    assert_eq!(plan.name, "etl");
+    assert_eq!(
+        err("name = \"\"\n[[job]]\ncommand = \"true\"\n"),
+        "plan.toml:1:8: field \"name\": must be 1 to 255 bytes, got 0"
+    );
+}
+
+#[test]
 fn toml_syntax_errors_give_line_and_column() {
     let e = err("[[job]]\ncommand = \"true\"\nstage = = 3\n");
     assert!(

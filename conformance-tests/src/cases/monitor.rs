@@ -127,20 +127,42 @@ pub async fn m2_dead_jobs_listed_and_retried(env: &Env) -> anyhow::Result<()> {
         n == 1,
         "retry_dead of one dead and one succeeded job moved {n}"
     );
+    // Enqueued with the default budget, dead after one attempt (Retry::Never): the
+    // retry keeps the attempt spent and adds the budget on top.
     let info = b.job(&q, all[0]).await?;
+    let budget = u32::from(relayq_core::DEFAULT_MAX_ATTEMPTS);
     ensure!(
-        info.state == JobState::Ready && info.attempts == 0,
-        "retried job: {} attempts {}",
+        info.state == JobState::Ready
+            && info.attempts == 1
+            && u32::from(info.max_attempts) == 1 + budget,
+        "retried job: {} attempts {} of {}",
         info.state,
-        info.attempts
+        info.attempts,
+        info.max_attempts
     );
     expect_state(b, &q, all[2], JobState::Succeeded).await?;
     let again = claim_exactly(b, &q, &all[..1]).await?;
     ensure!(
-        again[0].attempt() == 1,
-        "retried job claimed as attempt {}",
+        again[0].attempt() == 2,
+        "retried job claimed as attempt {}, not the next after 1",
         again[0].attempt()
     );
+    // Dead again, retried again: the budget grows by the enqueued one, not by what
+    // max_attempts had become.
+    b.fail(&again[0].lease, "third", Retry::Never).await?;
+    ensure!(
+        b.retry_dead(&q, Some(&all[..1])).await? == 1,
+        "second retry of the same job"
+    );
+    let info = b.job(&q, all[0]).await?;
+    ensure!(
+        info.attempts == 2 && u32::from(info.max_attempts) == 2 + budget,
+        "twice-retried job: attempts {} of {}",
+        info.attempts,
+        info.max_attempts
+    );
+    let numbers: Vec<u32> = info.attempt_log.iter().map(|a| a.attempt).collect();
+    ensure!(numbers == [1, 2], "attempt log numbered {numbers:?}");
     let n = b.retry_dead(&q, None).await?;
     ensure!(
         n == 1,
@@ -153,18 +175,42 @@ pub async fn m2_dead_jobs_listed_and_retried(env: &Env) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// SPEC M1, B5: `batches` lists a queue's batches newest first, each with the same
-/// progress `batch_progress` reports; a bad limit is rejected.
+/// SPEC M1, B1, B5: `batches` lists a queue's batches newest first, each with the same
+/// progress `batch_progress` reports, its name included; a bad limit or name is
+/// rejected.
 pub async fn m1_batches_lists_newest_first(env: &Env) -> anyhow::Result<()> {
     let b = env.backend();
     let q = queue_name("m1batches");
     let mut opened = Vec::new();
     for stage in [100, 200, 300] {
-        let batch = b.open_batch(&q, OnFailure::Continue).await?;
+        let batch = if stage == 200 {
+            b.open_named_batch(&q, OnFailure::Continue, "nightly 'load' ✓")
+                .await?
+        } else {
+            b.open_batch(&q, OnFailure::Continue).await?
+        };
         enqueue(b, NewJob::new(&q, b"x".to_vec()).in_batch(batch.id, stage)).await?;
         opened.push(batch);
     }
     b.seal(&opened[1]).await?;
+    let names: Vec<Option<String>> = {
+        let mut names = Vec::new();
+        for batch in &opened {
+            names.push(b.batch_progress(batch).await?.name);
+        }
+        names
+    };
+    ensure!(
+        names == [None, Some("nightly 'load' ✓".to_owned()), None],
+        "batch names read back as {names:?}"
+    );
+    for bad in ["", "a\nb"] {
+        expect_invalid(
+            b.open_named_batch(&q, OnFailure::Continue, bad).await,
+            "name",
+            "a batch with a bad name",
+        )?;
+    }
     let listed = b.batches(&q, 2).await?;
     let want = [
         b.batch_progress(&opened[2]).await?,

@@ -549,8 +549,8 @@ pub async fn s5_run_now_is_an_extra_run(env: &Env) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// SPEC S1, S2: a slot of a batch schedule makes one sealed batch with every job at
-/// its stage, in the same atomic step.
+/// SPEC S1, S2: a slot of a batch schedule makes one sealed batch, named after the
+/// schedule, with every job at its stage, in the same atomic step.
 pub async fn s1_a_batch_schedule_makes_a_sealed_staged_batch(env: &Env) -> anyhow::Result<()> {
     let b = env.backend();
     let q = queue_name("s1batch");
@@ -578,6 +578,11 @@ pub async fn s1_a_batch_schedule_makes_a_sealed_staged_batch(env: &Env) -> anyho
     };
     let p = b.batch_progress(&batch).await?;
     ensure!(p.sealed, "the slot's batch is sealed: {p:?}");
+    ensure!(
+        p.name.as_deref() == Some("plan"),
+        "the slot's batch is named after its schedule: {:?}",
+        p.name
+    );
     let stages: Vec<i32> = p.stages.iter().map(|s| s.stage).collect();
     ensure!(
         stages == [10, 20] && jobs.len() == 2,

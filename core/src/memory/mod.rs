@@ -235,8 +235,13 @@ impl Complete for MemoryBackend {
 
 #[async_trait]
 impl OrderBarrier for MemoryBackend {
-    async fn open_batch_unchecked(&self, queue: &str, on_failure: OnFailure) -> Result<Batch> {
-        let id = self.with_queue(queue, |q, now| q.open_batch(on_failure, now))?;
+    async fn open_batch_unchecked(
+        &self,
+        queue: &str,
+        on_failure: OnFailure,
+        name: Option<&str>,
+    ) -> Result<Batch> {
+        let id = self.with_queue(queue, |q, now| q.open_batch(on_failure, name, now))?;
         Ok(Batch {
             queue: queue.to_owned(),
             id,

@@ -48,7 +48,7 @@ impl QueueState {
         }
         let asked = !fire.jobs.is_empty();
         let batch = match (fire.batch, fire.jobs.is_empty()) {
-            (Some(on_failure), false) => Some(self.open_batch(on_failure, now)),
+            (Some(on_failure), false) => Some(self.open_batch(on_failure, Some(&fire.name), now)),
             _ => None,
         };
         for job in &mut fire.jobs {

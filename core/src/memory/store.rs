@@ -35,6 +35,9 @@ pub(crate) struct Job {
     max_attempts: u16,
     /// Attempts counted so far; a claim adds one, a release takes it back.
     attempts: u32,
+    /// The attempts it was enqueued with, kept once a dead retry grows
+    /// `max_attempts` (SPEC M2).
+    budget: Option<u16>,
     pub(crate) group: Option<String>,
     pub(crate) batch: Option<i64>,
     pub(crate) stage: Option<i32>,
@@ -78,6 +81,7 @@ impl Job {
 
 #[derive(Debug, Clone)]
 pub(crate) struct BatchState {
+    name: Option<String>,
     created_at: DateTime<Utc>,
     on_failure: OnFailure,
     sealed: bool,
@@ -105,6 +109,13 @@ pub(crate) struct QueueState {
     pub(crate) revoked: bool,
     /// Each worker's last beat and when it came (SPEC M9).
     pub(crate) workers: BTreeMap<String, (crate::WorkerBeat, DateTime<Utc>)>,
+}
+
+/// A dead retry's new `max_attempts`: the attempts spent plus the enqueued budget, at
+/// most `i16::MAX`, the SQL backends' column type (SPEC M2).
+pub(crate) fn grown_budget(attempts: u32, budget: u16) -> u16 {
+    let cap = i16::MAX.unsigned_abs();
+    u16::try_from(attempts.saturating_add(u32::from(budget))).map_or(cap, |m| m.min(cap))
 }
 
 fn after(now: DateTime<Utc>, d: std::time::Duration) -> DateTime<Utc> {
@@ -186,6 +197,7 @@ impl QueueState {
                     priority: new.priority,
                     max_attempts: new.max_attempts,
                     attempts: 0,
+                    budget: None,
                     group: new.group,
                     dedupe_key: new.dedupe_key,
                     enqueued_by: new.enqueued_by,
@@ -487,11 +499,17 @@ impl QueueState {
         )
     }
 
-    pub(crate) fn open_batch(&mut self, on_failure: OnFailure, now: DateTime<Utc>) -> BatchId {
+    pub(crate) fn open_batch(
+        &mut self,
+        on_failure: OnFailure,
+        name: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> BatchId {
         self.next_batch += 1;
         self.batches.insert(
             self.next_batch,
             BatchState {
+                name: name.map(str::to_owned),
                 created_at: now,
                 on_failure,
                 sealed: false,
@@ -534,6 +552,7 @@ impl QueueState {
             failed: b.failed,
             released_stage: b.released,
             stages,
+            name: b.name.clone(),
             created_at: Some(b.created_at),
             last_finished_at,
         })
@@ -662,8 +681,11 @@ impl QueueState {
                 }
                 self.dedupe.insert(key.clone(), id);
             }
+            // Attempts go on counting, so the log never numbers two attempts alike;
+            // the job gets its enqueued budget again on top of what it spent.
+            let budget = *job.budget.get_or_insert(job.max_attempts);
+            job.max_attempts = grown_budget(job.attempts, budget);
             job.phase = Phase::Waiting;
-            job.attempts = 0;
             job.finished_at = None;
             job.run_at = now;
             self.open.insert(id);
