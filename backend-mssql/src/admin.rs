@@ -116,6 +116,21 @@ impl Admin for MssqlBackend {
         Ok(u64::try_from(n).unwrap_or(0))
     }
 
+    async fn run_now_unchecked(&self, queue: &str, ids: &[JobId]) -> Result<u64> {
+        let ids =
+            serde_json::Value::from(ids.iter().map(|id| id.0).collect::<Vec<_>>()).to_string();
+        let sets = self.run(sql::RUN_NOW, &[&queue, &ids.as_str()]).await?;
+        let n = rows::set(&sets, 0)?
+            .first()
+            .map(|r| req::<i32>(r, 0))
+            .transpose()?
+            .unwrap_or(0);
+        if n > 0 {
+            self.inner.events.notify(queue, EventKind::Ready);
+        }
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
     async fn retry_dead_unchecked(&self, queue: &str, ids: Option<&[JobId]>) -> Result<u64> {
         let ids: Option<String> = ids.map(|ids| {
             serde_json::Value::from(ids.iter().map(|id| id.0).collect::<Vec<_>>()).to_string()

@@ -904,6 +904,16 @@ DELETE FROM {s}.attempts WHERE job_id IN (SELECT id FROM @d);
 COMMIT TRANSACTION;
 SELECT COUNT(*) AS deleted FROM @d;";
 
+/// SPEC M10: makes the jobs of queue `@P1` among the ids of JSON array `@P2` that wait
+/// only for their time due now; returns how many. A `ready` job is never blocked, and
+/// a ready grouped job is its group's next: an earlier `run_at` keeps it first there.
+pub(crate) const RUN_NOW: &str = "
+DECLARE @now datetime2(6) = SYSUTCDATETIME();
+UPDATE {s}.jobs WITH (ROWLOCK) SET run_at = @now
+WHERE id IN (SELECT CAST(value AS bigint) FROM OPENJSON(@P2))
+  AND queue = @P1 AND state IN ('ready', 'retrying') AND run_at > @now;
+SELECT @@ROWCOUNT AS moved;";
+
 /// SPEC M9: stores beat `@P3` of worker `@P2` for queue `@P1` with the server's time,
 /// and drops the queue's beats older than `@P4` seconds.
 pub(crate) const WORKER_BEAT: &str = "
@@ -1228,6 +1238,7 @@ pub(crate) const ALL: &[(&str, &str)] = &[
     ("MIGRATION_5", MIGRATIONS[4]),
     ("MIGRATION_6", MIGRATIONS[5]),
     ("MIGRATION_7", MIGRATIONS[6]),
+    ("RUN_NOW", RUN_NOW),
     ("CLAIM", CLAIM),
     ("SETTLE", SETTLE),
     ("HEARTBEAT", HEARTBEAT),

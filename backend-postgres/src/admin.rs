@@ -103,6 +103,32 @@ impl PostgresBackend {
         Ok(payloads)
     }
 
+    /// SPEC M10. A `ready` job here is never blocked, and a ready grouped job is its
+    /// group's next: moving its `run_at` earlier keeps it first in its group.
+    async fn run_now_tx(&self, queue: &str, ids: &[i64]) -> Result<(u64, Vec<String>)> {
+        let mut tx = self.inner.pool.begin().await.map_err(db)?;
+        let n: i64 = sqlx::query_scalar(self.sql(
+            "WITH m AS (UPDATE {s}.jobs SET run_at = now()
+                        WHERE id = ANY ($2) AND queue = $1 AND state IN ('ready', 'retrying')
+                          AND run_at > now()
+                        RETURNING id)
+             SELECT count(*) FROM m",
+        ))
+        .bind(queue)
+        .bind(ids)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(db)?;
+        let mut touched = Touched::default();
+        if n > 0 {
+            touched.ready.insert(queue.to_owned());
+        }
+        Ok((
+            u64::try_from(n).unwrap_or(0),
+            Self::finish_tx(tx, self, &touched).await?,
+        ))
+    }
+
     async fn cancel_job_tx(&self, queue: &str, id: JobId) -> Result<(bool, Vec<String>)> {
         let mut tx = self.inner.pool.begin().await.map_err(db)?;
         let live: Option<i64> = sqlx::query_scalar(
@@ -347,6 +373,14 @@ impl Admin for PostgresBackend {
             }))
         };
         kit::purge::purge(queue, batches, batch, step).await
+    }
+
+    async fn run_now_unchecked(&self, queue: &str, ids: &[JobId]) -> Result<u64> {
+        let ids: Vec<i64> = ids.iter().map(|id| id.0).collect();
+        let (n, payloads) =
+            retry_transient(|| self.run_now_tx(queue, &ids), crate::retryable).await?;
+        self.notify_local(&payloads);
+        Ok(n)
     }
 
     async fn delete_jobs_unchecked(&self, queue: &str, ids: &[JobId]) -> Result<u64> {

@@ -546,6 +546,13 @@ impl Admin for RedisBackend {
         Ok(n)
     }
 
+    async fn run_now_unchecked(&self, queue: &str, ids: &[JobId]) -> Result<u64> {
+        let mut args = vec![b"runnow".to_vec()];
+        args.extend(ids.iter().map(|id| arg(id.0)));
+        let out = self.admin(queue, &args).await?;
+        u64::try_from(int(&out)?).map_err(Error::backend)
+    }
+
     async fn delete_jobs_unchecked(&self, queue: &str, ids: &[JobId]) -> Result<u64> {
         let mut args = vec![b"delete".to_vec()];
         args.extend(ids.iter().map(|id| arg(id.0)));

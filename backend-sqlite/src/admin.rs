@@ -172,6 +172,34 @@ impl Admin for SqliteBackend {
         Ok(deleted)
     }
 
+    async fn run_now_unchecked(&self, queue: &str, ids: &[JobId]) -> Result<u64> {
+        let (mut tx, now) = self.write().await?;
+        let now = us(now);
+        // One job at a time by its key, as delete_jobs does. A `ready` job here is never
+        // blocked, and a ready grouped job is its group's next: moving its run_at
+        // earlier keeps it first in its group (SPEC M10).
+        let mut moved = 0;
+        for id in ids {
+            moved += sqlx::query(
+                "UPDATE relayq_jobs SET run_at = ?3
+                 WHERE id = ?1 AND queue = ?2 AND state IN ('ready', 'retrying')
+                   AND run_at > ?3",
+            )
+            .bind(id.0)
+            .bind(queue)
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?
+            .rows_affected();
+        }
+        tx.commit().await.map_err(db)?;
+        if moved > 0 {
+            self.notify(queue, EventKind::Ready);
+        }
+        Ok(moved)
+    }
+
     async fn retry_dead_unchecked(&self, queue: &str, ids: Option<&[JobId]>) -> Result<u64> {
         let wanted = ids.map(|ids| {
             let list: Vec<String> = ids.iter().map(|id| id.0.to_string()).collect();

@@ -332,6 +332,7 @@ macro_rules! for_each_case {
             listing::m7_list_jobs_finds_any_job_by_filter,
             listing::m7_a_rare_match_is_found_past_the_scan_bound,
             listing::m8_delete_jobs_removes_only_finished_ones,
+            listing::m10_run_now_makes_only_time_bound_jobs_due,
             workers::m9_workers_lists_each_worker_s_last_beat,
             workers::m9_a_running_worker_beats,
             schedules::s1_schedules_are_stored_replaced_and_checked,

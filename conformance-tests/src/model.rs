@@ -73,6 +73,10 @@ pub enum Op {
     List(Option<u8>, Option<u8>, Option<usize>, u32),
     /// Delete the n-th job, if finished (SPEC M8).
     Delete(usize),
+    /// Fail the n-th held lease with a retry an hour away.
+    FailLater(usize),
+    /// Make the n-th job due now, if it waits only for its time (SPEC M10).
+    RunJobNow(usize),
 }
 
 fn spec() -> impl Strategy<Value = Spec> {
@@ -117,6 +121,8 @@ fn op() -> impl Strategy<Value = Op> {
         )
             .prop_map(|(s, g, b, limit)| Op::List(s, g, b, limit)),
         1 => any::<usize>().prop_map(Op::Delete),
+        1 => any::<usize>().prop_map(Op::FailLater),
+        2 => any::<usize>().prop_map(Op::RunJobNow),
     ]
 }
 
@@ -234,7 +240,7 @@ impl Side {
                 }
                 format!("claimed {got:?}")
             }
-            Op::Complete(i) | Op::Fail(i, _) | Op::Release(i) => {
+            Op::Complete(i) | Op::Fail(i, _) | Op::FailLater(i) | Op::Release(i) => {
                 if self.held.is_empty() {
                     return Ok("no lease".into());
                 }
@@ -243,6 +249,9 @@ impl Side {
                     Op::Complete(_) => Settle::complete(lease),
                     Op::Fail(_, true) => Settle::fail(lease, "boom", Retry::Never),
                     Op::Fail(_, false) => Settle::fail(lease, "boom", Retry::After(Duration::ZERO)),
+                    Op::FailLater(_) => {
+                        Settle::fail(lease, "later", Retry::After(Duration::from_secs(3600)))
+                    }
                     _ => Settle::release(lease),
                 };
                 // Retry times differ between backends; the kind of outcome must not.
@@ -319,6 +328,13 @@ impl Side {
                 verdict(&r.map(|_| lost))
             }
             Op::Purge => verdict(&b.purge(&self.queue).await),
+            Op::RunJobNow(i) => {
+                if self.ids.is_empty() {
+                    return Ok("no job".into());
+                }
+                let id = self.ids[i % self.ids.len()];
+                verdict(&b.run_now(&self.queue, &[id]).await)
+            }
             Op::Delete(i) => {
                 if self.ids.is_empty() {
                     return Ok("no job".into());

@@ -248,6 +248,11 @@ macro_rules! delegate {
                 use $crate::Admin as _;
                 self.$f.purge_unchecked(queue).await
             }
+            async fn run_now_unchecked(&self, queue: &str, ids: &[$crate::JobId]) -> $crate::Result<u64> {
+                #[allow(unused_imports)]
+                use $crate::Admin as _;
+                self.$f.run_now_unchecked(queue, ids).await
+            }
             async fn delete_jobs_unchecked(&self, queue: &str, ids: &[$crate::JobId]) -> $crate::Result<u64> {
                 #[allow(unused_imports)]
                 use $crate::Admin as _;

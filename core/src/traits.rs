@@ -687,9 +687,30 @@ pub trait Admin: Send + Sync {
     /// [`delete_jobs`](Self::delete_jobs) after validation of `queue` and `ids`.
     async fn delete_jobs_unchecked(&self, queue: &str, ids: &[JobId]) -> Result<u64>;
 
-    /// Puts dead jobs back to `ready` (or `blocked` behind their group) with attempts
-    /// reset: those in `ids`, or every dead job of the queue when `ids` is `None`
-    /// (SPEC M2). Returns how many.
+    /// Makes the jobs of `queue` among `ids` that wait only for their time due now
+    /// (SPEC M10): a scheduled job, or a retry in its backoff. Returns how many moved.
+    ///
+    /// # Behavior
+    /// - A `ready` or `retrying` job whose `run_at` is later than the server's time
+    ///   gets that time as its `run_at`, and is claimable at once (SPEC M10).
+    /// - Any other job named is left as it is: one already due, running, finished,
+    ///   or blocked by its group or its stage (it waits for more than its time), and an
+    ///   id unknown or of another queue (SPEC M10).
+    /// - No id, or more than 1000, is [`Error::InvalidInput`] on `ids`.
+    async fn run_now(&self, queue: &str, ids: &[JobId]) -> Result<u64> {
+        validate::queue_name(queue)?;
+        validate::job_ids(ids)?;
+        self.run_now_unchecked(queue, ids)
+            .await
+            .map_err(|e| e.during("run_now"))
+    }
+
+    /// [`run_now`](Self::run_now) after validation of `queue` and `ids`.
+    async fn run_now_unchecked(&self, queue: &str, ids: &[JobId]) -> Result<u64>;
+
+    /// Puts dead jobs back to `ready` (or `blocked` behind their group) with their
+    /// enqueued attempts again: those in `ids`, or every dead job of the queue when
+    /// `ids` is `None` (SPEC M2). Returns how many.
     ///
     /// # Behavior
     /// - Only dead jobs move; others named in `ids` are left alone (SPEC M2).

@@ -376,7 +376,8 @@
     const filterBody = Object.fromEntries(FILTERS.filter((k) => params.get(k)).map((k) => [k, params.get(k)]));
     const bulk = async (action, ids) => {
       const what = ids ? `${ids.length} selected job${ids.length === 1 ? "" : "s"}` : "every job that matches this filter";
-      if (!window.confirm(`${action[0].toUpperCase()}${action.slice(1)} ${what}?`)) return;
+      const verb = action === "run_now" ? "Run now" : `${action[0].toUpperCase()}${action.slice(1)}`;
+      if (!window.confirm(`${verb} ${what}?`)) return;
       selected.clear();
       if (ids) return act(`/queues/${q(queue)}/jobs/bulk`, { action, ids });
       // Every match: 10,000 a call, each call going on below the last.
@@ -385,12 +386,12 @@
         for (let call = 0; call < 1000; call++) {
           const filter = before === null ? filterBody : { ...filterBody, before: String(before) };
           const out = await post(`/queues/${q(queue)}/jobs/bulk`, { action, filter });
-          changed += out.cancelled ?? out.retried ?? out.deleted ?? 0;
+          changed += out.cancelled ?? out.retried ?? out.deleted ?? out.due_now ?? 0;
           unchanged += out.unchanged;
           if (!out.more) break;
           before = out.next;
         }
-        const past = { cancel: "cancelled", retry: "retried", delete: "deleted" }[action];
+        const past = { cancel: "cancelled", retry: "retried", delete: "deleted", run_now: "due now" }[action];
         showError(unchanged ? `${changed} ${past}; ${unchanged} left as they were` : null);
       } catch (e) {
         showError(`action failed: ${e.message}`);
@@ -401,10 +402,12 @@
     const tools = readOnly ? null : h("p", { class: "toolbar", id: "bulk" },
       h("button", { "data-action": "cancel-selected", class: "danger", disabled: !selected.size, onclick: () => bulk("cancel", picked()) }, `cancel selected (${selected.size})`),
       h("button", { "data-action": "retry-selected", disabled: !selected.size, onclick: () => bulk("retry", picked()) }, `retry selected (${selected.size})`),
+      h("button", { "data-action": "run-now-selected", disabled: !selected.size, onclick: () => bulk("run_now", picked()) }, `run selected now (${selected.size})`),
       h("button", { "data-action": "delete-selected", class: "danger", disabled: !selected.size, onclick: () => bulk("delete", picked()) }, `delete selected (${selected.size})`),
       " ", h("span", { class: "muted" }, "or every match:"), " ",
       h("button", { "data-action": "cancel-matching", class: "danger", onclick: () => bulk("cancel") }, "cancel all matching"),
       h("button", { "data-action": "retry-matching", onclick: () => bulk("retry") }, "retry all matching"),
+      h("button", { "data-action": "run-now-matching", onclick: () => bulk("run_now") }, "run all matching now"),
       h("button", { "data-action": "delete-matching", class: "danger", onclick: () => bulk("delete") }, "delete all matching"));
     const tick = (j) => h("input", { type: "checkbox", class: "pick", "aria-label": `select job ${j.id}`, checked: selected.has(String(j.id)), onchange: (ev) => {
       if (ev.target.checked) selected.add(String(j.id)); else selected.delete(String(j.id));
@@ -507,6 +510,9 @@
       readOnly ? null : h("p", { class: "toolbar" },
         unfinished ? button("cancel job", `/queues/${q(queue)}/jobs/${j.id}/cancel`, {}, { danger: true, name: "cancel-job", confirm: `Cancel job ${j.id}?` }) : null,
         j.state === "dead" && j.batch === null ? button("retry", `/queues/${q(queue)}/jobs/${j.id}/retry`, {}, { name: "retry" }) : null,
+        // Waits only for its time (scheduled, or a retry's backoff): it may run now.
+        j.state === "scheduled" || (j.state === "retrying" && Date.parse(j.run_at) > Date.now())
+          ? button("run now", `/queues/${q(queue)}/jobs/bulk`, { action: "run_now", ids: [j.id] }, { name: "run-now" }) : null,
         // A finished job can go before its retention ends; its page then says it is gone.
         unfinished ? null : button("delete", `/queues/${q(queue)}/jobs/bulk`, { action: "delete", ids: [j.id] }, { danger: true, name: "delete-job", confirm: `Delete job ${j.id} and its attempts?` })),
       h("h2", {}, "Attempts"),

@@ -1,6 +1,6 @@
 //! Finding jobs (SPEC M7): `GET /api/queues/{queue}/jobs` lists a queue's jobs by
-//! filter, newest first, a page at a time; `POST .../jobs/bulk` cancels, retries or
-//! deletes the selected jobs, or every job a filter matches.
+//! filter, newest first, a page at a time; `POST .../jobs/bulk` cancels, retries,
+//! deletes or runs now the selected jobs, or every job a filter matches.
 
 use axum::{
     Json,
@@ -220,9 +220,11 @@ enum BulkAction {
     Retry,
     /// Delete it, if finished (SPEC M8).
     Delete,
+    /// Make it due now, if it waits only for its time (SPEC M10).
+    RunNow,
 }
 
-/// `{"action": "cancel"|"retry"|"delete", "ids": [..]}`, or `"filter": {..}` (the list's query
+/// `{"action": "cancel"|"retry"|"delete"|"run_now", "ids": [..]}`, or `"filter": {..}` (the list's query
 /// fields) for every job that matches.
 #[derive(Debug, Deserialize)]
 struct BulkBody {
@@ -265,7 +267,7 @@ fn parse_bulk(body: &[u8]) -> ApiResult<Bulk> {
     }
 }
 
-/// `POST /api/queues/{queue}/jobs/bulk`: cancels, retries or deletes each job named,
+/// `POST /api/queues/{queue}/jobs/bulk`: cancels, retries, deletes or runs now each job named,
 /// or each that the filter matches (up to [`BULK_MAX`] a call); says how many changed,
 /// how many were left as they were and why, and where to go on from when more match.
 pub(crate) async fn bulk(
@@ -291,12 +293,16 @@ pub(crate) async fn bulk(
         BulkAction::Cancel => "cancelled",
         BulkAction::Retry => "retried",
         BulkAction::Delete => "deleted",
+        BulkAction::RunNow => "due_now",
     };
     // Say what was left alone, and why, rather than let a short count look like all.
     let why = match action {
         BulkAction::Cancel => "already finished",
         BulkAction::Retry => "not dead, in a batch, or holding a dedupe key another job has",
         BulkAction::Delete => "not finished: cancel them first",
+        BulkAction::RunNow => {
+            "not waiting for their time only: due already, running, finished or blocked"
+        }
     };
     let mut note =
         (unchanged > 0).then(|| format!("{changed} {what}; {unchanged} left as they were ({why})"));
@@ -336,6 +342,11 @@ async fn apply(state: &AppState, queue: &str, action: BulkAction, ids: &[JobId])
         BulkAction::Delete => {
             for chunk in ids.chunks(1000) {
                 n += b.delete_jobs(queue, chunk).await?;
+            }
+        }
+        BulkAction::RunNow => {
+            for chunk in ids.chunks(1000) {
+                n += b.run_now(queue, chunk).await?;
             }
         }
     }

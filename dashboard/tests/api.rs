@@ -810,6 +810,33 @@ async fn bulk_actions_cancel_and_retry_selected_or_matching() {
     assert!(b.job(&q, done).await.is_err(), "the cancelled job is gone");
     assert_eq!(state(d1).await, JobState::Ready);
 
+    // Run now (SPEC M10): a scheduled job becomes due; a ready one is left, and the
+    // answer says why.
+    let later = b
+        .enqueue_one(NewJob::new(&q, b"later".to_vec()).delay(std::time::Duration::from_secs(3600)))
+        .await
+        .unwrap()
+        .id;
+    assert_eq!(state(later.0).await, JobState::Scheduled);
+    let answer = post(
+        &app,
+        &bulk,
+        &csrf,
+        &json!({"action": "run_now", "ids": [later.0, d1]}).to_string(),
+    )
+    .await
+    .json();
+    assert_eq!(
+        (answer["due_now"].as_u64(), answer["unchanged"].as_u64()),
+        (Some(1), Some(1)),
+        "{answer}"
+    );
+    assert!(
+        answer["note"].as_str().unwrap().contains("due already"),
+        "{answer}"
+    );
+    assert_eq!(state(later.0).await, JobState::Ready);
+
     for (body, field) in [
         (json!({"action": "cancel"}), "ids"),
         (json!({"action": "cancel", "ids": []}), "ids"),

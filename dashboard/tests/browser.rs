@@ -20,7 +20,7 @@ use std::{
 
 use common::*;
 use fantoccini::{Client, ClientBuilder};
-use relayq_core::{Backend, ClaimedJob, JobState, NewJob, OnFailure, worker::Worker};
+use relayq_core::{Backend, ClaimedJob, EnqueueExt, JobState, NewJob, OnFailure, worker::Worker};
 use relayq_dashboard::{Options, router};
 use serde_json::{Value, json};
 use tokio::{sync::watch, time::Instant};
@@ -525,6 +525,28 @@ async fn the_dashboard_works_in_chromium(db: Db, screenshots: bool) {
         state(2).await,
         JobState::Ready,
         "the filter left 'other' alone"
+    );
+    // A scheduled job's page runs it now (SPEC M10).
+    let later = db
+        .backend
+        .enqueue_one(NewJob::new(&qj, b"later".to_vec()).delay(Duration::from_secs(3600)))
+        .await
+        .unwrap()
+        .id;
+    b.goto(&format!("{base}/queues/{qj}/jobs/{later}"))
+        .await
+        .unwrap();
+    click(&b, "button[data-action=\"run-now\"]").await;
+    until(
+        &b,
+        "the scheduled job shows ready",
+        &text_of("#job .badge"),
+        |v| v == &json!("ready"),
+    )
+    .await;
+    assert_eq!(
+        db.backend.job(&qj, later).await.unwrap().state,
+        JobState::Ready
     );
 
     // The workers page: the gated worker, its queue and its four slots.

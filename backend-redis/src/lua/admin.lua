@@ -7,6 +7,8 @@
 --     there is more to do (each call does a bounded amount);
 --   'delete' (ARGV[4..] = ids): how many of them were finished and are now gone, as
 --     pruning leaves them (SPEC M8);
+--   'runnow' (ARGV[4..] = ids): how many of them waited only for their time and are
+--     due now (SPEC M10);
 --   'beat' (ARGV[4] = worker, ARGV[5] = its beat, ARGV[6] = how long beats are kept,
 --     microseconds): stores the beat in B:workers and its time in B:wseen, and drops
 --     beats older than that (SPEC M9).
@@ -61,6 +63,23 @@ elseif op == 'retry' then
   end
   publish()
   return revived
+elseif op == 'runnow' then
+  -- A ready job is never blocked, and a ready grouped job is its group's next: its
+  -- earlier run_at keeps it first there, re-keyed as a retry's is.
+  local moved = 0
+  for i = 4, #ARGV do
+    local id = tonumber(ARGV[i])
+    local h = redis.call('HMGET', jk(id), 'st', 'ra')
+    if (h[1] == 'ready' or h[1] == 'retrying') and tonumber(h[2]) > NOW then
+      unindex(id, h[1], h[2])
+      redis.call('HSET', jk(id), 'ra', s(NOW))
+      index(id)
+      regroup(id)
+      moved = moved + 1
+    end
+  end
+  publish()
+  return moved
 elseif op == 'delete' then
   local deleted = 0
   for i = 4, #ARGV do

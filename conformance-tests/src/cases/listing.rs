@@ -269,3 +269,57 @@ pub async fn m8_delete_jobs_removes_only_finished_ones(env: &Env) -> anyhow::Res
     expect_invalid(b.delete_jobs(&q, &many).await, "ids", "1001 ids")?;
     Ok(())
 }
+
+/// SPEC M10: `run_now` makes due only the jobs that wait for nothing but their time,
+/// a scheduled job (its group's next included) and a retry in its backoff; it leaves
+/// blocked, due, running and other queues' jobs as they are.
+pub async fn m10_run_now_makes_only_time_bound_jobs_due(env: &Env) -> anyhow::Result<()> {
+    let b = env.backend();
+    let q = queue_name("m10");
+    let other = queue_name("m10other");
+    let hour = std::time::Duration::from_secs(3600);
+    let job = |name: &str| NewJob::new(&q, name.as_bytes().to_vec());
+    let running = enqueue(b, job("running")).await?;
+    claim_exactly(b, &q, &[running]).await?;
+    let retrying = enqueue(b, job("retrying")).await?;
+    let got = claim_exactly(b, &q, &[retrying]).await?;
+    b.fail(&got[0].lease, "later", Retry::After(hour)).await?;
+    let scheduled = enqueue(b, job("scheduled").delay(hour)).await?;
+    let next = enqueue(b, job("next").group("g").delay(hour)).await?;
+    let behind = enqueue(b, job("behind").group("g").delay(2 * hour)).await?;
+    let batch = b.open_batch(&q, OnFailure::Continue).await?;
+    let low = enqueue(b, job("low").in_batch(batch.id, 1).delay(2 * hour)).await?;
+    let staged = enqueue(b, job("staged").in_batch(batch.id, 2).delay(hour)).await?;
+    let due = enqueue(b, job("due")).await?;
+    let theirs = enqueue(b, NewJob::new(&other, b"theirs".to_vec()).delay(hour)).await?;
+    let named = [
+        running,
+        retrying,
+        scheduled,
+        next,
+        behind,
+        staged,
+        due,
+        theirs,
+        JobId(due.0 + 1_000_000),
+    ];
+    let n = b.run_now(&q, &named).await?;
+    ensure!(
+        n == 3,
+        "run_now moved {n}, expected the retry, the scheduled job and its group's next"
+    );
+    // Due now, behind the job that was due already; ties in run_at go by id.
+    claim_exactly(b, &q, &[due, retrying, scheduled, next]).await?;
+    super::support::expect_state(b, &q, behind, JobState::Blocked).await?;
+    super::support::expect_state(b, &q, staged, JobState::Blocked).await?;
+    super::support::expect_state(b, &q, low, JobState::Scheduled).await?;
+    super::support::expect_state(b, &other, theirs, JobState::Scheduled).await?;
+    ensure!(
+        b.run_now(&q, &named).await? == 0,
+        "a second run_now found jobs to move"
+    );
+    expect_invalid(b.run_now(&q, &[]).await, "ids", "no id")?;
+    let many: Vec<JobId> = (1..=1001).map(JobId).collect();
+    expect_invalid(b.run_now(&q, &many).await, "ids", "1001 ids")?;
+    Ok(())
+}

@@ -373,6 +373,12 @@ impl Admin for MemoryBackend {
         Ok(n)
     }
 
+    async fn run_now_unchecked(&self, queue: &str, ids: &[JobId]) -> Result<u64> {
+        let n = self.with_queue(queue, |q, now| q.run_now(ids, now))?;
+        self.notify(queue, EventKind::Ready);
+        Ok(n)
+    }
+
     async fn delete_jobs_unchecked(&self, queue: &str, ids: &[JobId]) -> Result<u64> {
         self.with_queue(queue, |q, _| q.delete_jobs(ids))
     }

@@ -724,6 +724,25 @@ impl QueueState {
         seen
     }
 
+    /// SPEC M10: the jobs among `ids` that wait only for their time, due now.
+    pub(crate) fn run_now(&mut self, ids: &[JobId], now: DateTime<Utc>) -> u64 {
+        let view = View::new(self, now);
+        let due: Vec<i64> = ids
+            .iter()
+            .filter_map(|id| self.jobs.get(&id.0))
+            .filter(|j| {
+                j.run_at > now && matches!(view.state(j), JobState::Scheduled | JobState::Retrying)
+            })
+            .map(|j| j.id)
+            .collect();
+        for id in &due {
+            if let Some(job) = self.jobs.get_mut(id) {
+                job.run_at = now;
+            }
+        }
+        due.len() as u64
+    }
+
     /// SPEC M8: the finished jobs among `ids`, gone as if pruned.
     pub(crate) fn delete_jobs(&mut self, ids: &[JobId]) -> u64 {
         let mut deleted = 0;
