@@ -916,3 +916,62 @@ async fn l5_a_buffered_job_is_logged_from_its_start_not_its_claim() {
         "{most} attempts overlapped on a worker of 2 slots: {spans:?}"
     );
 }
+
+/// Claims of one queue take 300 ms; everything else is the memory backend's.
+struct SlowQueue {
+    inner: Arc<MemoryBackend>,
+    slow: String,
+}
+
+relayq_core::delegate!(SlowQueue, inner => Events, Enqueue, Complete, OrderBarrier, Inspect, Admin, Schedules);
+
+#[async_trait]
+impl Claim for SlowQueue {
+    async fn claim_unchecked(&self, req: ClaimRequest) -> Result<Vec<ClaimedJob>> {
+        if req.queue == self.slow {
+            sleep(Duration::from_millis(300)).await;
+        }
+        self.inner.claim_unchecked(req).await
+    }
+}
+
+/// SPEC L5: a worker of two queues claims them one after the other; a job of the
+/// second is logged from its handler's start, not a round trip of the first queue
+/// later (its wait counts from its own queue's claim, not the round's start).
+#[tokio::test]
+async fn l5_a_second_queue_s_job_is_logged_from_its_own_claim() {
+    let inner = Arc::new(MemoryBackend::new());
+    let (slow, q) = (queue(), queue());
+    let id = enqueue_n(&inner, &q, 1, 1).await[0];
+    let b: Arc<dyn Backend> = Arc::new(SlowQueue {
+        inner: inner.clone(),
+        slow: slow.clone(),
+    });
+    let started = Arc::new(Mutex::new(None));
+    let seen = started.clone();
+    let w = Worker::builder(b, [slow, q.clone()])
+        .settle_delay(Duration::ZERO)
+        .handler(move |_job: ClaimedJob| {
+            let seen = seen.clone();
+            async move {
+                *seen.lock().unwrap() = Some(chrono::Utc::now());
+                // Long enough that a start logged too late is not cut back to the end.
+                sleep(Duration::from_millis(400)).await;
+                Ok::<_, JobError>(())
+            }
+        })
+        .build()
+        .unwrap()
+        .spawn();
+    until("the job succeeded", async || {
+        state(&inner, &q, id).await == JobState::Succeeded
+    })
+    .await;
+    w.shutdown().await.unwrap();
+    let logged = inner.job(&q, id).await.unwrap().attempt_log[0].started_at;
+    let started = started.lock().unwrap().expect("the handler ran");
+    assert!(
+        logged <= started + chrono::TimeDelta::milliseconds(50),
+        "logged start {logged} is after the handler's start {started}"
+    );
+}

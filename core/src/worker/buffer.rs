@@ -61,11 +61,11 @@ impl Buffer {
 
     /// Adds a claim's jobs, kept in claim-start order: two claims in flight may come
     /// back in either order, and expiry only looks at the front.
-    pub(super) fn push(&mut self, claimed_at: Instant, jobs: Vec<ClaimedJob>) {
-        let at = self.jobs.partition_point(|(t, _)| *t <= claimed_at);
-        for (i, job) in jobs.into_iter().enumerate() {
+    pub(super) fn push(&mut self, jobs: Vec<(Instant, ClaimedJob)>) {
+        for (claimed_at, job) in jobs {
             self.tally(&job, true);
-            self.jobs.insert(at + i, (claimed_at, job));
+            let at = self.jobs.partition_point(|(t, _)| *t <= claimed_at);
+            self.jobs.insert(at, (claimed_at, job));
         }
     }
 
@@ -150,7 +150,7 @@ mod tests {
         let hold = Duration::from_secs(10);
         let mut b = Buffer::new(hold);
         let t0 = Instant::now();
-        b.push(t0, vec![job(1), job(2)]);
+        b.push(vec![(t0, job(1)), (t0, job(2))]);
         assert_eq!(
             b.pop(t0 + Duration::from_secs(1)).map(|(_, j)| j.lease.job),
             Some(JobId(1))

@@ -36,7 +36,9 @@ use crate::{Backend, ClaimRequest, ClaimedJob, Error, Event, EventKind, Result, 
 
 /// What one claim round brought back.
 struct Claimed {
-    jobs: Vec<ClaimedJob>,
+    /// Each job with when its queue's claim was sent: a round claims queue after
+    /// queue, and a job's wait in the buffer counts from its own claim.
+    jobs: Vec<(Instant, ClaimedJob)>,
     asked: u32,
     failed: bool,
     at: Instant,
@@ -214,7 +216,7 @@ impl Runner {
                     let now = Instant::now();
                     self.pace.claimed(now.saturating_duration_since(got.at), now);
                     let n = u32::try_from(got.jobs.len()).unwrap_or(u32::MAX);
-                    self.buffer.push(got.at, got.jobs);
+                    self.buffer.push(got.jobs);
                     eager = n == got.asked;
                     self.short = !eager;
                     if n > 0 {
@@ -254,7 +256,7 @@ impl Runner {
         // and must be released, not left to expire (SPEC W4).
         let handed_back = tokio::time::timeout(patience, async {
             while let Some(got) = claiming.next().await {
-                self.buffer.push(got.at, got.jobs);
+                self.buffer.push(got.jobs);
             }
             let buffered = self.buffer.take_all();
             release(&*self.backend, &self.stats, buffered).await;
@@ -413,6 +415,7 @@ impl Runner {
                 let req = ClaimRequest::new(queue.clone(), worker.clone(), left, lease);
                 // A backend that panics fails this claim, not the worker: its running
                 // jobs are still settled or released.
+                let sent = Instant::now();
                 let claim = AssertUnwindSafe(backend.claim(req)).catch_unwind();
                 let claimed = claim
                     .await
@@ -421,7 +424,7 @@ impl Runner {
                     Ok(got) => {
                         stats.outage.succeeded();
                         stats.add_claimed(queue, got.len());
-                        jobs.extend(got);
+                        jobs.extend(got.into_iter().map(|job| (sent, job)));
                     }
                     Err(e) => {
                         failed = true;
