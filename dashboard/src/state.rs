@@ -23,14 +23,20 @@ pub(crate) struct Inner {
 }
 
 impl AppState {
+    /// The state, and (inside a Tokio runtime) the task that samples every queue's
+    /// counts for the charts until the state is dropped.
     pub(crate) fn new(backend: Arc<dyn Backend>, options: Options) -> Self {
-        Self(Arc::new(Inner {
+        let inner = Arc::new(Inner {
             counts: Counts::new(Arc::clone(&backend)),
             backend,
             options,
             csrf: random_secret(),
             session: random_secret(),
-        }))
+        });
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(crate::counts::sampler::run(Arc::downgrade(&inner)));
+        }
+        Self(inner)
     }
 }
 

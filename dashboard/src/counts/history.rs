@@ -1,8 +1,9 @@
 //! What the charts draw: a queue's counts sampled as this dashboard counts it, one
 //! sample per [`EVERY`] at most, for the last [`KEPT`]. The backends keep no history
 //! of their own that is cheap to read (counting finished jobs per minute would read
-//! every one of them), so the charts cover the time this dashboard has been polling
-//! the queue, and say so.
+//! every one of them), so the charts cover the time this dashboard has been running:
+//! the sampler counts every queue in use every [`EVERY`], whether a page polls it or
+//! not, and a queue whose count is slow as often as the counts' rules allow.
 
 use std::collections::VecDeque;
 

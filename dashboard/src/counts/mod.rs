@@ -263,5 +263,6 @@ impl Counts {
 }
 
 pub(crate) mod history;
+pub(crate) mod sampler;
 #[cfg(test)]
 mod tests;

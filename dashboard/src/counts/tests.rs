@@ -244,3 +244,35 @@ async fn a_count_that_panics_is_an_error_and_the_queue_is_counted_again() {
         "never counted again after the panic"
     );
 }
+
+/// The charts' samples come for every queue in use while the dashboard runs, with no
+/// page asking for that queue; and the sampler ends with the dashboard's state.
+#[tokio::test]
+async fn every_queue_in_use_is_sampled_without_a_request() {
+    let backend = Arc::new(MemoryBackend::new());
+    let q = format!("sampled-{}", uuid::Uuid::new_v4().simple());
+    backend
+        .enqueue_one(NewJob::new(&q, b"x".to_vec()))
+        .await
+        .unwrap();
+    let state = crate::state::AppState::new(backend.clone(), crate::Options::default());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while state.counts.history(&q).is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no sample of a queue in use within 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(state.counts.history(&q)[0].ready, 1);
+    // A pass in progress holds the state until it ends; none holds it after.
+    let weak = Arc::downgrade(&state.0);
+    drop(state);
+    while weak.strong_count() > 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the sampler still holds the dropped state"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

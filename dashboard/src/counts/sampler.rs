@@ -1,0 +1,34 @@
+//! Keeps the charts' samples coming for every queue in use while the dashboard runs,
+//! not only for the queues a page happens to poll: every [`EVERY`] it asks for the
+//! counts of the configured queues and of the queues in use (at most
+//! [`MAX_LISTED`](crate::api::MAX_LISTED) of those). The counts' own rules decide what
+//! is counted again, so a slow queue is still counted no more often than they allow.
+
+use std::sync::Weak;
+
+use super::history::EVERY;
+use crate::state::Inner;
+
+/// Runs until the dashboard it samples for is dropped. The first pass is at once.
+pub(crate) async fn run(state: Weak<Inner>) {
+    let every = EVERY.to_std().unwrap_or(std::time::Duration::from_secs(5));
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(state) = state.upgrade() else {
+            return;
+        };
+        let mut queues = state.options.queues.clone();
+        // A backend that cannot list its queues now still has the configured ones
+        // sampled; the pages say what went wrong.
+        if let Ok(in_use) = state.backend.queues().await {
+            for name in in_use.into_iter().take(crate::api::MAX_LISTED) {
+                if !queues.contains(&name) {
+                    queues.push(name);
+                }
+            }
+        }
+        state.counts.get_many(&queues).await;
+    }
+}
