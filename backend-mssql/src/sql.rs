@@ -232,6 +232,10 @@ CREATE INDEX jobs_batch ON {s}.jobs (batch_id, stage, state) INCLUDE (finished_a
     "
 ALTER TABLE {s}.jobs ADD budget smallint NULL;
 ALTER TABLE {s}.batches ADD name nvarchar(256) NULL;",
+    // When each logged attempt was claimed, kept apart from its start (the claim plus
+    // the job's wait in the worker's buffer, SPEC L5); NULL for attempts logged before.
+    "
+ALTER TABLE {s}.attempts ADD claimed_at datetime2(6) NULL;",
 ];
 
 /// Declarations the promotion fragment needs; the batch fills the `@t*` tables with
@@ -326,9 +330,10 @@ BEGIN
     FROM {s}.jobs AS j INNER JOIN @hf AS f ON j.batch_id = f.id
     WHERE j.stage >= f.stage AND j.state IN ('ready', 'blocked', 'running', 'retrying');
     -- relayq_core::cancelled_by::HALT, word for word (a test below checks).
-    INSERT INTO {s}.attempts (job_id, attempt, worker, started_at, ended_at, outcome, error)
+    INSERT INTO {s}.attempts (job_id, attempt, worker, started_at, ended_at, outcome, error,
+                              claimed_at)
     SELECT id, attempts, ISNULL(worker, N''), ISNULL(started_at, @now), @now, 'cancelled',
-        N'cancelled while running: a job of its batch died, halting it'
+        N'cancelled while running: a job of its batch died, halting it', started_at
     FROM @hc WHERE prev = 'running';
     INSERT INTO @tg (queue, grp)
     SELECT DISTINCT h.queue, h.group_key FROM @hc AS h
@@ -484,9 +489,10 @@ BEGIN
         deleted.state, deleted.worker, deleted.started_at
     INTO @c (id, token, attempts, payload, priority, run_at, max_attempts, group_key,
              batch_id, stage, enqueued_by, expires, prev, prev_worker, prev_started);
-    INSERT INTO {s}.attempts (job_id, attempt, worker, started_at, ended_at, outcome, error)
+    INSERT INTO {s}.attempts (job_id, attempt, worker, started_at, ended_at, outcome, error,
+                              claimed_at)
     SELECT id, attempts - 1, ISNULL(prev_worker, N''), ISNULL(prev_started, @now), @now,
-           'expired', N'lease expired'
+           'expired', N'lease expired', prev_started
     FROM @c WHERE prev = 'running';
 END;
 IF EXISTS (SELECT 1 FROM {s}.jobs WITH (READPAST, READCOMMITTEDLOCK)
@@ -516,7 +522,7 @@ DECLARE @m TABLE (
     next varchar(9) NOT NULL, run_at datetime2(6) NOT NULL, attempts smallint NOT NULL,
     group_key nvarchar(256) COLLATE Latin1_General_100_BIN2 NULL, batch_id bigint NULL, stage int NULL,
     worker nvarchar(max) NULL, started_at datetime2(6) NULL, kind varchar(8) NOT NULL,
-    error nvarchar(max) NULL, output nvarchar(max) NULL);",
+    error nvarchar(max) NULL, output nvarchar(max) NULL, claimed_at datetime2(6) NULL);",
     promote_declare!(),
     "
 INSERT INTO @i (ord, id, token, queue, kind, days, ms, retry_at, error, output, wait_ms)
@@ -562,17 +568,18 @@ OUTPUT i.ord, inserted.id, inserted.queue, inserted.state, inserted.run_at, dele
     -- The handler's start (SPEC L5): the claim plus its wait in the worker.
     CASE WHEN DATEADD(millisecond, ISNULL(i.wait_ms, 0), deleted.started_at) < @now
          THEN DATEADD(millisecond, ISNULL(i.wait_ms, 0), deleted.started_at) ELSE @now END,
-    i.kind, i.error, i.output
+    i.kind, i.error, i.output, deleted.started_at
 INTO @m (ord, id, queue, next, run_at, attempts, group_key, batch_id, stage, worker,
-         started_at, kind, error, output)
+         started_at, kind, error, output, claimed_at)
 FROM {s}.jobs AS j WITH (ROWLOCK, READCOMMITTEDLOCK) INNER JOIN @i AS i ON i.id = j.id
 WHERE j.lease_token = i.token AND j.queue = i.queue AND j.state = 'running'
   AND j.lease_expires_at > @now;
-INSERT INTO {s}.attempts (job_id, attempt, worker, started_at, ended_at, outcome, error, output)
+INSERT INTO {s}.attempts (job_id, attempt, worker, started_at, ended_at, outcome, error, output,
+                          claimed_at)
 SELECT id, attempts, ISNULL(worker, N''), ISNULL(started_at, @now), @now,
        CASE kind WHEN 'complete' THEN 'succeeded' WHEN 'release' THEN 'released'
                  ELSE 'failed' END,
-       error, output
+       error, output, claimed_at
 FROM @m;
 INSERT INTO @rq (queue) SELECT queue FROM @m WHERE next = 'ready' OR kind = 'release';
 INSERT INTO @fq (queue) SELECT queue FROM @m
@@ -702,8 +709,10 @@ OUTPUT inserted.id, inserted.queue, inserted.group_key, inserted.batch_id, delet
 INTO @cd (id, queue, group_key, batch_id, prev, attempts, worker, started_at)
 FROM {s}.jobs AS j INNER JOIN @cx AS x ON x.id = j.id
 WHERE j.state IN ('ready', 'blocked', 'running', 'retrying');
-INSERT INTO {s}.attempts (job_id, attempt, worker, started_at, ended_at, outcome, error)
-SELECT id, attempts, ISNULL(worker, N''), ISNULL(started_at, @now), @now, 'cancelled', @P3
+INSERT INTO {s}.attempts (job_id, attempt, worker, started_at, ended_at, outcome, error,
+                          claimed_at)
+SELECT id, attempts, ISNULL(worker, N''), ISNULL(started_at, @now), @now, 'cancelled', @P3,
+       started_at
 FROM @cd WHERE prev = 'running';
 INSERT INTO @fq (queue) SELECT queue FROM @cd;
 "
@@ -861,9 +870,10 @@ INTO @e (id, next, queue, group_key, batch_id, stage, attempts, worker, started_
 FROM {s}.jobs AS j WITH (ROWLOCK, READPAST, READCOMMITTEDLOCK)
 WHERE j.queue = @P1 AND j.state = 'running' AND j.lease_expires_at <= @now
   AND (@P2 = 1 OR j.attempts >= j.max_attempts);
-INSERT INTO {s}.attempts (job_id, attempt, worker, started_at, ended_at, outcome, error)
+INSERT INTO {s}.attempts (job_id, attempt, worker, started_at, ended_at, outcome, error,
+                          claimed_at)
 SELECT id, attempts, ISNULL(worker, N''), ISNULL(started_at, @now), @now, 'expired',
-       N'lease expired'
+       N'lease expired', started_at
 FROM @e;
 INSERT INTO @rq (queue) SELECT DISTINCT queue FROM @e WHERE next = 'retrying';
 INSERT INTO @fq (queue) SELECT queue FROM @e WHERE next = 'dead' AND batch_id IS NOT NULL;
@@ -1022,7 +1032,7 @@ SELECT id, CASE WHEN state = 'ready' AND run_at > @now THEN 'scheduled' ELSE sta
        dedupe_key, enqueued_by, created_at, finished_at, last_error, worker, started_at,
        progress
 FROM {s}.jobs WITH (HOLDLOCK, ROWLOCK) WHERE id = @P1 AND queue = @P2;
-SELECT attempt, worker, started_at, ended_at, outcome, error, output
+SELECT attempt, worker, started_at, ended_at, outcome, error, output, claimed_at
 FROM {s}.attempts WHERE job_id = @P1 ORDER BY seq;
 COMMIT TRANSACTION;";
 
@@ -1238,6 +1248,7 @@ pub(crate) const ALL: &[(&str, &str)] = &[
     ("MIGRATION_5", MIGRATIONS[4]),
     ("MIGRATION_6", MIGRATIONS[5]),
     ("MIGRATION_7", MIGRATIONS[6]),
+    ("MIGRATION_8", MIGRATIONS[7]),
     ("RUN_NOW", RUN_NOW),
     ("CLAIM", CLAIM),
     ("SETTLE", SETTLE),

@@ -22,8 +22,9 @@ const CANCEL: &str = concat!(
         DELETE FROM {s}.jobs WHERE id = ANY($1)
         RETURNING *),
     logged AS (
-        INSERT INTO {s}.attempts (job_id, attempt, worker, started_at, ended_at, outcome, error)
-        SELECT id, attempts, worker, started_at, now(), 'cancelled', $2
+        INSERT INTO {s}.attempts (job_id, attempt, worker, started_at, ended_at, outcome, error,
+                                  claimed_at)
+        SELECT id, attempts, worker, started_at, now(), 'cancelled', $2, started_at
         FROM g WHERE state = 'running'),
     archived AS (",
     archive!("g", "'cancelled'", "g.last_error"),

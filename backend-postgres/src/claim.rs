@@ -120,8 +120,9 @@ macro_rules! claim_sql {
                           j.lease_expires_at),
             logged AS (
                 INSERT INTO {s}.attempts (job_id, attempt, worker, started_at, ended_at,
-                                          outcome, error)
-                SELECT id, attempts, worker, started_at, now(), 'expired', 'lease expired'
+                                          outcome, error, claimed_at)
+                SELECT id, attempts, worker, started_at, now(), 'expired', 'lease expired',
+                       started_at
                 FROM expired WHERE id IN (SELECT id FROM c)),
             flags AS (
                 SELECT EXISTS (SELECT 1 FROM settings
@@ -406,8 +407,9 @@ impl PostgresBackend {
                     ORDER BY id FOR UPDATE SKIP LOCKED),
                 logged AS (
                     INSERT INTO {s}.attempts (job_id, attempt, worker, started_at, ended_at,
-                                              outcome, error)
-                    SELECT id, attempts, worker, started_at, now(), 'expired', 'lease expired'
+                                              outcome, error, claimed_at)
+                    SELECT id, attempts, worker, started_at, now(), 'expired', 'lease expired',
+                           started_at
                     FROM e),
                 requeued AS (
                     UPDATE {s}.jobs j

@@ -30,6 +30,7 @@ struct JobRow {
     started_at: Option<DateTime<Utc>>,
     output: Option<String>,
     progress: Option<String>,
+    claimed_at: Option<DateTime<Utc>>,
     #[sqlx(flatten)]
     log: LogColumns,
 }
@@ -44,6 +45,7 @@ struct LogColumns {
     log_outcome: Vec<String>,
     log_error: Vec<Option<String>>,
     log_output: Vec<Option<String>>,
+    log_claimed_at: Vec<Option<DateTime<Utc>>>,
 }
 
 impl LogColumns {
@@ -53,6 +55,7 @@ impl LogColumns {
                 attempt: self.log_attempt[i],
                 worker: self.log_worker[i].clone(),
                 started_at: self.log_started_at[i],
+                claimed_at: self.log_claimed_at[i],
                 ended_at: self.log_ended_at[i],
                 outcome: self.log_outcome[i].clone(),
                 error: self.log_error[i].clone(),
@@ -66,6 +69,7 @@ struct AttemptRow {
     attempt: i16,
     worker: String,
     started_at: DateTime<Utc>,
+    claimed_at: Option<DateTime<Utc>>,
     ended_at: DateTime<Utc>,
     outcome: String,
     error: Option<String>,
@@ -185,19 +189,22 @@ impl Inspect for PostgresBackend {
                     ARRAY(SELECT error FROM {s}.attempts WHERE job_id = j.id ORDER BY seq)
                         AS log_error,
                     ARRAY(SELECT output FROM {s}.attempts WHERE job_id = j.id ORDER BY seq)
-                        AS log_output
+                        AS log_output,
+                    ARRAY(SELECT claimed_at FROM {s}.attempts WHERE job_id = j.id ORDER BY seq)
+                        AS log_claimed_at
              FROM (
                  SELECT id, CASE WHEN state = 'ready' AND run_at > now() THEN 'scheduled'
                                  ELSE state END AS state,
                         payload, priority, run_at, attempts, max_attempts, group_key, batch_id,
                         stage, dedupe_key, enqueued_by, created_at,
                         NULL::timestamptz AS finished_at, last_error, worker, started_at,
-                        NULL AS output, progress
+                        NULL AS output, progress, started_at AS claimed_at
                  FROM {s}.jobs WHERE id = $1 AND queue = $2
                  UNION ALL
                  SELECT id, state, payload, priority, run_at, attempts, max_attempts,
                         group_key, batch_id, stage, dedupe_key, enqueued_by, created_at,
-                        finished_at, last_error, worker, started_at, output, progress
+                        finished_at, last_error, worker, started_at, output, progress,
+                        claimed_at
                  FROM {s}.finished WHERE id = $1 AND queue = $2) j",
         ))
         .bind(id.0)
@@ -214,6 +221,7 @@ impl Inspect for PostgresBackend {
                     attempt: num(a.attempt)?,
                     worker: a.worker,
                     started_at: a.started_at,
+                    claimed_at: a.claimed_at,
                     ended_at: Some(a.ended_at),
                     outcome: a.outcome.parse()?,
                     error: a.error,
@@ -228,6 +236,7 @@ impl Inspect for PostgresBackend {
                 attempt: num(row.attempts)?,
                 worker: worker.unwrap_or_default(),
                 started_at: row.started_at.unwrap_or(row.created_at),
+                claimed_at: row.claimed_at,
                 ended_at: None,
                 outcome: AttemptOutcome::Running,
                 error: None,
@@ -239,6 +248,7 @@ impl Inspect for PostgresBackend {
                 attempt: num(row.attempts)?,
                 worker,
                 started_at: row.started_at.unwrap_or(row.created_at),
+                claimed_at: row.claimed_at,
                 ended_at: row.finished_at,
                 outcome: AttemptOutcome::Succeeded,
                 error: None,

@@ -31,13 +31,14 @@ use crate::{db, schema::Schema};
 /// when the job did not succeed), which then has no row in `attempts`.
 macro_rules! archive {
     ($from:literal, $state:literal, $error:literal) => {
-        archive!($from, $state, $error, "NULL, NULL, NULL")
+        archive!($from, $state, $error, "NULL, NULL, NULL, NULL")
     };
     ($from:literal, $state:literal, $error:literal, $attempt:literal) => {
         concat!(
             "INSERT INTO {s}.finished (id, queue, state, payload, priority, run_at, ",
             "max_attempts, attempts, group_key, batch_id, stage, dedupe_key, enqueued_by, ",
-            "created_at, last_error, finished_at, progress, budget, worker, started_at, output) ",
+            "created_at, last_error, finished_at, progress, budget, worker, started_at, output, ",
+            "claimed_at) ",
             "SELECT g.id, g.queue, ",
             $state,
             ", g.payload, g.priority, g.run_at, g.max_attempts, g.attempts, g.group_key, ",
@@ -324,8 +325,8 @@ async fn halt(
              RETURNING j.*),
          logged AS (
              INSERT INTO {s}.attempts
-                 (job_id, attempt, worker, started_at, ended_at, outcome, error)
-             SELECT id, attempts, worker, started_at, now(), 'cancelled', $3
+                 (job_id, attempt, worker, started_at, ended_at, outcome, error, claimed_at)
+             SELECT id, attempts, worker, started_at, now(), 'cancelled', $3, started_at
              FROM g WHERE state = 'running'),
          archived AS (",
         archive!("g", "'cancelled'", "g.last_error"),

@@ -153,7 +153,8 @@ const SETTLE: &str = concat!(
         "CASE WHEN g.next = 'dead' THEN g.error ELSE g.last_error END",
         "CASE WHEN g.next = 'succeeded' THEN g.worker END,
          CASE WHEN g.next = 'succeeded' THEN g.began END,
-         CASE WHEN g.next = 'succeeded' THEN g.output END"
+         CASE WHEN g.next = 'succeeded' THEN g.output END,
+         CASE WHEN g.next = 'succeeded' THEN g.started_at END"
     ),
     "),
     -- A release leaves the job as before its claim (SPEC L4): `retrying`, holding its
@@ -187,11 +188,11 @@ const SETTLE: &str = concat!(
           AND EXISTS (SELECT 1 FROM m WHERE next IN ('retrying', 'ready'))),
     logged AS (
         INSERT INTO {s}.attempts (job_id, attempt, worker, started_at, ended_at, outcome,
-                                  error, output)
+                                  error, output, claimed_at)
         SELECT id, attempts, worker, began, now(),
                CASE kind WHEN 'complete' THEN 'succeeded' WHEN 'release' THEN 'released'
                          ELSE 'failed' END,
-               error, output
+               error, output, started_at
         FROM m WHERE next <> 'succeeded'),",
     settle_tail!()
 );
@@ -240,7 +241,7 @@ const SETTLE_COMPLETES: &str = concat!(
         "g",
         "g.next",
         "g.last_error",
-        "g.worker, g.began, g.done_output"
+        "g.worker, g.began, g.done_output, g.started_at"
     ),
     "),
     m AS (

@@ -122,6 +122,9 @@ struct LogEntry {
     o: String,
     x: Option<String>,
     out: Option<String>,
+    /// The claim, where kept apart from the start `s`.
+    #[serde(default)]
+    c: Option<String>,
 }
 
 fn micros_of(t: &str) -> Result<i64> {
@@ -202,6 +205,7 @@ impl Inspect for RedisBackend {
                     attempt: e.a,
                     worker: e.w,
                     started_at: reply::time(micros_of(&e.s)?),
+                    claimed_at: e.c.as_deref().map(micros_of).transpose()?.map(reply::time),
                     ended_at: Some(reply::time(micros_of(&e.e)?)),
                     outcome: e.o.parse()?,
                     error: e.x,
@@ -222,6 +226,7 @@ impl Inspect for RedisBackend {
                 attempt: attempts,
                 worker: field("w").unwrap_or_default(),
                 started_at: reply::time(sa.saturating_add(wt).min(fa)),
+                claimed_at: Some(reply::time(sa)),
                 ended_at: Some(reply::time(fa)),
                 outcome: outcome.parse()?,
                 error: None,
@@ -233,6 +238,7 @@ impl Inspect for RedisBackend {
                 attempt: attempts,
                 worker: field("w").unwrap_or_default(),
                 started_at: reply::time(micros_of(&req("sa")?)?),
+                claimed_at: Some(reply::time(micros_of(&req("sa")?)?)),
                 ended_at: None,
                 outcome: AttemptOutcome::Running,
                 error: None,

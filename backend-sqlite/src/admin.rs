@@ -380,6 +380,7 @@ async fn cancel(c: &mut Conn, queue: &str, id: i64, now: DateTime<Utc>, why: &st
             attempt: row.attempts,
             worker,
             started_at: started,
+            claimed_at: started,
             ended_at: now,
             outcome: AttemptOutcome::Cancelled,
             error: Some(why),

@@ -214,6 +214,7 @@ pub(crate) async fn expire(c: &mut Conn, queue: &str, now: DateTime<Utc>) -> Res
             attempt: e.attempts,
             worker: &e.worker,
             started_at: e.started_at,
+            claimed_at: e.started_at,
             ended_at: now,
             outcome: AttemptOutcome::Expired,
             error: Some(error),

@@ -39,6 +39,7 @@ struct AttemptRow {
     started_at: i64,
     ended_at: i64,
     outcome: String,
+    claimed_at: Option<i64>,
     error: Option<String>,
     output: Option<String>,
 }
@@ -138,8 +139,8 @@ impl Inspect for SqliteBackend {
         .map_err(db)?;
         let row = row.ok_or_else(|| Error::not_found(format!("job {id} in queue {queue:?}")))?;
         let attempts: Vec<AttemptRow> = sqlx::query_as(
-            "SELECT attempt, worker, started_at, ended_at, outcome, error, output FROM relayq_attempts
-             WHERE job_id = ?1 ORDER BY id",
+            "SELECT attempt, worker, started_at, ended_at, outcome, error, output, claimed_at
+             FROM relayq_attempts WHERE job_id = ?1 ORDER BY id",
         )
         .bind(id.0)
         .fetch_all(&mut *tx)
@@ -153,6 +154,7 @@ impl Inspect for SqliteBackend {
                     attempt: num(a.attempt)?,
                     worker: a.worker,
                     started_at: at(a.started_at),
+                    claimed_at: a.claimed_at.map(at),
                     ended_at: Some(at(a.ended_at)),
                     outcome: a.outcome.parse()?,
                     error: a.error,
@@ -167,6 +169,7 @@ impl Inspect for SqliteBackend {
                 attempt: num(row.attempts)?,
                 worker: row.worker.unwrap_or_default(),
                 started_at: at(row.started_at.unwrap_or(row.created_at)),
+                claimed_at: row.started_at.map(at),
                 ended_at: None,
                 outcome: AttemptOutcome::Running,
                 error: None,

@@ -270,6 +270,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0005_progress.sql"),
     include_str!("../migrations/0006_workers.sql"),
     include_str!("../migrations/0007_budget_and_batch_name.sql"),
+    include_str!("../migrations/0008_claimed_at.sql"),
 ];
 
 /// Applies the migrations not yet applied. The whole check-and-apply runs under
@@ -340,7 +341,9 @@ struct Ended<'a> {
     job: i64,
     attempt: i64,
     worker: &'a str,
+    /// The handler's start (SPEC L5).
     started_at: i64,
+    claimed_at: i64,
     ended_at: DateTime<Utc>,
     outcome: relayq_core::AttemptOutcome,
     error: Option<&'a str>,
@@ -351,8 +354,8 @@ struct Ended<'a> {
 async fn log_attempt(c: &mut Conn, a: Ended<'_>) -> Result<()> {
     sqlx::query(
         "INSERT INTO relayq_attempts
-             (job_id, attempt, worker, started_at, ended_at, outcome, error, output)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+             (job_id, attempt, worker, started_at, ended_at, outcome, error, output, claimed_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
     )
     .bind(a.job)
     .bind(a.attempt)
@@ -362,6 +365,7 @@ async fn log_attempt(c: &mut Conn, a: Ended<'_>) -> Result<()> {
     .bind(a.outcome.as_str())
     .bind(a.error)
     .bind(a.output)
+    .bind(a.claimed_at)
     .execute(&mut *c)
     .await
     .map_err(db)?;

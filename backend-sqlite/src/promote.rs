@@ -230,9 +230,9 @@ impl Touched {
 /// SPEC B6, L5: the halted stage's running attempts, closed as cancelled; through the
 /// stage index, as [`HALT_JOBS`].
 pub(crate) const HALT_LOG: &str = "INSERT INTO relayq_attempts
-        (job_id, attempt, worker, started_at, ended_at, outcome, error, output)
+        (job_id, attempt, worker, started_at, ended_at, outcome, error, output, claimed_at)
     SELECT id, attempts, coalesce(worker, ''), coalesce(started_at, 0), ?3, 'cancelled',
-        ?4, NULL
+        ?4, NULL, started_at
     FROM relayq_jobs INDEXED BY relayq_jobs_stage
     WHERE batch_id = ?1 AND stage = ?2 AND state = 'running'
       AND state IN ('ready', 'blocked', 'running', 'retrying')";

@@ -238,9 +238,9 @@ macro_rules! held {
 /// in the same transaction, so both find the same leases.
 pub(crate) const LOG_COMPLETED: &str = concat!(
     "INSERT INTO relayq_attempts
-         (job_id, attempt, worker, started_at, ended_at, outcome, error, output)
+         (job_id, attempt, worker, started_at, ended_at, outcome, error, output, claimed_at)
      SELECT j.id, j.attempts, j.worker, min(j.started_at + coalesce(l.value ->> 4, 0), ?1),
-            ?1, 'succeeded', NULL, l.value ->> 3 ",
+            ?1, 'succeeded', NULL, l.value ->> 3, j.started_at ",
     held!()
 );
 
@@ -371,6 +371,7 @@ async fn settle_one(
             .started_at
             .saturating_add(s.waited_micros())
             .min(us(now)),
+        claimed_at: row.started_at,
         ended_at: now,
         outcome,
         error,

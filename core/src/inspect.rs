@@ -124,8 +124,13 @@ pub struct AttemptRecord {
     pub attempt: u32,
     /// The worker that ran it.
     pub worker: String,
-    /// When it was claimed (server time).
+    /// When its handler started (server time): its claim, plus the time the job
+    /// waited in the worker's buffer when the worker said so (SPEC L5).
     pub started_at: DateTime<Utc>,
+    /// When it was claimed (server time), the lease's start. `None` only for attempts
+    /// logged before relayq kept it apart: see [`claimed`](Self::claimed).
+    #[serde(default)]
+    pub claimed_at: Option<DateTime<Utc>>,
     /// When it ended, if it has.
     pub ended_at: Option<DateTime<Utc>>,
     /// How it ended.
@@ -135,6 +140,15 @@ pub struct AttemptRecord {
     /// What the worker reported with its outcome (e.g. a command's output), if
     /// anything; at most 64 KiB.
     pub output: Option<String>,
+}
+
+impl AttemptRecord {
+    /// When it was claimed: [`claimed_at`](Self::claimed_at), or the start where that
+    /// was not kept.
+    #[must_use]
+    pub fn claimed(&self) -> DateTime<Utc> {
+        self.claimed_at.unwrap_or(self.started_at)
+    }
 }
 
 /// A job with its attempt log (SPEC M1).

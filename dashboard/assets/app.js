@@ -265,6 +265,7 @@
     const bars = list.items.flatMap((j) => j.attempt_log.map((a) => ({
       job: j.id, stage: j.stage, attempt: a.attempt, worker: a.worker, outcome: a.outcome,
       start: Date.parse(a.started_at), end: a.ended_at ? Date.parse(a.ended_at) : now,
+      held: a.claimed_at ? Date.parse(a.started_at) - Date.parse(a.claimed_at) : 0,
     })));
     if (!bars.length) return h("p", { class: "muted", id: "timeline-empty" }, "No attempt has started yet.");
     // A worker runs several jobs at once (its slots): each attempt takes the first of
@@ -291,7 +292,7 @@
         workers.map((w) => svg("text", { class: "worker", x: 0, y: y(w, 0) + 10 }, w.length > 26 ? `${w.slice(0, 25)}…` : w)),
         // Each bar links to its job's page.
         bars.map((b) => svg("a", { href: `${qpath(queue)}/jobs/${b.job}` }, svg("rect", { class: `att ${b.outcome}`, x: x(b.start).toFixed(1), y: y(b.worker, b.lane), width: Math.max(1.5, x(b.end) - x(b.start)).toFixed(1), height: row - 3, "data-job": b.job, "data-worker": b.worker },
-          svg("title", {}, `job #${b.job}, stage ${b.stage}, attempt ${b.attempt} on ${b.worker}: ${b.outcome}, ${((b.end - b.start) / 1000).toFixed(2)} s`)))),
+          svg("title", {}, `job #${b.job}, stage ${b.stage}, attempt ${b.attempt} on ${b.worker}: ${b.outcome}, ${((b.end - b.start) / 1000).toFixed(2)} s${b.held >= 10 ? ` (claimed ${(b.held / 1000).toFixed(2)} s before, held in the worker)` : ""}`)))),
         svg("text", { class: "axis", x: label, y: height + 18 }, new Date(t0).toLocaleTimeString()),
         svg("text", { class: "axis end", x: label + width, y: height + 18 }, `+${((t1 - t0) / 1000).toFixed(1)} s`)),
       h("p", { class: "muted legend" }, `${bars.length} attempts of ${list.items.length} jobs on ${workers.length} worker${workers.length === 1 ? "" : "s"}`,

@@ -405,7 +405,8 @@ pub fn check(plan: &Plan, obs: &Observed, ledger: &Ledger, allow: Allowances) ->
             }
         }
         // In order: job m's first start after every earlier job's last end (ledger) and
-        // its first attempt after every earlier job finished (database).
+        // its first claim after every earlier job finished (database): the claim, not
+        // the logged start, which a wait in the worker's buffer moves later.
         let mut ids: Vec<(JobId, usize)> = members
             .iter()
             .filter_map(|&i| obs.ids.get(i).copied().flatten().map(|id| (id, i)))
@@ -430,13 +431,13 @@ pub fn check(plan: &Plan, obs: &Observed, ledger: &Ledger, allow: Allowances) ->
             if let Some(j) = info(m)
                 && let Some(first) = j.attempt_log.first()
                 && let Some((fin, by)) = latest_finish
-                && micros(first.started_at) < fin
+                && micros(first.claimed()) < fin
             {
                 let line = format!(
                     "group {g}: {} (job {}) claimed {} µs before earlier {} finished (database)",
                     plan.jobs[m].key,
                     j.id,
-                    fin - micros(first.started_at),
+                    fin - micros(first.claimed()),
                     plan.jobs[by].key
                 );
                 let tx = allow.tx_start_times && ledger_in_order(by, m);
@@ -509,13 +510,13 @@ pub fn check(plan: &Plan, obs: &Observed, ledger: &Ledger, allow: Allowances) ->
                 if let Some(j) = info(u)
                     && let Some(first) = j.attempt_log.first()
                     && let Some((fin, by)) = last_finish
-                    && micros(first.started_at) < fin
+                    && micros(first.claimed()) < fin
                 {
                     let line = format!(
                         "batch {b}: {} (job {}) of stage {s} claimed {} µs before {} of a lower stage finished (database)",
                         plan.jobs[u].key,
                         j.id,
-                        fin - micros(first.started_at),
+                        fin - micros(first.claimed()),
                         plan.jobs[by].key
                     );
                     let tx = allow.tx_start_times && ledger_in_order(by, u);
@@ -543,12 +544,12 @@ pub fn check(plan: &Plan, obs: &Observed, ledger: &Ledger, allow: Allowances) ->
         };
         delay.checked += 1;
         let due = micros(j.created_at) + i64::try_from(job.delay_ms).unwrap_or(i64::MAX) * 1000;
-        if micros(first.started_at) < due {
+        if micros(first.claimed()) < due {
             delay.violations.push(format!(
                 "{} (job {}): claimed {} µs before its delay of {} ms passed",
                 job.key,
                 j.id,
-                due - micros(first.started_at),
+                due - micros(first.claimed()),
                 job.delay_ms
             ));
         }

@@ -36,6 +36,7 @@ fn info(id: i64, spans: &[(i64, i64)]) -> JobInfo {
             attempt: u32::try_from(n).unwrap() + 1,
             worker: "w".into(),
             started_at: at(s),
+            claimed_at: Some(at(s)),
             ended_at: Some(at(e)),
             outcome: if n + 1 == spans.len() {
                 AttemptOutcome::Succeeded
@@ -134,6 +135,18 @@ fn a_stage_barrier_violation_is_reported() {
     infos[3] = info(4, &[(1100, 2600)]);
     let r = scenario(&ledger, infos);
     assert_eq!(r.check(names::BARRIER).violations.len(), 2, "{r:#?}");
+}
+
+#[test]
+fn a_claim_before_the_earlier_finish_is_reported_whenever_the_handler_started() {
+    // k1 claimed at 1500, while k0 ran (finished 2100), but its handler started at
+    // 2900 after a wait in the buffer; k3 (stage 200) claimed before k2 finished.
+    let mut infos = clean_infos();
+    infos[1].attempt_log[0].claimed_at = Some(at(1500));
+    infos[3].attempt_log[0].claimed_at = Some(at(1200));
+    let r = scenario(CLEAN, infos);
+    assert_eq!(r.check(names::GROUP_ORDER).violations.len(), 1, "{r:#?}");
+    assert_eq!(r.check(names::BARRIER).violations.len(), 1, "{r:#?}");
 }
 
 #[test]

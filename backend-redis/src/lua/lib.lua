@@ -176,10 +176,15 @@ local function regroup(id)
 end
 
 -- Closes attempt `attempt` of job `id` in the log (SPEC L5). `ran` is the job's
--- {worker, started} when the caller read them already.
-local function log(id, attempt, outcome, err, output, ran)
+-- {worker, claimed} when the caller read them already. The attempt starts at its
+-- claim plus `waited`, its wait in the worker (microseconds, or nil), never past now;
+-- `c` keeps the claim.
+local function log(id, attempt, outcome, err, output, ran, waited)
   local h = ran or redis.call('HMGET', jk(id), 'w', 'sa')
-  local entry = {a = attempt, w = h[1] or '', s = h[2] or s(NOW), e = s(NOW), o = outcome}
+  local start = h[2]
+  if start and waited then start = s(math.min(tonumber(start) + tonumber(waited), NOW)) end
+  local entry = {a = attempt, w = h[1] or '', s = start or s(NOW), e = s(NOW), o = outcome,
+    c = h[2]}
   if err then entry.x = err end
   if output then entry.out = output end
   redis.call('RPUSH', jk(id) .. ':log', cjson.encode(entry))

@@ -6,26 +6,20 @@
 -- none). Each lease is judged on its own token, one after another. Returns one verdict
 -- per lease: 'c', 'r', 'd', 't<run_at>' or 's' (stale).
 
--- The attempt's start as the log keeps it (SPEC L5): its claim, `sa`, plus its wait
--- in the worker, never past now. Stored back for the outcomes that read `sa` to log
--- the attempt; a plain completion keeps the wait in `wt` instead (see complete_plain).
-local function began(k, waited)
-  if not waited then return end
-  local sa = tonumber(redis.call('HGET', k, 'sa'))
-  if sa then redis.call('HSET', k, 'sa', s(math.min(sa + tonumber(waited), NOW))) end
-end
-
-local function settle_one(o, kind, id, g, output)
+-- `waited` is the job's wait in its worker before its handler started (SPEC L5), or
+-- nil: the log starts the attempt then and keeps its claim, `sa`, beside (a plain
+-- completion keeps the wait in `wt` instead, see complete_plain).
+local function settle_one(o, kind, id, g, output, waited)
   local h = redis.call('HMGET', jk(id), 'at', 'ma', 'w', 'sa')
   local at, ma, ran = tonumber(h[1]), tonumber(h[2]), {h[3], h[4]}
   if kind == 'complete' then
-    log(id, at, 'succeeded', nil, output, ran)
+    log(id, at, 'succeeded', nil, output, ran, waited)
     finish(id, 'succeeded')
     return 'c'
   elseif kind == 'release' then
     -- The attempt is not counted (SPEC L4), and a released job no longer holds its
     -- group: an earlier job whose stage was released meanwhile goes first (SPEC G2).
-    log(id, at, 'released', nil, output, ran)
+    log(id, at, 'released', nil, output, ran, waited)
     clear_lease(id)
     redis.call('HSET', jk(id), 'at', s(at - 1))
     if at > 1 then
@@ -42,7 +36,7 @@ local function settle_one(o, kind, id, g, output)
     return 'r'
   end
   local err = ARGV[o + 6]
-  log(id, at, 'failed', err, output, ran)
+  log(id, at, 'failed', err, output, ran, waited)
   local delay, when = ARGV[o + 4], ARGV[o + 5]
   if at < ma and (delay ~= '' or when ~= '') then
     local ra = when ~= '' and math.max(tonumber(when), NOW) or NOW + tonumber(delay)
@@ -113,11 +107,9 @@ for i = 1, n do
       end
       out[i] = 'c'
     else
-      -- settle_one logs the attempt from `sa`: moved first.
-      began(k, waited)
       -- A record in three arguments is a completion: settle_one reads no failure
       -- arguments for it.
-      out[i] = settle_one(o + 1, kind, tonumber(id), g, output)
+      out[i] = settle_one(o + 1, kind, tonumber(id), g, output, waited)
     end
   end
   o = o + (full and 9 or (waits and 4 or 3))

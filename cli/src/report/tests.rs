@@ -18,6 +18,7 @@ fn attempt(
         attempt: n,
         worker: "w1".into(),
         started_at: at(t0, from),
+        claimed_at: Some(at(t0, from)),
         ended_at: Some(at(t0, to)),
         outcome,
         error: (outcome == AttemptOutcome::Failed)

@@ -806,9 +806,9 @@ pub async fn l6_rejected_settle_call_settles_nothing(env: &Env) -> anyhow::Resul
 
 /// SPEC L5: a settle that says how long the job waited in its worker before its
 /// handler started logs the attempt as starting that much after its claim, for every
-/// outcome and kind of job (plain, grouped, in a batch), and never after its end; a
-/// settle that says nothing keeps the claim time; a wait over 100 years is
-/// `InvalidInput` on `waited`.
+/// outcome and kind of job (plain, grouped, in a batch), and never after its end,
+/// keeping the claim time beside it; a settle that says nothing keeps the claim time;
+/// a wait over 100 years is `InvalidInput` on `waited`.
 pub async fn l5_a_wait_in_the_worker_moves_the_logged_start(env: &Env) -> anyhow::Result<()> {
     let b = env.backend();
     let q = queue_name("l5wait");
@@ -831,7 +831,12 @@ pub async fn l5_a_wait_in_the_worker_moves_the_logged_start(env: &Env) -> anyhow
     let got = claim_exactly(b, &q, &ids).await?;
     let mut claimed = Vec::new();
     for id in &ids {
-        claimed.push(b.job(&q, *id).await?.attempt_log[0].started_at);
+        let running = b.job(&q, *id).await?.attempt_log.remove(0);
+        ensure!(
+            running.claimed_at == Some(running.started_at),
+            "job {id}: a running attempt is claimed when it starts: {running:?}"
+        );
+        claimed.push(running.started_at);
     }
     // The attempts must last longer than the wait they report: time has to pass
     // between the claim and the settle, it is not waiting for something to happen.
@@ -869,6 +874,13 @@ pub async fn l5_a_wait_in_the_worker_moves_the_logged_start(env: &Env) -> anyhow
             a.started_at <= end,
             "job {id}: started {} after its end {end}",
             a.started_at
+        );
+        // The claim is kept as it was, whatever the start (SPEC L5).
+        ensure!(
+            a.claimed_at == Some(claimed[i]),
+            "job {id}: logged claim {:?}, claimed at {}",
+            a.claimed_at,
+            claimed[i]
         );
         let moved = a.started_at - claimed[i];
         match i {

@@ -370,6 +370,7 @@ impl QueueState {
                     attempt: job.attempts,
                     worker: req.worker.clone(),
                     started_at: now,
+                    claimed_at: Some(now),
                     ended_at: None,
                     outcome: AttemptOutcome::Running,
                     error: None,
