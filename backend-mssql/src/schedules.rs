@@ -33,6 +33,7 @@ impl MssqlBackend {
                     &fire.version,
                     &slot,
                     &on_failure,
+                    &fire.name.as_str(),
                 ],
             )
             .await?;

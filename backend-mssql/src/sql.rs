@@ -545,7 +545,8 @@ WHERE j.group_key IS NOT NULL AND j.queue = i.queue;",
 -- when an earlier attempt counted (SPEC G2); else ready.
 UPDATE j SET
     state = CASE WHEN i.kind = 'complete' THEN 'succeeded'
-                 WHEN i.kind = 'release' AND j.attempts > 1 THEN 'retrying'
+                 WHEN i.kind = 'release' AND CAST(j.attempts AS int)
+                      > 1 + j.max_attempts - COALESCE(j.budget, j.max_attempts) THEN 'retrying'
                  WHEN i.kind = 'release' THEN 'ready'
                  WHEN j.attempts < j.max_attempts
                       AND (i.days IS NOT NULL OR i.retry_at IS NOT NULL) THEN 'retrying'
@@ -818,7 +819,7 @@ UPDATE j SET state = CASE WHEN j.group_key IS NULL THEN 'ready' ELSE 'blocked' E
     budget = COALESCE(j.budget, j.max_attempts)
 OUTPUT inserted.id, inserted.group_key INTO @rv (id, group_key)
 FROM {s}.jobs AS j WITH (ROWLOCK, READCOMMITTEDLOCK)
-WHERE j.queue = @P1 AND j.state = 'dead' AND j.batch_id IS NULL
+WHERE j.queue = @P1 AND j.state = 'dead' AND j.batch_id IS NULL AND j.attempts < 32767
   AND (@P2 IS NULL OR j.id IN (SELECT id FROM @ids))
   AND (j.dedupe_key IS NULL
        OR (NOT EXISTS (SELECT 1 FROM {s}.jobs AS d WITH (UPDLOCK, HOLDLOCK)
@@ -1148,8 +1149,8 @@ pub(crate) const SCHEDULE_DELETE: &str = "
 DELETE FROM {s}.schedules WHERE queue = @P1 AND name = @P2;
 SELECT @@ROWCOUNT AS n;";
 
-/// The start of [`fire`]: `@P3` schedule, `@P4` version, `@P5` slot (NULL: run now),
-/// `@P6` the batch's on_failure (NULL: none). Locks the schedule's row, skipping it
+/// The start of [`fire`]: `@P3` schedule (as stored), `@P4` version, `@P5` slot (NULL:
+/// run now), `@P6` the batch's on_failure (NULL: none), `@P7` its name (the schedule's). Locks the schedule's row, skipping it
 /// when another scheduler holds it, checks it, and opens the slot's batch. The first
 /// result set is the verdict: NULL to go on, else why not, and the batch.
 const FIRE_GATE: &str = "
@@ -1186,7 +1187,7 @@ END;
 IF @P6 IS NOT NULL AND EXISTS (SELECT 1 FROM OPENJSON(@P2))
 BEGIN
     INSERT INTO {s}.batches (queue, on_failure, sealed, failed, created_at, name)
-    VALUES (@P1, @P6, 0, 0, SYSUTCDATETIME(), @P3);
+    VALUES (@P1, @P6, 0, 0, SYSUTCDATETIME(), @P7);
     SET @fb = SCOPE_IDENTITY();
 END;
 SELECT @fwhy AS why, @fb AS batch;";

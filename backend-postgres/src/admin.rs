@@ -235,7 +235,7 @@ impl PostgresBackend {
             "WITH d AS MATERIALIZED (
                  SELECT * FROM {s}.finished
                  WHERE queue = $1 AND state = 'dead' AND batch_id IS NULL
-                   AND ($2::bigint[] IS NULL OR id = ANY($2))
+                   AND ($2::bigint[] IS NULL OR id = ANY($2)) AND attempts < 32767
                  ORDER BY id FOR UPDATE),
              ins AS (
                  INSERT INTO {s}.jobs (id, queue, state, payload, priority, run_at, max_attempts,
@@ -243,7 +243,7 @@ impl PostgresBackend {
                                        created_at, last_error, progress)
                  SELECT id, queue, CASE WHEN group_key IS NULL THEN 'ready' ELSE 'blocked' END,
                         payload, priority, now(),
-                        least(32767, attempts + coalesce(budget, max_attempts)), attempts,
+                        least(32767, attempts::int + coalesce(budget, max_attempts)), attempts,
                         coalesce(budget, max_attempts), group_key, dedupe_key,
                         enqueued_by, created_at, last_error, progress
                  FROM d ORDER BY id

@@ -157,13 +157,16 @@ const SETTLE: &str = concat!(
          CASE WHEN g.next = 'succeeded' THEN g.started_at END"
     ),
     "),
-    -- A release leaves the job as before its claim (SPEC L4): `retrying`, holding its
+    -- A release leaves the job as before its claim (SPEC L4; attempts spent before a dead
+    -- retry, max_attempts less budget, do not count): `retrying`, holding its
     -- group, when an earlier attempt counted (SPEC G2), else `ready`.
     kept AS (
         UPDATE {s}.jobs j
         SET state = CASE WHEN ($4::text[])[",
     at!(),
-    "] = 'release' AND j.attempts <= 1 THEN 'ready' ELSE 'retrying' END,
+    "] = 'release'
+                         AND j.attempts::int <= 1 + j.max_attempts - coalesce(j.budget, j.max_attempts)
+                         THEN 'ready' ELSE 'retrying' END,
             run_at = CASE WHEN ($4::text[])[",
     at!(),
     "] = 'release' THEN j.run_at

@@ -210,7 +210,7 @@ impl Admin for SqliteBackend {
         // the order barrier. So does a job whose dedupe key another job now holds.
         let dead: Vec<(i64, Option<String>, Option<String>)> = sqlx::query_as(
             "SELECT id, group_key, dedupe_key FROM relayq_jobs j
-             WHERE queue = ?1 AND state = 'dead' AND batch_id IS NULL
+             WHERE queue = ?1 AND state = 'dead' AND batch_id IS NULL AND attempts < 32767
                AND (?2 IS NULL OR id IN (SELECT value FROM json_each(?2)))
                AND (dedupe_key IS NULL OR NOT EXISTS (
                     SELECT 1 FROM relayq_jobs o WHERE o.queue = j.queue

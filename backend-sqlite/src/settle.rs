@@ -41,8 +41,11 @@ pub(crate) const FAIL: &str = "UPDATE relayq_jobs
     RETURNING state, run_at, attempts, group_key, batch_id, stage, worker, started_at";
 /// As before the claim (SPEC L4): `retrying` when an earlier attempt counted (it failed
 /// or expired), so the job keeps holding its group (SPEC G2); `ready` otherwise.
+/// Attempts spent before a dead retry (`max_attempts` less `budget`, SPEC M2) do not
+/// count: it came back ready.
 pub(crate) const RELEASE: &str = "UPDATE relayq_jobs
-    SET state = CASE WHEN attempts > 1 THEN 'retrying' ELSE 'ready' END,
+    SET state = CASE WHEN attempts > 1 + max_attempts - coalesce(budget, max_attempts)
+                     THEN 'retrying' ELSE 'ready' END,
         attempts = attempts - 1, lease_token = NULL, lease_expires_at = NULL
     WHERE id = ?1 AND lease_token = ?2 AND state = 'running' AND lease_expires_at > ?3
       AND queue = ?4

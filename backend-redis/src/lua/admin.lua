@@ -36,9 +36,11 @@ elseif op == 'retry' then
   local revived = 0
   for _, id in ipairs(redis.call('ZRANGE', B .. ':dead', 0, -1)) do
     id = tonumber(id)
-    local h = redis.call('HMGET', jk(id), 'b', 'dk', 'g', 'pr')
+    local h = redis.call('HMGET', jk(id), 'b', 'dk', 'g', 'pr', 'at')
     local free = not h[2] or not redis.call('HGET', B .. ':dedupe', h[2])
-    if (wanted == nil or wanted[id]) and not h[1] and free then
+    -- A job at the attempt counter's cap could get no attempt more: it stays dead.
+    local room = (tonumber(h[5]) or 0) < 32767
+    if (wanted == nil or wanted[id]) and not h[1] and free and room then
       revived = revived + 1
       redis.call('ZREM', B .. ':dead', id)
       redis.call('ZREM', B .. ':done', id)

@@ -184,7 +184,7 @@ local function log(id, attempt, outcome, err, output, ran, waited)
   local start = h[2]
   if start and waited then start = s(math.min(tonumber(start) + tonumber(waited), NOW)) end
   local entry = {a = attempt, w = h[1] or '', s = start or s(NOW), e = s(NOW), o = outcome,
-    c = h[2]}
+    c = h[2] or nil}
   if err then entry.x = err end
   if output then entry.out = output end
   redis.call('RPUSH', jk(id) .. ':log', cjson.encode(entry))

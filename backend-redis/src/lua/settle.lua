@@ -10,7 +10,7 @@
 -- nil: the log starts the attempt then and keeps its claim, `sa`, beside (a plain
 -- completion keeps the wait in `wt` instead, see complete_plain).
 local function settle_one(o, kind, id, g, output, waited)
-  local h = redis.call('HMGET', jk(id), 'at', 'ma', 'w', 'sa')
+  local h = redis.call('HMGET', jk(id), 'at', 'ma', 'w', 'sa', 'bu')
   local at, ma, ran = tonumber(h[1]), tonumber(h[2]), {h[3], h[4]}
   if kind == 'complete' then
     log(id, at, 'succeeded', nil, output, ran, waited)
@@ -22,7 +22,9 @@ local function settle_one(o, kind, id, g, output, waited)
     log(id, at, 'released', nil, output, ran, waited)
     clear_lease(id)
     redis.call('HSET', jk(id), 'at', s(at - 1))
-    if at > 1 then
+    -- Attempts spent before a dead retry (max attempts less the budget it grew by,
+    -- SPEC M2) do not count: it came back ready.
+    if at > 1 + ma - (tonumber(h[5]) or ma) then
       -- An earlier attempt counted: back to retrying, as before the claim, holding
       -- its group (its backoff moved it behind later jobs of the group, SPEC G2).
       set_state(id, 'retrying')

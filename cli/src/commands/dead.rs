@@ -25,7 +25,7 @@ pub enum DeadCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Put dead jobs back to ready with their attempts reset: the given ids, or every
+    /// Put dead jobs back to ready with their attempts again (numbered on from the last): the given ids, or every
     /// dead job of the queue. Dead jobs of a batch stay dead (reviving one could break
     /// the order of its stages); exit code 1 when a given job could not be retried.
     Retry {

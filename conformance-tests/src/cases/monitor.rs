@@ -95,7 +95,7 @@ pub async fn m1_job_reads_back_fields(env: &Env) -> anyhow::Result<()> {
 }
 
 /// SPEC M2: dead jobs are listed oldest first and retried: back to `ready` with
-/// attempts reset; only dead jobs move.
+/// the enqueued attempts again, numbered on; only dead jobs move.
 pub async fn m2_dead_jobs_listed_and_retried(env: &Env) -> anyhow::Result<()> {
     let b = env.backend();
     let q = queue_name("m2");
@@ -163,6 +163,16 @@ pub async fn m2_dead_jobs_listed_and_retried(env: &Env) -> anyhow::Result<()> {
     );
     let numbers: Vec<u32> = info.attempt_log.iter().map(|a| a.attempt).collect();
     ensure!(numbers == [1, 2], "attempt log numbered {numbers:?}");
+    // Released, it is as before its claim: ready, since the attempts spent before the
+    // retry do not count (SPEC L4).
+    let third = claim_exactly(b, &q, &all[..1]).await?;
+    ensure!(
+        third[0].attempt() == 3,
+        "claimed as attempt {}",
+        third[0].attempt()
+    );
+    b.release(&third[0].lease).await?;
+    expect_state(b, &q, all[0], JobState::Ready).await?;
     let n = b.retry_dead(&q, None).await?;
     ensure!(
         n == 1,

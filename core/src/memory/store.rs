@@ -72,6 +72,13 @@ impl Job {
         }
     }
 
+    /// Attempts spent before its last dead retry (SPEC M2): `max_attempts` less the
+    /// budget it grew by, 0 for a job never retried from dead.
+    fn spent_before_retry(&self) -> u32 {
+        self.budget
+            .map_or(0, |b| u32::from(self.max_attempts.saturating_sub(b)))
+    }
+
     /// The lease fields when `lease` still holds this job: same token, not expired.
     fn holds(&self, lease: &Lease, now: DateTime<Utc>) -> bool {
         matches!(&self.phase, Phase::Running { token, expires_at, .. }
@@ -442,8 +449,9 @@ impl QueueState {
                 job.attempts -= 1;
                 // As before the claim: a job whose earlier attempt failed is retrying,
                 // holding its group; its backoff moved its run_at behind later jobs of
-                // the group, which must not overtake it (SPEC L4, G2).
-                job.phase = if job.attempts > 0 {
+                // the group, which must not overtake it (SPEC L4, G2). Attempts spent
+                // before a dead retry do not count: it came back ready.
+                job.phase = if job.attempts > job.spent_before_retry() {
                     Phase::Retrying
                 } else {
                     Phase::Waiting
@@ -673,7 +681,11 @@ impl QueueState {
             let Some(job) = self.jobs.get_mut(&id) else {
                 continue;
             };
-            if job.phase != Phase::Finished(JobState::Dead) || job.batch.is_some() {
+            // A job at the attempt counter's cap could get no attempt more.
+            if job.phase != Phase::Finished(JobState::Dead)
+                || job.batch.is_some()
+                || job.attempts >= u32::from(i16::MAX.unsigned_abs())
+            {
                 continue;
             }
             if let Some(key) = &job.dedupe_key {

@@ -13,6 +13,10 @@ use serde::Serialize;
 
 /// The least time between two samples.
 pub(crate) const EVERY: TimeDelta = TimeDelta::seconds(5);
+/// The least time between two kept samples: a little under [`EVERY`], so that the
+/// sampler's count that came a moment early (its last one took longer) is kept, not
+/// dropped for a 10 s gap.
+const MIN_GAP: TimeDelta = TimeDelta::seconds(4);
 /// How far back the samples go.
 pub(crate) const KEPT: TimeDelta = TimeDelta::hours(1);
 
@@ -35,10 +39,10 @@ pub(crate) struct History {
 }
 
 impl History {
-    /// Keeps the count taken at `at` unless the last sample is under [`EVERY`] old;
+    /// Keeps the count taken at `at` unless the last sample is under [`MIN_GAP`] old;
     /// drops samples older than [`KEPT`].
     pub(crate) fn record(&mut self, at: DateTime<Utc>, stats: &QueueStats) {
-        if self.samples.back().is_some_and(|s| at - s.at < EVERY) {
+        if self.samples.back().is_some_and(|s| at - s.at < MIN_GAP) {
             return;
         }
         while self.samples.front().is_some_and(|s| at - s.at > KEPT) {
@@ -83,7 +87,7 @@ mod tests {
         assert_eq!(
             h.samples(t0).len(),
             1,
-            "a second count within 5 s is not kept"
+            "a second count within 4 s is not kept"
         );
         h.record(t0 + EVERY, &stats(3));
         assert_eq!(

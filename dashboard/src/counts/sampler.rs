@@ -9,6 +9,9 @@ use std::sync::Weak;
 use super::history::EVERY;
 use crate::state::Inner;
 
+/// Counts asked for at once.
+const AT_ONCE: usize = 8;
+
 /// Runs until the dashboard it samples for is dropped. The first pass is at once.
 pub(crate) async fn run(state: Weak<Inner>) {
     let every = EVERY.to_std().unwrap_or(std::time::Duration::from_secs(5));
@@ -29,6 +32,10 @@ pub(crate) async fn run(state: Weak<Inner>) {
                 }
             }
         }
-        state.counts.get_many(&queues).await;
+        // A few queues at a time: a pass over 200 quick queues must not put 200
+        // counts on the backend's pool at once.
+        for some in queues.chunks(AT_ONCE) {
+            state.counts.get_many(some).await;
+        }
     }
 }
