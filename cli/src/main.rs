@@ -64,6 +64,7 @@
 //! | `job ID [-q Q] [--why] [--json]` | one job: attempts, workers, times, last error with output; found in any queue without `-q`; `--why`: what holds it back (its stage, group, paused queue, limit, time) |
 //! | `dead list [--json]` / `dead retry [ID...]` | dead jobs; put them back to ready |
 //! | `cancel (--job ID \| --batch ID)` | cancel a job or a whole batch |
+//! | `run-now --job ID [-q Q]` | a scheduled job, or a retry in its backoff, due now |
 //! | `pause` / `resume` / `limit N\|none` `[-q Q]` | stop and restart claims of a queue; cap its running jobs across workers |
 //! | `prune [-q Q] [--older-than D] [--json]` | delete finished jobs older than D (default 7 days) now |
 //! | `batch open [--on-failure halt]` / `batch seal ID` | batches for `enqueue --batch` |
@@ -124,6 +125,7 @@ use crate::commands::{
     job::JobArgs,
     prune::PruneArgs,
     queue::{LimitArgs, QueueOnly},
+    run_now::RunNowArgs,
     schedule::ScheduleCommand,
     status::StatusArgs,
     wait::WaitArgs,
@@ -211,6 +213,8 @@ enum Command {
     Dead(DeadCommand),
     /// Cancel a job, a whole batch, or every unfinished job of a queue.
     Cancel(CancelArgs),
+    /// Run a scheduled job now, or a retry now instead of after its backoff.
+    RunNow(RunNowArgs),
     /// Pause a queue: workers claim nothing from it until `relayq resume`.
     Pause(QueueOnly),
     /// Resume a paused queue.
@@ -275,6 +279,7 @@ async fn cli() -> ExitCode {
         Command::Job(args) => commands::job::run(db, args).await,
         Command::Dead(cmd) => commands::dead::run(db, cmd).await,
         Command::Cancel(args) => commands::cancel::run(db, args).await,
+        Command::RunNow(args) => commands::run_now::run(db, args).await,
         Command::Pause(args) => commands::queue::pause(db, args).await,
         Command::Resume(args) => commands::queue::resume(db, args).await,
         Command::Limit(args) => commands::queue::limit(db, args).await,

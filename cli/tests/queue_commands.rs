@@ -330,6 +330,34 @@ fn cancel_finds_a_job_of_any_queue() {
 }
 
 #[test]
+fn run_now_makes_a_scheduled_job_due_and_says_when_it_cannot() {
+    let env = Env::new();
+    let id = env
+        .run(&["enqueue", "--queue", "later", "--delay", "1h", "--", "true"])
+        .expect_code(0)
+        .stdout
+        .trim()
+        .to_owned();
+    assert_eq!(env.count("later", "scheduled"), 1);
+    let out = env.run(&["run-now", "--job", &id]).expect_code(0);
+    assert!(
+        out.stdout
+            .contains(&format!("job {id} of queue \"later\" is due now")),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(env.count("later", "ready"), 1);
+    let again = env.run(&["run-now", "--job", &id]).expect_code(0);
+    assert!(
+        again
+            .stdout
+            .contains("is ready: it does not wait for its time alone"),
+        "{}",
+        again.stdout
+    );
+}
+
+#[test]
 fn status_lists_running_jobs_with_worker_and_start() {
     let env = Env::new();
     let pidfile = env.path("started");

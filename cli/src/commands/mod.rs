@@ -8,6 +8,7 @@ pub mod job;
 pub mod metrics;
 pub mod prune;
 pub mod queue;
+pub mod run_now;
 pub mod schedule;
 pub mod status;
 pub mod wait;
