@@ -828,7 +828,7 @@ WHERE j.queue = @P1 AND j.state = 'dead' AND j.batch_id IS NULL AND j.attempts <
                          AND d.state IN ('ready', 'blocked', 'running', 'retrying'))
            AND j.id = (SELECT MIN(x.id) FROM {s}.jobs AS x
                        WHERE x.queue = j.queue AND x.dedupe_key = j.dedupe_key
-                         AND x.state = 'dead' AND x.batch_id IS NULL
+                         AND x.state = 'dead' AND x.batch_id IS NULL AND x.attempts < 32767
                          AND (@P2 IS NULL OR x.id IN (SELECT id FROM @ids)))));
 INSERT INTO @rq (queue) VALUES (@P1);",
     promote!(),

@@ -349,11 +349,28 @@ fn run_now_makes_a_scheduled_job_due_and_says_when_it_cannot() {
     assert_eq!(env.count("later", "ready"), 1);
     let again = env.run(&["run-now", "--job", &id]).expect_code(0);
     assert!(
-        again
-            .stdout
-            .contains("is ready: it does not wait for its time alone"),
+        again.stdout.contains(&format!(
+            "job {id} of queue \"later\" is already due (ready): nothing changed"
+        )),
         "{}",
         again.stdout
+    );
+    // Second in its group: it waits for the first, not for its time.
+    let enqueue_grouped = || {
+        env.run(&["enqueue", "--queue", "later", "--group", "g", "--", "true"])
+            .expect_code(0)
+            .stdout
+            .trim()
+            .to_owned()
+    };
+    enqueue_grouped();
+    let second = enqueue_grouped();
+    let out = env.run(&["run-now", "--job", &second]).expect_code(0);
+    assert!(
+        out.stdout
+            .contains("waits for its group or its stage, not its time"),
+        "{}",
+        out.stdout
     );
 }
 

@@ -528,7 +528,7 @@
   // One line chart: `points` are [time ms, value]; the y axis starts at zero.
   function chart(id, title, unit, points) {
     const w = 720, hgt = 120, left = 50, pad = 6;
-    if (points.filter((p) => p[1] !== null).length < 2) return h("div", { class: "chart", id }, h("h2", {}, title), h("p", { class: "muted" }, "collecting: a point at most every 5 s"));
+    if (points.filter((p) => p[1] !== null).length < 2) return h("div", { class: "chart", id }, h("h2", {}, title), h("p", { class: "muted" }, "collecting: a point about every 5 s"));
     const t0 = points[0][0], t1 = Math.max(t0 + 1, points[points.length - 1][0]);
     const top = Math.max(...points.filter((p) => p[1] !== null).map((p) => p[1]), 1e-9);
     const x = (t) => left + ((t - t0) / (t1 - t0)) * (w - left - pad);

@@ -1,7 +1,7 @@
 //! `relayq run-now --job ID [-q QUEUE]`: a job that waits only for its time (scheduled,
 //! or a retry in its backoff) made due now (SPEC M10).
 
-use relayq_core::JobId;
+use relayq_core::{JobId, JobState};
 
 use super::cancel::CancelQueue;
 use crate::{
@@ -31,11 +31,21 @@ pub async fn run(db: &str, args: RunNowArgs) -> anyhow::Result<u8> {
     let queue = job.queue;
     if backend.run_now(&queue, &[id]).await? > 0 {
         outln!("job {id} of queue {queue:?} is due now");
-    } else {
-        outln!(
-            "job {id} of queue {queue:?} is {}: it does not wait for its time alone, so nothing changed (relayq job {id} --why says what holds it)",
-            job.state
-        );
+        return Ok(exit::OK);
     }
+    // Read again: what it is now, not before the call.
+    let job = backend.job(&queue, id).await?;
+    let why = match job.state {
+        JobState::Blocked => format!(
+            "waits for its group or its stage, not its time; `relayq job {id} -q {queue} --why` says which"
+        ),
+        JobState::Running => "is running".to_owned(),
+        JobState::Succeeded | JobState::Dead | JobState::Cancelled => {
+            format!("has finished ({})", job.state)
+        }
+        // Ready, or retrying past its backoff: nothing holds it but a free worker.
+        _ => format!("is already due ({})", job.state),
+    };
+    outln!("job {id} of queue {queue:?} {why}: nothing changed");
     Ok(exit::OK)
 }

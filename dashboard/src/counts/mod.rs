@@ -148,6 +148,24 @@ impl Counts {
             .collect()
     }
 
+    /// Starts the due counts of `queues` (as [`get_many`](Self::get_many) would) and
+    /// waits up to `wait` for every count of them that runs, a slow queue's too: the
+    /// sampler's pace, so that it never has more than `queues` counts running at once
+    /// but for one that outlasts `wait`.
+    pub(crate) async fn count_due(&self, queues: &[String], wait: Duration) {
+        let deadline = tokio::time::Instant::now() + wait;
+        let running: Vec<watch::Receiver<u64>> = queues
+            .iter()
+            .filter_map(|q| {
+                self.start_if_due(q);
+                self.lock().get(q).and_then(|e| e.running.clone())
+            })
+            .collect();
+        for mut rx in running {
+            let _ = tokio::time::timeout_at(deadline, rx.changed()).await;
+        }
+    }
+
     /// Starts a count of `queue` unless its last one may still be reused or one is
     /// running. Returns what to wait on: the running count, when the last answer is
     /// missing, failed or cheap (so a cheap queue is answered exactly); nothing when a

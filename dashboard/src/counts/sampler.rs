@@ -11,6 +11,8 @@ use crate::state::Inner;
 
 /// Counts asked for at once.
 const AT_ONCE: usize = 8;
+/// The longest the sampler waits for a few counts before it asks for the next few.
+const CHUNK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Runs until the dashboard it samples for is dropped. The first pass is at once.
 pub(crate) async fn run(state: Weak<Inner>) {
@@ -32,10 +34,12 @@ pub(crate) async fn run(state: Weak<Inner>) {
                 }
             }
         }
-        // A few queues at a time: a pass over 200 quick queues must not put 200
-        // counts on the backend's pool at once.
+        // A few queues at a time, each few counted before the next start: a pass over
+        // 200 queues must not put 200 counts on the backend's pool at once. A count
+        // that outlasts the wait goes on alone; its queue is not counted again until
+        // it ends.
         for some in queues.chunks(AT_ONCE) {
-            state.counts.get_many(some).await;
+            state.counts.count_due(some, CHUNK_WAIT).await;
         }
     }
 }

@@ -276,3 +276,24 @@ async fn every_queue_in_use_is_sampled_without_a_request() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// The sampler's pace: `count_due` returns only once the counts it started have
+/// ended, slow ones (past `WAIT`) included, so a pass has no more running at once
+/// than it asked for.
+#[tokio::test]
+async fn count_due_waits_for_slow_counts() {
+    let b = costly(300);
+    let queues: Vec<String> = (0..3).map(|i| format!("slow{i}")).collect();
+    for q in &queues {
+        add(&b, q).await;
+    }
+    let counts = Counts::new(b.clone());
+    counts.count_due(&queues, Duration::from_secs(10)).await;
+    assert_eq!(b.counts.load(Ordering::SeqCst), 3);
+    let entries = counts.lock();
+    for q in &queues {
+        let e = entries.get(q).expect("an entry");
+        assert!(e.running.is_none(), "{q}: a count still runs");
+        assert!(matches!(&e.last, Some(Ok(_))), "{q}: no answer");
+    }
+}
