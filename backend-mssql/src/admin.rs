@@ -105,46 +105,29 @@ impl Admin for MssqlBackend {
     }
 
     async fn delete_jobs_unchecked(&self, queue: &str, ids: &[JobId]) -> Result<u64> {
-        let ids =
-            serde_json::Value::from(ids.iter().map(|id| id.0).collect::<Vec<_>>()).to_string();
+        let ids = ids_json(ids);
         let sets = self.run(sql::DELETE_JOBS, &[&queue, &ids.as_str()]).await?;
-        let n = rows::set(&sets, 0)?
-            .first()
-            .map(|r| req::<i32>(r, 0))
-            .transpose()?
-            .unwrap_or(0);
-        Ok(u64::try_from(n).unwrap_or(0))
+        first_count(&sets)
     }
 
     async fn run_now_unchecked(&self, queue: &str, ids: &[JobId]) -> Result<u64> {
-        let ids =
-            serde_json::Value::from(ids.iter().map(|id| id.0).collect::<Vec<_>>()).to_string();
+        let ids = ids_json(ids);
         let sets = self.run(sql::RUN_NOW, &[&queue, &ids.as_str()]).await?;
-        let n = rows::set(&sets, 0)?
-            .first()
-            .map(|r| req::<i32>(r, 0))
-            .transpose()?
-            .unwrap_or(0);
+        let n = first_count(&sets)?;
         if n > 0 {
             self.inner.events.notify(queue, EventKind::Ready);
         }
-        Ok(u64::try_from(n).unwrap_or(0))
+        Ok(n)
     }
 
     async fn retry_dead_unchecked(&self, queue: &str, ids: Option<&[JobId]>) -> Result<u64> {
-        let ids: Option<String> = ids.map(|ids| {
-            serde_json::Value::from(ids.iter().map(|id| id.0).collect::<Vec<_>>()).to_string()
-        });
+        let ids: Option<String> = ids.map(ids_json);
         let sets = self
             .run(sql::RETRY_DEAD, &[&queue, &ids.as_deref()])
             .await?;
-        let n = rows::set(&sets, 0)?
-            .first()
-            .map(|r| req::<i32>(r, 0))
-            .transpose()?
-            .unwrap_or(0);
+        let n = first_count(&sets)?;
         self.wake(rows::set(&sets, 1)?)?;
-        num(n)
+        Ok(n)
     }
 
     async fn maintain_unchecked(&self, queue: &str, retention: Duration) -> Result<Maintenance> {
@@ -228,4 +211,20 @@ impl MssqlBackend {
         }
         num(req::<i32>(r, 1)?)
     }
+}
+
+/// Job ids as the JSON array the statements read with `OPENJSON`.
+fn ids_json(ids: &[JobId]) -> String {
+    serde_json::Value::from(ids.iter().map(|id| id.0).collect::<Vec<_>>()).to_string()
+}
+
+/// The count in the first column of the first result set's first row, 0 when there is
+/// none (the statements that change jobs by id end with one).
+fn first_count(sets: &[Vec<tiberius::Row>]) -> Result<u64> {
+    let n = rows::set(sets, 0)?
+        .first()
+        .map(|r| req::<i32>(r, 0))
+        .transpose()?
+        .unwrap_or(0);
+    num(n)
 }
