@@ -714,6 +714,9 @@ pub trait Admin: Send + Sync {
     ///
     /// # Behavior
     /// - Only dead jobs move; others named in `ids` are left alone (SPEC M2).
+    /// - Attempts count on: `max_attempts` grows by the attempts the job was enqueued
+    ///   with (at most 32767), so its next claim is the attempt after its last; a job
+    ///   that spent 32767 attempts stays dead (SPEC M2).
     /// - Dead jobs of a batch stay dead: running one again after later stages started
     ///   would break the order barrier (SPEC B2). Rerun the batch instead.
     /// - A dead job whose dedupe key another unfinished job now holds stays dead, and of

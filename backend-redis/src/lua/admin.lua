@@ -1,8 +1,9 @@
 -- SPEC C6, M2, M3. ARGV[3] = operation:
 --   'pause' / 'resume'; 'max' (ARGV[4] = limit, or '' for none);
 --   'retry' (ARGV[4] = '' for every dead job, or a comma-separated id list): how many
---     dead jobs went back to ready, each with its enqueued budget again (not batch jobs; not a job whose dedupe key another
---     unfinished job holds; of dead jobs sharing a key, the first);
+--     dead jobs went back to ready, each with its enqueued budget again (not batch
+--     jobs; not a job at the attempt cap; not a job whose dedupe key another unfinished
+--     job holds; of dead jobs sharing a key, the first);
 --   'maintain' (ARGV[4] = retention, microseconds): requeued, dead, pruned, and 1 when
 --     there is more to do (each call does a bounded amount);
 --   'delete' (ARGV[4..] = ids): how many of them were finished and are now gone, as
