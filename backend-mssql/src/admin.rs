@@ -74,6 +74,19 @@ impl MssqlBackend {
 
 #[async_trait]
 impl Admin for MssqlBackend {
+    /// SPEC K1: refused, as a job with a limit key is (`Limits::limit_keys` is false).
+    async fn set_key_limit_unchecked(
+        &self,
+        _queue: &str,
+        _key: Option<&str>,
+        _limit: Option<u32>,
+    ) -> Result<()> {
+        Err(Error::invalid(
+            "limit_key",
+            "the SQL Server backend does not keep limit keys yet",
+        ))
+    }
+
     async fn update_queue_unchecked(&self, queue: &str, update: QueueUpdate) -> Result<()> {
         self.set_queue(queue, update.paused, update.max_running)
             .await

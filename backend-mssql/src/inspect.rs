@@ -118,7 +118,13 @@ impl Inspect for MssqlBackend {
             progress: rows::text(r, 17)?
                 .as_deref()
                 .and_then(Progress::from_stored),
+            limit_key: None,
         })
+    }
+
+    /// No key has a limit here: this backend does not keep limit keys yet (SPEC K1).
+    async fn key_limits_unchecked(&self, _queue: &str) -> Result<relayq_core::KeyLimits> {
+        Ok(relayq_core::KeyLimits::default())
     }
 
     async fn running_unchecked(&self, queue: &str) -> Result<Vec<RunningJob>> {

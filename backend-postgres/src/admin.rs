@@ -70,6 +70,66 @@ impl PostgresBackend {
         Ok(())
     }
 
+    /// SPEC K1, K3: stores the limit, keeps the queue's `keyed` flag (whether its claims
+    /// count keys) and puts every parked job of the queue back in the claim index: the
+    /// next claim parks again those whose key is still full. Under the queue row's
+    /// lock, as a keyed claim and a freed slot's unpark are.
+    pub(crate) async fn set_key_limit_tx(
+        &self,
+        queue: &str,
+        key: Option<&str>,
+        limit: Option<u32>,
+    ) -> Result<()> {
+        let limit = limit.map(|m| i32::try_from(m).unwrap_or(i32::MAX));
+        let payload = format!("{}:{queue}", listen::READY);
+        let mut tx = self.inner.pool.begin().await.map_err(db)?;
+        sqlx::query(self.sql(
+            "INSERT INTO {s}.queues (queue) VALUES ($1)
+             ON CONFLICT (queue) DO UPDATE SET queue = EXCLUDED.queue",
+        ))
+        .bind(queue)
+        .execute(&mut *tx)
+        .await
+        .map_err(db)?;
+        let change = match key {
+            None => "UPDATE {s}.queues SET key_limit = $3 WHERE queue = $1 AND $2::text IS NULL",
+            Some(_) if limit.is_some() => {
+                "INSERT INTO {s}.key_limits (queue, limit_key, max) VALUES ($1, $2, $3)
+                 ON CONFLICT (queue, limit_key) DO UPDATE SET max = EXCLUDED.max"
+            }
+            Some(_) => {
+                "DELETE FROM {s}.key_limits
+                 WHERE queue = $1 AND limit_key = $2 AND $3::int IS NULL"
+            }
+        };
+        sqlx::query(self.sql(change))
+            .bind(queue)
+            .bind(key)
+            .bind(limit)
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
+        sqlx::query(self.sql(
+            "WITH flag AS (
+                 UPDATE {s}.queues SET keyed = key_limit IS NOT NULL
+                     OR EXISTS (SELECT 1 FROM {s}.key_limits WHERE queue = $1)
+                 WHERE queue = $1),
+             unparked AS (
+                 UPDATE {s}.jobs SET parked = false
+                 WHERE queue = $1 AND parked AND state IN ('ready', 'retrying'))
+             SELECT pg_notify($2, $3)",
+        ))
+        .bind(queue)
+        .bind(self.inner.schema.channel())
+        .bind(&payload)
+        .execute(&mut *tx)
+        .await
+        .map_err(db)?;
+        tx.commit().await.map_err(db)?;
+        self.notify_local(&[payload]);
+        Ok(())
+    }
+
     /// Cancels `ids` inside the transaction and promotes what they released.
     /// Cancels `ids`; `why` goes to the log of each attempt it cuts short.
     async fn cancel_ids(
@@ -240,12 +300,12 @@ impl PostgresBackend {
              ins AS (
                  INSERT INTO {s}.jobs (id, queue, state, payload, priority, run_at, max_attempts,
                                        attempts, budget, group_key, dedupe_key, enqueued_by,
-                                       created_at, last_error, progress)
+                                       created_at, last_error, progress, limit_key)
                  SELECT id, queue, CASE WHEN group_key IS NULL THEN 'ready' ELSE 'blocked' END,
                         payload, priority, now(),
                         least(32767, attempts::int + coalesce(budget, max_attempts)), attempts,
                         coalesce(budget, max_attempts), group_key, dedupe_key,
-                        enqueued_by, created_at, last_error, progress
+                        enqueued_by, created_at, last_error, progress, limit_key
                  FROM d ORDER BY id
                  ON CONFLICT (queue, dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
                  RETURNING id, group_key),
@@ -318,6 +378,15 @@ impl Admin for PostgresBackend {
     async fn update_queue_unchecked(&self, queue: &str, update: QueueUpdate) -> Result<()> {
         self.set_queue(queue, update.paused, update.max_running)
             .await
+    }
+
+    async fn set_key_limit_unchecked(
+        &self,
+        queue: &str,
+        key: Option<&str>,
+        limit: Option<u32>,
+    ) -> Result<()> {
+        retry_transient(|| self.set_key_limit_tx(queue, key, limit), crate::retryable).await
     }
 
     async fn cancel_job_unchecked(&self, queue: &str, id: JobId) -> Result<bool> {

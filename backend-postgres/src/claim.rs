@@ -88,7 +88,7 @@ macro_rules! claim_sql {
     ($gate:expr, $expiry:literal) => {
         concat!(
             "WITH settings AS MATERIALIZED (
-                SELECT paused, max_running FROM {s}.queues WHERE queue = $1),
+                SELECT paused, max_running, keyed FROM {s}.queues WHERE queue = $1),
             ready AS MATERIALIZED (
                 SELECT r.* FROM (SELECT $2::bigint AS lim WHERE true ",
             $gate,
@@ -126,7 +126,8 @@ macro_rules! claim_sql {
                 FROM expired WHERE id IN (SELECT id FROM c)),
             flags AS (
                 SELECT EXISTS (SELECT 1 FROM settings
-                               WHERE NOT paused AND max_running IS NOT NULL) AS limited,
+                               WHERE NOT paused AND (max_running IS NOT NULL OR keyed))
+                           AS limited,
                        EXISTS (SELECT 1 FROM {s}.jobs
                                WHERE queue = $1 AND state = 'running'
                                  AND lease_expires_at <= now()
@@ -146,7 +147,8 @@ macro_rules! claim_sql {
 /// The gate of a claim for a queue with no limit and not paused.
 macro_rules! free {
     () => {
-        "AND NOT EXISTS (SELECT 1 FROM settings WHERE paused OR max_running IS NOT NULL)"
+        "AND NOT EXISTS (SELECT 1 FROM settings
+                         WHERE paused OR max_running IS NOT NULL OR keyed)"
     };
 }
 
@@ -156,9 +158,8 @@ const CLAIM_FREE: &str = claim_sql!(free!(), "");
 /// [`CLAIM_FREE`] without looking for expired leases: see [`ExpiryClock`]. The
 /// constant-false condition leaves both scans of the running index out of the plan.
 const CLAIM_FREE_READY: &str = claim_sql!(free!(), "AND false ");
-/// Claims under the queue row's lock, with the limit already cut to the free room.
-const CLAIM_LIMITED: &str = claim_sql!("", "");
-/// [`CLAIM_LIMITED`] without looking for expired leases.
+/// Claims under the queue row's lock, with the limit already cut to the free room;
+/// expired leases were handled just before (see `claim_limited`).
 const CLAIM_LIMITED_READY: &str = claim_sql!("", "AND false ");
 
 /// How often a handle's claims of one queue look for expired leases (SPEC C5).
@@ -205,7 +206,7 @@ impl ExpiryClock {
 type Expired = (bool, Option<String>, Option<i64>, Option<i32>);
 
 /// One row of the claim statement: the flags, and a claimed job unless none was.
-struct Row {
+pub(crate) struct Row {
     limited: bool,
     doomed: bool,
     id: Option<i64>,
@@ -251,8 +252,8 @@ impl sqlx::FromRow<'_, PgRow> for Row {
 
 /// What a claim statement found besides its jobs.
 #[derive(Default)]
-struct Found {
-    jobs: Vec<ClaimedJob>,
+pub(crate) struct Found {
+    pub(crate) jobs: Vec<ClaimedJob>,
     limited: bool,
     doomed: bool,
 }
@@ -261,7 +262,7 @@ fn missing() -> Error {
     Error::backend("claimed row lacks a column")
 }
 
-fn to_found(req: &ClaimRequest, rows: Vec<Row>) -> Result<Found> {
+pub(crate) fn to_found(req: &ClaimRequest, rows: Vec<Row>) -> Result<Found> {
     let mut found = Found::default();
     for r in rows {
         found.limited |= r.limited;
@@ -291,7 +292,7 @@ fn to_found(req: &ClaimRequest, rows: Vec<Row>) -> Result<Found> {
 }
 
 /// One fresh random token for each job a claim of `limit` may take.
-fn tokens(limit: i64) -> Vec<uuid::Uuid> {
+pub(crate) fn tokens(limit: i64) -> Vec<uuid::Uuid> {
     (0..limit).map(|_| LeaseToken::random().0).collect()
 }
 
@@ -332,18 +333,25 @@ impl PostgresBackend {
     /// price of an exact limit. Unlimited queues never do. A claim that was already
     /// running when `set_max_running` committed may still claim under the old setting.
     async fn claim_limited(&self, req: &ClaimRequest, limit: i64, expire: bool) -> Result<Found> {
+        if expire {
+            // Expired leases first, in a transaction of their own: a keyed claim counts
+            // an expired job's slot as held until then (SPEC K2), and the dead-bound
+            // ones are made dead here too.
+            self.expire(&req.queue, true).await?;
+        }
         let mut tx = self.inner.pool.begin().await.map_err(db)?;
-        let settings: Option<(bool, Option<i32>)> = sqlx::query_as(
-            self.sql("SELECT paused, max_running FROM {s}.queues WHERE queue = $1 FOR UPDATE"),
-        )
+        let settings: Option<(bool, Option<i32>, bool)> = sqlx::query_as(self.sql(
+            "SELECT paused, max_running, keyed FROM {s}.queues WHERE queue = $1 FOR UPDATE",
+        ))
         .bind(&req.queue)
         .fetch_optional(&mut *tx)
         .await
         .map_err(db)?;
         let mut limit = limit;
+        let keyed = settings.is_some_and(|s| s.2);
         match settings {
-            Some((true, _)) => limit = 0,
-            Some((false, Some(max))) => {
+            Some((true, _, _)) => limit = 0,
+            Some((false, Some(max), _)) => {
                 // A job whose lease expired holds no slot: the claim below may take it
                 // over (SPEC C5), which counts it again.
                 let running: i64 = sqlx::query_scalar(self.sql(
@@ -358,15 +366,13 @@ impl PostgresBackend {
             }
             _ => {}
         }
-        let found = if limit > 0 {
-            let sql = if expire {
-                CLAIM_LIMITED
-            } else {
-                CLAIM_LIMITED_READY
-            };
-            self.claim_statement(&mut *tx, sql, req, limit).await?
-        } else {
+        let found = if limit <= 0 {
             Found::default()
+        } else if keyed {
+            self.claim_keyed(&mut tx, req, limit).await?
+        } else {
+            self.claim_statement(&mut *tx, CLAIM_LIMITED_READY, req, limit)
+                .await?
         };
         tx.commit().await.map_err(db)?;
         Ok(found)

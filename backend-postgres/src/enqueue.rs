@@ -21,7 +21,7 @@ macro_rules! insert_jobs {
         "
     WITH ins AS (
         INSERT INTO {s}.jobs (queue, state, payload, priority, run_at, max_attempts, group_key,
-                              batch_id, stage, dedupe_key, enqueued_by, created_at)
+                              batch_id, stage, dedupe_key, enqueued_by, created_at, limit_key)
         SELECT $1,
                CASE WHEN i.grp IS NULL AND (i.batch IS NULL OR i.stage <= i.released)
                     THEN 'ready' ELSE 'blocked' END,
@@ -29,12 +29,12 @@ macro_rules! insert_jobs {
                CASE WHEN i.run_at IS NOT NULL THEN i.run_at
                     ELSE now() + COALESCE(i.delay_us, 0)::float8 * interval '1 microsecond'
                END,
-               i.max_attempts, i.grp, i.batch, i.stage, i.dedupe, i.who, now()
+               i.max_attempts, i.grp, i.batch, i.stage, i.dedupe, i.who, now(), i.lkey
         FROM unnest($2::bytea[], $3::smallint[], $4::timestamptz[], $5::bigint[],
                     $6::smallint[], $7::text[], $8::bigint[], $9::int[], $10::text[],
-                    $11::text[], $14::int[])
+                    $11::text[], $14::int[], $15::text[])
             WITH ORDINALITY AS i(payload, priority, run_at, delay_us, max_attempts, grp,
-                                 batch, stage, dedupe, who, released, ord)
+                                 batch, stage, dedupe, who, released, lkey, ord)
         ORDER BY i.ord
         ON CONFLICT (queue, dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
         RETURNING id, dedupe_key)"
@@ -347,7 +347,9 @@ impl PostgresBackend {
         let mut keys = Vec::with_capacity(jobs.len());
         let mut who = Vec::with_capacity(jobs.len());
         let mut rel = Vec::with_capacity(jobs.len());
+        let mut limit_keys = Vec::with_capacity(jobs.len());
         for job in jobs {
+            limit_keys.push(job.limit_key.as_deref());
             payloads.push(job.payload.as_slice());
             priorities.push(job.priority);
             // Relative times resolve against the server's clock.
@@ -384,6 +386,7 @@ impl PostgresBackend {
             .bind(self.inner.schema.channel())
             .bind(format!("{}:{queue}", listen::READY))
             .bind(&rel)
+            .bind(&limit_keys)
             .fetch_all(&mut *c)
             .await
             .map_err(db)
@@ -419,7 +422,11 @@ fn dedup(id: JobId) -> Enqueued {
 #[async_trait]
 impl Enqueue for PostgresBackend {
     fn limits(&self) -> Limits {
-        self.inner.limits
+        // Limit keys are enforced here (SPEC K), whatever the configuration says.
+        Limits {
+            limit_keys: true,
+            ..self.inner.limits
+        }
     }
 
     async fn enqueue_unchecked(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {

@@ -4,7 +4,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use relayq_core::{
     AttemptOutcome, AttemptRecord, Batch, BatchId, BatchProgress, Error, Inspect, JobFilter, JobId,
-    JobInfo, JobPage, JobState, LIST_SCAN, Progress, QueueStats, Result, RunningJob,
+    JobInfo, JobPage, JobState, KeyLimits, KeyUse, LIST_SCAN, Progress, QueueStats, Result,
+    RunningJob,
 };
 
 use crate::{PostgresBackend, db};
@@ -31,6 +32,7 @@ struct JobRow {
     output: Option<String>,
     progress: Option<String>,
     claimed_at: Option<DateTime<Utc>>,
+    limit_key: Option<String>,
     #[sqlx(flatten)]
     log: LogColumns,
 }
@@ -131,20 +133,58 @@ impl Inspect for PostgresBackend {
         Ok(stats)
     }
 
+    async fn key_limits_unchecked(&self, queue: &str) -> Result<KeyLimits> {
+        // One statement, one snapshot: the default, then each key's count and limit.
+        let rows: Vec<(Option<String>, i64, Option<i32>)> = sqlx::query_as(self.sql(
+            "SELECT NULL, 0::bigint, key_limit FROM {s}.queues WHERE queue = $1
+             UNION ALL
+             (SELECT k, sum(n)::bigint, max(own) FROM (
+                  SELECT limit_key AS k, count(*) AS n, NULL::int AS own FROM {s}.jobs
+                  WHERE queue = $1 AND limit_key IS NOT NULL AND state = 'running'
+                  GROUP BY limit_key
+                  UNION ALL
+                  SELECT limit_key, 0, max FROM {s}.key_limits WHERE queue = $1) u
+              GROUP BY k ORDER BY k LIMIT $2)",
+        ))
+        .bind(queue)
+        .bind(i64::try_from(relayq_core::KEYS_LISTED).unwrap_or(i64::MAX))
+        .fetch_all(self.pool())
+        .await
+        .map_err(db)?;
+        let mut out = KeyLimits::default();
+        if let Some((None, _, default)) = rows.first() {
+            out.default = default.map(num).transpose()?;
+        }
+        for (key, running, own) in rows {
+            let Some(key) = key else { continue };
+            let own = own.map(num).transpose()?;
+            out.keys.push(KeyUse {
+                key,
+                running: num(running)?,
+                own,
+                limit: own.or(out.default),
+            });
+        }
+        Ok(out)
+    }
+
     async fn queues(&self) -> Result<Vec<String>> {
         // The queues by loose index scans, one index probe per queue, not a read of
         // every job: `jobs` has no index on `queue` alone, only partial ones, so each
-        // scan names its index's predicate (without one, `min(queue)` read the whole
+        // scan names its index's predicate (parked jobs' queues have key limits, and
+        // `queues` lists them) (without one, `min(queue)` read the whole
         // table: 0.6 s at 1,000,000 jobs). Ready and retrying jobs are in jobs_claim,
         // running ones in jobs_running; a job blocked behind its group shares its
         // queue with the group's running or retrying holder, and one blocked by its
         // stage has a batch, which `batches` lists. Finished jobs: finished_queue.
         sqlx::query_scalar(self.sql(
             "WITH RECURSIVE c(name) AS (
-                 SELECT (SELECT min(queue) FROM {s}.jobs WHERE state IN ('ready', 'retrying'))
+                 SELECT (SELECT min(queue) FROM {s}.jobs
+                         WHERE state IN ('ready', 'retrying') AND NOT parked)
                  UNION ALL
                  SELECT (SELECT min(queue) FROM {s}.jobs
-                         WHERE state IN ('ready', 'retrying') AND queue > c.name)
+                         WHERE state IN ('ready', 'retrying') AND NOT parked
+                           AND queue > c.name)
                  FROM c WHERE c.name IS NOT NULL),
              r(name) AS (
                  SELECT (SELECT min(queue) FROM {s}.jobs WHERE state = 'running')
@@ -160,7 +200,7 @@ impl Inspect for PostgresBackend {
              UNION SELECT name FROM r WHERE name IS NOT NULL
              UNION SELECT name FROM f WHERE name IS NOT NULL
              UNION SELECT queue FROM {s}.batches
-             UNION SELECT queue FROM {s}.queues WHERE paused OR max_running IS NOT NULL
+             UNION SELECT queue FROM {s}.queues WHERE paused OR max_running IS NOT NULL OR keyed
              UNION SELECT queue FROM {s}.schedules
              ORDER BY 1",
         ))
@@ -198,13 +238,13 @@ impl Inspect for PostgresBackend {
                         payload, priority, run_at, attempts, max_attempts, group_key, batch_id,
                         stage, dedupe_key, enqueued_by, created_at,
                         NULL::timestamptz AS finished_at, last_error, worker, started_at,
-                        NULL AS output, progress, started_at AS claimed_at
+                        NULL AS output, progress, started_at AS claimed_at, limit_key
                  FROM {s}.jobs WHERE id = $1 AND queue = $2
                  UNION ALL
                  SELECT id, state, payload, priority, run_at, attempts, max_attempts,
                         group_key, batch_id, stage, dedupe_key, enqueued_by, created_at,
                         finished_at, last_error, worker, started_at, output, progress,
-                        claimed_at
+                        claimed_at, limit_key
                  FROM {s}.finished WHERE id = $1 AND queue = $2) j",
         ))
         .bind(id.0)
@@ -275,6 +315,7 @@ impl Inspect for PostgresBackend {
             last_error: row.last_error,
             attempt_log: log,
             progress: row.progress.as_deref().and_then(Progress::from_stored),
+            limit_key: row.limit_key,
         })
     }
 

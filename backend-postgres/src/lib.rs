@@ -54,6 +54,7 @@ mod driver;
 mod enqueue;
 mod explain;
 mod inspect;
+mod keys;
 mod listen;
 mod promote;
 mod schedules;

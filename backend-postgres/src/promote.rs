@@ -38,7 +38,7 @@ macro_rules! archive {
             "INSERT INTO {s}.finished (id, queue, state, payload, priority, run_at, ",
             "max_attempts, attempts, group_key, batch_id, stage, dedupe_key, enqueued_by, ",
             "created_at, last_error, finished_at, progress, budget, worker, started_at, output, ",
-            "claimed_at) ",
+            "claimed_at, limit_key) ",
             "SELECT g.id, g.queue, ",
             $state,
             ", g.payload, g.priority, g.run_at, g.max_attempts, g.attempts, g.group_key, ",
@@ -46,7 +46,7 @@ macro_rules! archive {
             $error,
             ", now(), g.progress, g.budget, ",
             $attempt,
-            " FROM ",
+            ", g.limit_key FROM ",
             $from
         )
     };

@@ -48,7 +48,7 @@ macro_rules! settle_tail {
             SELECT f.batch_id FROM fin f CROSS JOIN LATERAL (
                 SELECT w.id FROM (
                     SELECT c.id FROM {s}.jobs c
-                    WHERE c.queue = f.queue AND c.state IN ('ready', 'retrying')
+                    WHERE c.queue = f.queue AND c.state IN ('ready', 'retrying') AND NOT c.parked
                     ORDER BY c.priority DESC, c.run_at DESC, c.id DESC LIMIT 16) c
                 CROSS JOIN LATERAL (
                     SELECT w.id FROM {s}.jobs w

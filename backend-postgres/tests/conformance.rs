@@ -18,6 +18,7 @@ impl Driven for Postgres {
         Capability::Unreachable,
         Capability::ConnectionCut,
         Capability::Schema,
+        Capability::LimitKeys,
     ];
 
     fn url(server: Option<&str>) -> String {

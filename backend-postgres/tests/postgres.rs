@@ -803,7 +803,18 @@ async fn unmigrated_schemas_say_to_migrate(url: String) {
     assert!(err.to_string().contains("migrate()"), "{err}");
     // Version 1: claims need version 4's function. The failed claim changed nothing.
     let (old, s) = version_1(&url).await;
-    let id = old.enqueue_one(NewJob::new(&q, vec![])).await.unwrap().id;
+    // Stored as version 1 stored jobs: today's enqueue writes later columns.
+    let id = relayq_core::JobId(
+        sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "INSERT INTO {s}.jobs (queue, state, payload, priority, run_at, max_attempts,
+                                   created_at)
+             VALUES ($1, 'ready', '', 0, now(), 3, now()) RETURNING id"
+        )))
+        .bind(&q)
+        .fetch_one(old.pool())
+        .await
+        .unwrap(),
+    );
     let err = old
         .claim(ClaimRequest::new(&q, "w", 1, LEASE))
         .await

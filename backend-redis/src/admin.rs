@@ -6,8 +6,9 @@ use async_trait::async_trait;
 use redis::Value;
 use relayq_core::{
     Admin, AttemptOutcome, AttemptRecord, Batch, BatchId, BatchProgress, Error, EventKind, Inspect,
-    JobFilter, JobId, JobInfo, JobPage, JobState, Maintenance, OnFailure, OrderBarrier, Progress,
-    QueueStats, QueueUpdate, Result, RunningJob, StageProgress, WaitFor, cancelled_by,
+    JobFilter, JobId, JobInfo, JobPage, JobState, KEYS_LISTED, KeyLimits, KeyUse, Maintenance,
+    OnFailure, OrderBarrier, Progress, QueueStats, QueueUpdate, Result, RunningJob, StageProgress,
+    WaitFor, cancelled_by,
 };
 use serde::Deserialize;
 
@@ -275,7 +276,41 @@ impl Inspect for RedisBackend {
             last_error: field("le"),
             attempt_log: log,
             progress: field("pg").as_deref().and_then(Progress::from_stored),
+            limit_key: field("lk"),
         })
+    }
+
+    async fn key_limits_unchecked(&self, queue: &str) -> Result<KeyLimits> {
+        let out: Value = self
+            .run_idempotent(&scripts::READ, queue, &[b"keys".to_vec(), arg(KEYS_LISTED)])
+            .await?;
+        let items = reply::items(out)?;
+        let Some((default, keys)) = items.split_first() else {
+            return Err(bad("keys"));
+        };
+        let parse = |v: &Value| -> Result<Option<u32>> {
+            reply::opt_text(v)?
+                .filter(|t| !t.is_empty())
+                .map(|t| t.parse().map_err(Error::backend))
+                .transpose()
+        };
+        let default = parse(default)?;
+        let keys = keys
+            .chunks(3)
+            .map(|f| {
+                let [key, running, own] = f else {
+                    return Err(bad("keys"));
+                };
+                let own = parse(own)?;
+                Ok(KeyUse {
+                    key: text(key)?,
+                    running: u64::try_from(int(running)?.max(0)).map_err(Error::backend)?,
+                    own,
+                    limit: own.or(default),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(KeyLimits { default, keys })
     }
 
     async fn running_unchecked(&self, queue: &str) -> Result<Vec<RunningJob>> {
@@ -470,6 +505,23 @@ impl Admin for RedisBackend {
         if update.may_free_claims() {
             self.notify_local(queue, EventKind::Ready);
         }
+        Ok(())
+    }
+
+    async fn set_key_limit_unchecked(
+        &self,
+        queue: &str,
+        key: Option<&str>,
+        limit: Option<u32>,
+    ) -> Result<()> {
+        self.register(queue).await?;
+        let args = [
+            b"keylimit".to_vec(),
+            key.map(|k| format!("k{k}")).unwrap_or_default().into_bytes(),
+            limit.map(arg).unwrap_or_default(),
+        ];
+        self.admin(queue, &args).await?;
+        self.notify_local(queue, EventKind::Ready);
         Ok(())
     }
 

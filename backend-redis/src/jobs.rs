@@ -17,7 +17,7 @@ use crate::{
     scripts,
 };
 
-/// Appends `job`'s 10 fields in the order `enqueue_jobs` (lib.lua) reads them.
+/// Appends `job`'s 11 fields in the order `enqueue_jobs` (lib.lua) reads them.
 pub(crate) fn push_job(args: &mut Vec<Vec<u8>>, job: &NewJob) {
     // Relative times resolve against the server's clock, in the script.
     let (at, delay) = match job.run_at {
@@ -40,6 +40,7 @@ pub(crate) fn push_job(args: &mut Vec<Vec<u8>>, job: &NewJob) {
     args.push(arg(job.stage.unwrap_or(0)));
     args.push(job.dedupe_key.clone().unwrap_or_default().into_bytes());
     args.push(job.enqueued_by.clone().unwrap_or_default().into_bytes());
+    args.push(job.limit_key.clone().unwrap_or_default().into_bytes());
 }
 
 /// Fields per claimed job in the claim script's reply.
@@ -48,7 +49,11 @@ const CLAIMED_FIELDS: usize = 5;
 #[async_trait]
 impl Enqueue for RedisBackend {
     fn limits(&self) -> Limits {
-        self.inner.limits
+        // Limit keys are enforced here (SPEC K), whatever the configuration says.
+        Limits {
+            limit_keys: true,
+            ..self.inner.limits
+        }
     }
 
     async fn enqueue_unchecked(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
@@ -56,7 +61,7 @@ impl Enqueue for RedisBackend {
             return Ok(Vec::new());
         };
         self.register(&queue).await?;
-        let mut args = Vec::with_capacity(1 + jobs.len() * 10);
+        let mut args = Vec::with_capacity(1 + jobs.len() * 11);
         args.push(arg(jobs.len()));
         for job in &jobs {
             push_job(&mut args, job);
@@ -87,6 +92,8 @@ impl Claim for RedisBackend {
             req.worker.clone().into_bytes(),
         ];
         args.extend(tokens.iter().map(|t| t.0.to_string().into_bytes()));
+        // After the tokens: how many of the jobs start at once (SPEC K6).
+        args.push(arg(req.slots.min(req.limit)));
         let out: Value = self.run(&scripts::CLAIM, &req.queue, &args).await?;
         let items = reply::items(out)?;
         let Some((expiry, jobs)) = items.split_first() else {

@@ -101,7 +101,7 @@ impl Schedules for RedisBackend {
     }
 
     async fn fire_unchecked(&self, fire: Fire) -> Result<Fired> {
-        let mut args = Vec::with_capacity(5 + fire.jobs.len() * 10);
+        let mut args = Vec::with_capacity(5 + fire.jobs.len() * 11);
         args.push(fire.name.as_bytes().to_vec());
         args.push(arg(fire.version));
         args.push(

@@ -13,6 +13,7 @@ impl Driven for Redis {
         Capability::Notifications,
         Capability::Unreachable,
         Capability::ConnectionCut,
+        Capability::LimitKeys,
     ];
 
     fn url(server: Option<&str>) -> String {

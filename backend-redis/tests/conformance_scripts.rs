@@ -20,6 +20,7 @@ impl Subject for RedisScripts {
         Capability::Notifications,
         Capability::Unreachable,
         Capability::ConnectionCut,
+        Capability::LimitKeys,
     ];
 
     async fn open(url: Option<String>) -> anyhow::Result<Self> {

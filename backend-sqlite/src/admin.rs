@@ -102,6 +102,58 @@ impl Admin for SqliteBackend {
             .await
     }
 
+    async fn set_key_limit_unchecked(
+        &self,
+        queue: &str,
+        key: Option<&str>,
+        limit: Option<u32>,
+    ) -> Result<()> {
+        let (mut tx, _) = self.write().await?;
+        let limit = limit.map(i64::from);
+        // The queue's row tells its claims to count keys (`claim::QUEUE_SETTINGS`).
+        sqlx::query("INSERT INTO relayq_queues (queue) VALUES (?1) ON CONFLICT DO NOTHING")
+            .bind(queue)
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
+        match key {
+            None => sqlx::query(
+                "INSERT INTO relayq_queues (queue, key_limit) VALUES (?1, ?2)
+                 ON CONFLICT (queue) DO UPDATE SET key_limit = ?2",
+            )
+            .bind(queue)
+            .bind(limit),
+            Some(key) if limit.is_some() => sqlx::query(
+                "INSERT INTO relayq_key_limits (queue, limit_key, max) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (queue, limit_key) DO UPDATE SET max = ?3",
+            )
+            .bind(queue)
+            .bind(key)
+            .bind(limit),
+            Some(key) => {
+                sqlx::query("DELETE FROM relayq_key_limits WHERE queue = ?1 AND limit_key = ?2")
+                    .bind(queue)
+                    .bind(key)
+            }
+        }
+        .execute(&mut *tx)
+        .await
+        .map_err(db)?;
+        // Every parked job of the queue goes back to the claim index: the next claim
+        // parks again those whose key is still full (SPEC K3).
+        sqlx::query(
+            "UPDATE relayq_jobs INDEXED BY relayq_jobs_parked SET parked = 0
+             WHERE queue = ?1 AND parked = 1 AND state IN ('ready', 'retrying')",
+        )
+        .bind(queue)
+        .execute(&mut *tx)
+        .await
+        .map_err(db)?;
+        tx.commit().await.map_err(db)?;
+        self.notify(queue, EventKind::Ready);
+        Ok(())
+    }
+
     async fn cancel_job_unchecked(&self, queue: &str, id: JobId) -> Result<bool> {
         let (mut tx, now) = self.write().await?;
         let changed = cancel(&mut tx, queue, id.0, now, cancelled_by::JOB).await?;

@@ -6,7 +6,9 @@ use relayq_core::{
     AttemptOutcome, BatchId, Claim, ClaimRequest, ClaimedJob, Error, JobId, JobState, Lease,
     LeaseToken, Result,
 };
+use relayq_core::kit::keys::{Admit, KeyAdmission};
 use sqlx::{Row as _, sqlite::SqliteRow};
+use std::collections::HashMap;
 
 use crate::{Conn, Ended, SqliteBackend, at, db, log_attempt, plus, promote, us};
 
@@ -51,8 +53,10 @@ impl sqlx::FromRow<'_, SqliteRow> for Claimed {
 /// The queue's settings: one probe of its primary key. A single-table equality on a
 /// primary key or unique index, as here and in every `WHERE id = ?1` below, is
 /// planned by SQLite's short cut for it, before and without the statistics.
-pub(crate) const QUEUE_SETTINGS: &str =
-    "SELECT paused, max_running FROM relayq_queues WHERE queue = ?1";
+pub(crate) const QUEUE_SETTINGS: &str = "SELECT paused, max_running,
+        key_limit IS NOT NULL
+        OR EXISTS (SELECT 1 FROM relayq_key_limits WHERE queue = ?1)
+    FROM relayq_queues WHERE queue = ?1";
 
 /// The queue's running jobs, for `max_running`. Pinned to the running index, which
 /// holds them and nothing else; `relayq_jobs_state` would do as well, but the pin
@@ -81,13 +85,46 @@ pub(crate) const CLAIM: &str = "INSERT INTO relayq_jobs
         (id, queue, state, payload, priority, run_at, max_attempts, created_at)
     SELECT id, queue, state, X'', priority, run_at, max_attempts, created_at
     FROM relayq_jobs INDEXED BY relayq_jobs_claim
-    WHERE queue = ?4 AND state IN ('ready', 'retrying') AND run_at <= ?3
+    WHERE queue = ?4 AND state IN ('ready', 'retrying') AND parked = 0 AND run_at <= ?3
     ORDER BY priority, run_at, id LIMIT ?5
     ON CONFLICT (id) DO UPDATE
     SET state = 'running', attempts = attempts + 1, lease_token = randomblob(16),
         lease_expires_at = ?1, worker = ?2, started_at = ?3
     RETURNING id, lease_token, attempts, payload, priority, run_at, max_attempts,
               group_key, batch_id, stage, enqueued_by";
+
+/// A keyed claim's candidates: the head of the claim index, with each job's key.
+pub(crate) const CANDIDATES: &str = "SELECT id, limit_key FROM relayq_jobs INDEXED BY relayq_jobs_claim
+    WHERE queue = ?1 AND state IN ('ready', 'retrying') AND parked = 0 AND run_at <= ?2
+    ORDER BY priority, run_at, id LIMIT ?3";
+
+/// A key's running jobs (SPEC K2), jobs held ahead in a buffer included.
+pub(crate) const KEY_RUNNING: &str =
+    "SELECT COUNT(*) FROM relayq_jobs INDEXED BY relayq_jobs_key_running
+    WHERE queue = ?1 AND limit_key = ?2 AND limit_key IS NOT NULL AND state = 'running'";
+
+/// A key's limit: its own, else the queue's default.
+pub(crate) const KEY_LIMIT: &str = "SELECT COALESCE(
+        (SELECT max FROM relayq_key_limits WHERE queue = ?1 AND limit_key = ?2), key_limit)
+    FROM relayq_queues WHERE queue = ?1";
+
+/// Sets a job aside until a slot of its key frees (SPEC K4; the `relayq_key_freed`
+/// trigger puts it back).
+pub(crate) const PARK: &str = "UPDATE relayq_jobs SET parked = 1 WHERE id = ?1";
+
+/// One job claimed by id, for a keyed claim; the columns are [`CLAIM`]'s.
+pub(crate) const CLAIM_ONE: &str = "UPDATE relayq_jobs
+    SET state = 'running', attempts = attempts + 1, lease_token = randomblob(16),
+        lease_expires_at = ?1, worker = ?2, started_at = ?3
+    WHERE id = ?4
+    RETURNING id, lease_token, attempts, payload, priority, run_at, max_attempts,
+              group_key, batch_id, stage, enqueued_by";
+
+/// How many candidates a keyed claim reads at a time, beyond its limit: enough to
+/// pass over a full key's jobs, each of which it parks so the next read goes further.
+const SCAN_EXTRA: i64 = 256;
+/// Reads of candidates per keyed claim at most.
+const SCAN_ROUNDS: usize = 8;
 
 /// The queue's running jobs whose lease has expired, pinned to the running index
 /// (see [`RUNNING_COUNT`]).
@@ -107,12 +144,12 @@ impl Claim for SqliteBackend {
     async fn claim_unchecked(&self, req: ClaimRequest) -> Result<Vec<ClaimedJob>> {
         let (mut tx, now) = self.write().await?;
         expire(&mut tx, &req.queue, now).await?;
-        let settings: Option<(bool, Option<i64>)> = sqlx::query_as(QUEUE_SETTINGS)
+        let settings: Option<(bool, Option<i64>, bool)> = sqlx::query_as(QUEUE_SETTINGS)
             .bind(&req.queue)
             .fetch_optional(&mut *tx)
             .await
             .map_err(db)?;
-        let (paused, max_running) = settings.unwrap_or((false, None));
+        let (paused, max_running, keyed) = settings.unwrap_or((false, None, false));
         let mut limit = i64::from(req.limit);
         if let Some(max) = max_running {
             let running: i64 = sqlx::query_scalar(RUNNING_COUNT)
@@ -127,15 +164,19 @@ impl Claim for SqliteBackend {
             return Ok(Vec::new());
         }
         let expires_at = plus(now, req.lease);
-        let mut rows: Vec<Claimed> = sqlx::query_as(CLAIM)
-            .bind(us(expires_at))
-            .bind(&req.worker)
-            .bind(us(now))
-            .bind(&req.queue)
-            .bind(limit)
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(db)?;
+        let mut rows: Vec<Claimed> = if keyed {
+            claim_keyed(&mut tx, &req, limit, expires_at, now).await?
+        } else {
+            sqlx::query_as(CLAIM)
+                .bind(us(expires_at))
+                .bind(&req.worker)
+                .bind(us(now))
+                .bind(&req.queue)
+                .bind(limit)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(db)?
+        };
         tx.commit().await.map_err(db)?;
         // RETURNING has no order: sort by order key (SPEC C3).
         rows.sort_unstable_by_key(|r| (r.priority, r.run_at, r.id));
@@ -167,6 +208,89 @@ impl Claim for SqliteBackend {
             })
             .collect()
     }
+}
+
+/// SPEC K2, K4, K6: the claim of a queue with key limits. Reads the claim index's head,
+/// takes each job whose key has room, parks those whose key is full, and reads on past
+/// them while it has room left. The write lock keeps the counts exact.
+async fn claim_keyed(
+    c: &mut Conn,
+    req: &ClaimRequest,
+    limit: i64,
+    expires_at: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> Result<Vec<Claimed>> {
+    let want = u32::try_from(limit).map_err(Error::backend)?;
+    let mut admission = KeyAdmission::new(want, req.slots);
+    let mut limits: HashMap<String, Option<u32>> = HashMap::new();
+    let mut rows = Vec::new();
+    let scan = 2 * limit + SCAN_EXTRA;
+    for _ in 0..SCAN_ROUNDS {
+        let candidates: Vec<(i64, Option<String>)> = sqlx::query_as(CANDIDATES)
+            .bind(&req.queue)
+            .bind(us(now))
+            .bind(scan)
+            .fetch_all(&mut *c)
+            .await
+            .map_err(db)?;
+        let read = candidates.len();
+        let mut parked = 0;
+        for (id, key) in candidates {
+            if admission.done() {
+                break;
+            }
+            let (key_limit, running) = match &key {
+                Some(k) => {
+                    if !limits.contains_key(k) {
+                        let l: Option<i64> = sqlx::query_scalar(KEY_LIMIT)
+                            .bind(&req.queue)
+                            .bind(k)
+                            .fetch_optional(&mut *c)
+                            .await
+                            .map_err(db)?
+                            .flatten();
+                        limits.insert(k.clone(), l.and_then(|l| u32::try_from(l).ok()));
+                    }
+                    let running = if admission.knows(k) {
+                        0
+                    } else {
+                        let n: i64 = sqlx::query_scalar(KEY_RUNNING)
+                            .bind(&req.queue)
+                            .bind(k)
+                            .fetch_one(&mut *c)
+                            .await
+                            .map_err(db)?;
+                        n.unsigned_abs()
+                    };
+                    (limits[k], running)
+                }
+                None => (None, 0),
+            };
+            match admission.decide(key.as_deref(), key_limit, || running) {
+                Admit::Take => {
+                    let row: Claimed = sqlx::query_as(CLAIM_ONE)
+                        .bind(us(expires_at))
+                        .bind(&req.worker)
+                        .bind(us(now))
+                        .bind(id)
+                        .fetch_one(&mut *c)
+                        .await
+                        .map_err(db)?;
+                    rows.push(row);
+                }
+                Admit::Full => {
+                    sqlx::query(PARK).bind(id).execute(&mut *c).await.map_err(db)?;
+                    parked += 1;
+                }
+                Admit::Leave => {}
+            }
+        }
+        // Read on only past jobs parked now: what was left stays at the head.
+        if admission.done() || i64::try_from(read).unwrap_or(0) < scan || parked == 0 {
+            break;
+        }
+    }
+    Ok(rows)
 }
 
 #[derive(sqlx::FromRow)]

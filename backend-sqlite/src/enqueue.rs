@@ -22,7 +22,11 @@ pub(crate) const OPEN_BATCH_STAGE: &str =
 #[async_trait]
 impl Enqueue for SqliteBackend {
     fn limits(&self) -> Limits {
-        self.inner.limits
+        // Limit keys are enforced here (SPEC K), whatever the configuration says.
+        Limits {
+            limit_keys: true,
+            ..self.inner.limits
+        }
     }
 
     async fn enqueue_unchecked(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
@@ -135,8 +139,8 @@ async fn insert_one(
 ) -> Result<i64> {
     sqlx::query_scalar(
         "INSERT INTO relayq_jobs (queue, state, payload, priority, run_at, max_attempts,
-             group_key, batch_id, stage, dedupe_key, enqueued_by, created_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) RETURNING id",
+             group_key, batch_id, stage, dedupe_key, enqueued_by, created_at, limit_key)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) RETURNING id",
     )
     .bind(queue)
     .bind(first_state(job, released))
@@ -150,6 +154,7 @@ async fn insert_one(
     .bind(job.dedupe_key.as_deref())
     .bind(job.enqueued_by.as_deref())
     .bind(us(now))
+    .bind(job.limit_key.as_deref())
     .fetch_one(&mut *c)
     .await
     .map_err(db)
@@ -160,9 +165,10 @@ async fn insert_one(
 /// more than its work (see `settle::complete_all`).
 pub(crate) const INSERT_ALL: &str =
     "INSERT INTO relayq_jobs (queue, state, payload, priority, run_at,
-         max_attempts, group_key, batch_id, stage, enqueued_by, created_at)
+         max_attempts, group_key, batch_id, stage, enqueued_by, created_at, limit_key)
      SELECT ?1, j.value ->> 0, unhex(j.value ->> 1), j.value ->> 2, j.value ->> 3,
-            j.value ->> 4, j.value ->> 5, j.value ->> 6, j.value ->> 7, j.value ->> 8, ?2
+            j.value ->> 4, j.value ->> 5, j.value ->> 6, j.value ->> 7, j.value ->> 8, ?2,
+            j.value ->> 9
      FROM json_each(?3) AS j ORDER BY j.key
      RETURNING id";
 
@@ -226,6 +232,7 @@ async fn insert_chunk(
                 job.batch.map(|b| b.0),
                 job.batch.map(|_| job.stage.unwrap_or(0)),
                 job.enqueued_by,
+                job.limit_key,
             ])
         })
         .collect();
@@ -337,6 +344,7 @@ mod tests {
             .create_if_missing(true);
         let limits = Limits {
             max_payload: 2 * INSERT_ALL_BYTES,
+            ..Limits::default()
         };
         let backend = SqliteBackend::open_with(options, limits).await.unwrap();
         let every_byte: Vec<u8> = (0..=255).collect();

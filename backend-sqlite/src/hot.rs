@@ -67,6 +67,19 @@ pub fn hot_statements() -> Vec<Hot> {
         ),
         hot("claim::EXPIRED", claim::EXPIRED, &[Queue, Now]),
         hot(
+            "claim::CANDIDATES",
+            claim::CANDIDATES,
+            &[Queue, Now, Limit],
+        ),
+        hot("claim::KEY_RUNNING", claim::KEY_RUNNING, &[Queue, Text]),
+        hot("claim::KEY_LIMIT", claim::KEY_LIMIT, &[Queue, Text]),
+        hot("claim::PARK", claim::PARK, &[Job]),
+        hot(
+            "claim::CLAIM_ONE",
+            claim::CLAIM_ONE,
+            &[Later, Text, Now, Job],
+        ),
+        hot(
             "claim::EXPIRE_ONE",
             claim::EXPIRE_ONE,
             &[Job, Text, Text, Now],

@@ -5,7 +5,8 @@ use chrono::Utc;
 use futures::TryStreamExt;
 use relayq_core::{
     AttemptOutcome, AttemptRecord, Batch, BatchId, BatchProgress, Error, Inspect, JobFilter, JobId,
-    JobInfo, JobPage, JobState, LIST_SCAN, Progress, QueueStats, Result, RunningJob,
+    JobInfo, JobPage, JobState, KeyLimits, KeyUse, LIST_SCAN, Progress, QueueStats, Result,
+    RunningJob,
 };
 
 use crate::{SqliteBackend, at, db, us};
@@ -30,6 +31,7 @@ struct JobRow {
     worker: Option<String>,
     started_at: Option<i64>,
     progress: Option<String>,
+    limit_key: Option<String>,
 }
 
 #[derive(sqlx::FromRow)]
@@ -114,7 +116,9 @@ impl Inspect for SqliteBackend {
                  FROM q WHERE q.name IS NOT NULL)
              SELECT name FROM q WHERE name IS NOT NULL
              UNION SELECT queue FROM relayq_batches
-             UNION SELECT queue FROM relayq_queues WHERE paused OR max_running IS NOT NULL
+             UNION SELECT queue FROM relayq_queues
+                   WHERE paused OR max_running IS NOT NULL OR key_limit IS NOT NULL
+             UNION SELECT queue FROM relayq_key_limits
              UNION SELECT queue FROM relayq_schedules
              ORDER BY 1",
         )
@@ -129,7 +133,7 @@ impl Inspect for SqliteBackend {
         let row: Option<JobRow> = sqlx::query_as(
             "SELECT id, state, payload, priority, run_at, attempts, max_attempts, group_key,
                     batch_id, stage, dedupe_key, enqueued_by, created_at, finished_at,
-                    last_error, worker, started_at, progress
+                    last_error, worker, started_at, progress, limit_key
              FROM relayq_jobs WHERE id = ?1 AND queue = ?2",
         )
         .bind(id.0)
@@ -198,7 +202,49 @@ impl Inspect for SqliteBackend {
             last_error: row.last_error,
             attempt_log: log,
             progress: row.progress.as_deref().and_then(Progress::from_stored),
+            limit_key: row.limit_key,
         })
+    }
+
+    async fn key_limits_unchecked(&self, queue: &str) -> Result<KeyLimits> {
+        let mut tx = self.pool().begin().await.map_err(db)?;
+        let default: Option<i64> =
+            sqlx::query_scalar("SELECT key_limit FROM relayq_queues WHERE queue = ?1")
+                .bind(queue)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db)?
+                .flatten();
+        let rows: Vec<(String, i64, Option<i64>)> = sqlx::query_as(
+            "SELECT k, SUM(n), MAX(own) FROM (
+                 SELECT limit_key AS k, COUNT(*) AS n, NULL AS own
+                 FROM relayq_jobs INDEXED BY relayq_jobs_key_running
+                 WHERE queue = ?1 AND limit_key IS NOT NULL AND state = 'running'
+                 GROUP BY limit_key
+                 UNION ALL
+                 SELECT limit_key, 0, max FROM relayq_key_limits WHERE queue = ?1)
+             GROUP BY k ORDER BY k LIMIT ?2",
+        )
+        .bind(queue)
+        .bind(i64::try_from(relayq_core::KEYS_LISTED).unwrap_or(i64::MAX))
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db)?;
+        tx.commit().await.map_err(db)?;
+        let default = default.map(num).transpose()?;
+        let keys = rows
+            .into_iter()
+            .map(|(key, running, own)| {
+                let own = own.map(num).transpose()?;
+                Ok(KeyUse {
+                    key,
+                    running: num(running)?,
+                    own,
+                    limit: own.or(default),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(KeyLimits { default, keys })
     }
 
     async fn running_unchecked(&self, queue: &str) -> Result<Vec<RunningJob>> {

@@ -11,7 +11,7 @@ impl Driven for Sqlite {
     const NAME: &'static str = "sqlite";
     const DRIVER: &'static relayq_core::Driver = &relayq_sqlite::DRIVER;
     // Handles on one file in one process share an event bus.
-    const CAPABILITIES: &'static [Capability] = &[Capability::Notifications];
+    const CAPABILITIES: &'static [Capability] = &[Capability::Notifications, Capability::LimitKeys];
 
     fn url(_: Option<&str>) -> String {
         let file = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))

@@ -366,9 +366,16 @@ fn expected(name: &str) -> &'static [&'static str] {
         "claim::RUNNING_COUNT" => &["INDEX relayq_jobs_running (queue=?)"],
         // The claimed rows are then found by the upsert's conflict check, a seek
         // that is no part of the plan.
-        "claim::CLAIM" => &["INDEX relayq_jobs_claim (queue=?)"],
+        "claim::CLAIM" | "claim::CANDIDATES" => &["INDEX relayq_jobs_claim (queue=?)"],
+        "claim::KEY_RUNNING" => &["INDEX relayq_jobs_key_running (queue=? AND limit_key=?)"],
+        "claim::KEY_LIMIT" => &[
+            "INDEX sqlite_autoindex_relayq_queues_1 (queue=?)",
+            "SEARCH relayq_key_limits USING PRIMARY KEY (queue=? AND limit_key=?)",
+        ],
         "claim::EXPIRED" => &["INDEX relayq_jobs_running (queue=? AND lease_expires_at<?)"],
         "claim::EXPIRE_ONE"
+        | "claim::PARK"
+        | "claim::CLAIM_ONE"
         | "settle::COMPLETE"
         | "settle::FAIL"
         | "settle::RELEASE"

@@ -55,6 +55,8 @@ pub enum Capability {
     /// handle, without migrating, on a namespace nobody migrated
     /// ([`Env::with_unmigrated`]), for SPEC X1's `Schema`.
     Schema,
+    /// Jobs may carry a limit key and claims keep each key under its limit (SPEC K).
+    LimitKeys,
 }
 
 impl fmt::Display for Capability {
@@ -64,6 +66,7 @@ impl fmt::Display for Capability {
             Self::Unreachable => "unreachable-server",
             Self::ConnectionCut => "connection-cut",
             Self::Schema => "schema",
+            Self::LimitKeys => "limit-keys",
         })
     }
 }

@@ -9,7 +9,7 @@ struct Memory;
 
 impl Subject for Memory {
     const NAME: &'static str = "memory";
-    const CAPABILITIES: &'static [Capability] = &[Capability::Notifications];
+    const CAPABILITIES: &'static [Capability] = &[Capability::Notifications, Capability::LimitKeys];
 
     async fn open(_: Option<String>) -> anyhow::Result<Self> {
         Ok(Self)

@@ -167,6 +167,11 @@ macro_rules! delegate {
                 use $crate::Inspect as _;
                 self.$f.queue_stats_unchecked(queue).await
             }
+            async fn key_limits_unchecked(&self, queue: &str) -> $crate::Result<$crate::KeyLimits> {
+                #[allow(unused_imports)]
+                use $crate::Inspect as _;
+                self.$f.key_limits_unchecked(queue).await
+            }
             async fn job_unchecked(&self, queue: &str, id: $crate::JobId) -> $crate::Result<$crate::JobInfo> {
                 #[allow(unused_imports)]
                 use $crate::Inspect as _;
@@ -232,6 +237,11 @@ macro_rules! delegate {
                 #[allow(unused_imports)]
                 use $crate::Admin as _;
                 self.$f.update_queue_unchecked(queue, update).await
+            }
+            async fn set_key_limit_unchecked(&self, queue: &str, key: Option<&str>, limit: Option<u32>) -> $crate::Result<()> {
+                #[allow(unused_imports)]
+                use $crate::Admin as _;
+                self.$f.set_key_limit_unchecked(queue, key, limit).await
             }
             async fn cancel_job_unchecked(&self, queue: &str, id: $crate::JobId) -> $crate::Result<bool> {
                 #[allow(unused_imports)]

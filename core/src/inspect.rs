@@ -191,7 +191,47 @@ pub struct JobInfo {
     /// Its progress as last reported, by whichever attempt (SPEC L7).
     #[serde(default)]
     pub progress: Option<Progress>,
+    /// The key whose limit it runs under (SPEC K1).
+    #[serde(default)]
+    pub limit_key: Option<String>,
 }
+
+/// A queue's limit keys (SPEC K7).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct KeyLimits {
+    /// The limit of every key without one of its own; `None` for none.
+    pub default: Option<u32>,
+    /// Each key with running jobs or a limit of its own, by key.
+    pub keys: Vec<KeyUse>,
+}
+
+impl KeyLimits {
+    /// The limit that applies to `key`.
+    #[must_use]
+    pub fn limit_of(&self, key: &str) -> Option<u32> {
+        self.keys
+            .iter()
+            .find(|k| k.key == key)
+            .and_then(|k| k.own)
+            .or(self.default)
+    }
+}
+
+/// One limit key of a queue (SPEC K7).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyUse {
+    /// The key.
+    pub key: String,
+    /// Its jobs running now (claimed ahead into a buffer included).
+    pub running: u64,
+    /// Its own limit, when it has one.
+    pub own: Option<u32>,
+    /// The limit in force: its own, else the queue's default.
+    pub limit: Option<u32>,
+}
+
+/// Keys listed by [`Inspect::key_limits`](crate::Inspect::key_limits) at most.
+pub const KEYS_LISTED: usize = 1000;
 
 impl JobInfo {
     /// What the job left on success (SPEC L8): the output of its succeeded attempt.

@@ -82,6 +82,9 @@ pub struct NewJob {
     pub dedupe_key: Option<String>,
     /// Who asked for the job (free text, for the execution log).
     pub enqueued_by: Option<String>,
+    /// The key whose limit the job runs under (SPEC K1): at most the queue's limit for
+    /// this key run at once.
+    pub limit_key: Option<String>,
 }
 
 impl NewJob {
@@ -98,6 +101,7 @@ impl NewJob {
             stage: None,
             dedupe_key: None,
             enqueued_by: None,
+            limit_key: None,
         }
     }
 
@@ -172,6 +176,13 @@ impl NewJob {
     #[must_use]
     pub fn enqueued_by(mut self, who: impl Into<String>) -> Self {
         self.enqueued_by = Some(who.into());
+        self
+    }
+
+    /// Runs the job under `key`'s limit (SPEC K1), for example the database it works on.
+    #[must_use]
+    pub fn limit_key(mut self, key: impl Into<String>) -> Self {
+        self.limit_key = Some(key.into());
         self
     }
 }

@@ -37,6 +37,9 @@ pub struct ClaimRequest {
     pub limit: u32,
     /// How long the lease lasts before another claimer may take the job over.
     pub lease: Duration,
+    /// How many of the claimed jobs start at once; the rest are claimed ahead (SPEC K6,
+    /// W1). At least `limit` means all of them.
+    pub slots: u32,
 }
 
 impl ClaimRequest {
@@ -52,7 +55,16 @@ impl ClaimRequest {
             worker: worker.into(),
             limit,
             lease,
+            slots: limit,
         }
+    }
+
+    /// Says that only the first `slots` jobs start at once and the rest are held ahead
+    /// (SPEC K6).
+    #[must_use]
+    pub fn with_slots(mut self, slots: u32) -> Self {
+        self.slots = slots;
+        self
     }
 }
 

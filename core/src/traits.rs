@@ -389,6 +389,22 @@ pub trait Inspect: Send + Sync {
     /// [`queue_stats`](Self::queue_stats) after validation of `queue`.
     async fn queue_stats_unchecked(&self, queue: &str) -> Result<QueueStats>;
 
+    /// The limits of `queue`'s keys and how many jobs of each run (SPEC K7).
+    ///
+    /// # Behavior
+    /// - Lists each key with running jobs or a limit of its own, by key, at most
+    ///   [`KEYS_LISTED`](crate::KEYS_LISTED); running counts jobs claimed ahead.
+    /// - `default` is the limit of every other key.
+    async fn key_limits(&self, queue: &str) -> Result<crate::KeyLimits> {
+        validate::queue_name(queue)?;
+        self.key_limits_unchecked(queue)
+            .await
+            .map_err(|e| e.during("key_limits"))
+    }
+
+    /// [`key_limits`](Self::key_limits) after validation of `queue`.
+    async fn key_limits_unchecked(&self, queue: &str) -> Result<crate::KeyLimits>;
+
     /// One job with its attempt log (SPEC L5, M1).
     ///
     /// # Behavior
@@ -610,6 +626,35 @@ pub trait Admin: Send + Sync {
         self.update_queue(queue, QueueUpdate::default().max_running(max_running))
             .await
     }
+
+    /// Sets the limit of `key` in `queue`, or with `key` `None` the default limit of
+    /// every key without one of its own; `limit` `None` lifts it (SPEC K1, K3).
+    ///
+    /// # Behavior
+    /// - At most `limit` jobs of the key run at once, across all workers (SPEC K2).
+    /// - Lowering a limit stops nothing running; raising or lifting one lets the next
+    ///   claim start more and wakes the queue's workers (SPEC K3).
+    /// - A limit of zero is [`Error::InvalidInput`] on `key_limit`, a bad key on
+    ///   `limit_key`; nothing is stored then. A backend without limit keys refuses
+    ///   every call on `limit_key`.
+    async fn set_key_limit(&self, queue: &str, key: Option<&str>, limit: Option<u32>) -> Result<()> {
+        validate::queue_name(queue)?;
+        if let Some(key) = key {
+            validate::label("limit_key", key)?;
+        }
+        validate::key_limit(limit)?;
+        self.set_key_limit_unchecked(queue, key, limit)
+            .await
+            .map_err(|e| e.during("set_key_limit"))
+    }
+
+    /// [`set_key_limit`](Self::set_key_limit) after validation.
+    async fn set_key_limit_unchecked(
+        &self,
+        queue: &str,
+        key: Option<&str>,
+        limit: Option<u32>,
+    ) -> Result<()>;
 
     /// Cancels one job (SPEC B7).
     ///

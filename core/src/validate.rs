@@ -36,12 +36,17 @@ const MAX_DELAY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 pub struct Limits {
     /// Largest payload accepted, in bytes. Default 1 MiB.
     pub max_payload: usize,
+    /// Whether the backend keeps limit keys (SPEC K1); a backend that does not refuses
+    /// jobs that carry one. Default false, so a new backend refuses them until it
+    /// enforces them.
+    pub limit_keys: bool,
 }
 
 impl Default for Limits {
     fn default() -> Self {
         Self {
             max_payload: DEFAULT_MAX_PAYLOAD,
+            limit_keys: false,
         }
     }
 }
@@ -155,6 +160,20 @@ pub fn max_running(max: Option<u32>) -> Result<()> {
     Ok(())
 }
 
+/// Checks a per-key limit (SPEC K1): `None` lifts it; zero is refused.
+///
+/// # Errors
+/// [`Error::InvalidInput`] on `key_limit` for zero.
+pub fn key_limit(limit: Option<u32>) -> Result<()> {
+    if limit == Some(0) {
+        return Err(Error::invalid(
+            "key_limit",
+            "must be at least 1; lift it with none, or pause the queue",
+        ));
+    }
+    Ok(())
+}
+
 /// Checks one job against `limits`.
 ///
 /// # Errors
@@ -193,6 +212,15 @@ pub fn new_job(job: &NewJob, limits: &Limits) -> Result<()> {
     }
     if let Some(who) = &job.enqueued_by {
         label("enqueued_by", who)?;
+    }
+    if let Some(key) = &job.limit_key {
+        label("limit_key", key)?;
+        if !limits.limit_keys {
+            return Err(Error::invalid(
+                "limit_key",
+                "this backend does not keep limit keys",
+            ));
+        }
     }
     Ok(())
 }

@@ -55,6 +55,15 @@ pub enum Hold {
         /// Up to [`HOLDERS_LISTED`] of them, oldest first, with their workers.
         holders: Vec<(JobId, String)>,
     },
+    /// Its limit key runs as many jobs as its limit allows (SPEC K2).
+    Key {
+        /// The key.
+        key: String,
+        /// Its jobs running now.
+        running: u64,
+        /// Its limit.
+        limit: u32,
+    },
 }
 
 /// What [`InspectExt::why`] found.
@@ -87,7 +96,8 @@ pub trait InspectExt: Inspect + OrderBarrier {
     ///   behind a lower stage the stage and how many jobs are unfinished below its own;
     ///   one behind its group the group and the job running in it (when one is); a
     ///   paused queue; a queue at its `max_running`, with the running count and the
-    ///   oldest running jobs with their workers (SPEC M6).
+    ///   oldest running jobs with their workers; a full limit key, with its running
+    ///   count and limit (SPEC M6, K7).
     /// - A running job names its worker; a finished one its state.
     /// - An unknown job is [`Error::NotFound`](crate::Error::NotFound).
     async fn why(&self, queue: &str, id: JobId) -> Result<Why> {
@@ -148,6 +158,25 @@ pub trait InspectExt: Inspect + OrderBarrier {
                 running,
                 holders,
             });
+        }
+        if let Some(key) = &job.limit_key
+            && matches!(job.state, JobState::Ready | JobState::Retrying)
+        {
+            let keys = self.key_limits(queue).await?;
+            let running = keys
+                .keys
+                .iter()
+                .find(|k| &k.key == key)
+                .map_or(0, |k| k.running);
+            if let Some(limit) = keys.limit_of(key)
+                && running >= u64::from(limit)
+            {
+                holds.push(Hold::Key {
+                    key: key.clone(),
+                    running,
+                    limit,
+                });
+            }
         }
         Ok(if holds.is_empty() {
             Why::Claimable
@@ -254,6 +283,11 @@ impl std::fmt::Display for Hold {
                 }
                 Ok(())
             }
+            Self::Key {
+                key,
+                running,
+                limit,
+            } => write!(f, "its limit key {key} runs {running} of at most {limit} jobs"),
         }
     }
 }

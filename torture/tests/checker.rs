@@ -66,6 +66,7 @@ fn info(id: i64, spans: &[(i64, i64)]) -> JobInfo {
         last_error: None,
         attempt_log,
         progress: None,
+        limit_key: None,
     }
 }
 

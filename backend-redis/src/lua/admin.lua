@@ -1,5 +1,8 @@
 -- SPEC C6, M2, M3. ARGV[3] = operation:
 --   'pause' / 'resume'; 'max' (ARGV[4] = limit, or '' for none);
+--   'keylimit' (ARGV[4] = 'k' .. key, or '' for the default of every key; ARGV[5] =
+--     limit, or '' for none): stores it, and puts every parked job back in B:ready,
+--     so the next claim parks again those whose key is still full (SPEC K1, K3);
 --   'retry' (ARGV[4] = '' for every dead job, or a comma-separated id list): how many
 --     dead jobs went back to ready, each with its enqueued budget again (not batch
 --     jobs; not a job at the attempt cap; not a job whose dedupe key another unfinished
@@ -16,6 +19,27 @@
 local op = ARGV[3]
 if op == 'pause' or op == 'resume' then
   redis.call('HSET', B .. ':settings', 'paused', op == 'pause' and '1' or '0')
+  event('r')
+  publish()
+  return 1
+elseif op == 'keylimit' then
+  if ARGV[4] == '' then
+    if ARGV[5] == '' then
+      redis.call('HDEL', B .. ':settings', 'kl')
+    else
+      redis.call('HSET', B .. ':settings', 'kl', ARGV[5])
+    end
+  elseif ARGV[5] == '' then
+    redis.call('HDEL', B .. ':klim', string.sub(ARGV[4], 2))
+  else
+    redis.call('HSET', B .. ':klim', string.sub(ARGV[4], 2), ARGV[5])
+  end
+  if redis.call('HEXISTS', B .. ':settings', 'kl') == 1 or redis.call('EXISTS', B .. ':klim') == 1 then
+    redis.call('HSET', B .. ':settings', 'keyed', '1')
+  else
+    redis.call('HDEL', B .. ':settings', 'keyed')
+  end
+  for _, lk in ipairs(redis.call('SMEMBERS', B .. ':kpk')) do unpark(lk) end
   event('r')
   publish()
   return 1

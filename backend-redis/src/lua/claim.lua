@@ -1,9 +1,9 @@
 -- SPEC C: ARGV[3] = limit, ARGV[4] = lease (microseconds), ARGV[5] = worker, then one
 -- fresh random token per job that may be claimed (made by the caller: Lua's random
--- numbers are not). Returns the lease expiry, then 5 fields per claimed job (id,
+-- numbers are not), then how many of the jobs start at once (SPEC K6). Returns the lease expiry, then 5 fields per claimed job (id,
 -- attempt, payload, run_at, fixed_fields), in order-key order; the k-th job claimed
 -- holds the k-th token.
-local settings = redis.call('HMGET', B .. ':settings', 'paused', 'max')
+local settings = redis.call('HMGET', B .. ':settings', 'paused', 'max', 'keyed', 'kl')
 -- Expired leases first (SPEC C5), in bounded chunks.
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', B .. ':running', '-inf', s(NOW), 'LIMIT', 0, 100)) do
   expire(tonumber(id))
@@ -31,8 +31,13 @@ if limit > 0 then
   -- The first `limit` members and their removal by rank, rather than ZPOPMIN: it
   -- replies each member's score, formatted as a double and parsed back into Lua,
   -- about 5% of a drained job's instructions (callgrind), for a value nobody reads.
-  local popped = redis.call('ZRANGE', B .. ':ready', 0, limit - 1)
-  if #popped > 0 then redis.call('ZREMRANGEBYRANK', B .. ':ready', 0, #popped - 1) end
+  local popped
+  if settings[3] then
+    popped = keyed_head(limit, tonumber(ARGV[6 + limit]) or limit, tonumber(settings[4]))
+  else
+    popped = redis.call('ZRANGE', B .. ':ready', 0, limit - 1)
+    if #popped > 0 then redis.call('ZREMRANGEBYRANK', B .. ':ready', 0, #popped - 1) end
+  end
   -- The running index gets every claimed job in one call.
   local running = {}
   -- Jobs claimed per state they left (ready or retrying), counted once at the end.
@@ -44,11 +49,14 @@ if limit > 0 then
     -- string conversions on the hot path.
     local id = string.match(popped[k], '^0*(%d+)$', 19)
     local key = B .. ':job:' .. id
-    local h = redis.call('HMGET', key, 'st', 'at', 'p', 'ra', 'f')
+    local h = redis.call('HMGET', key, 'st', 'at', 'p', 'ra', 'f', 'lk')
+    -- Counted whether or not the queue has key limits now, so a limit set later
+    -- counts what already runs (SPEC K2).
+    if h[6] then redis.call('HINCRBY', B .. ':krun', h[6], 1) end
     if not h[5] then
       -- Enqueued before jobs kept their fixed fields in one value with the plain flag.
       local f = redis.call('HMGET', key, 'pr', 'ma', 'g', 'b', 's', 'by', 'dk')
-      h[5] = fixed_fields(f[1], f[2], f[3], f[4], f[5], f[6], f[7])
+      h[5] = fixed_fields(f[1], f[2], f[3], f[4], f[5], f[6], f[7], h[6])
       -- Kept, so its next claim (a retry) reads the one value.
       redis.call('HSET', key, 'f', h[5])
     end

@@ -1,4 +1,4 @@
--- SPEC E: ARGV[3] = n, then 10 fields per job (see enqueue_jobs). Returns id,
+-- SPEC E: ARGV[3] = n, then 11 fields per job (see enqueue_jobs). Returns id,
 -- deduplicated (0/1) per job.
 local out = enqueue_jobs(ARGV, 3, tonumber(ARGV[3]))
 if out.err then return out end

@@ -1,6 +1,6 @@
 -- SPEC S2: fires one slot. ARGV[3] name, ARGV[4] version, ARGV[5] slot in microseconds
 -- ('' = run now: no mark moves, a pause is ignored), ARGV[6] the batch's on_failure
--- ('' = no batch), ARGV[7] = n, then 10 fields per job (see enqueue_jobs), batch ''.
+-- ('' = no batch), ARGV[7] = n, then 11 fields per job (see enqueue_jobs), batch ''.
 -- Returns {'made', batch or '', id, deduplicated, ...}, or {why}: 'gone', 'changed',
 -- 'paused', 'taken', 'notdue'. One script: the mark moves with the jobs, or neither.
 local k = B .. ':s:' .. ARGV[3]
@@ -25,7 +25,7 @@ if n > 0 then
     redis.call('ZADD', B .. ':batches', id, id)
     A = {}
     for i = 1, #ARGV do A[i] = ARGV[i] end
-    for i = 0, n - 1 do A[7 + i * 10 + 7] = batch end
+    for i = 0, n - 1 do A[7 + i * 11 + 7] = batch end
   end
   -- Core checked every job, and the batch is new and open: no check below fails.
   out = enqueue_jobs(A, 7, n)

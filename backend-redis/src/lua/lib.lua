@@ -28,10 +28,15 @@
 --   B:workers        worker name -> its last beat;  B:wseen  worker name by its time
 --   B:b:<id>         batch hash; B:b:<id>:live unfinished jobs by stage;
 --                    B:b:<id>:jobs all its job ids;  B:batches  batch ids
+--   B:krun           limit key -> its running jobs (SPEC K2)
+--   B:klim           limit key -> its own limit; B:settings kl the default, keyed set
+--                    while the queue has any key limit
+--   B:kp:<key>       the key's parked jobs, as B:ready holds them (SPEC K4);
+--                    B:kpk  the keys with parked jobs
 --
 -- Job hash fields: st state, p payload, pr priority, ra run_at, ma max attempts,
 -- at attempts, g group, gm group member key, b batch, s stage, dk dedupe key,
--- by enqueued_by, ca created, fa finished, le last error, ls the running attempt's
+-- by enqueued_by, lk limit key, ca created, fa finished, le last error, ls the running attempt's
 -- lease (see lease_value), w worker, sa started; lo and out: the outcome and output of
 -- a last attempt kept in the hash rather than the log list (see complete_plain); pg the
 -- last progress reported, as the core's text (SPEC L7); wt how long a plainly
@@ -81,8 +86,8 @@ local function num(id, f) return tonumber(redis.call('HGET', jk(id), f)) end
 -- plain job (no group, batch or dedupe key: nothing waits for its end) or '', joined
 -- by NUL (no label holds one). A claim then reads and returns one value for seven, and
 -- learns from its last byte which lease kind to write (see lease_value).
-local function fixed_fields(pr, ma, g, b, st, by, dk)
-  local plain = (g or '') == '' and (b or '') == '' and (dk or '') == ''
+local function fixed_fields(pr, ma, g, b, st, by, dk, lk)
+  local plain = (g or '') == '' and (b or '') == '' and (dk or '') == '' and (lk or '') == ''
   return table.concat({pr, ma, g or '', b or '', st or '', by or '', plain and 'p' or ''},
     '\0')
 end
@@ -122,14 +127,91 @@ local function publish()
   for msg in pairs(EVENTS) do redis.call('PUBLISH', CHANNEL, msg) end
 end
 
--- Takes the job out of the index of its current state `st` (its run_at is `ra`).
-local function unindex(id, st, ra)
+local function kpk(lk) return B .. ':kp:' .. lk end
+
+-- Parks job member `m` (as B:ready holds it, score `pr`) of key `lk`, whose key is full
+-- (SPEC K4): it leaves B:ready until a slot of its key frees.
+local function park(m, pr, lk)
+  redis.call('ZREM', B .. ':ready', m)
+  redis.call('ZADD', kpk(lk), pr, m)
+  redis.call('SADD', B .. ':kpk', lk)
+end
+
+-- Moves up to `n` (all when nil) of key `lk`'s parked jobs, earliest first, back
+-- into B:ready.
+local function unpark(lk, n)
+  local k = kpk(lk)
+  local got = redis.call('ZRANGE', k, 0, (n or 0) - 1, 'WITHSCORES')
+  for i = 1, #got, 2 do
+    redis.call('ZREM', k, got[i])
+    redis.call('ZADD', B .. ':ready', got[i + 1], got[i])
+  end
+  if #got > 0 then event('r') end
+  if redis.call('EXISTS', k) == 0 then redis.call('SREM', B .. ':kpk', lk) end
+end
+
+-- A job of key `lk` left running: one slot of the key frees, and its earliest parked
+-- job goes back to B:ready, in the same script (SPEC K2, K4).
+local function key_freed(lk)
+  if redis.call('HINCRBY', B .. ':krun', lk, -1) <= 0 then redis.call('HDEL', B .. ':krun', lk) end
+  unpark(lk, 1)
+end
+
+-- SPEC K2, K4, K6: the members of B:ready a claim of a queue with key limits takes, up to
+-- `limit`, removed from B:ready; the first `slots` start at once. A job whose key is
+-- full is parked; one that would take its key's last slot ahead of `slots` is left.
+-- Reads B:ready's head again past what it parked, a bounded number of times.
+local function keyed_head(limit, slots, default)
+  local taken, limits, counts = {}, {}, {}
+  local scan = 2 * limit + 256
+  for _ = 1, 8 do
+    local got = redis.call('ZRANGE', B .. ':ready', 0, scan - 1, 'WITHSCORES')
+    local parked = 0
+    for i = 1, #got, 2 do
+      if #taken >= limit then break end
+      local m = got[i]
+      local lk = redis.call('HGET', jk(id_of(m)), 'lk')
+      local take = true
+      if lk then
+        if limits[lk] == nil then
+          local own = redis.call('HGET', B .. ':klim', lk)
+          limits[lk] = (own and tonumber(own)) or default or false
+          counts[lk] = tonumber(redis.call('HGET', B .. ':krun', lk) or '0')
+        end
+        local max = limits[lk]
+        if max and counts[lk] >= max then
+          park(m, got[i + 1], lk)
+          parked = parked + 1
+          take = false
+        elseif max and #taken >= slots and counts[lk] + 1 >= max then
+          take = false
+        end
+      end
+      if take then
+        taken[#taken + 1] = m
+        redis.call('ZREM', B .. ':ready', m)
+        if lk then counts[lk] = counts[lk] + 1 end
+      end
+    end
+    if #taken >= limit or #got < 2 * scan or parked == 0 then break end
+  end
+  return taken
+end
+
+-- Takes the job out of the index of its current state `st` (its run_at is `ra`, its
+-- limit key `lk`, read here when not given).
+local function unindex(id, st, ra, lk)
+  if st == 'ready' or st == 'retrying' or st == 'running' then
+    if lk == nil then lk = get(id, 'lk') end
+  end
   if st == 'ready' or st == 'retrying' then
     redis.call('ZREM', B .. ':delay', id)
     redis.call('ZREM', B .. ':backoff', id)
     redis.call('ZREM', B .. ':ready', okey(tonumber(ra), id))
+    if lk then redis.call('ZREM', kpk(lk), okey(tonumber(ra), id)) end
   elseif st == 'running' then
     redis.call('ZREM', B .. ':running', id)
+    if lk then key_freed(lk) end
   end
 end
 
@@ -149,9 +231,9 @@ end
 
 -- Moves job `id` to state `st`, setting the extra fields {f1, v1, ...} with it.
 local function set_state(id, st, extra)
-  local h = redis.call('HMGET', jk(id), 'st', 'ra')
+  local h = redis.call('HMGET', jk(id), 'st', 'ra', 'lk')
   local old = h[1]
-  unindex(id, old, h[2])
+  unindex(id, old, h[2], h[3])
   if old then stat(old, -1) end
   stat(st, 1)
   local fields = {'st', st}
@@ -387,13 +469,13 @@ local function expire(id)
   return false
 end
 
--- SPEC E: stores `n` jobs of 10 fields each, the first field of job i (from 0) at
--- A[o0 + i * 10 + 1]: payload, priority, run_at (absolute, or ''), delay (microseconds,
--- or ''), max_attempts, group, batch, stage, dedupe key, enqueued_by ('' = none for the
--- optional ones). Returns id, deduplicated (0/1) per job, or an error reply before any
+-- SPEC E: stores `n` jobs of 11 fields each, the first field of job i (from 0) at
+-- A[o0 + i * 11 + 1]: payload, priority, run_at (absolute, or ''), delay (microseconds,
+-- or ''), max_attempts, group, batch, stage, dedupe key, enqueued_by, limit key ('' =
+-- none for the optional ones). Returns id, deduplicated (0/1) per job, or an error reply before any
 -- write. The caller adds the 'r' event and publishes.
 local function enqueue_jobs(A, o0, n)
-  local F = 10
+  local F = 11
   -- Every check before the first write: a script that fails after writing keeps what
   -- it wrote (SPEC E4, B3). Each batch is read once: `rel[b]` is its released stage, or
   -- false before any.
@@ -422,7 +504,7 @@ local function enqueue_jobs(A, o0, n)
   local function add(t, f, v) t[#t + 1], t[#t + 2] = f, v end
   for i = 0, n - 1 do
     local o = o0 + i * F
-    local g, b, dk, by = A[o + 6], A[o + 7], A[o + 9], A[o + 10]
+    local g, b, dk, by, lk = A[o + 6], A[o + 7], A[o + 9], A[o + 10], A[o + 11]
     local held = dk ~= '' and redis.call('HGET', B .. ':dedupe', dk)
     if held then
       out[#out + 1] = tonumber(held)
@@ -436,8 +518,9 @@ local function enqueue_jobs(A, o0, n)
       local ready = g == '' and (b == '' or (rel[b] and tonumber(A[o + 8]) <= rel[b]))
       local fields = {'p', A[o + 1], 'pr', A[o + 2], 'ra', s(ra), 'ma', A[o + 5],
         'at', '0', 'ca', s(NOW), 'f', fixed_fields(A[o + 2], A[o + 5], g, b,
-          b ~= '' and A[o + 8] or '', by, dk), 'st', ready and 'ready' or 'blocked'}
+          b ~= '' and A[o + 8] or '', by, dk, lk), 'st', ready and 'ready' or 'blocked'}
       if by ~= '' then add(fields, 'by', by) end
+      if lk ~= '' then add(fields, 'lk', lk) end
       if dk ~= '' then
         add(fields, 'dk', dk)
         redis.call('HSET', B .. ':dedupe', dk, s(id))

@@ -14,9 +14,30 @@
 --     look at, ARGV[7..11] = state, batch, stage, group, text, each '' for any): where
 --     the listing goes on ('' at its end), then the matching ids, newest first (SPEC M7);
 --   'workers' (ARGV[4] = how long beats are kept, microseconds): beat, time pairs, the
---     most recent first (SPEC M9).
+--     most recent first (SPEC M9);
+--   'keys' (ARGV[4] = limit): see below (SPEC K7).
 local what = ARGV[3]
-if what == 'stats' then
+if what == 'keys' then
+  -- The default limit, then key, running, own limit ('' if none) per key with running
+  -- jobs or a limit of its own, by key, at most ARGV[4] of them (SPEC K7).
+  local keys = {}
+  local run = redis.call('HGETALL', B .. ':krun')
+  local own = redis.call('HGETALL', B .. ':klim')
+  for i = 1, #run, 2 do keys[run[i]] = {tonumber(run[i + 1]), ''} end
+  for i = 1, #own, 2 do
+    keys[own[i]] = keys[own[i]] or {0, ''}
+    keys[own[i]][2] = own[i + 1]
+  end
+  local names = {}
+  for k in pairs(keys) do names[#names + 1] = k end
+  table.sort(names)
+  local out = {redis.call('HGET', B .. ':settings', 'kl') or ''}
+  for i = 1, math.min(#names, tonumber(ARGV[4])) do
+    local k = names[i]
+    out[#out + 1], out[#out + 2], out[#out + 3] = k, keys[k][1], keys[k][2]
+  end
+  return out
+elseif what == 'stats' then
   local h = redis.call('HMGET', B .. ':settings', 'paused', 'max')
   -- The earliest run_at of a job a claim could take now (SPEC M1): the head of each
   -- priority band of B:ready (its members sort by run_at within a band), and the first

@@ -91,17 +91,19 @@ for i = 1, n do
   else
     -- What a group's or batch's bookkeeping or a dedupe key needs (none for a plain
     -- job); the outcomes other than a completion read the rest in settle_one.
-    local g, b, dk
+    local g, b, dk, lk
     if not plain then
-      local h = redis.call('HMGET', k, 'g', 'b', 'dk')
-      g, b, dk = h[1], h[2], h[3]
+      local h = redis.call('HMGET', k, 'g', 'b', 'dk', 'lk')
+      g, b, dk, lk = h[1], h[2], h[3], h[4]
     end
     local kind, output = 'complete', nil
     if full then
       kind = ARGV[o + 4]
       output = ARGV[o + 8] ~= '' and string.sub(ARGV[o + 8], 2) or nil
     end
-    if kind == 'complete' and not dk then
+    -- A limit key's slot frees through finish (set_state), as every other way out of
+    -- running does.
+    if kind == 'complete' and not dk and not lk then
       if g or b then
         complete_kept(k, id, g, b, output, done, waited)
       else

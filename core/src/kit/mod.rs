@@ -1,12 +1,13 @@
 //! The backend kit: what every backend would otherwise write again. Statement templates
 //! for a validated schema ([`Statements`]), schema versions ([`schema`]), relayq's URL
 //! options ([`url_options`]), a bounded first connection ([`probe`]), wake-up messages
-//! and their listening task ([`wake`]), a fire's judgement ([`fire`]), the claim's refill ([`claim_refilling`]), a purge in
+//! and their listening task ([`wake`]), a fire's judgement ([`fire`]), a claim's admission under limit keys ([`keys`]), the claim's refill ([`claim_refilling`]), a purge in
 //! steps ([`purge`]); with [`retry::Policy`](crate::retry::Policy)
 //! for retries and [`listing`](crate::listing) for batch listings.
 
 mod claim;
 pub mod fire;
+pub mod keys;
 mod probe;
 pub mod purge;
 pub mod schema;

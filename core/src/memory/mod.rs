@@ -145,7 +145,11 @@ impl Enqueue for MemoryBackend {
     }
 
     fn limits(&self) -> Limits {
-        self.inner.limits
+        // Limit keys are enforced here (SPEC K), whatever the configuration says.
+        Limits {
+            limit_keys: true,
+            ..self.inner.limits
+        }
     }
 }
 
@@ -265,6 +269,10 @@ impl Inspect for MemoryBackend {
         self.with_queue(queue, |q, now| q.stats(queue, now))
     }
 
+    async fn key_limits_unchecked(&self, queue: &str) -> Result<crate::KeyLimits> {
+        self.with_queue(queue, |q, _| q.key_limits())
+    }
+
     async fn job_unchecked(&self, queue: &str, id: JobId) -> Result<JobInfo> {
         self.with_queue(queue, |q, now| q.job_info(id, queue, now))?
     }
@@ -336,6 +344,25 @@ impl Admin for MemoryBackend {
         if update.may_free_claims() {
             self.notify(queue, EventKind::Ready);
         }
+        Ok(())
+    }
+
+    async fn set_key_limit_unchecked(
+        &self,
+        queue: &str,
+        key: Option<&str>,
+        limit: Option<u32>,
+    ) -> Result<()> {
+        self.with_queue(queue, |q, _| match (key, limit) {
+            (None, limit) => q.key_default = limit,
+            (Some(k), Some(n)) => {
+                q.key_own.insert(k.to_owned(), n);
+            }
+            (Some(k), None) => {
+                q.key_own.remove(k);
+            }
+        })?;
+        self.notify(queue, EventKind::Ready);
         Ok(())
     }
 

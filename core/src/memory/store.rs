@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use chrono::{DateTime, TimeDelta, Utc};
 
 use super::view::{OrderKey, View};
+use crate::kit::keys::{Admit, KeyAdmission};
 use crate::{
     AttemptOutcome, AttemptRecord, BatchId, BatchProgress, ClaimRequest, ClaimedJob, Enqueued,
     Error, JobId, JobInfo, JobState, Lease, LeaseToken, NewJob, OnFailure, Outcome, Progress,
@@ -48,6 +49,7 @@ pub(crate) struct Job {
     last_error: Option<String>,
     log: Vec<AttemptRecord>,
     progress: Option<Progress>,
+    limit_key: Option<String>,
     pub(crate) phase: Phase,
 }
 
@@ -108,6 +110,10 @@ pub(crate) struct QueueState {
     dedupe: HashMap<String, i64>,
     pub(crate) paused: bool,
     pub(crate) max_running: Option<u32>,
+    /// The limit of every key without one of its own (SPEC K1).
+    pub(crate) key_default: Option<u32>,
+    /// Keys' own limits.
+    pub(crate) key_own: BTreeMap<String, u32>,
     batches: BTreeMap<i64, BatchState>,
     /// Schedules by name (SPEC S).
     pub(crate) schedules: BTreeMap<String, crate::schedule::StoredSchedule>,
@@ -137,6 +143,8 @@ impl QueueState {
             || self.next_batch > 0
             || self.paused
             || self.max_running.is_some()
+            || self.key_default.is_some()
+            || !self.key_own.is_empty()
             || !self.schedules.is_empty()
     }
 
@@ -213,6 +221,7 @@ impl QueueState {
                     last_error: None,
                     log: Vec::new(),
                     progress: None,
+                    limit_key: new.limit_key,
                     phase: Phase::Waiting,
                 },
             );
@@ -326,6 +335,48 @@ impl QueueState {
         (requeued, dead)
     }
 
+    /// The limit of `key` (SPEC K1).
+    pub(crate) fn key_limit(&self, key: &str) -> Option<u32> {
+        self.key_own.get(key).copied().or(self.key_default)
+    }
+
+    /// Running jobs of `key`, held ahead in a buffer included (SPEC K2).
+    fn key_running(&self, key: &str) -> u64 {
+        let n = self
+            .open_jobs()
+            .filter(|j| {
+                matches!(j.phase, Phase::Running { .. }) && j.limit_key.as_deref() == Some(key)
+            })
+            .count();
+        n as u64
+    }
+
+    /// SPEC K7.
+    pub(crate) fn key_limits(&self) -> crate::KeyLimits {
+        let mut running: BTreeMap<&str, u64> = BTreeMap::new();
+        for j in self.open_jobs() {
+            if let (Phase::Running { .. }, Some(k)) = (&j.phase, &j.limit_key) {
+                *running.entry(k).or_default() += 1;
+            }
+        }
+        for k in self.key_own.keys() {
+            running.entry(k).or_default();
+        }
+        crate::KeyLimits {
+            default: self.key_default,
+            keys: running
+                .into_iter()
+                .take(crate::KEYS_LISTED)
+                .map(|(k, n)| crate::KeyUse {
+                    key: k.to_owned(),
+                    running: n,
+                    own: self.key_own.get(k).copied(),
+                    limit: self.key_limit(k),
+                })
+                .collect(),
+        }
+    }
+
     fn running_count(&self) -> u32 {
         let n = self
             .open_jobs()
@@ -352,15 +403,29 @@ impl QueueState {
         if take == 0 {
             return Vec::new();
         }
-        let mut chosen: Vec<OrderKey> = {
+        let mut candidates: Vec<OrderKey> = {
             let view = View::new(self, now);
             self.open_jobs()
                 .filter(|j| view.claimable(j))
                 .map(Job::order_key)
                 .collect()
         };
-        chosen.sort_unstable();
-        chosen.truncate(take);
+        candidates.sort_unstable();
+        // SPEC K2, K4, K6: a full key's jobs are passed over, not waited for.
+        let mut admission = KeyAdmission::new(u32::try_from(take).unwrap_or(u32::MAX), req.slots);
+        let mut chosen = Vec::with_capacity(take);
+        for c in candidates {
+            if admission.done() {
+                break;
+            }
+            let key = self.jobs[&c.2].limit_key.as_deref();
+            let limit = key.and_then(|k| self.key_limit(k));
+            if admission.decide(key, limit, || self.key_running(key.unwrap_or_default()))
+                == Admit::Take
+            {
+                chosen.push(c);
+            }
+        }
         let expires_at = after(now, req.lease);
         chosen
             .into_iter()
@@ -832,6 +897,7 @@ impl QueueState {
             last_error: job.last_error.clone(),
             attempt_log: job.log.clone(),
             progress: job.progress.clone(),
+            limit_key: job.limit_key.clone(),
         }
     }
 

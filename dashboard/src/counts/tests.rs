@@ -40,6 +40,9 @@ impl Inspect for Costly {
     async fn job_unchecked(&self, queue: &str, id: JobId) -> Result<JobInfo> {
         self.inner.job_unchecked(queue, id).await
     }
+    async fn key_limits_unchecked(&self, queue: &str) -> Result<relayq_core::KeyLimits> {
+        self.inner.key_limits_unchecked(queue).await
+    }
     async fn running_unchecked(&self, queue: &str) -> Result<Vec<RunningJob>> {
         self.inner.running_unchecked(queue).await
     }
