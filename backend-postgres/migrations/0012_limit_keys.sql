@@ -84,3 +84,19 @@ CREATE TRIGGER jobs_key_freed_by_delete AFTER DELETE ON {s}.jobs
     FOR EACH ROW
     WHEN (OLD.state = 'running' AND OLD.limit_key IS NOT NULL)
     EXECUTE FUNCTION {s}.key_freed();
+
+-- A job that goes back to `blocked` (its group's turn went to an earlier job, SPEC G2)
+-- leaves its parking too: when it is promoted again, its key may have room, and no
+-- slot would free to put it back.
+CREATE FUNCTION {s}.blocked_unparks() RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    NEW.parked := false;
+    RETURN NEW;
+END
+$$;
+CREATE TRIGGER jobs_blocked_unparks BEFORE UPDATE OF state ON {s}.jobs
+    FOR EACH ROW
+    WHEN (NEW.state = 'blocked' AND NEW.parked)
+    EXECUTE FUNCTION {s}.blocked_unparks();

@@ -386,7 +386,11 @@ impl Admin for PostgresBackend {
         key: Option<&str>,
         limit: Option<u32>,
     ) -> Result<()> {
-        retry_transient(|| self.set_key_limit_tx(queue, key, limit), crate::retryable).await
+        retry_transient(
+            || self.set_key_limit_tx(queue, key, limit),
+            crate::retryable,
+        )
+        .await
     }
 
     async fn cancel_job_unchecked(&self, queue: &str, id: JobId) -> Result<bool> {

@@ -340,13 +340,14 @@ impl PostgresBackend {
             self.expire(&req.queue, true).await?;
         }
         let mut tx = self.inner.pool.begin().await.map_err(db)?;
-        let settings: Option<(bool, Option<i32>, bool)> = sqlx::query_as(self.sql(
-            "SELECT paused, max_running, keyed FROM {s}.queues WHERE queue = $1 FOR UPDATE",
-        ))
-        .bind(&req.queue)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(db)?;
+        let settings: Option<(bool, Option<i32>, bool)> =
+            sqlx::query_as(self.sql(
+                "SELECT paused, max_running, keyed FROM {s}.queues WHERE queue = $1 FOR UPDATE",
+            ))
+            .bind(&req.queue)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(db)?;
         let mut limit = limit;
         let keyed = settings.is_some_and(|s| s.2);
         match settings {

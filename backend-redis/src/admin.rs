@@ -517,7 +517,9 @@ impl Admin for RedisBackend {
         self.register(queue).await?;
         let args = [
             b"keylimit".to_vec(),
-            key.map(|k| format!("k{k}")).unwrap_or_default().into_bytes(),
+            key.map(|k| format!("k{k}"))
+                .unwrap_or_default()
+                .into_bytes(),
             limit.map(arg).unwrap_or_default(),
         ];
         self.admin(queue, &args).await?;

@@ -24,8 +24,11 @@ struct Cluster {
 impl Subject for Cluster {
     const NAME: &'static str = "redis-cluster";
     const SERVER: Option<Server> = Some(Server::of(&relayq_redis::CLUSTER_DRIVER));
-    const CAPABILITIES: &'static [Capability] =
-        &[Capability::Notifications, Capability::Unreachable, Capability::LimitKeys];
+    const CAPABILITIES: &'static [Capability] = &[
+        Capability::Notifications,
+        Capability::Unreachable,
+        Capability::LimitKeys,
+    ];
 
     async fn open(urls: Option<String>) -> anyhow::Result<Self> {
         Ok(Self {

@@ -45,3 +45,11 @@ BEGIN
                   AND state IN ('ready', 'retrying')
                 ORDER BY priority, run_at, id LIMIT 1);
 END;
+-- A job that goes back to `blocked` (its group's turn went to an earlier job, SPEC G2)
+-- leaves its parking too: when it is promoted again, its key may have room, and no
+-- slot would free to put it back.
+CREATE TRIGGER relayq_blocked_unparks AFTER UPDATE OF state ON relayq_jobs
+WHEN NEW.state = 'blocked' AND NEW.parked = 1
+BEGIN
+    UPDATE relayq_jobs SET parked = 0 WHERE id = NEW.id;
+END;

@@ -2,11 +2,11 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use relayq_core::kit::keys::{Admit, KeyAdmission};
 use relayq_core::{
     AttemptOutcome, BatchId, Claim, ClaimRequest, ClaimedJob, Error, JobId, JobState, Lease,
     LeaseToken, Result,
 };
-use relayq_core::kit::keys::{Admit, KeyAdmission};
 use sqlx::{Row as _, sqlite::SqliteRow};
 use std::collections::HashMap;
 
@@ -94,7 +94,8 @@ pub(crate) const CLAIM: &str = "INSERT INTO relayq_jobs
               group_key, batch_id, stage, enqueued_by";
 
 /// A keyed claim's candidates: the head of the claim index, with each job's key.
-pub(crate) const CANDIDATES: &str = "SELECT id, limit_key FROM relayq_jobs INDEXED BY relayq_jobs_claim
+pub(crate) const CANDIDATES: &str =
+    "SELECT id, limit_key FROM relayq_jobs INDEXED BY relayq_jobs_claim
     WHERE queue = ?1 AND state IN ('ready', 'retrying') AND parked = 0 AND run_at <= ?2
     ORDER BY priority, run_at, id LIMIT ?3";
 
@@ -279,7 +280,11 @@ async fn claim_keyed(
                     rows.push(row);
                 }
                 Admit::Full => {
-                    sqlx::query(PARK).bind(id).execute(&mut *c).await.map_err(db)?;
+                    sqlx::query(PARK)
+                        .bind(id)
+                        .execute(&mut *c)
+                        .await
+                        .map_err(db)?;
                     parked += 1;
                 }
                 Admit::Leave => {}

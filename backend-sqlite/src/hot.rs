@@ -66,11 +66,7 @@ pub fn hot_statements() -> Vec<Hot> {
             &[Later, Text, Now, Queue, Limit],
         ),
         hot("claim::EXPIRED", claim::EXPIRED, &[Queue, Now]),
-        hot(
-            "claim::CANDIDATES",
-            claim::CANDIDATES,
-            &[Queue, Now, Limit],
-        ),
+        hot("claim::CANDIDATES", claim::CANDIDATES, &[Queue, Now, Limit]),
         hot("claim::KEY_RUNNING", claim::KEY_RUNNING, &[Queue, Text]),
         hot("claim::KEY_LIMIT", claim::KEY_LIMIT, &[Queue, Text]),
         hot("claim::PARK", claim::PARK, &[Job]),

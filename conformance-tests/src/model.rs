@@ -28,6 +28,8 @@ pub struct Spec {
     batch: Option<(usize, i32)>,
     /// A dedupe key from a small set, so keys collide.
     dedupe: Option<u8>,
+    /// A limit key from a small set (SPEC K), for subjects that keep them.
+    key: Option<u8>,
 }
 
 /// One step of a run. Indices wrap around what exists, so every sequence is valid.
@@ -77,6 +79,11 @@ pub enum Op {
     FailLater(usize),
     /// Make the n-th job due now, if it waits only for its time (SPEC M10).
     RunJobNow(usize),
+    /// Set the limit of key n, or with `None` the default of every key; `None` lifts
+    /// it (SPEC K1, K3).
+    SetKeyLimit(Option<u8>, Option<u32>),
+    /// Claim up to this many, the first this many of which start at once (SPEC K6).
+    ClaimAhead(u32, u32),
 }
 
 fn spec() -> impl Strategy<Value = Spec> {
@@ -85,12 +92,14 @@ fn spec() -> impl Strategy<Value = Spec> {
         prop::option::weighted(0.6, 0u8..3),
         prop::option::weighted(0.5, (0usize..2, prop::sample::select(vec![100, 200, 300]))),
         prop::option::weighted(0.25, 0u8..2),
+        prop::option::weighted(0.5, 0u8..3),
     )
-        .prop_map(|(priority, group, batch, dedupe)| Spec {
+        .prop_map(|(priority, group, batch, dedupe, key)| Spec {
             priority,
             group,
             batch,
             dedupe,
+            key,
         })
 }
 
@@ -123,6 +132,9 @@ fn op() -> impl Strategy<Value = Op> {
         1 => any::<usize>().prop_map(Op::Delete),
         1 => any::<usize>().prop_map(Op::FailLater),
         2 => any::<usize>().prop_map(Op::RunJobNow),
+        2 => (prop::option::weighted(0.7, 0u8..3), prop::option::weighted(0.8, 1u32..3))
+            .prop_map(|(k, n)| Op::SetKeyLimit(k, n)),
+        2 => (1u32..5, 0u32..3).prop_map(|(limit, slots)| Op::ClaimAhead(limit, slots)),
     ]
 }
 
@@ -160,6 +172,8 @@ struct Side {
     batches: Vec<Batch>,
     ids: Vec<JobId>,
     held: Vec<Lease>,
+    /// Whether the run uses limit keys: only when the subject keeps them.
+    keys: bool,
 }
 
 /// An answer reduced to what both backends must agree on.
@@ -175,7 +189,7 @@ fn verdict<T: Debug>(r: &Result<T, Error>) -> String {
 }
 
 impl Side {
-    async fn new(b: Arc<dyn Backend>) -> anyhow::Result<Self> {
+    async fn new(b: Arc<dyn Backend>, keys: bool) -> anyhow::Result<Self> {
         let queue = crate::queue_name("model");
         let batches = vec![
             b.open_batch(&queue, OnFailure::Continue).await?,
@@ -187,6 +201,7 @@ impl Side {
             batches,
             ids: Vec::new(),
             held: Vec::new(),
+            keys,
         })
     }
 
@@ -212,6 +227,9 @@ impl Side {
                         if let Some(k) = s.dedupe {
                             job = job.dedupe_key(format!("k{k}"));
                         }
+                        if let (Some(k), true) = (s.key, self.keys) {
+                            job = job.limit_key(format!("lk{k}"));
+                        }
                         job
                     })
                     .collect();
@@ -228,8 +246,17 @@ impl Side {
                 }
                 verdict(&r.map(|_| answer))
             }
-            Op::Claim(limit) => {
-                let req = ClaimRequest::new(&self.queue, "model", *limit, Duration::from_secs(60));
+            Op::Claim(_) | Op::ClaimAhead(..) => {
+                let req = match op {
+                    Op::ClaimAhead(limit, slots) => {
+                        ClaimRequest::new(&self.queue, "model", *limit, Duration::from_secs(60))
+                            .with_slots(*slots)
+                    }
+                    Op::Claim(limit) => {
+                        ClaimRequest::new(&self.queue, "model", *limit, Duration::from_secs(60))
+                    }
+                    _ => unreachable!("matched above"),
+                };
                 let r = b.claim(req).await;
                 let got: Vec<usize> = match &r {
                     Ok(jobs) => jobs.iter().map(|j| self.index(j.id())).collect(),
@@ -328,6 +355,13 @@ impl Side {
                 verdict(&r.map(|_| lost))
             }
             Op::Purge => verdict(&b.purge(&self.queue).await),
+            Op::SetKeyLimit(key, limit) => {
+                if !self.keys {
+                    return Ok("no keys".into());
+                }
+                let key = key.map(|k| format!("lk{k}"));
+                verdict(&b.set_key_limit(&self.queue, key.as_deref(), *limit).await)
+            }
             Op::RunJobNow(i) => {
                 if self.ids.is_empty() {
                     return Ok("no job".into());
@@ -448,6 +482,10 @@ impl Side {
                 p.sealed, p.failed, p.released_stage, p.stages
             ));
         }
+        if self.keys {
+            let keys = self.b.key_limits(&self.queue).await?;
+            out.push(format!("keys {keys:?}"));
+        }
         for s in self.b.schedules(&self.queue).await? {
             out.push(format!(
                 "schedule {}: version {} paused {} fired {}",
@@ -471,8 +509,9 @@ pub async fn check(
     subject: Arc<dyn Backend>,
     ops: &[Op],
 ) -> anyhow::Result<()> {
-    let mut model = Side::new(reference).await?;
-    let mut real = Side::new(subject).await?;
+    let keys = subject.limits().limit_keys;
+    let mut model = Side::new(reference, keys).await?;
+    let mut real = Side::new(subject, keys).await?;
     for (step, op) in ops.iter().enumerate() {
         let (want, got) = (model.apply(op).await?, real.apply(op).await?);
         ensure!(

@@ -162,8 +162,13 @@ fn model_trial<S: Subject>(shared: Shared<S>) -> Trial {
         let rt = runtime(2)?;
         let env = rt.block_on(subject.env()).map_err(|e| format!("{e:#}"))?;
         let backend = env.shared();
+        // More cases for a longer hunt: RELAYQ_MODEL_CASES=1000.
+        let cases = std::env::var("RELAYQ_MODEL_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(48);
         let mut runner = TestRunner::new(Config {
-            cases: 48,
+            cases,
             failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
                 "tests/model.proptest-regressions",
             ))),

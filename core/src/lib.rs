@@ -95,8 +95,8 @@ pub use error::{Error, ErrorKind, Result, SchemaState};
 pub use events::{Event, EventBus, EventKind};
 pub use ext::{CompleteExt, EnqueueExt, OrderBarrierExt};
 pub use inspect::{
-    AttemptOutcome, AttemptRecord, DEFAULT_RETENTION, JobInfo, KeyLimits, KeyUse, Maintenance,
-    KEYS_LISTED, QueueStats, RunningJob, cancelled_by,
+    AttemptOutcome, AttemptRecord, DEFAULT_RETENTION, JobInfo, KEYS_LISTED, KeyLimits, KeyUse,
+    Maintenance, QueueStats, RunningJob, cancelled_by,
 };
 pub use job::{DEFAULT_MAX_ATTEMPTS, Enqueued, JobId, JobState, NewJob, RunAt};
 pub use lease::{ClaimRequest, ClaimedJob, Lease, LeaseToken};

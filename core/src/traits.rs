@@ -637,7 +637,12 @@ pub trait Admin: Send + Sync {
     /// - A limit of zero is [`Error::InvalidInput`] on `key_limit`, a bad key on
     ///   `limit_key`; nothing is stored then. A backend without limit keys refuses
     ///   every call on `limit_key`.
-    async fn set_key_limit(&self, queue: &str, key: Option<&str>, limit: Option<u32>) -> Result<()> {
+    async fn set_key_limit(
+        &self,
+        queue: &str,
+        key: Option<&str>,
+        limit: Option<u32>,
+    ) -> Result<()> {
         validate::queue_name(queue)?;
         if let Some(key) = key {
             validate::label("limit_key", key)?;

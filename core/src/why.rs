@@ -287,7 +287,10 @@ impl std::fmt::Display for Hold {
                 key,
                 running,
                 limit,
-            } => write!(f, "its limit key {key} runs {running} of at most {limit} jobs"),
+            } => write!(
+                f,
+                "its limit key {key} runs {running} of at most {limit} jobs"
+            ),
         }
     }
 }

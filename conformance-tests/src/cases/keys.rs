@@ -11,8 +11,7 @@ use relayq_core::{
 use tokio::time::Instant;
 
 use super::support::{
-    LEASE, PATIENCE, SHORT_LEASE, claim, claim_as, enqueue, enqueue_all, expect_invalid, ids,
-    total,
+    LEASE, PATIENCE, SHORT_LEASE, claim, claim_as, enqueue, enqueue_all, expect_invalid, ids, total,
 };
 use crate::{Env, poll_until, queue_name};
 
@@ -22,7 +21,13 @@ fn keyed(queue: &str, key: &str, i: usize) -> NewJob {
 
 fn keys_of(got: &[ClaimedJob]) -> Vec<String> {
     got.iter()
-        .map(|j| String::from_utf8_lossy(&j.payload).split('-').next().unwrap_or("").to_owned())
+        .map(|j| {
+            String::from_utf8_lossy(&j.payload)
+                .split('-')
+                .next()
+                .unwrap_or("")
+                .to_owned()
+        })
         .collect()
 }
 
@@ -33,7 +38,11 @@ fn count(got: &[ClaimedJob], key: &str) -> usize {
 /// The running count `key_limits` reports for `key`.
 async fn running_of(b: &dyn Backend, queue: &str, key: &str) -> anyhow::Result<u64> {
     let keys = b.key_limits(queue).await?;
-    Ok(keys.keys.iter().find(|k| k.key == key).map_or(0, |k| k.running))
+    Ok(keys
+        .keys
+        .iter()
+        .find(|k| k.key == key)
+        .map_or(0, |k| k.running))
 }
 
 /// SPEC K1: a bad key or a limit of zero is `InvalidInput` naming the field, and
@@ -56,7 +65,11 @@ pub async fn k1_bad_keys_and_limits_are_refused(env: &Env) -> anyhow::Result<()>
         "a limit key with a newline",
     )?;
     ensure!(total(b, &q).await? == 0, "a refused enqueue stored jobs");
-    expect_invalid(b.set_key_limit(&q, None, Some(0)).await, "key_limit", "limit 0")?;
+    expect_invalid(
+        b.set_key_limit(&q, None, Some(0)).await,
+        "key_limit",
+        "limit 0",
+    )?;
     expect_invalid(
         b.set_key_limit(&q, Some("k"), Some(0)).await,
         "key_limit",
@@ -94,7 +107,11 @@ pub async fn k2_a_claim_takes_at_most_each_key_s_limit(env: &Env) -> anyhow::Res
         keys_of(&got)
     );
     let keys = b.key_limits(&q).await?;
-    ensure!(keys.default == Some(2), "default limit reads {:?}", keys.default);
+    ensure!(
+        keys.default == Some(2),
+        "default limit reads {:?}",
+        keys.default
+    );
     let a = keys.keys.iter().find(|k| k.key == "a");
     let bk = keys.keys.iter().find(|k| k.key == "b");
     ensure!(
@@ -107,13 +124,18 @@ pub async fn k2_a_claim_takes_at_most_each_key_s_limit(env: &Env) -> anyhow::Res
         "both keys are full, yet a claim took more"
     );
     // A slot freed takes exactly one more job of its key, the earliest.
-    let b0 = got.iter().find(|j| j.payload == b"b-0").expect("b-0 was claimed");
+    let b0 = got
+        .iter()
+        .find(|j| j.payload == b"b-0")
+        .expect("b-0 was claimed");
     b.complete(&b0.lease).await?;
     let next = claim(b, &q, 20).await?;
     ensure!(
         keys_of(&next) == ["b"] && next[0].payload == b"b-2",
         "after one b finished a claim took {:?}",
-        next.iter().map(|j| String::from_utf8_lossy(&j.payload).into_owned()).collect::<Vec<_>>()
+        next.iter()
+            .map(|j| String::from_utf8_lossy(&j.payload).into_owned())
+            .collect::<Vec<_>>()
     );
     Ok(())
 }
@@ -140,7 +162,11 @@ pub async fn k4_a_waiting_key_does_not_block_others(env: &Env) -> anyhow::Result
         );
         for j in got {
             if count(std::slice::from_ref(&j), "hot") == 1 {
-                ensure!(j.id() == hot[0], "the first hot job to start was {}", j.id());
+                ensure!(
+                    j.id() == hot[0],
+                    "the first hot job to start was {}",
+                    j.id()
+                );
                 held_hot = Some(j);
             } else {
                 b.complete(&j.lease).await?;
@@ -152,7 +178,11 @@ pub async fn k4_a_waiting_key_does_not_block_others(env: &Env) -> anyhow::Result
     // The hot key's next jobs start one at a time, in order.
     for want in &hot[1..4] {
         let got = claim(b, &q, 10).await?;
-        ensure!(ids(&got) == [*want], "expected hot job {want}, got {:?}", ids(&got));
+        ensure!(
+            ids(&got) == [*want],
+            "expected hot job {want}, got {:?}",
+            ids(&got)
+        );
         b.complete(&got[0].lease).await?;
     }
     ensure!(others.len() == 12, "12 cold jobs were enqueued");
@@ -241,7 +271,10 @@ pub async fn k3_limits_change_at_run_time(env: &Env) -> anyhow::Result<()> {
     let more = claim(b, &q, 10).await?;
     ensure!(more.len() == 2, "raised to 3: a claim took {}", more.len());
     b.set_key_limit(&q, Some("k"), Some(1)).await?;
-    ensure!(running_of(b, &q, "k").await? == 3, "lowering stopped running jobs");
+    ensure!(
+        running_of(b, &q, "k").await? == 3,
+        "lowering stopped running jobs"
+    );
     b.complete(&first[0].lease).await?;
     b.complete(&more[0].lease).await?;
     ensure!(
@@ -250,11 +283,19 @@ pub async fn k3_limits_change_at_run_time(env: &Env) -> anyhow::Result<()> {
     );
     b.complete(&more[1].lease).await?;
     let next = claim(b, &q, 10).await?;
-    ensure!(next.len() == 1, "under the limit again: a claim took {}", next.len());
+    ensure!(
+        next.len() == 1,
+        "under the limit again: a claim took {}",
+        next.len()
+    );
     // Lifting the key's own limit leaves the default: none, so the rest run.
     b.set_key_limit(&q, Some("k"), None).await?;
     let rest = claim(b, &q, 10).await?;
-    ensure!(rest.len() == 2, "limit lifted: a claim took {} of 2", rest.len());
+    ensure!(
+        rest.len() == 2,
+        "limit lifted: a claim took {} of 2",
+        rest.len()
+    );
     Ok(())
 }
 
@@ -267,20 +308,44 @@ pub async fn k2_every_way_out_of_running_frees_the_slot(env: &Env) -> anyhow::Re
     b.set_key_limit(&q, None, Some(1)).await?;
     let ids = enqueue_all(b, (0..5).map(|i| keyed(&q, "k", i)).collect()).await?;
     let one = claim(b, &q, 5).await?;
-    ensure!(ids_of(&one) == [ids[0]], "first claim took {:?}", ids_of(&one));
+    ensure!(
+        ids_of(&one) == [ids[0]],
+        "first claim took {:?}",
+        ids_of(&one)
+    );
     b.release(&one[0].lease).await?;
     let again = claim(b, &q, 5).await?;
-    ensure!(ids_of(&again) == [ids[0]], "after a release: {:?}", ids_of(&again));
+    ensure!(
+        ids_of(&again) == [ids[0]],
+        "after a release: {:?}",
+        ids_of(&again)
+    );
     b.cancel_job(&q, ids[0]).await?;
     let after_cancel = claim(b, &q, 5).await?;
-    ensure!(ids_of(&after_cancel) == [ids[1]], "after a cancel: {:?}", ids_of(&after_cancel));
-    b.fail(&after_cancel[0].lease, "boom", Retry::After(Duration::from_secs(3600)))
-        .await?;
+    ensure!(
+        ids_of(&after_cancel) == [ids[1]],
+        "after a cancel: {:?}",
+        ids_of(&after_cancel)
+    );
+    b.fail(
+        &after_cancel[0].lease,
+        "boom",
+        Retry::After(Duration::from_secs(3600)),
+    )
+    .await?;
     let after_fail = claim(b, &q, 5).await?;
-    ensure!(ids_of(&after_fail) == [ids[2]], "after a failure: {:?}", ids_of(&after_fail));
+    ensure!(
+        ids_of(&after_fail) == [ids[2]],
+        "after a failure: {:?}",
+        ids_of(&after_fail)
+    );
     b.release(&after_fail[0].lease).await?;
     let short = claim_as(b, &q, "zombie", 5, SHORT_LEASE).await?;
-    ensure!(ids_of(&short) == [ids[2]], "short-lease claim: {:?}", ids_of(&short));
+    ensure!(
+        ids_of(&short) == [ids[2]],
+        "short-lease claim: {:?}",
+        ids_of(&short)
+    );
     let taken = poll_until("the expired job's slot to free", PATIENCE, || async {
         let got = claim_as(b, &q, "heir", 5, LEASE).await?;
         Ok((!got.is_empty()).then_some(got))
@@ -289,7 +354,10 @@ pub async fn k2_every_way_out_of_running_frees_the_slot(env: &Env) -> anyhow::Re
     ensure!(
         taken.len() == 1 && taken[0].id() == ids[2] && taken[0].attempt() == 2,
         "after expiry a claim took {:?}",
-        taken.iter().map(|j| (j.id(), j.attempt())).collect::<Vec<_>>()
+        taken
+            .iter()
+            .map(|j| (j.id(), j.attempt()))
+            .collect::<Vec<_>>()
     );
     Ok(())
 }
@@ -316,10 +384,18 @@ pub async fn k5_groups_and_keys_combine(env: &Env) -> anyhow::Result<()> {
     );
     b.complete(&got[0].lease).await?;
     let next = claim(b, &q, 10).await?;
-    ensure!(ids(&next) == [g1], "want the group's head once its key is free: {:?}", ids(&next));
+    ensure!(
+        ids(&next) == [g1],
+        "want the group's head once its key is free: {:?}",
+        ids(&next)
+    );
     b.complete(&next[0].lease).await?;
     let last = claim(b, &q, 10).await?;
-    ensure!(ids(&last) == [g2], "then the group's next: {:?}", ids(&last));
+    ensure!(
+        ids(&last) == [g2],
+        "then the group's next: {:?}",
+        ids(&last)
+    );
     Ok(())
 }
 

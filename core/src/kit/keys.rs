@@ -66,10 +66,7 @@ impl KeyAdmission {
             self.taken += 1;
             return Admit::Take;
         };
-        let count = self
-            .running
-            .entry(key.to_owned())
-            .or_insert_with(running);
+        let count = self.running.entry(key.to_owned()).or_insert_with(running);
         let limit = u64::from(limit);
         if *count >= limit {
             return Admit::Full;
@@ -114,7 +111,10 @@ mod tests {
         // Ahead now: a key of limit 1 is left, one of 3 with 1 running takes one.
         assert_eq!(a.decide(Some("one"), Some(1), || 0), Admit::Leave);
         assert_eq!(a.decide(Some("three"), Some(3), || 1), Admit::Take);
-        assert_eq!(a.decide(Some("three"), Some(3), || unreachable!()), Admit::Leave);
+        assert_eq!(
+            a.decide(Some("three"), Some(3), || unreachable!()),
+            Admit::Leave
+        );
         assert_eq!(a.decide(Some("free"), None, || unreachable!()), Admit::Take);
         assert_eq!(a.taken(), 3);
     }
