@@ -975,3 +975,54 @@ async fn l5_a_second_queue_s_job_is_logged_from_its_own_claim() {
         "logged start {logged} is after the handler's start {started}"
     );
 }
+
+/// SPEC K6: a worker claiming ahead never takes its key's last free slot, so while it
+/// is busy another worker runs the key's next job: it is never claimed into the first
+/// worker's buffer at all.
+#[tokio::test]
+async fn k6_a_claim_ahead_leaves_a_key_s_last_slot_to_other_workers() {
+    let b = Arc::new(MemoryBackend::new());
+    let q = queue();
+    b.set_key_limit(&q, Some("db"), Some(2)).await.unwrap();
+    let jobs = (0..2)
+        .map(|i| NewJob::new(&q, vec![i]).limit_key("db"))
+        .collect();
+    let ids: Vec<JobId> = b
+        .enqueue(jobs)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.id)
+        .collect();
+    let (handler, open, _) = blocking(ids[0]);
+    let busy = builder(&b, &q)
+        .name("busy")
+        .concurrency(1)
+        .prefetch(10)
+        .handler(handler)
+        .build()
+        .unwrap()
+        .spawn();
+    until("the first job runs", async || {
+        state(&b, &q, ids[0]).await == JobState::Running
+    })
+    .await;
+    let free = builder(&b, &q)
+        .name("free")
+        .concurrency(1)
+        .prefetch(0)
+        .handler(|_: ClaimedJob| async { Ok::<_, JobError>(()) })
+        .build()
+        .unwrap()
+        .spawn();
+    until("the second job succeeded", async || {
+        state(&b, &q, ids[1]).await == JobState::Succeeded
+    })
+    .await;
+    let log = b.job(&q, ids[1]).await.unwrap().attempt_log;
+    let workers: Vec<&str> = log.iter().map(|a| a.worker.as_str()).collect();
+    assert_eq!(workers, ["free"], "the second job's attempts: {log:?}");
+    open.send(true).unwrap();
+    busy.shutdown().await.unwrap();
+    free.shutdown().await.unwrap();
+}

@@ -204,7 +204,8 @@ impl Runner {
             self.tell_dry();
             let want = self.want();
             if claiming.len() < max_claims && eager && want > 0 {
-                claiming.push(self.claim_round(want));
+                let slots = self.start_now();
+                claiming.push(self.claim_round(want, slots));
                 continue;
             }
             // Nothing in flight and room for work: wait for an event or a poll tick.
@@ -338,6 +339,15 @@ impl Runner {
             .min(validate::MAX_CLAIM_LIMIT)
     }
 
+    /// How many of the jobs claimed now would start at once: free slots that neither
+    /// the buffer nor claims in flight will fill. The rest are claimed ahead, and never
+    /// take a limit key's last slot (SPEC K6).
+    fn start_now(&self) -> u32 {
+        self.free_slots()
+            .saturating_sub(self.buffer.len())
+            .saturating_sub(self.asking)
+    }
+
     /// Moves buffered jobs into free slots, oldest first.
     fn start_buffered(&mut self) {
         // Only while the oldest job may still start: the others go back (`take_expired`).
@@ -391,7 +401,7 @@ impl Runner {
 
     /// Claims up to `want` jobs, asking the queues in turn from `next_queue` on; the next
     /// round starts one queue later (SPEC W5).
-    fn claim_round(&mut self, want: u32) -> Claiming {
+    fn claim_round(&mut self, want: u32, slots: u32) -> Claiming {
         self.buffer.claim_started();
         self.asking += want;
         let start = self.next_queue;
@@ -407,12 +417,14 @@ impl Runner {
             let (mut jobs, mut failed) = (Vec::new(), false);
             let n = queues.len();
             for i in 0..n {
-                let left = want - u32::try_from(jobs.len()).unwrap_or(want);
+                let taken = u32::try_from(jobs.len()).unwrap_or(want);
+                let left = want - taken;
                 if left == 0 {
                     break;
                 }
                 let queue = &queues[(start + i) % n];
-                let req = ClaimRequest::new(queue.clone(), worker.clone(), left, lease);
+                let req = ClaimRequest::new(queue.clone(), worker.clone(), left, lease)
+                    .with_slots(slots.saturating_sub(taken));
                 // A backend that panics fails this claim, not the worker: its running
                 // jobs are still settled or released.
                 let sent = Instant::now();
