@@ -115,6 +115,12 @@ pub async fn run(db: &str, args: RunArgs) -> anyhow::Result<u8> {
     // once the batch exists.
     let mut jobs = plan.new_jobs(&queue, BatchId(0))?;
     let backend = backend::open(db, Use::RunInProcess).await?;
+    for (key, limit) in &plan.key_limits {
+        backend
+            .set_key_limit(&queue, key.as_deref(), Some(*limit))
+            .await
+            .context("cannot set the plan's key limits")?;
+    }
 
     let batch = backend
         .open_named_batch(&queue, plan.on_failure, &plan.name)

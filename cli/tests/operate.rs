@@ -19,6 +19,7 @@ const CASES: &[(&str, Case)] = &[
         "pause_resume_and_limit_show_in_status",
         pause_resume_and_limit,
     ),
+    ("key_limits_are_set_and_shown", key_limits_set_and_shown),
     (
         "prune_deletes_only_finished_jobs",
         prune_deletes_only_finished,
@@ -73,6 +74,46 @@ fn enqueue(env: &Env, q: &str, extra: &[&str]) -> Result<i64, Failed> {
         .trim()
         .parse()
         .map_err(|_| format!("enqueue printed {:?}, not an id", out.stdout).into())
+}
+
+/// `relayq limit N --key K` and `--each-key` store per-key limits, `enqueue
+/// --limit-key` tags a job, and `status` shows each key's running count and limit.
+fn key_limits_set_and_shown(env: &Env) -> Result<(), Failed> {
+    let q = queue("keys");
+    enqueue(env, &q, &["--limit-key", "db-a", "--", "true"])?;
+    env.run(&["limit", "2", "--each-key", "-q", &q])
+        .expect_code(0);
+    env.run(&["limit", "1", "--key", "db-a", "-q", &q])
+        .expect_code(0);
+    let s = json(env, &["status", "-q", &q, "--json"])?;
+    let keys = &s["keys"];
+    check(
+        keys["default"] == 2
+            && keys["keys"][0]["key"] == "db-a"
+            && keys["keys"][0]["limit"] == 1
+            && keys["keys"][0]["running"] == 0,
+        || format!("after limit 2 --each-key and limit 1 --key db-a: {s}"),
+    )?;
+    let text = env.run(&["status", "-q", &q]);
+    check(
+        text.stdout.contains("every limit key: at most 2 running") && text.stdout.contains("db-a"),
+        || format!("status text: {}", text.stdout),
+    )?;
+    let zero = env.run(&["limit", "0", "--key", "db-a", "-q", &q]);
+    check(zero.code == 2, || {
+        format!(
+            "limit 0 --key should be refused: {} {}",
+            zero.code, zero.stderr
+        )
+    })?;
+    env.run(&["limit", "none", "--key", "db-a", "-q", &q])
+        .expect_code(0);
+    let s = json(env, &["status", "-q", &q, "--json"])?;
+    check(
+        s["keys"]["keys"].as_array().is_some_and(Vec::is_empty),
+        || format!("after limit none --key db-a: {s}"),
+    )?;
+    Ok(())
 }
 
 fn pause_resume_and_limit(env: &Env) -> Result<(), Failed> {

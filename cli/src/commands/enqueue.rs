@@ -26,6 +26,9 @@ pub struct EnqueueArgs {
     /// Jobs of one group never run at the same time, and run in order.
     #[arg(long)]
     pub group: Option<String>,
+    /// At most the queue's limit for this key run at once (`relayq limit N --key K`).
+    #[arg(long, value_name = "KEY")]
+    pub limit_key: Option<String>,
     /// Lower runs first.
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     pub priority: i16,
@@ -92,6 +95,9 @@ pub async fn run(db: &str, args: EnqueueArgs) -> anyhow::Result<u8> {
     if let Some(g) = &args.group {
         job = job.group(g.clone());
     }
+    if let Some(k) = &args.limit_key {
+        job = job.limit_key(k.clone());
+    }
     if let Some(d) = args.delay {
         job = job.delay(d);
     }
@@ -101,8 +107,13 @@ pub async fn run(db: &str, args: EnqueueArgs) -> anyhow::Result<u8> {
     if let Some(name) = &args.name {
         relayq_core::validate::label("name", name).map_err(|e| flag_error(&e))?;
     }
-    relayq_core::validate::new_job(&job, &relayq_core::Limits::default())
-        .map_err(|e| flag_error(&e))?;
+    // Fields checked here, before connecting; whether the backend keeps limit keys
+    // is its own answer when the job is stored.
+    let fields = relayq_core::Limits {
+        limit_keys: true,
+        ..relayq_core::Limits::default()
+    };
+    relayq_core::validate::new_job(&job, &fields).map_err(|e| flag_error(&e))?;
     // With a dedupe key an enqueue is safe to repeat (a copy stored by an attempt whose
     // answer was lost is found, not stored again), so transient failures are retried;
     // without one a repeat could store the job twice, so the failure is reported.
@@ -189,6 +200,7 @@ fn flag_error(e: &CoreError) -> anyhow::Error {
         "run_at" => "--delay",
         "max_attempts" => "--max-attempts",
         "dedupe_key" => "--dedupe-key",
+        "limit_key" => "--limit-key",
         "enqueued_by" => "(host name)",
         other => return usage(format!("--{other}: {reason}")),
     };

@@ -1,5 +1,5 @@
-//! `relayq pause`, `relayq resume`, `relayq limit N|none`: a queue's settings
-//! (SPEC C6).
+//! `relayq pause`, `relayq resume`, `relayq limit N|none [--key K | --each-key]`: a
+//! queue's settings (SPEC C6, K1).
 
 use relayq_core::Backend;
 
@@ -29,6 +29,13 @@ pub struct LimitArgs {
     pub max: Limit,
     #[command(flatten)]
     pub queue: QueueArg,
+    /// Limit the jobs of this limit key instead of the whole queue: at most that many
+    /// with the key run at once (SPEC K).
+    #[arg(long, value_name = "KEY")]
+    pub key: Option<String>,
+    /// Limit every limit key that has no limit of its own.
+    #[arg(long, conflicts_with = "key")]
+    pub each_key: bool,
     /// The queue is not in use yet (see `relayq pause --help`).
     #[arg(long)]
     pub new: bool,
@@ -84,9 +91,22 @@ pub async fn resume(db: &str, args: QueueOnly) -> anyhow::Result<u8> {
 pub async fn limit(db: &str, args: LimitArgs) -> anyhow::Result<u8> {
     let backend = backend::open(db, Use::Existing).await?;
     in_use(backend.as_ref(), &args.queue.queue, args.new).await?;
-    backend
-        .set_max_running(&args.queue.queue, args.max.0)
-        .await?;
+    let q = &args.queue.queue;
+    if args.key.is_some() || args.each_key {
+        backend
+            .set_key_limit(q, args.key.as_deref(), args.max.0)
+            .await?;
+        let which = args.key.as_ref().map_or_else(
+            || "each limit key without a limit of its own".to_owned(),
+            |k| format!("limit key {k:?}"),
+        );
+        match args.max.0 {
+            Some(n) => outln!("queue {q:?}: at most {n} job(s) of {which} run at once"),
+            None => outln!("queue {q:?}: no limit for {which}"),
+        }
+        return Ok(exit::OK);
+    }
+    backend.set_max_running(q, args.max.0).await?;
     match args.max.0 {
         Some(n) => outln!(
             "queue {:?}: at most {n} job(s) run at once, across all workers",

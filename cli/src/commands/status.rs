@@ -44,6 +44,8 @@ struct Status {
     batches: Vec<BatchProgress>,
     /// The workers that beat for the queue in the last hour (SPEC M9).
     workers: Vec<relayq_core::WorkerSeen>,
+    /// Its limit keys in use or with a limit (SPEC K7).
+    keys: relayq_core::KeyLimits,
 }
 
 #[derive(Serialize)]
@@ -83,11 +85,13 @@ pub async fn run(db: &str, args: StatusArgs) -> anyhow::Result<u8> {
         None => backend.batches(queue, args.batches).await?,
     };
     let workers = backend.workers(queue).await?;
+    let keys = backend.key_limits(queue).await?;
     let status = Status {
         stats,
         running,
         batches,
         workers,
+        keys,
     };
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&status)?);
@@ -164,6 +168,22 @@ async fn all(backend: &dyn Backend, json: bool) -> anyhow::Result<u8> {
     Ok(exit::OK)
 }
 
+/// Each limit key with running jobs or a limit of its own (SPEC K7).
+fn print_keys(keys: &relayq_core::KeyLimits) {
+    if let Some(n) = keys.default {
+        outln!("every limit key: at most {n} running");
+    }
+    if keys.keys.is_empty() {
+        return;
+    }
+    let mut t = table(["limit key", "running", "limit"]);
+    for k in &keys.keys {
+        let limit = k.limit.map_or_else(|| "none".to_owned(), |n| n.to_string());
+        t.add_row([k.key.clone(), k.running.to_string(), limit]);
+    }
+    outln!("{t}");
+}
+
 fn print_text(s: &Status) {
     let st = &s.stats;
     outln!(
@@ -184,6 +204,7 @@ fn print_text(s: &Status) {
         None => outln!("no job waits to be claimed"),
     }
     print_workers(s);
+    print_keys(&s.keys);
     if s.running.is_empty() {
         outln!("running now: none");
     } else {

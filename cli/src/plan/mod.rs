@@ -30,6 +30,9 @@ pub struct Plan {
     pub name: String,
     /// What a dead job does to the rest of the batch.
     pub on_failure: OnFailure,
+    /// Limits set on the queue before the jobs are stored: for each named key, or with
+    /// `None` for every key without a limit of its own (SPEC K1).
+    pub key_limits: Vec<(Option<String>, u32)>,
     /// The jobs, in file order.
     pub jobs: Vec<PlanJob>,
     /// The file, as named on the command line (for messages).
@@ -47,6 +50,8 @@ pub struct PlanJob {
     pub stage: i32,
     /// Its group.
     pub group: Option<String>,
+    /// Its limit key (SPEC K1).
+    pub limit_key: Option<String>,
     /// Its priority (lower runs first; default 0).
     pub priority: i16,
     /// Attempts it gets (default [`DEFAULT_MAX_ATTEMPTS`]).
@@ -123,6 +128,39 @@ fn default_name(file: &str) -> String {
     if name.is_empty() { "plan".into() } else { name }
 }
 
+/// The plan's `each_key_limit` and `[key_limits]`, each 1 or more, keys checked as
+/// labels.
+fn key_limits(ctx: &Ctx<'_>, raw: &RawPlan) -> Result<Vec<(Option<String>, u32)>, PlanError> {
+    let limit = |field: &str, key: Option<&str>, n: i64, span: Range<usize>| {
+        u32::try_from(n).ok().filter(|n| *n >= 1).ok_or_else(|| {
+            let which = key.map_or_else(String::new, |k| format!(" (key {k:?})"));
+            ctx.error(
+                span,
+                &format!("field {field:?}{which}: must be 1 or more, got {n}"),
+            )
+        })
+    };
+    let mut out = Vec::new();
+    if let Some(n) = &raw.each_key_limit {
+        out.push((None, limit("each_key_limit", None, *n.get_ref(), n.span())?));
+    }
+    if let Some(keys) = &raw.key_limits {
+        for (key, n) in keys.get_ref() {
+            validate::label("limit_key", key).map_err(|e| {
+                ctx.error(
+                    keys.span(),
+                    &format!("field \"key_limits\": key {key:?}: {}", check::reason(&e)),
+                )
+            })?;
+            out.push((
+                Some(key.clone()),
+                limit("key_limits", Some(key), *n, keys.span())?,
+            ));
+        }
+    }
+    Ok(out)
+}
+
 /// Parses and validates plan `text` (from `file`); relative `cwd`s are joined to `base`.
 ///
 /// # Errors
@@ -171,6 +209,7 @@ pub fn parse(file: &str, text: &str, base: &Path) -> Result<Plan, PlanError> {
         }
         None => default_name(file),
     };
+    let key_limits = key_limits(&ctx, &raw)?;
     if raw.job.is_empty() {
         return Err(PlanError(format!(
             "{file}: the plan has no jobs (add [[job]] tables, each with a `command`)"
@@ -194,6 +233,7 @@ pub fn parse(file: &str, text: &str, base: &Path) -> Result<Plan, PlanError> {
     Ok(Plan {
         name,
         on_failure,
+        key_limits,
         jobs,
         file: file.to_owned(),
     })
@@ -208,7 +248,11 @@ impl Plan {
     pub fn new_jobs(&self, queue: &str, batch: BatchId) -> Result<Vec<NewJob>, PlanError> {
         validate::queue_name(queue).map_err(|e| PlanError(format!("--queue {queue:?}: {e}")))?;
         let by = format!("relayq run {}", shorten(&self.file, 200)).replace(char::is_control, "?");
-        let limits = Limits::default();
+        // The backend says whether it keeps limit keys when the jobs are stored.
+        let limits = Limits {
+            limit_keys: true,
+            ..Limits::default()
+        };
         let mut out = Vec::with_capacity(self.jobs.len());
         for job in &self.jobs {
             let mut new = NewJob::new(queue, job.spec.to_payload())
@@ -218,6 +262,9 @@ impl Plan {
                 .enqueued_by(by.clone());
             if let Some(group) = &job.group {
                 new = new.group(group.clone());
+            }
+            if let Some(key) = &job.limit_key {
+                new = new.limit_key(key.clone());
             }
             validate::new_job(&new, &limits).map_err(|e| match e {
                 CoreError::InvalidInput { field, reason } => {

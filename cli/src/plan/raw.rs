@@ -11,6 +11,10 @@ use toml::Spanned;
 pub struct RawPlan {
     pub name: Option<Spanned<String>>,
     pub on_failure: Option<Spanned<String>>,
+    /// The limit of every limit key of the queue without one of its own (SPEC K1).
+    pub each_key_limit: Option<Spanned<i64>>,
+    /// Limits of named keys.
+    pub key_limits: Option<Spanned<BTreeMap<String, i64>>>,
     #[serde(default)]
     pub job: Vec<Spanned<RawJob>>,
 }
@@ -24,6 +28,7 @@ pub struct RawJob {
     pub command: Option<Spanned<String>>,
     pub stage: Option<Spanned<i64>>,
     pub group: Option<Spanned<String>>,
+    pub limit_key: Option<Spanned<String>>,
     pub priority: Option<Spanned<i64>>,
     pub max_attempts: Option<Spanned<i64>>,
     pub timeout: Option<Spanned<String>>,

@@ -247,3 +247,23 @@ fn new_jobs_carry_the_plan_settings() {
     assert_eq!(spec.command, "echo a");
     assert_eq!(spec.name.as_deref(), Some("a"));
 }
+
+#[test]
+fn limit_keys_and_their_limits_come_from_the_plan() {
+    let plan = parse_str(
+        "each_key_limit = 2\n[key_limits]\n\"db-a\" = 1\n\n[[job]]\ncommand = \"true\"\nlimit_key = \"db-a\"\n",
+    )
+    .unwrap();
+    assert_eq!(plan.key_limits, [(None, 2), (Some("db-a".to_owned()), 1)]);
+    let jobs = plan.new_jobs("q", BatchId(1)).unwrap();
+    assert_eq!(jobs[0].limit_key.as_deref(), Some("db-a"));
+    let e = err("[key_limits]\n\"db-a\" = 0\n[[job]]\ncommand = \"true\"\n");
+    assert!(
+        e.contains("key_limits") && e.contains("db-a") && e.contains("1 or more"),
+        "{e}"
+    );
+    // Checked with the core's rules, as a group is, before anything is stored.
+    let plan = parse_str("[[job]]\ncommand = \"true\"\nlimit_key = \"a\\nb\"\n").unwrap();
+    let e = plan.new_jobs("q", BatchId(1)).unwrap_err().to_string();
+    assert!(e.contains("field \"limit_key\""), "{e}");
+}
