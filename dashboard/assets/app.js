@@ -222,16 +222,27 @@
     return badge(b.sealed ? "running" : "open", "running");
   }
 
+  // The queue's limit keys: each key's running jobs against its limit (SPEC K7).
+  function keyLine(k) {
+    if (k.default === null && !k.keys.length) return null;
+    const shown = k.keys.slice(0, 20).map((u) =>
+      h("span", { class: u.limit !== null && u.running >= u.limit ? "key full" : "key", "data-key": u.key }, `${u.key} ${u.running} / ${u.limit ?? "∞"}`));
+    return h("p", { id: "keys" }, "limit keys: ",
+      shown.flatMap((e, i) => (i ? [", ", e] : [e])),
+      k.keys.length > 20 ? ` and ${k.keys.length - 20} more` : null,
+      k.default !== null ? ` · every other key: at most ${k.default}` : null);
+  }
+
   async function queueHeader() {
-    const s = await api(`/queues/${q(queue)}`);
-    if (!s.counted) return h("p", { id: "summary" }, countNote(s));
-    return h("p", { id: "summary" },
+    const [s, k] = await Promise.all([api(`/queues/${q(queue)}`), api(`/queues/${q(queue)}/keys`)]);
+    if (!s.counted) return [h("p", { id: "summary" }, countNote(s)), keyLine(k)];
+    return [h("p", { id: "summary" },
       STATES.filter((st) => s.counts[st]).map((st) => [badge(`${st} ${s.counts[st]}`, st), " "]),
       s.paused ? badge("paused") : null, " ", unserved(s), " ", `running ${s.running} / ${s.max_running ?? "∞"}`,
       // Leased jobs waiting in a worker's buffer are counted running by the backend.
       s.held ? h("span", { class: "muted held", title: "claimed ahead, waiting in a worker's buffer for a free slot: leased, not started (from the workers' beats)" }, ` (${s.held} of them claimed ahead, not started)`) : null,
       ` · ${s.workers} worker${s.workers === 1 ? "" : "s"}`,
-      ` · oldest ready ${waited(s.oldest_ready_seconds)}`, " ", countNote(s));
+      ` · oldest ready ${waited(s.oldest_ready_seconds)}`, " ", countNote(s)), keyLine(k)];
   }
 
   async function drawBatches() {

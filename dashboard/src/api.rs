@@ -129,6 +129,16 @@ pub(crate) async fn queue_stats(
     Ok(Json(view))
 }
 
+/// `GET /api/queues/{queue}/keys`: the queue's limit keys with their running counts
+/// and limits (SPEC K7).
+pub(crate) async fn keys(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> ApiResult<Json<relayq_core::KeyLimits>> {
+    let name = queue(&name)?;
+    Ok(Json(state.backend.key_limits(name).await?))
+}
+
 /// `GET /api/queues/{queue}/history`: the queue's counts as sampled while this
 /// dashboard counted it (every 5 s at most, the last hour), for the charts; counts the
 /// queue first, so a chart opened alone still gathers samples.

@@ -32,6 +32,7 @@ pub(crate) fn build(state: AppState) -> Router {
             get(api::batch_jobs),
         )
         .route("/api/queues/{queue}/running", get(api::running))
+        .route("/api/queues/{queue}/keys", get(api::keys))
         .route("/api/queues/{queue}/dead", get(api::dead))
         .route("/api/queues/{queue}/schedules", get(schedules::list))
         .route("/api/queues/{queue}/jobs", get(jobs::list))

@@ -957,3 +957,33 @@ async fn history_samples_the_counts() {
         "a second count within 5 s"
     );
 }
+
+/// `GET /api/queues/{q}/keys` gives each limit key's running count and limit.
+#[tokio::test]
+async fn limit_keys_show_their_running_jobs_and_limits() {
+    let db = sqlite().await;
+    let q = queue();
+    db.backend.set_key_limit(&q, None, Some(2)).await.unwrap();
+    db.backend
+        .set_key_limit(&q, Some("db <a>"), Some(1))
+        .await
+        .unwrap();
+    db.backend
+        .enqueue_one(NewJob::new(&q, b"x".to_vec()).limit_key("db <a>"))
+        .await
+        .unwrap();
+    let got = db
+        .backend
+        .claim(ClaimRequest::new(&q, "w", 5, Duration::from_secs(60)))
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 1);
+    let (app, _) = app_and_csrf(&db).await;
+    let keys = get(&app, &format!("/api/queues/{q}/keys")).await.json();
+    assert_eq!(keys["default"], 2, "{keys}");
+    assert_eq!(
+        keys["keys"],
+        json!([{"key": "db <a>", "running": 1, "own": 1, "limit": 1}]),
+        "{keys}"
+    );
+}
