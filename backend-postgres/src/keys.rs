@@ -38,13 +38,16 @@ const KEY_INFO: &str = "SELECT k,
 const PARK: &str = "UPDATE {s}.jobs SET parked = true WHERE id = ANY($1)";
 
 /// The chosen jobs, by id (ascending in `$1`: each takes the token at its place), in
-/// the columns of the claim statement's final `SELECT`.
-const CLAIM_IDS: &str = "WITH claimed AS (
+/// the columns of the claim statement's final `SELECT`. Timed by the clock, not by
+/// `now()`: the transaction began before its wait for the queue's lock, and the
+/// claim, its lease and its log start when the jobs are taken.
+const CLAIM_IDS: &str = "WITH t AS MATERIALIZED (SELECT clock_timestamp() AS at),
+    claimed AS (
         UPDATE {s}.jobs j
         SET state = 'running', attempts = j.attempts + 1,
             lease_token = ($4::uuid[])[width_bucket(j.id, $1::bigint[])],
-            lease_expires_at = now() + $2::float8 * interval '1 microsecond',
-            worker = $3, started_at = now()
+            lease_expires_at = (SELECT at FROM t) + $2::float8 * interval '1 microsecond',
+            worker = $3, started_at = (SELECT at FROM t)
         WHERE j.id = ANY($1)
         RETURNING j.id, j.lease_token, j.attempts, j.payload, j.priority, j.run_at,
                   j.max_attempts, j.group_key, j.batch_id, j.stage, j.enqueued_by,

@@ -471,6 +471,9 @@ pub fn check(plan: &Plan, obs: &Observed, ledger: &Ledger, allow: Allowances) ->
     }
     report.checks.push(overlap);
     report.checks.push(order);
+    report
+        .checks
+        .extend(crate::keys::check(plan, obs, ledger, &excused));
 
     // Stage barriers.
     let mut barrier = Check::new(names::BARRIER, 0);
@@ -614,7 +617,7 @@ pub fn check(plan: &Plan, obs: &Observed, ledger: &Ledger, allow: Allowances) ->
 }
 
 impl Check {
-    fn new(name: &'static str, checked: usize) -> Self {
+    pub(crate) fn new(name: &'static str, checked: usize) -> Self {
         Self {
             name,
             checked,
@@ -623,7 +626,7 @@ impl Check {
         }
     }
 
-    fn push(&mut self, line: String, excused: bool) {
+    pub(crate) fn push(&mut self, line: String, excused: bool) {
         if excused {
             self.excused.push(line);
         } else {

@@ -103,6 +103,9 @@ pub fn new_job(
     if job.dedupe || late {
         nj = nj.dedupe_key(job.key.clone());
     }
+    if let Some(k) = job.limit_key {
+        nj = nj.limit_key(k);
+    }
     nj
 }
 

@@ -47,7 +47,13 @@ pub struct PlannedJob {
     pub dedupe: bool,
     /// Cancelled while the workers run (B7).
     pub cancel: bool,
+    /// Its limit key (SPEC K): [`KEY_LIMITS`] gives each key's limit.
+    pub limit_key: Option<&'static str>,
 }
+
+/// The limit keys of the mix and their limits (SPEC K): a key of one (its jobs never
+/// overlap) and a key of three.
+pub const KEY_LIMITS: &[(&str, u32)] = &[("lk1", 1), ("lk3", 3)];
 
 /// One planned batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,6 +104,7 @@ impl Plan {
                 delay_ms: 0,
                 dedupe: false,
                 cancel: false,
+                limit_key: None,
             };
             f(&mut job);
             plan.jobs.push(job);
@@ -153,7 +160,26 @@ impl Plan {
                 _ => {}
             });
         }
+        // Limit keys on a tenth of the plain jobs (key of one) and a fifth (key of
+        // three), and on a tenth of the grouped ones (key of three): by position, so the
+        // rest of the mix stays as the seed makes it.
+        for (i, job) in plan.jobs.iter_mut().enumerate() {
+            job.limit_key = match (job.batch.is_some(), job.group.is_some(), i % 10) {
+                (false, false, 3) => Some("lk1"),
+                (false, false, 5 | 7) | (false, true, 1) => Some("lk3"),
+                _ => None,
+            };
+        }
         plan
+    }
+
+    /// The plan without limit keys, for a backend that does not keep them.
+    #[must_use]
+    pub fn without_limit_keys(mut self) -> Self {
+        for job in &mut self.jobs {
+            job.limit_key = None;
+        }
+        self
     }
 
     /// The stages below `stage` in `batch`.

@@ -478,11 +478,18 @@ pub async fn run(s: &Settings) -> anyhow::Result<Outcome> {
     let url = target.url();
     say(s.kind, t0, &format!("server up: {url}"));
     let backend = relayq::connect(&url).await.context("connect")?;
-    let plan = Arc::new(Plan::generate(
-        s.seed,
-        s.jobs,
-        u64::try_from(s.max_delay.as_millis())?,
-    ));
+    let mut plan = Plan::generate(s.seed, s.jobs, u64::try_from(s.max_delay.as_millis())?);
+    if backend.limits().limit_keys {
+        for &(key, limit) in crate::plan::KEY_LIMITS {
+            backend
+                .set_key_limit(queue(), Some(key), Some(limit))
+                .await
+                .context("set the plan's key limits")?;
+        }
+    } else {
+        plan = plan.without_limit_keys();
+    }
+    let plan = Arc::new(plan);
     let split = feed::split(&plan);
     let Early {
         batches,

@@ -24,6 +24,7 @@ fn job(key: &str) -> PlannedJob {
         delay_ms: 0,
         dedupe: false,
         cancel: false,
+        limit_key: None,
     }
 }
 
@@ -73,7 +74,15 @@ fn info(id: i64, spans: &[(i64, i64)]) -> JobInfo {
 /// k0, k1 in group g0; k2 at stage 100 and k3 at stage 200 of batch 0: a clean history
 /// whose database view matches `ledger`.
 fn scenario(ledger: &str, infos: Vec<JobInfo>) -> Report {
+    scenario_keyed(ledger, infos, &[])
+}
+
+/// [`scenario`] with limit keys on some jobs: (plan index, key).
+fn scenario_keyed(ledger: &str, infos: Vec<JobInfo>, keys: &[(usize, &'static str)]) -> Report {
     let mut jobs = vec![job("k0"), job("k1"), job("k2"), job("k3")];
+    for &(i, key) in keys {
+        jobs[i].limit_key = Some(key);
+    }
     jobs[0].group = Some("g0".into());
     jobs[1].group = Some("g0".into());
     jobs[2].batch = Some((0, 100));
@@ -184,4 +193,22 @@ fn lost_stuck_and_miscounted_jobs_are_reported() {
         clean_infos(),
     );
     assert_eq!(r.check(names::RAN).violations.len(), 1, "{r:#?}");
+}
+
+/// Two jobs of a key of limit 1 that overlap, in the ledger and in the database, are
+/// both reported; the same overlap under a key of limit 3, or spans that only touch,
+/// are not.
+#[test]
+fn an_overlap_within_a_limit_key_is_reported() {
+    use relayq_torture::keys::names as keys;
+    // k0 ran 1000..2000 and k2 1000..1500: together, under lk1.
+    let r = scenario_keyed(CLEAN, clean_infos(), &[(0, "lk1"), (2, "lk1")]);
+    assert_eq!(r.check(keys::RUNS).violations.len(), 1, "{:#?}", r.checks);
+    assert_eq!(r.check(keys::CLAIMS).violations.len(), 1, "{:#?}", r.checks);
+    let r = scenario_keyed(CLEAN, clean_infos(), &[(0, "lk3"), (2, "lk3")]);
+    assert_eq!(r.violations(), 0, "{:#?}", r.checks);
+    // k2 ended at 1500 (ledger) and k3 started at 2000: one after the other.
+    let r = scenario_keyed(CLEAN, clean_infos(), &[(2, "lk1"), (3, "lk1")]);
+    assert_eq!(r.violations(), 0, "{:#?}", r.checks);
+    assert!(r.check(keys::RUNS).checked >= 2);
 }
