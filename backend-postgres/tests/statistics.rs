@@ -396,6 +396,47 @@ async fn operations(lab: &mut Lab, generic: bool) -> Vec<(&'static str, i64)> {
     })
     .await;
     read("maintenance pass", n);
+
+    // Limit keys (SPEC K4): a hot key of limit 1 with 12,000 jobs waiting ahead of 100
+    // keys with 3 jobs each. Claims park the hot key's jobs they read (each once, a
+    // bounded number per claim); then a claim reads the other keys' jobs only, and a
+    // settle of the hot key's running job puts back one parked job.
+    let kq = &format!("{q}-keys{tag}");
+    lab.b.set_key_limit(kq, None, Some(2)).await.unwrap();
+    lab.b.set_key_limit(kq, Some("hot"), Some(1)).await.unwrap();
+    for _ in 0..12 {
+        let hot = (0..1000).map(|_| NewJob::new(kq, b"hot".to_vec()).limit_key("hot"));
+        lab.b.enqueue(hot.collect()).await.unwrap();
+    }
+    let mut hot_lease = None;
+    for _ in 0..20 {
+        for j in claim(&lab.b, kq, 10, LEASE).await {
+            hot_lease = Some(j.lease);
+        }
+    }
+    let cold =
+        (0..300).map(|i| NewJob::new(kq, b"cold".to_vec()).limit_key(format!("c{}", i % 100)));
+    lab.b.enqueue(cold.collect()).await.unwrap();
+    let (n, got) = measured(lab, generic, async move |b| claim(b, kq, 10, LEASE).await).await;
+    read("keyed claim of 10 past 12,000 parked jobs of a full key", n);
+    assert_eq!(got.len(), 10, "the other keys' jobs are claimed");
+    assert!(
+        got.iter().all(|j| j.payload == b"cold"),
+        "only the other keys' jobs"
+    );
+    let hot_lease = hot_lease.expect("the hot key's first job was claimed");
+    let (n, ()) = measured(lab, generic, async move |b| {
+        settle(b, vec![Settle::complete(hot_lease)]).await;
+    })
+    .await;
+    read("settle of a full key's job, putting one parked job back", n);
+    let (n, got) = measured(lab, generic, async move |b| claim(b, kq, 10, LEASE).await).await;
+    read("keyed claim of 10 after a slot freed", n);
+    assert_eq!(
+        got.iter().filter(|j| j.payload == b"hot").count(),
+        1,
+        "the hot key's next job runs once its slot freed"
+    );
     out
 }
 

@@ -22,6 +22,7 @@ mod cancel;
 mod dashboard;
 mod goals;
 mod groups;
+mod keys;
 mod latency;
 mod paired;
 mod peers;
@@ -64,7 +65,7 @@ struct Args {
     runs: usize,
     /// Run only these scenarios (comma-separated: enqueue, drain, drain16 (the
     /// concurrency-16 rows alone), prefetch (the prefetch row alone, for profiling it),
-    /// raw, latency, stages, groups, backlog, burst, cancel, progress, schedules; and
+    /// raw, latency, stages, groups, keys, backlog, burst, cancel, progress, schedules; and
     /// phases, which only runs when named here).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
@@ -193,6 +194,11 @@ async fn main() -> anyhow::Result<()> {
         add(stages::stages(&targets, runs).await?);
         let jobs = if quick { 5_000 } else { 20_000 };
         add(stages::big_stage(&targets, jobs, args.prefetch, runs).await?);
+    }
+    if on("keys") {
+        let (jobs, keys) = if quick { (5_000, 1_000) } else { (50_000, 10_000) };
+        add(keys::keys(&targets, jobs, keys, args.prefetch, runs).await?);
+        add(keys::starvation(&targets, args.prefetch, runs).await?);
     }
     if on("groups") {
         let per_group = if quick { 10 } else { 100 };
