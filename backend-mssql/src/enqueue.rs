@@ -128,7 +128,11 @@ impl MssqlBackend {
 #[async_trait]
 impl Enqueue for MssqlBackend {
     fn limits(&self) -> Limits {
-        self.inner.limits
+        // Limit keys are not kept here yet (SPEC K1), whatever the configuration says.
+        Limits {
+            limit_keys: false,
+            ..self.inner.limits
+        }
     }
 
     async fn enqueue_unchecked(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {

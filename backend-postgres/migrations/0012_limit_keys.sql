@@ -53,7 +53,11 @@ $$;
 
 -- A job leaving `running` frees one slot of its key, so the earliest parked job of the
 -- key goes back to the claim index, in the same transaction, whatever took it out (a
--- settle, a release, a cancel, an expiry, a halt, a delete).
+-- settle, a release, a cancel, an expiry, a halt, a delete). So does an unparked
+-- waiting job that leaves without being claimed (cancelled, deleted, or sent back to
+-- `blocked` by its group): it may be the one a freed slot put back, and its key's
+-- next job must not stay parked behind it. An extra unpark costs nothing but a read:
+-- the next claim parks the job again if its key is full.
 --
 -- Why the queue row's lock: a keyed claim holds it `FOR UPDATE` while it counts the
 -- key's running jobs and parks what found the key full. Taking it `FOR KEY SHARE` here
@@ -78,11 +82,15 @@ END
 $$;
 CREATE TRIGGER jobs_key_freed AFTER UPDATE OF state ON {s}.jobs
     FOR EACH ROW
-    WHEN (OLD.state = 'running' AND NEW.state <> 'running' AND OLD.limit_key IS NOT NULL)
+    WHEN (OLD.limit_key IS NOT NULL AND (
+        (OLD.state = 'running' AND NEW.state <> 'running')
+        OR (OLD.state IN ('ready', 'retrying') AND NOT OLD.parked
+            AND NEW.state NOT IN ('ready', 'retrying', 'running'))))
     EXECUTE FUNCTION {s}.key_freed();
 CREATE TRIGGER jobs_key_freed_by_delete AFTER DELETE ON {s}.jobs
     FOR EACH ROW
-    WHEN (OLD.state = 'running' AND OLD.limit_key IS NOT NULL)
+    WHEN (OLD.limit_key IS NOT NULL AND (
+        OLD.state = 'running' OR (OLD.state IN ('ready', 'retrying') AND NOT OLD.parked)))
     EXECUTE FUNCTION {s}.key_freed();
 
 -- A job that goes back to `blocked` (its group's turn went to an earlier job, SPEC G2)

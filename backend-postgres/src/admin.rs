@@ -84,8 +84,10 @@ impl PostgresBackend {
         let payload = format!("{}:{queue}", listen::READY);
         let mut tx = self.inner.pool.begin().await.map_err(db)?;
         sqlx::query(self.sql(
+            // A change of no key column: its lock does not wait for the `FOR KEY
+            // SHARE` of settles freeing slots (only for a keyed claim in progress).
             "INSERT INTO {s}.queues (queue) VALUES ($1)
-             ON CONFLICT (queue) DO UPDATE SET queue = EXCLUDED.queue",
+             ON CONFLICT (queue) DO UPDATE SET keyed = {s}.queues.keyed",
         ))
         .bind(queue)
         .execute(&mut *tx)

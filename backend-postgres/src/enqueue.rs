@@ -113,7 +113,7 @@ impl PostgresBackend {
         jobs: Vec<NewJob>,
     ) -> Result<Vec<Enqueued>> {
         // Outside the traits, so core's public methods do not check this call's input.
-        validate::new_jobs(&jobs, &self.inner.limits)?;
+        validate::new_jobs(&jobs, &Enqueue::limits(self))?;
         if jobs.is_empty() {
             return Ok(Vec::new());
         }

@@ -53,7 +53,7 @@ macro_rules! settle_tail {
                 CROSS JOIN LATERAL (
                     SELECT w.id FROM {s}.jobs w
                     WHERE w.id = c.id AND w.batch_id IS NOT DISTINCT FROM f.batch_id
-                      AND w.stage <= f.low
+                      AND w.stage <= f.low AND NOT w.parked
                       AND w.state IN ('ready', 'retrying')
                     FOR KEY SHARE SKIP LOCKED) w
                 LIMIT 1) w),

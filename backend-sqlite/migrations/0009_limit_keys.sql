@@ -53,3 +53,17 @@ WHEN NEW.state = 'blocked' AND NEW.parked = 1
 BEGIN
     UPDATE relayq_jobs SET parked = 0 WHERE id = NEW.id;
 END;
+-- An unparked waiting job that leaves without being claimed (cancelled, or sent back
+-- to `blocked` by its group) may be the one a freed slot put back: its key's next
+-- parked job goes back in its place. An extra one costs nothing: the next claim parks
+-- it again if its key is full.
+CREATE TRIGGER relayq_key_passed_on AFTER UPDATE OF state ON relayq_jobs
+WHEN OLD.state IN ('ready', 'retrying') AND OLD.parked = 0 AND OLD.limit_key IS NOT NULL
+  AND NEW.state NOT IN ('ready', 'retrying', 'running')
+BEGIN
+    UPDATE relayq_jobs SET parked = 0
+    WHERE id = (SELECT id FROM relayq_jobs INDEXED BY relayq_jobs_parked
+                WHERE queue = OLD.queue AND limit_key = OLD.limit_key AND parked = 1
+                  AND state IN ('ready', 'retrying')
+                ORDER BY priority, run_at, id LIMIT 1);
+END;

@@ -252,7 +252,7 @@ async fn claim_keyed(
                             .flatten();
                         limits.insert(k.clone(), l.and_then(|l| u32::try_from(l).ok()));
                     }
-                    let running = if admission.knows(k) {
+                    let running = if limits[k].is_none() || admission.knows(k) {
                         0
                     } else {
                         let n: i64 = sqlx::query_scalar(KEY_RUNNING)

@@ -63,6 +63,15 @@ else
     end
     if result >= 200 then break end
   end
+  -- Parked jobs (SPEC K4) are in their keys' sets, not in B:ready.
+  if result < 200 then
+    for _, lk in ipairs(redis.call('SMEMBERS', B .. ':kpk')) do
+      for _, m in ipairs(redis.call('ZRANGE', kpk(lk), 0, 199 - result)) do
+        result = result + cancel(id_of(m))
+      end
+      if result >= 200 then break end
+    end
+  end
 end
 publish()
 return result

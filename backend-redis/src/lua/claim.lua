@@ -33,7 +33,9 @@ if limit > 0 then
   -- about 5% of a drained job's instructions (callgrind), for a value nobody reads.
   local popped
   if settings[3] then
-    popped = keyed_head(limit, tonumber(ARGV[6 + limit]) or limit, tonumber(settings[4]))
+    -- `slots` follows the tokens, one per job asked for (`limit` may be cut above).
+    local asked = tonumber(ARGV[3])
+    popped = keyed_head(limit, tonumber(ARGV[6 + asked]) or limit, tonumber(settings[4]))
   else
     popped = redis.call('ZRANGE', B .. ':ready', 0, limit - 1)
     if #popped > 0 then redis.call('ZREMRANGEBYRANK', B .. ':ready', 0, #popped - 1) end

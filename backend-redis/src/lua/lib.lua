@@ -208,7 +208,9 @@ local function unindex(id, st, ra, lk)
     redis.call('ZREM', B .. ':delay', id)
     redis.call('ZREM', B .. ':backoff', id)
     redis.call('ZREM', B .. ':ready', okey(tonumber(ra), id))
-    if lk then redis.call('ZREM', kpk(lk), okey(tonumber(ra), id)) end
+    -- An unparked job may hold its key's wake-up (a slot freed for it): leaving
+    -- without being claimed, it passes it on to the next parked job of its key.
+    if lk and redis.call('ZREM', kpk(lk), okey(tonumber(ra), id)) == 0 then unpark(lk, 1) end
   elseif st == 'running' then
     redis.call('ZREM', B .. ':running', id)
     if lk then key_freed(lk) end

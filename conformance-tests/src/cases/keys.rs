@@ -456,3 +456,60 @@ pub async fn k7_why_names_a_full_key(env: &Env) -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// SPEC K4: a waiting job put back when a slot freed, then cancelled before any claim
+/// took it, passes its turn on: the key's next job runs; and a purge cancels a full
+/// key's waiting jobs too (SPEC B9).
+pub async fn k4_a_cancelled_waiting_job_passes_its_turn_on(env: &Env) -> anyhow::Result<()> {
+    let b = env.backend();
+    let q = queue_name("k4pass");
+    b.set_key_limit(&q, Some("k"), Some(1)).await?;
+    let ids = enqueue_all(b, (0..4).map(|i| keyed(&q, "k", i)).collect()).await?;
+    let first = claim(b, &q, 10).await?;
+    ensure!(
+        ids_of(&first) == [ids[0]],
+        "the first claim took {:?}",
+        ids_of(&first)
+    );
+    b.complete(&first[0].lease).await?;
+    b.cancel_job(&q, ids[1]).await?;
+    let next = claim(b, &q, 10).await?;
+    ensure!(
+        ids_of(&next) == [ids[2]],
+        "with the key's next job cancelled, a claim took {:?}",
+        ids_of(&next)
+    );
+    let cancelled = b.purge(&q).await?;
+    ensure!(
+        cancelled == 2,
+        "purge cancelled {cancelled} of the 2 unfinished jobs"
+    );
+    let stats = b.queue_stats(&q).await?;
+    let left = stats.count(JobState::Ready) + stats.count(JobState::Running);
+    ensure!(
+        left == 0,
+        "after the purge {left} jobs are ready or running: {stats:?}"
+    );
+    Ok(())
+}
+
+/// SPEC K6 with C6: a queue's `max_running` cuts a claim, and what it claims ahead
+/// still never takes a key's last slot.
+pub async fn k6_claims_ahead_under_max_running(env: &Env) -> anyhow::Result<()> {
+    let b = env.backend();
+    let q = queue_name("k6max");
+    b.set_max_running(&q, Some(3)).await?;
+    b.set_key_limit(&q, Some("k"), Some(2)).await?;
+    let free = enqueue(b, NewJob::new(&q, b"free-0".to_vec())).await?;
+    let k = enqueue_all(b, (0..2).map(|i| keyed(&q, "k", i)).collect()).await?;
+    let got = b
+        .claim(ClaimRequest::new(&q, "w", 10, LEASE).with_slots(1))
+        .await?;
+    ensure!(
+        ids(&got) == [free, k[0]],
+        "a claim of 10 (max_running 3) with 1 slot took {:?}; want the keyless job and \
+         one of 'k' ahead, leaving its last slot",
+        ids(&got)
+    );
+    Ok(())
+}
