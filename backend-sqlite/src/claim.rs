@@ -99,25 +99,37 @@ pub(crate) const CANDIDATES: &str =
     WHERE queue = ?1 AND state IN ('ready', 'retrying') AND parked = 0 AND run_at <= ?2
     ORDER BY priority, run_at, id LIMIT ?3";
 
-/// A key's running jobs (SPEC K2), jobs held ahead in a buffer included.
-pub(crate) const KEY_RUNNING: &str =
-    "SELECT COUNT(*) FROM relayq_jobs INDEXED BY relayq_jobs_key_running
-    WHERE queue = ?1 AND limit_key = ?2 AND limit_key IS NOT NULL AND state = 'running'";
+/// Each key's limit (its own, else the queue's default) and running jobs, jobs held
+/// ahead in a buffer included (SPEC K2), for the keys given as a JSON array: one
+/// statement for a claim's new keys, where a pair of statements per key cost more than
+/// their work (see `settle::complete_all`).
+pub(crate) const KEY_INFO: &str = "SELECT l.value,
+        COALESCE((SELECT max FROM relayq_key_limits WHERE queue = ?1 AND limit_key = l.value),
+                 (SELECT key_limit FROM relayq_queues WHERE queue = ?1)),
+        (SELECT COUNT(*) FROM relayq_jobs INDEXED BY relayq_jobs_key_running
+         WHERE queue = ?1 AND limit_key = l.value AND limit_key IS NOT NULL
+           AND state = 'running')
+    FROM json_each(?2) AS l";
 
-/// A key's limit: its own, else the queue's default.
-pub(crate) const KEY_LIMIT: &str = "SELECT COALESCE(
-        (SELECT max FROM relayq_key_limits WHERE queue = ?1 AND limit_key = ?2), key_limit)
-    FROM relayq_queues WHERE queue = ?1";
+/// Sets the jobs given as a JSON array of ids aside until a slot of their key frees
+/// (SPEC K4; the `relayq_key_freed` trigger puts them back one at a time). An upsert
+/// that finds each row by its id, as [`CLAIM`] does.
+pub(crate) const PARK: &str = "INSERT INTO relayq_jobs
+        (id, queue, state, payload, priority, run_at, max_attempts, created_at)
+    SELECT j.id, j.queue, j.state, X'', j.priority, j.run_at, j.max_attempts, j.created_at
+    FROM json_each(?1) AS l CROSS JOIN relayq_jobs AS j ON j.id = l.value
+    WHERE true
+    ON CONFLICT (id) DO UPDATE SET parked = 1";
 
-/// Sets a job aside until a slot of its key frees (SPEC K4; the `relayq_key_freed`
-/// trigger puts it back).
-pub(crate) const PARK: &str = "UPDATE relayq_jobs SET parked = 1 WHERE id = ?1";
-
-/// One job claimed by id, for a keyed claim; the columns are [`CLAIM`]'s.
-pub(crate) const CLAIM_ONE: &str = "UPDATE relayq_jobs
+/// The jobs given as a JSON array of ids, claimed; the columns are [`CLAIM`]'s.
+pub(crate) const CLAIM_IDS: &str = "INSERT INTO relayq_jobs
+        (id, queue, state, payload, priority, run_at, max_attempts, created_at)
+    SELECT j.id, j.queue, j.state, X'', j.priority, j.run_at, j.max_attempts, j.created_at
+    FROM json_each(?4) AS l CROSS JOIN relayq_jobs AS j ON j.id = l.value
+    WHERE true
+    ON CONFLICT (id) DO UPDATE
     SET state = 'running', attempts = attempts + 1, lease_token = randomblob(16),
         lease_expires_at = ?1, worker = ?2, started_at = ?3
-    WHERE id = ?4
     RETURNING id, lease_token, attempts, payload, priority, run_at, max_attempts,
               group_key, batch_id, stage, enqueued_by";
 
@@ -223,7 +235,7 @@ async fn claim_keyed(
 ) -> Result<Vec<Claimed>> {
     let want = u32::try_from(limit).map_err(Error::backend)?;
     let mut admission = KeyAdmission::new(want, req.slots);
-    let mut limits: HashMap<String, Option<u32>> = HashMap::new();
+    let mut keys: HashMap<String, (Option<u32>, u64)> = HashMap::new();
     let mut rows = Vec::new();
     let scan = 2 * limit + SCAN_EXTRA;
     for _ in 0..SCAN_ROUNDS {
@@ -234,64 +246,59 @@ async fn claim_keyed(
             .fetch_all(&mut *c)
             .await
             .map_err(db)?;
-        let read = candidates.len();
-        let mut parked = 0;
-        for (id, key) in candidates {
+        let new: std::collections::BTreeSet<&str> = candidates
+            .iter()
+            .filter_map(|(_, k)| k.as_deref())
+            .filter(|k| !keys.contains_key(*k))
+            .collect();
+        if !new.is_empty() {
+            let found: Vec<(String, Option<i64>, i64)> = sqlx::query_as(KEY_INFO)
+                .bind(&req.queue)
+                .bind(serde_json::to_string(&new).map_err(Error::backend)?)
+                .fetch_all(&mut *c)
+                .await
+                .map_err(db)?;
+            for (k, max, running) in found {
+                let max = max.and_then(|m| u32::try_from(m).ok());
+                keys.insert(k, (max, running.unsigned_abs()));
+            }
+        }
+        let (mut parked, mut taken) = (Vec::new(), Vec::new());
+        for (id, key) in &candidates {
             if admission.done() {
                 break;
             }
-            let (key_limit, running) = match &key {
-                Some(k) => {
-                    if !limits.contains_key(k) {
-                        let l: Option<i64> = sqlx::query_scalar(KEY_LIMIT)
-                            .bind(&req.queue)
-                            .bind(k)
-                            .fetch_optional(&mut *c)
-                            .await
-                            .map_err(db)?
-                            .flatten();
-                        limits.insert(k.clone(), l.and_then(|l| u32::try_from(l).ok()));
-                    }
-                    let running = if limits[k].is_none() || admission.knows(k) {
-                        0
-                    } else {
-                        let n: i64 = sqlx::query_scalar(KEY_RUNNING)
-                            .bind(&req.queue)
-                            .bind(k)
-                            .fetch_one(&mut *c)
-                            .await
-                            .map_err(db)?;
-                        n.unsigned_abs()
-                    };
-                    (limits[k], running)
-                }
-                None => (None, 0),
-            };
-            match admission.decide(key.as_deref(), key_limit, || running) {
-                Admit::Take => {
-                    let row: Claimed = sqlx::query_as(CLAIM_ONE)
-                        .bind(us(expires_at))
-                        .bind(&req.worker)
-                        .bind(us(now))
-                        .bind(id)
-                        .fetch_one(&mut *c)
-                        .await
-                        .map_err(db)?;
-                    rows.push(row);
-                }
-                Admit::Full => {
-                    sqlx::query(PARK)
-                        .bind(id)
-                        .execute(&mut *c)
-                        .await
-                        .map_err(db)?;
-                    parked += 1;
-                }
+            let (max, running) = key
+                .as_deref()
+                .and_then(|k| keys.get(k).copied())
+                .unwrap_or((None, 0));
+            match admission.decide(key.as_deref(), max, || running) {
+                Admit::Take => taken.push(*id),
+                Admit::Full => parked.push(*id),
                 Admit::Leave => {}
             }
         }
-        // Read on only past jobs parked now: what was left stays at the head.
-        if admission.done() || i64::try_from(read).unwrap_or(0) < scan || parked == 0 {
+        if !parked.is_empty() {
+            sqlx::query(PARK)
+                .bind(serde_json::to_string(&parked).map_err(Error::backend)?)
+                .execute(&mut *c)
+                .await
+                .map_err(db)?;
+        }
+        // Claimed now, so that the next read does not return them again.
+        if !taken.is_empty() {
+            let claimed: Vec<Claimed> = sqlx::query_as(CLAIM_IDS)
+                .bind(us(expires_at))
+                .bind(&req.worker)
+                .bind(us(now))
+                .bind(serde_json::to_string(&taken).map_err(Error::backend)?)
+                .fetch_all(&mut *c)
+                .await
+                .map_err(db)?;
+            rows.extend(claimed);
+        }
+        let read = i64::try_from(candidates.len()).unwrap_or(0);
+        if admission.done() || read < scan || parked.is_empty() {
             break;
         }
     }

@@ -35,6 +35,10 @@ pub enum Param {
     Leases,
     /// A JSON array of new jobs, as `enqueue::insert_chunk` makes it.
     NewJobs,
+    /// A JSON array of limit keys.
+    Keys,
+    /// A JSON array of job ids.
+    Jobs,
 }
 
 /// One statement of the hot path.
@@ -55,7 +59,10 @@ pub struct Hot {
 #[doc(hidden)]
 #[must_use]
 pub fn hot_statements() -> Vec<Hot> {
-    use Param::{Batch, Group, Job, Later, Leases, Limit, NewJobs, Now, Queue, Stage, Text, Token};
+    use Param::{
+        Batch, Group, Job, Jobs, Keys, Later, Leases, Limit, NewJobs, Now, Queue, Stage, Text,
+        Token,
+    };
     let hot = |name, sql, params| Hot { name, sql, params };
     vec![
         hot("claim::QUEUE_SETTINGS", claim::QUEUE_SETTINGS, &[Queue]),
@@ -67,13 +74,12 @@ pub fn hot_statements() -> Vec<Hot> {
         ),
         hot("claim::EXPIRED", claim::EXPIRED, &[Queue, Now]),
         hot("claim::CANDIDATES", claim::CANDIDATES, &[Queue, Now, Limit]),
-        hot("claim::KEY_RUNNING", claim::KEY_RUNNING, &[Queue, Text]),
-        hot("claim::KEY_LIMIT", claim::KEY_LIMIT, &[Queue, Text]),
-        hot("claim::PARK", claim::PARK, &[Job]),
+        hot("claim::KEY_INFO", claim::KEY_INFO, &[Queue, Keys]),
+        hot("claim::PARK", claim::PARK, &[Jobs]),
         hot(
-            "claim::CLAIM_ONE",
-            claim::CLAIM_ONE,
-            &[Later, Text, Now, Job],
+            "claim::CLAIM_IDS",
+            claim::CLAIM_IDS,
+            &[Later, Text, Now, Jobs],
         ),
         hot(
             "claim::EXPIRE_ONE",

@@ -302,6 +302,8 @@ async fn plans(lab: &Lab, stats: Stats) -> Vec<String> {
                 Param::Text => args.add("x"),
                 Param::Leases => args.add(leases.clone()),
                 Param::NewJobs => args.add(new_jobs.clone()),
+                Param::Keys => args.add(r#"["k1","k2"]"#),
+                Param::Jobs => args.add(format!("[{job}]")),
             }
             .unwrap();
         }
@@ -367,15 +369,15 @@ fn expected(name: &str) -> &'static [&'static str] {
         // The claimed rows are then found by the upsert's conflict check, a seek
         // that is no part of the plan.
         "claim::CLAIM" | "claim::CANDIDATES" => &["INDEX relayq_jobs_claim (queue=?)"],
-        "claim::KEY_RUNNING" => &["INDEX relayq_jobs_key_running (queue=? AND limit_key=?)"],
-        "claim::KEY_LIMIT" => &[
-            "INDEX sqlite_autoindex_relayq_queues_1 (queue=?)",
+        "claim::KEY_INFO" => &[
+            "SCAN l VIRTUAL TABLE",
             "SEARCH relayq_key_limits USING PRIMARY KEY (queue=? AND limit_key=?)",
+            "INDEX sqlite_autoindex_relayq_queues_1 (queue=?)",
+            "INDEX relayq_jobs_key_running (queue=? AND limit_key=?)",
         ],
+        "claim::PARK" | "claim::CLAIM_IDS" => BY_LEASE,
         "claim::EXPIRED" => &["INDEX relayq_jobs_running (queue=? AND lease_expires_at<?)"],
         "claim::EXPIRE_ONE"
-        | "claim::PARK"
-        | "claim::CLAIM_ONE"
         | "settle::COMPLETE"
         | "settle::FAIL"
         | "settle::RELEASE"
