@@ -34,9 +34,13 @@ pub async fn keys(
     let mut rows = Vec::new();
     for limited in [false, true] {
         let name = if limited {
-            format!("keys: drain over {keys} keys at limit {LIMIT}, concurrency 16, prefetch {prefetch}")
+            format!(
+                "keys: drain over {keys} keys at limit {LIMIT}, concurrency 16, prefetch {prefetch}"
+            )
         } else {
-            format!("keys: drain over {keys} keys without limits, concurrency 16, prefetch {prefetch}")
+            format!(
+                "keys: drain over {keys} keys without limits, concurrency 16, prefetch {prefetch}"
+            )
         };
         rows.extend(
             crate::scenarios::each(targets, runs, &name, None, false, |b, scale| async move {
@@ -133,18 +137,25 @@ const COLD_EACH: usize = 3;
 /// SPEC K4 under load: the wait from enqueue to start (p99, ms) of the jobs of 100
 /// keys with 3 jobs each, enqueued while a worker runs, with 12,000 jobs of one hot key
 /// of limit 1 waiting ahead of them, and without.
-pub async fn starvation(targets: &[Target], prefetch: u32, runs: usize) -> anyhow::Result<Vec<Row>> {
+pub async fn starvation(
+    targets: &[Target],
+    prefetch: u32,
+    runs: usize,
+) -> anyhow::Result<Vec<Row>> {
     let mut rows = Vec::new();
     for hot in [false, true] {
         let name = if hot {
-            format!("keys: wait of 100 keys' jobs behind a hot key of {HOT}, p99, prefetch {prefetch}")
+            format!(
+                "keys: wait of 100 keys' jobs behind a hot key of {HOT}, p99, prefetch {prefetch}"
+            )
         } else {
             format!("keys: wait of 100 keys' jobs, no hot key, p99, prefetch {prefetch}")
         };
-        let mut found = crate::scenarios::each(targets, runs, &name, None, false, |b, scale| async move {
-            waits(b, if hot { HOT / scale } else { 0 }, prefetch).await
-        })
-        .await?;
+        let mut found =
+            crate::scenarios::each(targets, runs, &name, None, false, |b, scale| async move {
+                waits(b, if hot { HOT / scale } else { 0 }, prefetch).await
+            })
+            .await?;
         for r in &mut found {
             r.unit = "ms";
         }

@@ -196,7 +196,11 @@ async fn main() -> anyhow::Result<()> {
         add(stages::big_stage(&targets, jobs, args.prefetch, runs).await?);
     }
     if on("keys") {
-        let (jobs, keys) = if quick { (5_000, 1_000) } else { (50_000, 10_000) };
+        let (jobs, keys) = if quick {
+            (5_000, 1_000)
+        } else {
+            (50_000, 10_000)
+        };
         add(keys::keys(&targets, jobs, keys, args.prefetch, runs).await?);
         add(keys::starvation(&targets, args.prefetch, runs).await?);
     }
