@@ -7,10 +7,7 @@
 //! the queue row `FOR UPDATE`, and each statement after the lock sees what the claims
 //! and settles before it committed.
 
-use relayq_core::{
-    ClaimRequest, Error, Result,
-    kit::keys::{Admit, KeyAdmission},
-};
+use relayq_core::{ClaimRequest, Error, Result, kit::keys::KeyAdmission};
 use sqlx::PgConnection;
 use std::collections::HashMap;
 
@@ -101,21 +98,7 @@ impl PostgresBackend {
                     keys.insert(k, (max, running.unsigned_abs()));
                 }
             }
-            let (mut parked, mut round_taken) = (Vec::new(), Vec::new());
-            for (id, key) in &candidates {
-                if admission.done() {
-                    break;
-                }
-                let (max, running) = key
-                    .as_deref()
-                    .and_then(|k| keys.get(k).copied())
-                    .unwrap_or((None, 0));
-                match admission.decide(key.as_deref(), max, || running) {
-                    Admit::Take => round_taken.push(*id),
-                    Admit::Full => parked.push(*id),
-                    Admit::Leave => {}
-                }
-            }
+            let (mut round_taken, parked) = admission.split(&candidates, &keys);
             if !parked.is_empty() {
                 sqlx::query(self.sql(PARK))
                     .bind(&parked)

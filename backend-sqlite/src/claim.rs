@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use relayq_core::kit::keys::{Admit, KeyAdmission};
+use relayq_core::kit::keys::KeyAdmission;
 use relayq_core::{
     AttemptOutcome, BatchId, Claim, ClaimRequest, ClaimedJob, Error, JobId, JobState, Lease,
     LeaseToken, Result,
@@ -263,21 +263,7 @@ async fn claim_keyed(
                 keys.insert(k, (max, running.unsigned_abs()));
             }
         }
-        let (mut parked, mut taken) = (Vec::new(), Vec::new());
-        for (id, key) in &candidates {
-            if admission.done() {
-                break;
-            }
-            let (max, running) = key
-                .as_deref()
-                .and_then(|k| keys.get(k).copied())
-                .unwrap_or((None, 0));
-            match admission.decide(key.as_deref(), max, || running) {
-                Admit::Take => taken.push(*id),
-                Admit::Full => parked.push(*id),
-                Admit::Leave => {}
-            }
-        }
+        let (taken, parked) = admission.split(&candidates, &keys);
         if !parked.is_empty() {
             sqlx::query(PARK)
                 .bind(serde_json::to_string(&parked).map_err(Error::backend)?)

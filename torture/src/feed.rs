@@ -432,6 +432,10 @@ mod tests {
 
     #[relayq::async_trait]
     impl relayq::Enqueue for LosesAnswers {
+        fn limits(&self) -> relayq::Limits {
+            relayq::Enqueue::limits(&self.inner)
+        }
+
         async fn enqueue_unchecked(
             &self,
             jobs: Vec<NewJob>,

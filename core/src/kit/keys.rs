@@ -80,6 +80,33 @@ impl KeyAdmission {
         Admit::Take
     }
 
+    /// Decides `candidates` (job id and key, in order key), each key's limit and
+    /// running count given by `keys` (a key not there has no limit); returns the ids to
+    /// claim and the ids to park. For a backend that reads a batch of candidates and
+    /// its keys' counts at once.
+    pub fn split(
+        &mut self,
+        candidates: &[(i64, Option<String>)],
+        keys: &HashMap<String, (Option<u32>, u64)>,
+    ) -> (Vec<i64>, Vec<i64>) {
+        let (mut take, mut park) = (Vec::new(), Vec::new());
+        for (id, key) in candidates {
+            if self.done() {
+                break;
+            }
+            let (limit, running) = key
+                .as_deref()
+                .and_then(|k| keys.get(k).copied())
+                .unwrap_or((None, 0));
+            match self.decide(key.as_deref(), limit, || running) {
+                Admit::Take => take.push(*id),
+                Admit::Full => park.push(*id),
+                Admit::Leave => {}
+            }
+        }
+        (take, park)
+    }
+
     /// Jobs taken so far.
     #[must_use]
     pub fn taken(&self) -> u32 {
@@ -117,5 +144,19 @@ mod tests {
         );
         assert_eq!(a.decide(Some("free"), None, || unreachable!()), Admit::Take);
         assert_eq!(a.taken(), 3);
+    }
+
+    #[test]
+    fn split_sorts_a_batch_of_candidates() {
+        let keys = HashMap::from([("k".to_owned(), (Some(1), 0)), ("u".to_owned(), (None, 9))]);
+        let candidates = [
+            (1, Some("k".to_owned())),
+            (2, Some("k".to_owned())),
+            (3, Some("u".to_owned())),
+            (4, None),
+            (5, None),
+        ];
+        let mut a = KeyAdmission::new(3, 3);
+        assert_eq!(a.split(&candidates, &keys), (vec![1, 3, 4], vec![2]));
     }
 }
