@@ -343,6 +343,11 @@ async fn the_dashboard_works_in_chromium(db: Db, screenshots: bool) {
     // A dead job whose payload and error are markup shows them as text; retry puts it
     // back to ready (its queue has no worker, so it stays there).
     let dead = dead_job(db.backend.as_ref(), &qd, PWN, PWN).await;
+    // A limit key named in markup, shown under the queue's header (SPEC K7).
+    db.backend
+        .set_key_limit(&qd, Some(PWN), Some(1))
+        .await
+        .unwrap();
     b.goto(&format!("{base}/queues/{qd}/dead")).await.unwrap();
     let row = format!("[data-job=\"{}\"]", dead.0);
     until(
@@ -358,6 +363,10 @@ async fn the_dashboard_works_in_chromium(db: Db, screenshots: bool) {
         &text_of(&format!("{row} pre.error-text")),
         |v| v == &json!(PWN),
     )
+    .await;
+    until(&b, "the limit key as text", &text_of("#keys .key"), |v| {
+        v == &json!(format!("{PWN} 0 / 1"))
+    })
     .await;
     no_injected_markup(&b).await;
     screenshot(&b, "dead", screenshots).await;
