@@ -469,6 +469,30 @@ mod tests {
         }
     }
 
+    /// SPEC K1: a limit key is a label, and a backend that does not keep limit keys
+    /// refuses a job with one, naming the field.
+    #[test]
+    fn limit_keys_are_labels_kept_only_where_the_backend_keeps_them() {
+        let keeps = Limits {
+            limit_keys: true,
+            ..Limits::default()
+        };
+        let job = NewJob::new("q", vec![]).limit_key("db-a");
+        assert!(new_job(&job, &keeps).is_ok());
+        let refused = new_job(&job, &Limits::default()).unwrap_err();
+        assert_eq!(refused.invalid_field(), Some("limit_key"), "{refused}");
+        let bad = NewJob::new("q", vec![]).limit_key("a\nb");
+        assert_eq!(
+            new_job(&bad, &keeps).unwrap_err().invalid_field(),
+            Some("limit_key")
+        );
+        assert_eq!(
+            key_limit(Some(0)).unwrap_err().invalid_field(),
+            Some("key_limit")
+        );
+        assert!(key_limit(None).is_ok() && key_limit(Some(1)).is_ok());
+    }
+
     #[test]
     fn queue_names() {
         assert!(queue_name("a").is_ok());
