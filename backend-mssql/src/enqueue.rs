@@ -131,6 +131,7 @@ impl Enqueue for MssqlBackend {
         // Limit keys are not kept here yet (SPEC K1), whatever the configuration says.
         Limits {
             limit_keys: false,
+            rates: false,
             ..self.inner.limits
         }
     }

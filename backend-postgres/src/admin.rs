@@ -39,30 +39,37 @@ const PRUNE_CHUNK: i64 = 10_000;
 type Place = (String, Option<String>, Option<i64>, Option<i32>);
 
 impl PostgresBackend {
-    async fn set_queue(
-        &self,
-        queue: &str,
-        paused: Option<bool>,
-        max: Option<Option<u32>>,
-    ) -> Result<()> {
+    async fn set_queue(&self, queue: &str, update: QueueUpdate) -> Result<()> {
+        let max = update.max_running;
         let max_value = max.flatten().map(|m| i32::try_from(m).unwrap_or(i32::MAX));
+        let rate = update.rate.flatten();
         let payload = format!("{}:{queue}", listen::READY);
+        // A rate set starts afresh (SPEC K8): its next start is cleared with it.
         sqlx::query(self.sql(
             "WITH up AS (
-                 INSERT INTO {s}.queues (queue, paused, max_running)
-                 VALUES ($1, COALESCE($2, false), $4)
+                 INSERT INTO {s}.queues (queue, paused, max_running, rate_count, rate_per_us,
+                                         rate_burst)
+                 VALUES ($1, COALESCE($2, false), $4, $8, $9, $10)
                  ON CONFLICT (queue) DO UPDATE SET
                      paused = COALESCE($2, {s}.queues.paused),
-                     max_running = CASE WHEN $3 THEN $4 ELSE {s}.queues.max_running END
+                     max_running = CASE WHEN $3 THEN $4 ELSE {s}.queues.max_running END,
+                     rate_count = CASE WHEN $7 THEN $8 ELSE {s}.queues.rate_count END,
+                     rate_per_us = CASE WHEN $7 THEN $9 ELSE {s}.queues.rate_per_us END,
+                     rate_burst = CASE WHEN $7 THEN $10 ELSE {s}.queues.rate_burst END,
+                     rate_tat = CASE WHEN $7 THEN NULL ELSE {s}.queues.rate_tat END
                  RETURNING 1)
              SELECT pg_notify($5, $6) FROM up",
         ))
         .bind(queue)
-        .bind(paused)
+        .bind(update.paused)
         .bind(max.is_some())
         .bind(max_value)
         .bind(self.inner.schema.channel())
         .bind(&payload)
+        .bind(update.rate.is_some())
+        .bind(rate.map(|r| i32::try_from(r.count).unwrap_or(i32::MAX)))
+        .bind(rate.map(|r| i64::try_from(r.per.as_micros()).unwrap_or(i64::MAX)))
+        .bind(rate.map(|r| i32::try_from(r.burst).unwrap_or(i32::MAX)))
         .execute(self.pool())
         .await
         .map_err(db)?;
@@ -378,8 +385,7 @@ impl PostgresBackend {
 #[async_trait]
 impl Admin for PostgresBackend {
     async fn update_queue_unchecked(&self, queue: &str, update: QueueUpdate) -> Result<()> {
-        self.set_queue(queue, update.paused, update.max_running)
-            .await
+        self.set_queue(queue, update).await
     }
 
     async fn set_key_limit_unchecked(

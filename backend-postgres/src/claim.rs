@@ -88,7 +88,7 @@ macro_rules! claim_sql {
     ($gate:expr, $expiry:literal) => {
         concat!(
             "WITH settings AS MATERIALIZED (
-                SELECT paused, max_running, keyed FROM {s}.queues WHERE queue = $1),
+                SELECT paused, max_running, keyed, rate_count FROM {s}.queues WHERE queue = $1),
             ready AS MATERIALIZED (
                 SELECT r.* FROM (SELECT $2::bigint AS lim WHERE true ",
             $gate,
@@ -126,7 +126,8 @@ macro_rules! claim_sql {
                 FROM expired WHERE id IN (SELECT id FROM c)),
             flags AS (
                 SELECT EXISTS (SELECT 1 FROM settings
-                               WHERE NOT paused AND (max_running IS NOT NULL OR keyed))
+                               WHERE NOT paused AND (max_running IS NOT NULL OR keyed
+                                                     OR rate_count IS NOT NULL))
                            AS limited,
                        EXISTS (SELECT 1 FROM {s}.jobs
                                WHERE queue = $1 AND state = 'running'
@@ -148,7 +149,8 @@ macro_rules! claim_sql {
 macro_rules! free {
     () => {
         "AND NOT EXISTS (SELECT 1 FROM settings
-                         WHERE paused OR max_running IS NOT NULL OR keyed)"
+                         WHERE paused OR max_running IS NOT NULL OR keyed
+                               OR rate_count IS NOT NULL)"
     };
 }
 
@@ -256,6 +258,8 @@ pub(crate) struct Found {
     pub(crate) jobs: Vec<ClaimedJob>,
     limited: bool,
     doomed: bool,
+    /// Set when the queue's rate cut the claim short (SPEC K10).
+    next_in: Option<std::time::Duration>,
 }
 
 fn missing() -> Error {
@@ -290,6 +294,25 @@ pub(crate) fn to_found(req: &ClaimRequest, rows: Vec<Row>) -> Result<Found> {
     }
     Ok(found)
 }
+
+/// A limited queue's settings, its row locked: pause, `max_running`, keys, the rate
+/// (count, interval, burst, next start) and the time the claim starts its jobs at
+/// (SPEC K9). Read after the lock when a claim before it moved the rate on: the
+/// row's new version is fetched again then.
+const LOCK_QUEUE: &str = "SELECT paused, max_running, keyed, rate_count, rate_per_us, rate_burst,
+        rate_tat, clock_timestamp()
+    FROM {s}.queues WHERE queue = $1 FOR UPDATE";
+
+type Settings = (
+    bool,
+    Option<i32>,
+    bool,
+    Option<i32>,
+    Option<i64>,
+    Option<i32>,
+    Option<i64>,
+    DateTime<Utc>,
+);
 
 /// One fresh random token for each job a claim of `limit` may take.
 pub(crate) fn tokens(limit: i64) -> Vec<uuid::Uuid> {
@@ -340,19 +363,20 @@ impl PostgresBackend {
             self.expire(&req.queue, true).await?;
         }
         let mut tx = self.inner.pool.begin().await.map_err(db)?;
-        let settings: Option<(bool, Option<i32>, bool)> =
-            sqlx::query_as(self.sql(
-                "SELECT paused, max_running, keyed FROM {s}.queues WHERE queue = $1 FOR UPDATE",
-            ))
+        let settings: Option<Settings> = sqlx::query_as(self.sql(LOCK_QUEUE))
             .bind(&req.queue)
             .fetch_optional(&mut *tx)
             .await
             .map_err(db)?;
         let mut limit = limit;
-        let keyed = settings.is_some_and(|s| s.2);
+        let keyed = settings.as_ref().is_some_and(|s| s.2);
+        let rate = settings
+            .as_ref()
+            .and_then(|s| crate::inspect::stored_rate(s.3, s.4, s.5));
+        let (tat, at) = settings.as_ref().map_or((None, None), |s| (s.6, Some(s.7)));
         match settings {
-            Some((true, _, _)) => limit = 0,
-            Some((false, Some(max), _)) => {
+            Some((true, ..)) => limit = 0,
+            Some((false, Some(max), ..)) => {
                 // A job whose lease expired holds no slot: the claim below may take it
                 // over (SPEC C5), which counts it again.
                 let running: i64 = sqlx::query_scalar(self.sql(
@@ -367,14 +391,41 @@ impl PostgresBackend {
             }
             _ => {}
         }
-        let found = if limit <= 0 {
+        // SPEC K9: the rate is read and moved on under the queue row's lock, timed by
+        // the clock read with it; the jobs' leases start at that time too.
+        let paced = match (rate, at) {
+            (Some(rate), Some(at)) if limit > 0 => Some(relayq_core::kit::rate::admit(
+                &rate,
+                tat,
+                at.timestamp_micros(),
+                u32::try_from(limit).map_err(Error::backend)?,
+            )),
+            _ => None,
+        };
+        if let Some(p) = &paced {
+            limit = i64::from(p.allowed);
+        }
+        let mut found = if limit <= 0 {
             Found::default()
-        } else if keyed {
-            self.claim_keyed(&mut tx, req, limit).await?
+        } else if keyed || paced.is_some() {
+            self.claim_keyed(&mut tx, req, limit, at.filter(|_| paced.is_some()))
+                .await?
         } else {
             self.claim_statement(&mut *tx, CLAIM_LIMITED_READY, req, limit)
                 .await?
         };
+        if let Some(p) = paced {
+            let taken = u32::try_from(found.jobs.len()).map_err(Error::backend)?;
+            if let Some(tat) = p.tat(taken) {
+                sqlx::query(self.sql("UPDATE {s}.queues SET rate_tat = $2 WHERE queue = $1"))
+                    .bind(&req.queue)
+                    .bind(tat)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db)?;
+            }
+            found.next_in = p.next_in(taken);
+        }
         tx.commit().await.map_err(db)?;
         Ok(found)
     }
@@ -497,17 +548,32 @@ impl PostgresBackend {
 #[async_trait]
 impl Claim for PostgresBackend {
     async fn claim_unchecked(&self, req: ClaimRequest) -> Result<Vec<ClaimedJob>> {
+        Ok(self.claim_paced_unchecked(req).await?.jobs)
+    }
+
+    async fn claim_paced_unchecked(&self, req: ClaimRequest) -> Result<relayq_core::Claimed> {
         // RETURNING has no order: the kit sorts by order key (SPEC C3).
         let req = &req;
-        relayq_core::kit::claim_refilling(
+        let next_in = std::sync::Mutex::new(None);
+        let paced = &next_in;
+        let jobs = relayq_core::kit::claim_refilling(
             req.limit,
             |room| async move {
                 let found = self.claim_up_to(req, i64::from(room)).await?;
+                if found.next_in.is_some() {
+                    *paced
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) = found.next_in;
+                }
                 Ok((found.jobs, found.doomed))
             },
             || async { self.expire(&req.queue, false).await.map(drop) },
         )
-        .await
+        .await?;
+        let next_in = next_in
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        Ok(relayq_core::Claimed::new(jobs, next_in))
     }
 }
 

@@ -425,6 +425,7 @@ impl Enqueue for PostgresBackend {
         // Limit keys are enforced here (SPEC K), whatever the configuration says.
         Limits {
             limit_keys: true,
+            rates: true,
             ..self.inner.limits
         }
     }

@@ -113,19 +113,37 @@ impl Inspect for PostgresBackend {
         .fetch_all(self.pool())
         .await
         .map_err(db)?;
-        let settings: Option<(bool, Option<i32>)> =
-            sqlx::query_as(self.sql("SELECT paused, max_running FROM {s}.queues WHERE queue = $1"))
-                .bind(queue)
-                .fetch_optional(self.pool())
-                .await
-                .map_err(db)?;
-        let (paused, max_running) = settings.unwrap_or((false, None));
+        type Settings = (
+            bool,
+            Option<i32>,
+            Option<i32>,
+            Option<i64>,
+            Option<i32>,
+            Option<i64>,
+            DateTime<Utc>,
+        );
+        let settings: Option<Settings> = sqlx::query_as(self.sql(
+            "SELECT paused, max_running, rate_count, rate_per_us, rate_burst, rate_tat,
+                    clock_timestamp()
+             FROM {s}.queues WHERE queue = $1",
+        ))
+        .bind(queue)
+        .fetch_optional(self.pool())
+        .await
+        .map_err(db)?;
         let mut stats = QueueStats {
             queue: queue.to_owned(),
-            paused,
-            max_running: max_running.map(num).transpose()?,
             ..QueueStats::default()
         };
+        if let Some((paused, max_running, count, per, burst, tat, now)) = settings {
+            stats.paused = paused;
+            stats.max_running = max_running.map(num).transpose()?;
+            stats.rate = stored_rate(count, per, burst);
+            stats.rate_next = stats.rate.and_then(|r| {
+                relayq_core::kit::rate::next_start(&r, tat, now.timestamp_micros())
+                    .and_then(DateTime::from_timestamp_micros)
+            });
+        }
         stats.oldest_ready = rows.iter().filter_map(|r| r.2).min();
         for (state, n, _) in rows {
             *stats.counts.entry(state.parse()?).or_default() += num::<u64>(n)?;
@@ -200,7 +218,8 @@ impl Inspect for PostgresBackend {
              UNION SELECT name FROM r WHERE name IS NOT NULL
              UNION SELECT name FROM f WHERE name IS NOT NULL
              UNION SELECT queue FROM {s}.batches
-             UNION SELECT queue FROM {s}.queues WHERE paused OR max_running IS NOT NULL OR keyed
+             UNION SELECT queue FROM {s}.queues
+                   WHERE paused OR max_running IS NOT NULL OR keyed OR rate_count IS NOT NULL
              UNION SELECT queue FROM {s}.schedules
              ORDER BY 1",
         ))
@@ -485,4 +504,16 @@ impl Inspect for PostgresBackend {
             .await?;
         relayq_core::listing::jobs(self, queue, ids).await
     }
+}
+
+/// The rate stored in a queue's row, if it has one.
+pub(crate) fn stored_rate(
+    count: Option<i32>,
+    per_us: Option<i64>,
+    burst: Option<i32>,
+) -> Option<relayq_core::Rate> {
+    let count = u32::try_from(count?).ok()?;
+    let per = std::time::Duration::from_micros(u64::try_from(per_us?).ok()?);
+    let burst = u32::try_from(burst.unwrap_or(1)).ok()?;
+    Some(relayq_core::Rate::new(count, per).with_burst(burst))
 }

@@ -7,6 +7,7 @@
 //! the queue row `FOR UPDATE`, and each statement after the lock sees what the claims
 //! and settles before it committed.
 
+use chrono::{DateTime, Utc};
 use relayq_core::{ClaimRequest, Error, Result, kit::keys::KeyAdmission};
 use sqlx::PgConnection;
 use std::collections::HashMap;
@@ -41,8 +42,11 @@ const PARK: &str = "UPDATE {s}.jobs SET parked = true WHERE id = ANY($1)";
 /// The chosen jobs, by id (ascending in `$1`: each takes the token at its place), in
 /// the columns of the claim statement's final `SELECT`. Timed by the clock, not by
 /// `now()`: the transaction began before its wait for the queue's lock, and the
-/// claim, its lease and its log start when the jobs are taken.
-const CLAIM_IDS: &str = "WITH t AS MATERIALIZED (SELECT clock_timestamp() AS at),
+/// claim, its lease and its log start when the jobs are taken. A queue with a rate
+/// gives the time its rate was judged at instead (`$5`), so its starts are the ones
+/// the rate counted (SPEC K9).
+const CLAIM_IDS: &str = "WITH t AS MATERIALIZED (
+        SELECT COALESCE($5::timestamptz, clock_timestamp()) AS at),
     claimed AS (
         UPDATE {s}.jobs j
         SET state = 'running', attempts = j.attempts + 1,
@@ -68,6 +72,7 @@ impl PostgresBackend {
         c: &mut PgConnection,
         req: &ClaimRequest,
         limit: i64,
+        at: Option<DateTime<Utc>>,
     ) -> Result<Found> {
         let want = u32::try_from(limit).map_err(Error::backend)?;
         let mut admission = KeyAdmission::new(want, req.slots);
@@ -108,7 +113,7 @@ impl PostgresBackend {
             }
             // Claimed now, so that the next read does not return them again.
             if !round_taken.is_empty() {
-                rows.extend(self.claim_ids(c, req, &mut round_taken).await?);
+                rows.extend(self.claim_ids(c, req, &mut round_taken, at).await?);
             }
             let read = i64::try_from(candidates.len()).unwrap_or(0);
             if admission.done() || read < scan || parked.is_empty() {
@@ -123,6 +128,7 @@ impl PostgresBackend {
         c: &mut PgConnection,
         req: &ClaimRequest,
         ids: &mut [i64],
+        at: Option<DateTime<Utc>>,
     ) -> Result<Vec<Row>> {
         ids.sort_unstable();
         let n = i64::try_from(ids.len()).map_err(Error::backend)?;
@@ -131,6 +137,7 @@ impl PostgresBackend {
             .bind(micros(req.lease))
             .bind(&req.worker)
             .bind(tokens(n))
+            .bind(at)
             .fetch_all(&mut *c)
             .await
             .map_err(db)

@@ -28,6 +28,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0010_budget_and_batch_name.sql"),
     include_str!("../migrations/0011_claimed_at.sql"),
     include_str!("../migrations/0012_limit_keys.sql"),
+    include_str!("../migrations/0013_rates.sql"),
 ];
 
 /// The schema version this crate migrates to. [`migrate`](crate::PostgresBackend::migrate)

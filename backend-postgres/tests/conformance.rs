@@ -19,6 +19,7 @@ impl Driven for Postgres {
         Capability::ConnectionCut,
         Capability::Schema,
         Capability::LimitKeys,
+        Capability::Rates,
     ];
 
     fn url(server: Option<&str>) -> String {

@@ -139,7 +139,7 @@ impl Inspect for RedisBackend {
             .run_idempotent(&scripts::READ, queue, &[b"stats".to_vec()])
             .await?;
         let items = reply::items(out)?;
-        if items.len() < 4 {
+        if items.len() < 9 {
             return Err(bad("stats"));
         }
         let mut stats = QueueStats {
@@ -155,7 +155,23 @@ impl Inspect for RedisBackend {
         stats.oldest_ready = reply::opt_text(&items[3])?
             .map(|t| micros_of(&t).map(reply::time))
             .transpose()?;
-        for pair in items[4..].chunks(2) {
+        let field = |i: usize| -> Result<Option<i64>> {
+            reply::opt_text(&items[i])?
+                .map(|t| micros_of(&t))
+                .transpose()
+        };
+        if let (Some(count), Some(per)) = (field(4)?, field(5)?) {
+            let rate = relayq_core::Rate::new(
+                u32::try_from(count).map_err(Error::backend)?,
+                Duration::from_micros(per.unsigned_abs()),
+            )
+            .with_burst(u32::try_from(field(6)?.unwrap_or(1)).map_err(Error::backend)?);
+            let now = field(8)?.ok_or_else(|| bad("stats"))?;
+            stats.rate = Some(rate);
+            stats.rate_next =
+                relayq_core::kit::rate::next_start(&rate, field(7)?, now).map(reply::time);
+        }
+        for pair in items[9..].chunks(2) {
             let [state, n] = pair else {
                 return Err(bad("stats"));
             };
@@ -491,8 +507,20 @@ impl RedisBackend {
 impl Admin for RedisBackend {
     async fn update_queue_unchecked(&self, queue: &str, update: QueueUpdate) -> Result<()> {
         // A resume alone stores nothing new, so it does not list the queue as in use.
-        if update.paused == Some(true) || update.max_running.is_some() {
+        if update.paused == Some(true) || update.max_running.is_some() || update.rate.is_some() {
             self.register(queue).await?;
+        }
+        if let Some(rate) = update.rate {
+            let args = match rate {
+                Some(r) => [
+                    b"rate".to_vec(),
+                    arg(r.count),
+                    arg(micros(r.per)),
+                    arg(r.burst),
+                ],
+                None => [b"rate".to_vec(), Vec::new(), Vec::new(), Vec::new()],
+            };
+            self.admin(queue, &args).await?;
         }
         if let Some(paused) = update.paused {
             let op: &[u8] = if paused { b"pause" } else { b"resume" };

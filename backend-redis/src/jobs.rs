@@ -52,6 +52,7 @@ impl Enqueue for RedisBackend {
         // Limit keys are enforced here (SPEC K), whatever the configuration says.
         Limits {
             limit_keys: true,
+            rates: true,
             ..self.inner.limits
         }
     }
@@ -85,6 +86,10 @@ impl Enqueue for RedisBackend {
 #[async_trait]
 impl Claim for RedisBackend {
     async fn claim_unchecked(&self, req: ClaimRequest) -> Result<Vec<ClaimedJob>> {
+        Ok(self.claim_paced_unchecked(req).await?.jobs)
+    }
+
+    async fn claim_paced_unchecked(&self, req: ClaimRequest) -> Result<relayq_core::Claimed> {
         let tokens: Vec<LeaseToken> = (0..req.limit).map(|_| LeaseToken::random()).collect();
         let mut args = vec![
             arg(req.limit),
@@ -96,15 +101,20 @@ impl Claim for RedisBackend {
         args.push(arg(req.slots.min(req.limit)));
         let out: Value = self.run(&scripts::CLAIM, &req.queue, &args).await?;
         let items = reply::items(out)?;
-        let Some((expiry, jobs)) = items.split_first() else {
+        let [expiry, wait, jobs @ ..] = &items[..] else {
             return Err(bad("claim"));
         };
+        let next_in = reply::opt_text(wait)?
+            .map(|w| w.parse::<u64>().map(Duration::from_micros))
+            .transpose()
+            .map_err(Error::backend)?;
         if jobs.is_empty() {
-            return Ok(Vec::new());
+            return Ok(relayq_core::Claimed::new(Vec::new(), next_in));
         }
         let expires_at = reply::time(int(expiry)?);
         // The k-th job claimed holds the k-th token, as the script hands them out.
-        jobs.chunks(CLAIMED_FIELDS)
+        let jobs = jobs
+            .chunks(CLAIMED_FIELDS)
             .zip(tokens)
             .map(|(f, token)| {
                 if f.len() != CLAIMED_FIELDS {
@@ -142,7 +152,8 @@ impl Claim for RedisBackend {
                     enqueued_by: enqueued_by.map(str::to_owned),
                 })
             })
-            .collect()
+            .collect::<Result<Vec<_>>>()?;
+        Ok(relayq_core::Claimed::new(jobs, next_in))
     }
 }
 

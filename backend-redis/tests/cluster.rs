@@ -28,6 +28,7 @@ impl Subject for Cluster {
         Capability::Notifications,
         Capability::Unreachable,
         Capability::LimitKeys,
+        Capability::Rates,
     ];
 
     async fn open(urls: Option<String>) -> anyhow::Result<Self> {

@@ -14,6 +14,7 @@ impl Driven for Redis {
         Capability::Unreachable,
         Capability::ConnectionCut,
         Capability::LimitKeys,
+        Capability::Rates,
     ];
 
     fn url(server: Option<&str>) -> String {

@@ -21,6 +21,7 @@ impl Subject for RedisScripts {
         Capability::Unreachable,
         Capability::ConnectionCut,
         Capability::LimitKeys,
+        Capability::Rates,
     ];
 
     async fn open(url: Option<String>) -> anyhow::Result<Self> {

@@ -69,23 +69,31 @@ impl SqliteBackend {
         Ok(Some(cancelled))
     }
 
-    async fn set_queue(
-        &self,
-        queue: &str,
-        paused: Option<bool>,
-        max: Option<Option<u32>>,
-    ) -> Result<()> {
+    async fn set_queue(&self, queue: &str, update: QueueUpdate) -> Result<()> {
         let (mut tx, _) = self.write().await?;
+        let max = update.max_running;
+        let rate = update.rate.flatten();
+        // A rate set starts afresh (SPEC K8): its next start is cleared with it.
         sqlx::query(
-            "INSERT INTO relayq_queues (queue, paused, max_running) VALUES (?1, COALESCE(?2, 0), ?4)
+            "INSERT INTO relayq_queues (queue, paused, max_running, rate_count, rate_per_us,
+                                        rate_burst)
+             VALUES (?1, COALESCE(?2, 0), ?4, ?6, ?7, ?8)
              ON CONFLICT (queue) DO UPDATE SET
                  paused = COALESCE(?2, paused),
-                 max_running = CASE WHEN ?3 THEN ?4 ELSE max_running END",
+                 max_running = CASE WHEN ?3 THEN ?4 ELSE max_running END,
+                 rate_count = CASE WHEN ?5 THEN ?6 ELSE rate_count END,
+                 rate_per_us = CASE WHEN ?5 THEN ?7 ELSE rate_per_us END,
+                 rate_burst = CASE WHEN ?5 THEN ?8 ELSE rate_burst END,
+                 rate_tat = CASE WHEN ?5 THEN NULL ELSE rate_tat END",
         )
         .bind(queue)
-        .bind(paused)
+        .bind(update.paused)
         .bind(max.is_some())
         .bind(max.flatten().map(i64::from))
+        .bind(update.rate.is_some())
+        .bind(rate.map(|r| i64::from(r.count)))
+        .bind(rate.map(|r| i64::try_from(r.per.as_micros()).unwrap_or(i64::MAX)))
+        .bind(rate.map(|r| i64::from(r.burst)))
         .execute(&mut *tx)
         .await
         .map_err(db)?;
@@ -98,8 +106,7 @@ impl SqliteBackend {
 #[async_trait]
 impl Admin for SqliteBackend {
     async fn update_queue_unchecked(&self, queue: &str, update: QueueUpdate) -> Result<()> {
-        self.set_queue(queue, update.paused, update.max_running)
-            .await
+        self.set_queue(queue, update).await
     }
 
     async fn set_key_limit_unchecked(

@@ -55,8 +55,35 @@ impl sqlx::FromRow<'_, SqliteRow> for Claimed {
 /// planned by SQLite's short cut for it, before and without the statistics.
 pub(crate) const QUEUE_SETTINGS: &str = "SELECT paused, max_running,
         key_limit IS NOT NULL
-        OR EXISTS (SELECT 1 FROM relayq_key_limits WHERE queue = ?1)
+        OR EXISTS (SELECT 1 FROM relayq_key_limits WHERE queue = ?1),
+        rate_count, rate_per_us, rate_burst, rate_tat
     FROM relayq_queues WHERE queue = ?1";
+
+/// The queue's rate's next start after a claim (`kit::rate`).
+pub(crate) const RATE_TAT: &str = "UPDATE relayq_queues SET rate_tat = ?2 WHERE queue = ?1";
+
+/// A queue's settings as [`QUEUE_SETTINGS`] reads them.
+type Settings = (
+    bool,
+    Option<i64>,
+    bool,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+);
+
+/// The rate stored in a queue's row, if it has one.
+pub(crate) fn stored_rate(
+    count: Option<i64>,
+    per_us: Option<i64>,
+    burst: Option<i64>,
+) -> Option<relayq_core::Rate> {
+    let count = u32::try_from(count?).ok()?;
+    let per = std::time::Duration::from_micros(u64::try_from(per_us?).ok()?);
+    let burst = u32::try_from(burst.unwrap_or(1)).ok()?;
+    Some(relayq_core::Rate::new(count, per).with_burst(burst))
+}
 
 /// The queue's running jobs, for `max_running`. Pinned to the running index, which
 /// holds them and nothing else; `relayq_jobs_state` would do as well, but the pin
@@ -155,14 +182,19 @@ pub(crate) const EXPIRE_ONE: &str =
 #[async_trait]
 impl Claim for SqliteBackend {
     async fn claim_unchecked(&self, req: ClaimRequest) -> Result<Vec<ClaimedJob>> {
+        Ok(self.claim_paced_unchecked(req).await?.jobs)
+    }
+
+    async fn claim_paced_unchecked(&self, req: ClaimRequest) -> Result<relayq_core::Claimed> {
         let (mut tx, now) = self.write().await?;
         expire(&mut tx, &req.queue, now).await?;
-        let settings: Option<(bool, Option<i64>, bool)> = sqlx::query_as(QUEUE_SETTINGS)
+        let settings: Option<Settings> = sqlx::query_as(QUEUE_SETTINGS)
             .bind(&req.queue)
             .fetch_optional(&mut *tx)
             .await
             .map_err(db)?;
-        let (paused, max_running, keyed) = settings.unwrap_or((false, None, false));
+        let (paused, max_running, keyed, count, per, burst, tat) =
+            settings.unwrap_or((false, None, false, None, None, None, None));
         let mut limit = i64::from(req.limit);
         if let Some(max) = max_running {
             let running: i64 = sqlx::query_scalar(RUNNING_COUNT)
@@ -174,10 +206,20 @@ impl Claim for SqliteBackend {
         }
         if paused || limit <= 0 {
             tx.commit().await.map_err(db)?;
-            return Ok(Vec::new());
+            return Ok(relayq_core::Claimed::default());
+        }
+        // SPEC K9: the write lock makes the rate's read and update one step.
+        let paced = stored_rate(count, per, burst).map(|rate| {
+            let asked = u32::try_from(limit).unwrap_or(u32::MAX);
+            relayq_core::kit::rate::admit(&rate, tat, now.timestamp_micros(), asked)
+        });
+        if let Some(p) = &paced {
+            limit = i64::from(p.allowed);
         }
         let expires_at = plus(now, req.lease);
-        let mut rows: Vec<Claimed> = if keyed {
+        let mut rows: Vec<Claimed> = if limit == 0 {
+            Vec::new()
+        } else if keyed {
             claim_keyed(&mut tx, &req, limit, expires_at, now).await?
         } else {
             sqlx::query_as(CLAIM)
@@ -190,10 +232,24 @@ impl Claim for SqliteBackend {
                 .await
                 .map_err(db)?
         };
+        let taken = u32::try_from(rows.len()).unwrap_or(u32::MAX);
+        let mut next_in = None;
+        if let Some(p) = paced {
+            if let Some(tat) = p.tat(taken) {
+                sqlx::query(RATE_TAT)
+                    .bind(&req.queue)
+                    .bind(tat)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db)?;
+            }
+            next_in = p.next_in(taken);
+        }
         tx.commit().await.map_err(db)?;
         // RETURNING has no order: sort by order key (SPEC C3).
         rows.sort_unstable_by_key(|r| (r.priority, r.run_at, r.id));
-        rows.into_iter()
+        let jobs = rows
+            .into_iter()
             .map(|r| {
                 let token = uuid::Uuid::from_slice(&r.lease_token).map_err(Error::backend)?;
                 Ok(ClaimedJob {
@@ -219,7 +275,8 @@ impl Claim for SqliteBackend {
                     enqueued_by: r.enqueued_by,
                 })
             })
-            .collect()
+            .collect::<Result<Vec<_>>>()?;
+        Ok(relayq_core::Claimed::new(jobs, next_in))
     }
 }
 

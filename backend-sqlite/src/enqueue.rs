@@ -25,6 +25,7 @@ impl Enqueue for SqliteBackend {
         // Limit keys are enforced here (SPEC K), whatever the configuration says.
         Limits {
             limit_keys: true,
+            rates: true,
             ..self.inner.limits
         }
     }

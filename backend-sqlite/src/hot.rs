@@ -67,6 +67,7 @@ pub fn hot_statements() -> Vec<Hot> {
     vec![
         hot("claim::QUEUE_SETTINGS", claim::QUEUE_SETTINGS, &[Queue]),
         hot("claim::RUNNING_COUNT", claim::RUNNING_COUNT, &[Queue]),
+        hot("claim::RATE_TAT", claim::RATE_TAT, &[Queue, Now]),
         hot(
             "claim::CLAIM",
             claim::CLAIM,

@@ -80,17 +80,34 @@ impl Inspect for SqliteBackend {
         .fetch_all(self.pool())
         .await
         .map_err(db)?;
-        let settings: Option<(bool, Option<i64>)> =
-            sqlx::query_as("SELECT paused, max_running FROM relayq_queues WHERE queue = ?1")
-                .bind(queue)
-                .fetch_optional(self.pool())
-                .await
-                .map_err(db)?;
-        let (paused, max_running) = settings.unwrap_or((false, None));
+        type Settings = (
+            bool,
+            Option<i64>,
+            Option<i64>,
+            Option<i64>,
+            Option<i64>,
+            Option<i64>,
+        );
+        let settings: Option<Settings> = sqlx::query_as(
+            "SELECT paused, max_running, rate_count, rate_per_us, rate_burst, rate_tat
+             FROM relayq_queues WHERE queue = ?1",
+        )
+        .bind(queue)
+        .fetch_optional(self.pool())
+        .await
+        .map_err(db)?;
+        let (paused, max_running, count, per, burst, tat) =
+            settings.unwrap_or((false, None, None, None, None, None));
+        let rate = crate::claim::stored_rate(count, per, burst);
         let mut stats = QueueStats {
             queue: queue.to_owned(),
             paused,
             max_running: max_running.map(num).transpose()?,
+            rate,
+            rate_next: rate.and_then(|r| {
+                relayq_core::kit::rate::next_start(&r, tat, Utc::now().timestamp_micros())
+                    .map(crate::at)
+            }),
             ..QueueStats::default()
         };
         stats.oldest_ready = rows.iter().filter_map(|r| r.3).min().map(crate::at);
@@ -118,6 +135,7 @@ impl Inspect for SqliteBackend {
              UNION SELECT queue FROM relayq_batches
              UNION SELECT queue FROM relayq_queues
                    WHERE paused OR max_running IS NOT NULL OR key_limit IS NOT NULL
+                      OR rate_count IS NOT NULL
              UNION SELECT queue FROM relayq_key_limits
              UNION SELECT queue FROM relayq_schedules
              ORDER BY 1",

@@ -11,7 +11,11 @@ impl Driven for Sqlite {
     const NAME: &'static str = "sqlite";
     const DRIVER: &'static relayq_core::Driver = &relayq_sqlite::DRIVER;
     // Handles on one file in one process share an event bus.
-    const CAPABILITIES: &'static [Capability] = &[Capability::Notifications, Capability::LimitKeys];
+    const CAPABILITIES: &'static [Capability] = &[
+        Capability::Notifications,
+        Capability::LimitKeys,
+        Capability::Rates,
+    ];
 
     fn url(_: Option<&str>) -> String {
         let file = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))

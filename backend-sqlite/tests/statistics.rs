@@ -364,7 +364,9 @@ fn expected(name: &str) -> &'static [&'static str] {
     ];
     const STATE: &str = "INDEX relayq_jobs_state (queue=? AND state=? AND finished_at<?)";
     match name {
-        "claim::QUEUE_SETTINGS" => &["INDEX sqlite_autoindex_relayq_queues_1 (queue=?)"],
+        "claim::QUEUE_SETTINGS" | "claim::RATE_TAT" => {
+            &["INDEX sqlite_autoindex_relayq_queues_1 (queue=?)"]
+        }
         "claim::RUNNING_COUNT" => &["INDEX relayq_jobs_running (queue=?)"],
         // The claimed rows are then found by the upsert's conflict check, a seek
         // that is no part of the plan.

@@ -32,8 +32,12 @@ relayq::delegate!(Timed, inner => Events, Enqueue, Complete, OrderBarrier, Inspe
 #[async_trait]
 impl Claim for Timed {
     async fn claim_unchecked(&self, req: ClaimRequest) -> Result<Vec<ClaimedJob>> {
+        Ok(self.claim_paced_unchecked(req).await?.jobs)
+    }
+
+    async fn claim_paced_unchecked(&self, req: ClaimRequest) -> Result<relayq::Claimed> {
         let start = Instant::now();
-        let out = self.inner.claim_unchecked(req).await;
+        let out = self.inner.claim_paced_unchecked(req).await;
         self.claims
             .lock()
             .expect("not poisoned")

@@ -84,6 +84,10 @@ pub enum Op {
     SetKeyLimit(Option<u8>, Option<u32>),
     /// Claim up to this many, the first this many of which start at once (SPEC K6).
     ClaimAhead(u32, u32),
+    /// Set the queue's rate to n per hour with a burst of n, or with `None` lift it
+    /// (SPEC K8): an hour is longer than any run, so the queue starts exactly n jobs
+    /// after each set, on either side.
+    SetRate(Option<u8>),
 }
 
 fn spec() -> impl Strategy<Value = Spec> {
@@ -135,6 +139,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (prop::option::weighted(0.7, 0u8..3), prop::option::weighted(0.8, 1u32..3))
             .prop_map(|(k, n)| Op::SetKeyLimit(k, n)),
         2 => (1u32..5, 0u32..3).prop_map(|(limit, slots)| Op::ClaimAhead(limit, slots)),
+        1 => prop::option::weighted(0.7, 1u8..4).prop_map(Op::SetRate),
     ]
 }
 
@@ -174,6 +179,8 @@ struct Side {
     held: Vec<Lease>,
     /// Whether the run uses limit keys: only when the subject keeps them.
     keys: bool,
+    /// Whether the run sets rates: only when the subject keeps them.
+    rates: bool,
 }
 
 /// An answer reduced to what both backends must agree on.
@@ -189,7 +196,7 @@ fn verdict<T: Debug>(r: &Result<T, Error>) -> String {
 }
 
 impl Side {
-    async fn new(b: Arc<dyn Backend>, keys: bool) -> anyhow::Result<Self> {
+    async fn new(b: Arc<dyn Backend>, keys: bool, rates: bool) -> anyhow::Result<Self> {
         let queue = crate::queue_name("model");
         let batches = vec![
             b.open_batch(&queue, OnFailure::Continue).await?,
@@ -202,6 +209,7 @@ impl Side {
             ids: Vec::new(),
             held: Vec::new(),
             keys,
+            rates,
         })
     }
 
@@ -257,15 +265,17 @@ impl Side {
                     }
                     _ => unreachable!("matched above"),
                 };
-                let r = b.claim(req).await;
+                let r = b.claim_paced(req).await;
                 let got: Vec<usize> = match &r {
-                    Ok(jobs) => jobs.iter().map(|j| self.index(j.id())).collect(),
+                    Ok(c) => c.jobs.iter().map(|j| self.index(j.id())).collect(),
                     Err(_) => Vec::new(),
                 };
-                if let Ok(jobs) = r {
-                    self.held.extend(jobs.into_iter().map(|j| j.lease));
+                // Whether the rate cut the claim, not how long it says to wait.
+                let paced = r.as_ref().is_ok_and(|c| c.next_in.is_some());
+                if let Ok(c) = r {
+                    self.held.extend(c.jobs.into_iter().map(|j| j.lease));
                 }
-                format!("claimed {got:?}")
+                format!("claimed {got:?} paced {paced}")
             }
             Op::Complete(i) | Op::Fail(i, _) | Op::FailLater(i) | Op::Release(i) => {
                 if self.held.is_empty() {
@@ -362,6 +372,17 @@ impl Side {
                 let key = key.map(|k| format!("lk{k}"));
                 verdict(&b.set_key_limit(&self.queue, key.as_deref(), *limit).await)
             }
+            Op::SetRate(n) => {
+                if !self.rates {
+                    return Ok("no rates".into());
+                }
+                let rate = n.map(|n| {
+                    relayq_core::Rate::new(u32::from(n), Duration::from_secs(3600))
+                        .with_burst(u32::from(n))
+                });
+                let update = relayq_core::QueueUpdate::default().rate(rate);
+                verdict(&b.update_queue(&self.queue, update).await)
+            }
             Op::RunJobNow(i) => {
                 if self.ids.is_empty() {
                     return Ok("no job".into());
@@ -448,6 +469,7 @@ impl Side {
                         Hold::Group { group, holder } => {
                             format!("group {group} held by {:?}", holder.map(|h| self.index(h)))
                         }
+                        Hold::Rate { rate, .. } => format!("rate {rate}"),
                         other => format!("{other:?}"),
                     })
                     .collect();
@@ -486,6 +508,14 @@ impl Side {
             let keys = self.b.key_limits(&self.queue).await?;
             out.push(format!("keys {keys:?}"));
         }
+        if self.rates {
+            let stats = self.b.queue_stats(&self.queue).await?;
+            out.push(format!(
+                "rate {:?} waits {}",
+                stats.rate,
+                stats.rate_next.is_some()
+            ));
+        }
         for s in self.b.schedules(&self.queue).await? {
             out.push(format!(
                 "schedule {}: version {} paused {} fired {}",
@@ -509,9 +539,9 @@ pub async fn check(
     subject: Arc<dyn Backend>,
     ops: &[Op],
 ) -> anyhow::Result<()> {
-    let keys = subject.limits().limit_keys;
-    let mut model = Side::new(reference, keys).await?;
-    let mut real = Side::new(subject, keys).await?;
+    let (keys, rates) = (subject.limits().limit_keys, subject.limits().rates);
+    let mut model = Side::new(reference, keys, rates).await?;
+    let mut real = Side::new(subject, keys, rates).await?;
     for (step, op) in ops.iter().enumerate() {
         let (want, got) = (model.apply(op).await?, real.apply(op).await?);
         ensure!(

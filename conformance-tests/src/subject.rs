@@ -57,6 +57,8 @@ pub enum Capability {
     Schema,
     /// Jobs may carry a limit key and claims keep each key under its limit (SPEC K).
     LimitKeys,
+    /// Queues may have a rate, and claims keep to it (SPEC K8–K11).
+    Rates,
 }
 
 impl fmt::Display for Capability {
@@ -67,6 +69,7 @@ impl fmt::Display for Capability {
             Self::ConnectionCut => "connection-cut",
             Self::Schema => "schema",
             Self::LimitKeys => "limit-keys",
+            Self::Rates => "rates",
         })
     }
 }

@@ -9,7 +9,11 @@ struct Memory;
 
 impl Subject for Memory {
     const NAME: &'static str = "memory";
-    const CAPABILITIES: &'static [Capability] = &[Capability::Notifications, Capability::LimitKeys];
+    const CAPABILITIES: &'static [Capability] = &[
+        Capability::Notifications,
+        Capability::LimitKeys,
+        Capability::Rates,
+    ];
 
     async fn open(_: Option<String>) -> anyhow::Result<Self> {
         Ok(Self)

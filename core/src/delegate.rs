@@ -79,6 +79,11 @@ macro_rules! delegate {
                 use $crate::Claim as _;
                 self.$f.claim_unchecked(req).await
             }
+            async fn claim_paced_unchecked(&self, req: $crate::ClaimRequest) -> $crate::Result<$crate::Claimed> {
+                #[allow(unused_imports)]
+                use $crate::Claim as _;
+                self.$f.claim_paced_unchecked(req).await
+            }
         }
     };
     (@Complete $ty:ty, $f:tt) => {

@@ -18,6 +18,13 @@ pub struct QueueStats {
     pub paused: bool,
     /// The queue's concurrency limit, if any.
     pub max_running: Option<u32>,
+    /// The queue's rate limit, if any (SPEC K8).
+    #[serde(default)]
+    pub rate: Option<crate::Rate>,
+    /// When the rate lets the next job start, on the server's clock, if that is later
+    /// than now (SPEC K11).
+    #[serde(default)]
+    pub rate_next: Option<DateTime<Utc>>,
     /// When the longest-waiting job that a claim could take now became claimable: the
     /// earliest `run_at` of the queue's due `ready` and `retrying` jobs (SPEC M1).
     /// `None` when no job waits. How far behind the queue is: operators alert on

@@ -68,6 +68,36 @@ impl ClaimRequest {
     }
 }
 
+/// What [`Claim::claim_paced`](crate::Claim::claim_paced) returns: the jobs, and how
+/// long until the queue's rate lets the next one start when the rate cut the claim
+/// short (SPEC K10).
+#[derive(Debug, Default)]
+#[non_exhaustive]
+pub struct Claimed {
+    /// The jobs claimed, as [`Claim::claim`](crate::Claim::claim) returns them.
+    pub jobs: Vec<ClaimedJob>,
+    /// `Some` when the queue's rate gave fewer jobs than the claim could otherwise
+    /// have taken: the wait until it allows the next start, on the server's clock.
+    pub next_in: Option<Duration>,
+}
+
+impl Claimed {
+    /// Jobs, and the wait the rate named when it cut the claim short.
+    #[must_use]
+    pub fn new(jobs: Vec<ClaimedJob>, next_in: Option<Duration>) -> Self {
+        Self { jobs, next_in }
+    }
+
+    /// Jobs that no rate cut short.
+    #[must_use]
+    pub fn jobs(jobs: Vec<ClaimedJob>) -> Self {
+        Self {
+            jobs,
+            next_in: None,
+        }
+    }
+}
+
 /// The right to settle one attempt of one job. Hand it back to complete, fail, heartbeat
 /// or release the job.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

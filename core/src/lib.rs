@@ -74,6 +74,7 @@ pub mod listing;
 pub mod memory;
 pub mod progress;
 mod queue;
+mod rate;
 pub mod redact;
 pub mod retry;
 pub mod schedule;
@@ -99,10 +100,11 @@ pub use inspect::{
     Maintenance, QueueStats, RunningJob, cancelled_by,
 };
 pub use job::{DEFAULT_MAX_ATTEMPTS, Enqueued, JobId, JobState, NewJob, RunAt};
-pub use lease::{ClaimRequest, ClaimedJob, Lease, LeaseToken};
+pub use lease::{ClaimRequest, Claimed, ClaimedJob, Lease, LeaseToken};
 pub use list::{JobFields, JobFilter, JobPage, LIST_SCAN, MAX_FILTER_TEXT};
 pub use progress::{Progress, ProgressReport};
 pub use queue::QueueUpdate;
+pub use rate::Rate;
 pub use settle::{DEFAULT_SETTLE_BATCH, Outcome, Retry, Settle, Settled};
 pub use traced::Traced;
 pub use traits::{

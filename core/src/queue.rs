@@ -14,6 +14,9 @@
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct QueueUpdate {
+    /// `Some(Some(rate))` limits the queue's starts to `rate` across all workers, from
+    /// now on (SPEC K8); `Some(None)` lifts it.
+    pub rate: Option<Option<crate::Rate>>,
     /// `Some(true)` pauses the queue's claims; `Some(false)` lets them go on.
     pub paused: Option<bool>,
     /// `Some(Some(n))` caps the queue's running jobs at `n` (from 1) across all workers;
@@ -36,10 +39,17 @@ impl QueueUpdate {
         self
     }
 
+    /// Sets (`Some`) or lifts (`None`) the queue's rate limit (SPEC K8).
+    #[must_use]
+    pub fn rate(mut self, rate: Option<crate::Rate>) -> Self {
+        self.rate = Some(rate);
+        self
+    }
+
     /// Whether this update can let more jobs be claimed: a resume, or a cap raised or
     /// lifted. Backends wake the queue's workers then.
     #[must_use]
     pub fn may_free_claims(&self) -> bool {
-        self.paused == Some(false) || self.max_running.is_some()
+        self.paused == Some(false) || self.max_running.is_some() || self.rate.is_some()
     }
 }

@@ -67,6 +67,10 @@ impl Enqueue for Traced {
 #[async_trait]
 impl Claim for Traced {
     async fn claim_unchecked(&self, req: ClaimRequest) -> Result<Vec<ClaimedJob>> {
+        Ok(self.claim_paced_unchecked(req).await?.jobs)
+    }
+
+    async fn claim_paced_unchecked(&self, req: ClaimRequest) -> Result<crate::Claimed> {
         let span = tracing::info_span!(
             "relayq.claim",
             queue = %req.queue,
@@ -76,11 +80,11 @@ impl Claim for Traced {
         );
         let out = self
             .inner
-            .claim_unchecked(req)
+            .claim_paced_unchecked(req)
             .instrument(span.clone())
             .await;
-        if let Ok(jobs) = &out {
-            span.record("claimed", jobs.len());
+        if let Ok(got) = &out {
+            span.record("claimed", got.jobs.len());
         }
         out
     }

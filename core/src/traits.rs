@@ -128,6 +128,30 @@ pub trait Claim: Events {
 
     /// [`claim`](Self::claim) after validation: `req` passed [`validate::claim`].
     async fn claim_unchecked(&self, req: ClaimRequest) -> Result<Vec<ClaimedJob>>;
+
+    /// [`claim`](Self::claim), also saying how long until the queue's rate allows the
+    /// next start when it cut the claim short: the worker sleeps that long instead of
+    /// polling (SPEC K10).
+    ///
+    /// # Behavior
+    /// - Claims exactly as [`claim`](Self::claim) does.
+    /// - Never starts more jobs of a queue than its rate allows: at most `count` in
+    ///   any window of `per` on the server's clock, across all claimers (SPEC K9).
+    /// - `next_in` is `Some` when the rate gave fewer jobs than the claim could
+    ///   otherwise have taken (SPEC K10).
+    async fn claim_paced(&self, req: ClaimRequest) -> Result<crate::Claimed> {
+        validate::claim(&req)?;
+        self.claim_paced_unchecked(req)
+            .await
+            .map_err(|e| e.during("claim"))
+    }
+
+    /// [`claim_paced`](Self::claim_paced) after validation. The default claims with
+    /// [`claim_unchecked`](Self::claim_unchecked) and never names a wait: a backend
+    /// with rates overrides it (and has `claim_unchecked` call it).
+    async fn claim_paced_unchecked(&self, req: ClaimRequest) -> Result<crate::Claimed> {
+        Ok(crate::Claimed::jobs(self.claim_unchecked(req).await?))
+    }
 }
 
 /// Settling leases (SPEC L).
@@ -590,13 +614,19 @@ pub trait Admin: Send + Sync {
     /// - The number of running jobs of the queue never exceeds its `max_running`,
     ///   across all workers (SPEC C6).
     /// - A `max_running` of zero is [`Error::InvalidInput`] on `max_running`: pause
-    ///   instead. A bad queue name is [`Error::InvalidInput`] on `queue`. Nothing is
-    ///   stored then.
+    ///   instead. A bad rate ([`validate::rate`]) is [`Error::InvalidInput`] on
+    ///   `rate`, as is any rate on a backend without rates. A bad queue name is
+    ///   [`Error::InvalidInput`] on `queue`. Nothing is stored then.
+    /// - A rate starts afresh when set: its first `burst` starts may come at once
+    ///   (SPEC K8).
     /// - Resuming or raising the limit wakes the queue's workers (SPEC W2).
     async fn update_queue(&self, queue: &str, update: QueueUpdate) -> Result<()> {
         validate::queue_name(queue)?;
         if let Some(max) = update.max_running {
             validate::max_running(max)?;
+        }
+        if let Some(Some(rate)) = &update.rate {
+            validate::rate(rate)?;
         }
         self.update_queue_unchecked(queue, update)
             .await

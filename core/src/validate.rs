@@ -40,6 +40,9 @@ pub struct Limits {
     /// jobs that carry one. Default false, so a new backend refuses them until it
     /// enforces them.
     pub limit_keys: bool,
+    /// Whether the backend keeps queue rates (SPEC K8); one that does not refuses a
+    /// rate in `update_queue` with `InvalidInput` on `rate`. Default false.
+    pub rates: bool,
 }
 
 impl Default for Limits {
@@ -47,6 +50,7 @@ impl Default for Limits {
         Self {
             max_payload: DEFAULT_MAX_PAYLOAD,
             limit_keys: false,
+            rates: false,
         }
     }
 }
@@ -169,6 +173,46 @@ pub fn key_limit(limit: Option<u32>) -> Result<()> {
         return Err(Error::invalid(
             "key_limit",
             "must be at least 1; lift it with none, or pause the queue",
+        ));
+    }
+    Ok(())
+}
+
+/// Largest `count` of a [`Rate`](crate::Rate).
+pub const MAX_RATE_COUNT: u32 = 1_000_000;
+
+/// Checks a rate (SPEC K8): `count` 1..=1,000,000, `per` 1 ms to 1 day in whole
+/// milliseconds, `burst` 1..=`count`.
+///
+/// # Errors
+/// [`Error::InvalidInput`] on `rate`.
+pub fn rate(rate: &crate::Rate) -> Result<()> {
+    if !(1..=MAX_RATE_COUNT).contains(&rate.count) {
+        return Err(Error::invalid(
+            "rate",
+            format!("count must be 1 to {MAX_RATE_COUNT}, got {}", rate.count),
+        ));
+    }
+    let day = std::time::Duration::from_secs(86_400);
+    if rate.per < std::time::Duration::from_millis(1)
+        || rate.per > day
+        || !rate.per.subsec_nanos().is_multiple_of(1_000_000)
+    {
+        return Err(Error::invalid(
+            "rate",
+            format!(
+                "interval must be 1 ms to 1 day in whole milliseconds, got {:?}",
+                rate.per
+            ),
+        ));
+    }
+    if rate.burst == 0 || rate.burst > rate.count {
+        return Err(Error::invalid(
+            "rate",
+            format!(
+                "burst must be 1 to the count ({}), got {}",
+                rate.count, rate.burst
+            ),
         ));
     }
     Ok(())

@@ -64,6 +64,13 @@ pub enum Hold {
         /// Its limit.
         limit: u32,
     },
+    /// Its queue's rate allows no start before `next` (SPEC K8, K11).
+    Rate {
+        /// The rate.
+        rate: crate::Rate,
+        /// When it allows the next start, on the server's clock.
+        next: DateTime<Utc>,
+    },
 }
 
 /// What [`InspectExt::why`] found.
@@ -97,7 +104,8 @@ pub trait InspectExt: Inspect + OrderBarrier {
     ///   one behind its group the group and the job running in it (when one is); a
     ///   paused queue; a queue at its `max_running`, with the running count and the
     ///   oldest running jobs with their workers; a full limit key, with its running
-    ///   count and limit (SPEC M6, K7).
+    ///   count and limit; a queue whose rate allows no start now, with when it will
+    ///   (SPEC M6, K7, K11).
     /// - A running job names its worker; a finished one its state.
     /// - An unknown job is [`Error::NotFound`](crate::Error::NotFound).
     async fn why(&self, queue: &str, id: JobId) -> Result<Why> {
@@ -158,6 +166,11 @@ pub trait InspectExt: Inspect + OrderBarrier {
                 running,
                 holders,
             });
+        }
+        if let (Some(rate), Some(next)) = (stats.rate, stats.rate_next)
+            && matches!(job.state, JobState::Ready | JobState::Retrying)
+        {
+            holds.push(Hold::Rate { rate, next });
         }
         if let Some(key) = &job.limit_key
             && matches!(job.state, JobState::Ready | JobState::Retrying)
@@ -290,6 +303,11 @@ impl std::fmt::Display for Hold {
             } => write!(
                 f,
                 "its limit key {key} runs {running} of at most {limit} jobs"
+            ),
+            Self::Rate { rate, next } => write!(
+                f,
+                "its queue's rate of {rate} allows the next start at {}",
+                stamp(*next)
             ),
         }
     }

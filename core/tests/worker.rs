@@ -1026,3 +1026,91 @@ async fn k6_a_claim_ahead_leaves_a_key_s_last_slot_to_other_workers() {
     busy.shutdown().await.unwrap();
     free.shutdown().await.unwrap();
 }
+
+/// Every claim a worker sends: when it was sent, when it was answered, and the wait
+/// its answer named.
+struct Paced {
+    inner: Arc<MemoryBackend>,
+    calls: Mutex<Vec<(Instant, Instant, Option<Duration>)>>,
+}
+
+relayq_core::delegate!(Paced, inner => Events, Enqueue, Complete, OrderBarrier, Inspect, Admin, Schedules);
+
+#[async_trait]
+impl Claim for Paced {
+    async fn claim_unchecked(&self, req: ClaimRequest) -> Result<Vec<ClaimedJob>> {
+        Ok(self.claim_paced_unchecked(req).await?.jobs)
+    }
+
+    async fn claim_paced_unchecked(&self, req: ClaimRequest) -> Result<Claimed> {
+        let sent = Instant::now();
+        let got = self.inner.claim_paced_unchecked(req).await?;
+        self.calls
+            .lock()
+            .unwrap()
+            .push((sent, Instant::now(), got.next_in));
+        Ok(got)
+    }
+}
+
+/// SPEC K10: a worker whose claim the queue's rate cut short claims that queue again
+/// only when the wait the claim named is over, and then at once: with polls an hour
+/// apart, 12 jobs under a rate of 40 a second all run, and no claim came early.
+#[tokio::test]
+async fn k10_a_worker_sleeps_the_rate_s_wait_instead_of_polling() {
+    let inner = Arc::new(MemoryBackend::new());
+    let q = queue();
+    let rate = Rate::new(40, Duration::from_secs(1));
+    inner
+        .update_queue(&q, QueueUpdate::default().rate(Some(rate)))
+        .await
+        .unwrap();
+    let b = Arc::new(Paced {
+        inner: inner.clone(),
+        calls: Mutex::new(Vec::new()),
+    });
+    let hour = Duration::from_secs(3600);
+    let w = Worker::builder(b.clone(), [q.clone()])
+        .concurrency(4)
+        .poll_min(hour)
+        .poll_max(hour)
+        .handler(|_job: ClaimedJob| async { Ok::<_, JobError>(()) })
+        .build()
+        .unwrap()
+        .spawn();
+    // Enqueued after the worker's first claim found the queue empty.
+    until("the worker's first claim", async || {
+        !b.calls.lock().unwrap().is_empty()
+    })
+    .await;
+    let ids = enqueue_n(&inner, &q, 12, 1).await;
+    until("all 12 jobs succeeded", async || {
+        for id in &ids {
+            if state(&inner, &q, *id).await != JobState::Succeeded {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+    w.shutdown().await.unwrap();
+    let calls = b.calls.lock().unwrap().clone();
+    let cut = calls.iter().filter(|c| c.2.is_some()).count();
+    assert!(
+        cut >= 5,
+        "only {cut} of {} claims were cut by the rate",
+        calls.len()
+    );
+    // A claim already in flight when the wait was named may come back; none may be
+    // sent before the wait is over.
+    for &(_, answered, wait) in &calls {
+        let Some(wait) = wait else { continue };
+        for &(sent, ..) in &calls {
+            assert!(
+                sent <= answered || sent >= answered + wait,
+                "a claim was sent {:?} after one that named a wait of {wait:?}",
+                sent - answered
+            );
+        }
+    }
+}

@@ -318,8 +318,12 @@ relayq::delegate!(Timed, inner => Events, Enqueue, Complete, OrderBarrier, Inspe
 #[relayq::async_trait]
 impl Claim for Timed {
     async fn claim_unchecked(&self, req: ClaimRequest) -> relayq::Result<Vec<ClaimedJob>> {
+        Ok(self.claim_paced_unchecked(req).await?.jobs)
+    }
+
+    async fn claim_paced_unchecked(&self, req: ClaimRequest) -> relayq::Result<relayq::Claimed> {
         let start = Instant::now();
-        let out = self.inner.claim_unchecked(req).await;
+        let out = self.inner.claim_paced_unchecked(req).await;
         self.claims
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

@@ -2,8 +2,11 @@
 -- fresh random token per job that may be claimed (made by the caller: Lua's random
 -- numbers are not), then how many of the jobs start at once (SPEC K6). Returns the lease expiry, then 5 fields per claimed job (id,
 -- attempt, payload, run_at, fixed_fields), in order-key order; the k-th job claimed
--- holds the k-th token.
-local settings = redis.call('HMGET', B .. ':settings', 'paused', 'max', 'keyed', 'kl')
+-- holds the k-th token. After the lease expiry comes the wait, in microseconds, until
+-- the queue's rate allows the next start when the rate cut the claim short, else ''
+-- (SPEC K10).
+local settings = redis.call('HMGET', B .. ':settings', 'paused', 'max', 'keyed', 'kl', 'rn',
+  'rp', 'rb', 'rt')
 -- Expired leases first (SPEC C5), in bounded chunks.
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', B .. ':running', '-inf', s(NOW), 'LIMIT', 0, 100)) do
   expire(tonumber(id))
@@ -25,7 +28,21 @@ if settings[2] then
   local live = redis.call('ZCOUNT', B .. ':running', '(' .. s(NOW), '+inf')
   limit = math.min(limit, tonumber(settings[2]) - live)
 end
-local out = {''}
+-- SPEC K9: the queue's rate, by the generic cell rate algorithm on the server's clock
+-- (relayq_core::kit::rate, which this follows step for step): `rt` is when the next
+-- start is due; `limit` becomes what the rate allows now.
+local paced = nil
+if settings[5] and limit > 0 then
+  local burst = tonumber(settings[7] or '1')
+  local spaced = tonumber(settings[5]) - burst + 1
+  local e = math.max(1, math.floor((tonumber(settings[6]) + spaced - 1) / spaced))
+  local base = NOW
+  if settings[8] then base = math.max(tonumber(settings[8]), NOW) end
+  local room = math.max(0, math.floor((NOW + burst * e - base) / e))
+  paced = {asked = limit, allowed = math.min(limit, room), base = base, e = e, burst = burst}
+  limit = paced.allowed
+end
+local out = {'', ''}
 if limit > 0 then
   local lease = tonumber(ARGV[4])
   -- The first `limit` members and their removal by rank, rather than ZPOPMIN: it
@@ -76,6 +93,14 @@ if limit > 0 then
   if #running > 0 then redis.call('ZADD', B .. ':running', unpack(running)) end
   for st, n in pairs(left) do stat(st, -n) end
   stat('running', #running / 2)
+end
+if paced then
+  local taken = (#out - 2) / 5
+  local tat = paced.base + taken * paced.e
+  if taken > 0 then redis.call('HSET', B .. ':settings', 'rt', s(tat)) end
+  if paced.allowed < paced.asked and taken >= paced.allowed then
+    out[2] = s(math.max(0, tat - (paced.burst - 1) * paced.e - NOW))
+  end
 end
 publish()
 return out

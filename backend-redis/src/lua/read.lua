@@ -1,6 +1,7 @@
 -- SPEC L5, M1: reads in one script, so one consistent view. ARGV[3] = what:
 --   'stats': paused, max ('' if none), scheduled count, the oldest claimable job's
---     run_at ('' if none), then state, count pairs;
+--     run_at ('' if none), the rate's count, interval, burst and next start ('' each if
+--     none), the server's time, then state, count pairs;
 --   'job' (ARGV[4] = id): now, the hash's length n, n items of field, value pairs, then
 --     the log entries; or -1 if unknown;
 --   'running': id, worker, attempt, started, expiry, progress (or nil) per running job;
@@ -38,7 +39,7 @@ if what == 'keys' then
   end
   return out
 elseif what == 'stats' then
-  local h = redis.call('HMGET', B .. ':settings', 'paused', 'max')
+  local h = redis.call('HMGET', B .. ':settings', 'paused', 'max', 'rn', 'rp', 'rb', 'rt')
   -- The earliest run_at of a job a claim could take now (SPEC M1): the head of each
   -- priority band of B:ready (its members sort by run_at within a band), and the first
   -- due job of B:delay and B:backoff, which a claim moves to B:ready. One look-up per
@@ -57,7 +58,7 @@ elseif what == 'stats' then
     if #due > 0 then older(tonumber(due[2])) end
   end
   local out = {h[1] or '0', h[2] or '', redis.call('ZCOUNT', B .. ':delay', '(' .. s(NOW), '+inf'),
-    oldest and s(oldest) or ''}
+    oldest and s(oldest) or '', h[3] or '', h[4] or '', h[5] or '', h[6] or '', NOWS}
   local stats = redis.call('HGETALL', B .. ':stats')
   for i = 1, #stats do out[#out + 1] = stats[i] end
   return out

@@ -14,6 +14,7 @@ pub mod listing;
 pub mod monitor;
 pub mod progress;
 pub mod purge;
+pub mod rates;
 pub mod scenarios;
 pub mod schedules;
 pub mod support;

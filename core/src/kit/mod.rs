@@ -1,7 +1,7 @@
 //! The backend kit: what every backend would otherwise write again. Statement templates
 //! for a validated schema ([`Statements`]), schema versions ([`schema`]), relayq's URL
 //! options ([`url_options`]), a bounded first connection ([`probe`]), wake-up messages
-//! and their listening task ([`wake`]), a fire's judgement ([`fire`]), a claim's admission under limit keys ([`keys`]), the claim's refill ([`claim_refilling`]), a purge in
+//! and their listening task ([`wake`]), a fire's judgement ([`fire`]), a claim's admission under limit keys ([`keys`]) and under a rate ([`rate`]), the claim's refill ([`claim_refilling`]), a purge in
 //! steps ([`purge`]); with [`retry::Policy`](crate::retry::Policy)
 //! for retries and [`listing`](crate::listing) for batch listings.
 
@@ -10,6 +10,7 @@ pub mod fire;
 pub mod keys;
 mod probe;
 pub mod purge;
+pub mod rate;
 pub mod schema;
 mod statements;
 pub mod url_options;

@@ -148,6 +148,7 @@ impl Enqueue for MemoryBackend {
         // Limit keys are enforced here (SPEC K), whatever the configuration says.
         Limits {
             limit_keys: true,
+            rates: true,
             ..self.inner.limits
         }
     }
@@ -156,6 +157,10 @@ impl Enqueue for MemoryBackend {
 #[async_trait]
 impl Claim for MemoryBackend {
     async fn claim_unchecked(&self, req: ClaimRequest) -> Result<Vec<ClaimedJob>> {
+        Ok(self.claim_paced_unchecked(req).await?.jobs)
+    }
+
+    async fn claim_paced_unchecked(&self, req: ClaimRequest) -> Result<crate::Claimed> {
         self.with_queue(&req.queue, |q, now| q.claim(&req.queue, &req, now))
     }
 }
@@ -339,6 +344,11 @@ impl Admin for MemoryBackend {
             }
             if let Some(max) = update.max_running {
                 q.max_running = max;
+            }
+            if let Some(rate) = update.rate {
+                // Set afresh: its first burst may start at once (SPEC K8).
+                q.rate = rate;
+                q.rate_tat = None;
             }
         })?;
         if update.may_free_claims() {

@@ -114,6 +114,10 @@ pub(crate) struct QueueState {
     pub(crate) key_default: Option<u32>,
     /// Keys' own limits.
     pub(crate) key_own: BTreeMap<String, u32>,
+    /// The queue's rate (SPEC K8) and the time of its next start, in microseconds
+    /// (`kit::rate`).
+    pub(crate) rate: Option<crate::Rate>,
+    pub(crate) rate_tat: Option<i64>,
     batches: BTreeMap<i64, BatchState>,
     /// Schedules by name (SPEC S).
     pub(crate) schedules: BTreeMap<String, crate::schedule::StoredSchedule>,
@@ -143,6 +147,7 @@ impl QueueState {
             || self.next_batch > 0
             || self.paused
             || self.max_running.is_some()
+            || self.rate.is_some()
             || self.key_default.is_some()
             || !self.key_own.is_empty()
             || !self.schedules.is_empty()
@@ -391,18 +396,23 @@ impl QueueState {
         queue: &str,
         req: &ClaimRequest,
         now: DateTime<Utc>,
-    ) -> Vec<ClaimedJob> {
+    ) -> crate::Claimed {
         self.expire_leases(now);
         if self.paused {
-            return Vec::new();
+            return crate::Claimed::default();
         }
         let room = self
             .max_running
             .map_or(u32::MAX, |max| max.saturating_sub(self.running_count()));
-        let take = req.limit.min(room) as usize;
-        if take == 0 {
-            return Vec::new();
+        let asked = req.limit.min(room);
+        if asked == 0 {
+            return crate::Claimed::default();
         }
+        // SPEC K9: the rate cuts the claim to what it allows now.
+        let paced = self
+            .rate
+            .map(|r| crate::kit::rate::admit(&r, self.rate_tat, now.timestamp_micros(), asked));
+        let take = paced.map_or(asked, |p| p.allowed) as usize;
         let mut candidates: Vec<OrderKey> = {
             let view = View::new(self, now);
             self.open_jobs()
@@ -427,7 +437,14 @@ impl QueueState {
             }
         }
         let expires_at = after(now, req.lease);
-        chosen
+        let taken = u32::try_from(chosen.len()).unwrap_or(u32::MAX);
+        let next_in = paced.and_then(|p| {
+            if let Some(tat) = p.tat(taken) {
+                self.rate_tat = Some(tat);
+            }
+            p.next_in(taken)
+        });
+        let jobs = chosen
             .into_iter()
             .map(|(_, _, id)| {
                 let job = self.jobs.get_mut(&id).expect("open job exists");
@@ -467,7 +484,8 @@ impl QueueState {
                     enqueued_by: job.enqueued_by.clone(),
                 }
             })
-            .collect()
+            .collect();
+        crate::Claimed { jobs, next_in }
     }
 
     /// SPEC L1, L2, L4 for one lease.
@@ -855,6 +873,11 @@ impl QueueState {
             queue: queue.to_owned(),
             paused: self.paused,
             max_running: self.max_running,
+            rate: self.rate,
+            rate_next: self.rate.and_then(|r| {
+                crate::kit::rate::next_start(&r, self.rate_tat, now.timestamp_micros())
+                    .and_then(DateTime::from_timestamp_micros)
+            }),
             ..QueueStats::default()
         };
         for job in self.jobs.values() {

@@ -42,6 +42,9 @@ struct Claimed {
     asked: u32,
     failed: bool,
     at: Instant,
+    /// Queues (by index) whose rate cut their claim short, with when it lets the
+    /// next job start (SPEC K10).
+    paced: Vec<(usize, Instant)>,
 }
 
 type Claiming = Pin<Box<dyn Future<Output = Claimed> + Send>>;
@@ -74,6 +77,9 @@ pub(super) struct Runner {
     /// How many jobs of each queue (in `queues`' order) wait in the buffer, for the
     /// worker's beat to each queue.
     held: Arc<[std::sync::atomic::AtomicU32]>,
+    /// Per queue (in `queues`' order): until when its rate allows no start. Claims
+    /// skip the queue until then, and the worker sleeps till then instead of polling.
+    paced: Vec<Option<Instant>>,
 }
 
 impl Runner {
@@ -113,6 +119,7 @@ impl Runner {
             held: (0..n_queues)
                 .map(|_| std::sync::atomic::AtomicU32::new(0))
                 .collect(),
+            paced: vec![None; n_queues],
         }
     }
 
@@ -217,6 +224,9 @@ impl Runner {
                     let now = Instant::now();
                     self.pace.claimed(now.saturating_duration_since(got.at), now);
                     let n = u32::try_from(got.jobs.len()).unwrap_or(u32::MAX);
+                    for (i, until) in got.paced {
+                        self.paced[i] = Some(until);
+                    }
                     self.buffer.push(got.jobs);
                     eager = n == got.asked;
                     self.short = !eager;
@@ -236,6 +246,8 @@ impl Runner {
                     eager = true;
                     idle = (idle * 2).min(self.config.poll_max);
                 }
+                () = sleep_until(self.next_paced().unwrap_or_else(Instant::now)),
+                    if waiting && self.next_paced().is_some() => eager = true,
                 () = sleep_until(expiry.unwrap_or_else(Instant::now)), if expiry.is_some() => {}
                 () = shutdown.cancelled() => {}
             }
@@ -401,8 +413,21 @@ impl Runner {
 
     /// Claims up to `want` jobs, asking the queues in turn from `next_queue` on; the next
     /// round starts one queue later (SPEC W5).
+    /// The earliest time a queue's rate lets it start a job again, if one waits.
+    fn next_paced(&self) -> Option<Instant> {
+        self.paced.iter().flatten().min().copied()
+    }
+
     fn claim_round(&mut self, want: u32, slots: u32) -> Claiming {
         self.buffer.claim_started();
+        // Queues whose rate allows nothing yet are not asked (SPEC K10).
+        let now = Instant::now();
+        for p in &mut self.paced {
+            if p.is_some_and(|until| until <= now) {
+                *p = None;
+            }
+        }
+        let skip: Vec<bool> = self.paced.iter().map(Option::is_some).collect();
         self.asking += want;
         let start = self.next_queue;
         self.next_queue = (start + 1) % self.queues.len();
@@ -414,7 +439,7 @@ impl Runner {
         let (worker, lease) = (self.config.name.clone(), self.config.lease);
         Box::pin(async move {
             let at = Instant::now();
-            let (mut jobs, mut failed) = (Vec::new(), false);
+            let (mut jobs, mut failed, mut paced) = (Vec::new(), false, Vec::new());
             let n = queues.len();
             for i in 0..n {
                 let taken = u32::try_from(jobs.len()).unwrap_or(want);
@@ -422,21 +447,28 @@ impl Runner {
                 if left == 0 {
                     break;
                 }
-                let queue = &queues[(start + i) % n];
+                let index = (start + i) % n;
+                if skip[index] {
+                    continue;
+                }
+                let queue = &queues[index];
                 let req = ClaimRequest::new(queue.clone(), worker.clone(), left, lease)
                     .with_slots(slots.saturating_sub(taken));
                 // A backend that panics fails this claim, not the worker: its running
                 // jobs are still settled or released.
                 let sent = Instant::now();
-                let claim = AssertUnwindSafe(backend.claim(req)).catch_unwind();
+                let claim = AssertUnwindSafe(backend.claim_paced(req)).catch_unwind();
                 let claimed = claim
                     .await
                     .unwrap_or_else(|_| Err(Error::backend("claim panicked")));
                 match claimed {
                     Ok(got) => {
                         stats.outage.succeeded();
-                        stats.add_claimed(queue, got.len());
-                        jobs.extend(got.into_iter().map(|job| (sent, job)));
+                        stats.add_claimed(queue, got.jobs.len());
+                        if let Some(wait) = got.next_in {
+                            paced.push((index, Instant::now() + wait));
+                        }
+                        jobs.extend(got.jobs.into_iter().map(|job| (sent, job)));
                     }
                     Err(e) => {
                         failed = true;
@@ -452,6 +484,7 @@ impl Runner {
                 asked: want,
                 failed,
                 at,
+                paced,
             }
         })
     }

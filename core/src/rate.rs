@@ -1,0 +1,107 @@
+//! [`Rate`]: at most `count` starts per `per`, the rate limit of a queue (SPEC K8).
+
+use std::{fmt, str::FromStr, time::Duration};
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Error, Result};
+
+/// At most `count` jobs of a queue start in any window of length `per`, across all
+/// workers, timed by the server's clock (SPEC K8, K9). `burst` of them may start at
+/// once; the rest follow, evenly spaced.
+///
+/// ```
+/// use relayq_core::Rate;
+/// let rate: Rate = "100/1s".parse().unwrap();
+/// assert_eq!(rate, Rate::new(100, std::time::Duration::from_secs(1)));
+/// assert_eq!(rate.with_burst(10).to_string(), "100/1s burst 10");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Rate {
+    /// Starts per window, 1..=1,000,000.
+    pub count: u32,
+    /// The window's length, 1 ms to 1 day.
+    pub per: Duration,
+    /// How many may start at once, 1..=`count` (default 1). Under a steady backlog
+    /// `count - burst + 1` start per window: a burst trades rate for batches.
+    pub burst: u32,
+}
+
+impl Rate {
+    /// `count` starts per `per`, one at a time.
+    #[must_use]
+    pub fn new(count: u32, per: Duration) -> Self {
+        Self {
+            count,
+            per,
+            burst: 1,
+        }
+    }
+
+    /// Lets `burst` jobs start at once.
+    #[must_use]
+    pub fn with_burst(mut self, burst: u32) -> Self {
+        self.burst = burst;
+        self
+    }
+
+    /// The time between two starts under a backlog, in microseconds, rounded up so
+    /// that no window of `per` holds more than `count` starts (SPEC K9).
+    #[must_use]
+    pub fn emission_us(&self) -> i64 {
+        let per = i64::try_from(self.per.as_micros()).unwrap_or(i64::MAX);
+        let spaced = i64::from(self.count.saturating_sub(self.burst).saturating_add(1));
+        (per + spaced - 1) / spaced.max(1)
+    }
+}
+
+impl fmt::Display for Rate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = self.per.as_millis();
+        let (n, unit) = [
+            (86_400_000, "d"),
+            (3_600_000, "h"),
+            (60_000, "m"),
+            (1_000, "s"),
+        ]
+        .into_iter()
+        .find(|(u, _)| ms >= *u && ms.is_multiple_of(*u))
+        .map_or((ms, "ms"), |(u, name)| (ms / u, name));
+        write!(f, "{}/{n}{unit}", self.count)?;
+        if self.burst > 1 {
+            write!(f, " burst {}", self.burst)?;
+        }
+        Ok(())
+    }
+}
+
+/// `N/1s`, `N/500ms`, `N/2m`, `N/1h`, `N/1d` (a bare unit means 1 of it: `N/s`).
+impl FromStr for Rate {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        let bad = || Error::invalid("rate", format!("{s:?} is not N/interval, like 10/1s"));
+        let (count, per) = s.trim().split_once('/').ok_or_else(bad)?;
+        let count: u32 = count.trim().parse().map_err(|_| bad())?;
+        let per = per.trim();
+        let split = per.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+        let (n, unit) = per.split_at(split);
+        let n: u64 = if n.is_empty() {
+            1
+        } else {
+            n.parse().map_err(|_| bad())?
+        };
+        let unit_ms: u64 = match unit {
+            "ms" => 1,
+            "s" => 1_000,
+            "m" => 60_000,
+            "h" => 3_600_000,
+            "d" => 86_400_000,
+            _ => return Err(bad()),
+        };
+        let per = Duration::from_millis(n.checked_mul(unit_ms).ok_or_else(bad)?);
+        let rate = Self::new(count, per);
+        crate::validate::rate(&rate)?;
+        Ok(rate)
+    }
+}
