@@ -121,6 +121,12 @@ pub async fn run(db: &str, args: RunArgs) -> anyhow::Result<u8> {
             .await
             .context("cannot set the plan's key limits")?;
     }
+    if let Some(rate) = plan.rate {
+        backend
+            .update_queue(&queue, relayq_core::QueueUpdate::default().rate(Some(rate)))
+            .await
+            .context("cannot set the plan's rate")?;
+    }
 
     let batch = backend
         .open_named_batch(&queue, plan.on_failure, &plan.name)

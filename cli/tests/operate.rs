@@ -20,6 +20,7 @@ const CASES: &[(&str, Case)] = &[
         pause_resume_and_limit,
     ),
     ("key_limits_are_set_and_shown", key_limits_set_and_shown),
+    ("rates_are_set_and_shown", rates_set_and_shown),
     (
         "prune_deletes_only_finished_jobs",
         prune_deletes_only_finished,
@@ -113,6 +114,56 @@ fn key_limits_set_and_shown(env: &Env) -> Result<(), Failed> {
         s["keys"]["keys"].as_array().is_some_and(Vec::is_empty),
         || format!("after limit none --key db-a: {s}"),
     )?;
+    Ok(())
+}
+
+/// `relayq limit --rate N/T [--burst B]` stores a queue's rate, `status` shows it,
+/// bad rates are refused with nothing stored, and `--rate none` lifts it (SPEC K8).
+fn rates_set_and_shown(env: &Env) -> Result<(), Failed> {
+    let q = queue("rates");
+    enqueue(env, &q, &["--", "true"])?;
+    let set = env.run(&["limit", "--rate", "5/1s", "-q", &q]);
+    if set.code != 0 && set.stderr.contains("does not keep rates") {
+        // SQL Server refuses rates, as SPEC K8 says; nothing more to check.
+        return Ok(());
+    }
+    check(set.code == 0, || {
+        format!("limit --rate 5/1s: {}", set.stderr)
+    })?;
+    let s = json(env, &["status", "-q", &q, "--json"])?;
+    check(s["stats"]["rate"] == "5/1s", || {
+        format!("after limit --rate 5/1s: {s}")
+    })?;
+    env.run(&["limit", "--rate", "600/1m", "--burst", "3", "-q", &q])
+        .expect_code(0);
+    let text = env.run(&["status", "-q", &q]);
+    check(text.stdout.contains("rate: at most 600/1m burst 3"), || {
+        format!("status text: {}", text.stdout)
+    })?;
+    for bad in [
+        &["--rate", "0/1s"][..],
+        &["--rate", "5/0s"],
+        &["--rate", "5/1s", "--burst", "6"],
+        &["--rate", "fast"],
+        &["--burst", "2"],
+    ] {
+        let mut args = vec!["limit", "-q", &q];
+        args.extend_from_slice(bad);
+        let out = env.run(&args);
+        check(out.code == 2, || {
+            format!("{bad:?} should be refused: {} {}", out.code, out.stderr)
+        })?;
+    }
+    let s = json(env, &["status", "-q", &q, "--json"])?;
+    check(s["stats"]["rate"] == "600/1m burst 3", || {
+        format!("a refused rate changed the stored one: {s}")
+    })?;
+    env.run(&["limit", "--rate", "none", "-q", &q])
+        .expect_code(0);
+    let s = json(env, &["status", "-q", &q, "--json"])?;
+    check(s["stats"]["rate"].is_null(), || {
+        format!("after limit --rate none: {s}")
+    })?;
     Ok(())
 }
 

@@ -242,7 +242,9 @@
       // Leased jobs waiting in a worker's buffer are counted running by the backend.
       s.held ? h("span", { class: "muted held", title: "claimed ahead, waiting in a worker's buffer for a free slot: leased, not started (from the workers' beats)" }, ` (${s.held} of them claimed ahead, not started)`) : null,
       ` · ${s.workers} worker${s.workers === 1 ? "" : "s"}`,
-      ` · oldest ready ${waited(s.oldest_ready_seconds)}`, " ", countNote(s)), keyLine(k)];
+      ` · oldest ready ${waited(s.oldest_ready_seconds)}`,
+      s.rate ? h("span", { id: "rate" }, ` · rate at most ${s.rate}`, s.rate_next ? ` (next start ${new Date(s.rate_next).toLocaleTimeString()})` : "") : null,
+      " ", countNote(s)), keyLine(k)];
   }
 
   async function drawBatches() {

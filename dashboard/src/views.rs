@@ -44,6 +44,10 @@ pub(crate) struct Figures {
     /// that is by this server's clock: how far behind the queue is.
     pub(crate) oldest_ready: Option<DateTime<Utc>>,
     pub(crate) oldest_ready_seconds: Option<f64>,
+    /// The queue's rate as text (`10/1s`), and when it allows the next start when
+    /// that is not now, as of the count (SPEC K8, K11).
+    pub(crate) rate: Option<String>,
+    pub(crate) rate_next: Option<DateTime<Utc>>,
 }
 
 impl QueueView {
@@ -77,6 +81,8 @@ impl QueueView {
                 running: stats.count(JobState::Running),
                 max_running: stats.max_running,
                 paused: stats.paused,
+                rate: stats.rate.map(|r| r.to_string()),
+                rate_next: stats.rate_next,
             }),
             workers: None,
             held: None,

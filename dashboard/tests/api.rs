@@ -987,3 +987,32 @@ async fn limit_keys_show_their_running_jobs_and_limits() {
         "{keys}"
     );
 }
+
+/// `GET /api/queues/{q}` gives the queue's rate and, once it allows no start, when it
+/// allows the next (SPEC K8, K11).
+#[tokio::test]
+async fn a_queue_shows_its_rate_and_next_start() {
+    let db = sqlite().await;
+    let q = queue();
+    let rate = relayq_core::Rate::new(2, Duration::from_secs(3600)).with_burst(2);
+    db.backend
+        .update_queue(&q, relayq_core::QueueUpdate::default().rate(Some(rate)))
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        db.backend
+            .enqueue_one(NewJob::new(&q, b"x".to_vec()))
+            .await
+            .unwrap();
+    }
+    let got = db
+        .backend
+        .claim(ClaimRequest::new(&q, "w", 5, Duration::from_secs(60)))
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 2, "the rate's burst");
+    let (app, _) = app_and_csrf(&db).await;
+    let view = get(&app, &format!("/api/queues/{q}")).await.json();
+    assert_eq!(view["rate"], "2/1h burst 2", "{view}");
+    assert!(view["rate_next"].is_string(), "{view}");
+}

@@ -348,6 +348,12 @@ async fn the_dashboard_works_in_chromium(db: Db, screenshots: bool) {
         .set_key_limit(&qd, Some(PWN), Some(1))
         .await
         .unwrap();
+    // And its rate (SPEC K11).
+    let rate = relayq_core::Rate::new(5, Duration::from_secs(1));
+    db.backend
+        .update_queue(&qd, relayq_core::QueueUpdate::default().rate(Some(rate)))
+        .await
+        .unwrap();
     b.goto(&format!("{base}/queues/{qd}/dead")).await.unwrap();
     let row = format!("[data-job=\"{}\"]", dead.0);
     until(
@@ -366,6 +372,10 @@ async fn the_dashboard_works_in_chromium(db: Db, screenshots: bool) {
     .await;
     until(&b, "the limit key as text", &text_of("#keys .key"), |v| {
         v == &json!(format!("{PWN} 0 / 1"))
+    })
+    .await;
+    until(&b, "the queue's rate", &text_of("#rate"), |v| {
+        v.as_str().is_some_and(|t| t.contains("rate at most 5/1s"))
     })
     .await;
     no_injected_markup(&b).await;

@@ -1,5 +1,5 @@
-//! `relayq pause`, `relayq resume`, `relayq limit N|none [--key K | --each-key]`: a
-//! queue's settings (SPEC C6, K1).
+//! `relayq pause`, `relayq resume`, `relayq limit N|none [--key K | --each-key]`,
+//! `relayq limit --rate N/1s|none [--burst B]`: a queue's settings (SPEC C6, K1, K8).
 
 use relayq_core::Backend;
 
@@ -24,9 +24,9 @@ pub struct QueueOnly {
 #[derive(Debug, clap::Args)]
 pub struct LimitArgs {
     /// The most jobs of the queue that may run at once across all workers (1 or
-    /// more), or `none` to lift the limit.
-    #[arg(value_parser = max_running)]
-    pub max: Limit,
+    /// more), or `none` to lift the limit. May be left out with `--rate`.
+    #[arg(value_parser = max_running, required_unless_present = "rate")]
+    pub max: Option<Limit>,
     #[command(flatten)]
     pub queue: QueueArg,
     /// Limit the jobs of this limit key instead of the whole queue: at most that many
@@ -36,6 +36,14 @@ pub struct LimitArgs {
     /// Limit every limit key that has no limit of its own.
     #[arg(long, conflicts_with = "key")]
     pub each_key: bool,
+    /// At most this many jobs of the queue start per interval, across all workers:
+    /// `N/1s`, `N/500ms`, `N/1m`, `N/1h`, `N/1d`; `none` lifts it (SPEC K8).
+    #[arg(long, value_name = "N/INTERVAL", value_parser = rate, conflicts_with_all = ["key", "each_key"])]
+    pub rate: Option<RateArg>,
+    /// How many of the rate's starts may come at once (1 to N; default 1, evenly
+    /// spaced). Under a backlog N - burst + 1 start per interval.
+    #[arg(long, requires = "rate")]
+    pub burst: Option<u32>,
     /// The queue is not in use yet (see `relayq pause --help`).
     #[arg(long)]
     pub new: bool,
@@ -44,6 +52,19 @@ pub struct LimitArgs {
 /// A limit, or none.
 #[derive(Debug, Clone, Copy)]
 pub struct Limit(pub Option<u32>);
+
+/// A rate, or none.
+#[derive(Debug, Clone, Copy)]
+pub struct RateArg(pub Option<relayq_core::Rate>);
+
+fn rate(text: &str) -> Result<RateArg, String> {
+    if text.eq_ignore_ascii_case("none") {
+        return Ok(RateArg(None));
+    }
+    text.parse()
+        .map(|r| RateArg(Some(r)))
+        .map_err(|e: relayq_core::Error| e.to_string())
+}
 
 fn max_running(text: &str) -> Result<Limit, String> {
     if text.eq_ignore_ascii_case("none") {
@@ -92,22 +113,45 @@ pub async fn limit(db: &str, args: LimitArgs) -> anyhow::Result<u8> {
     let backend = backend::open(db, Use::Existing).await?;
     in_use(backend.as_ref(), &args.queue.queue, args.new).await?;
     let q = &args.queue.queue;
+    if let Some(RateArg(rate)) = args.rate {
+        let rate = match (rate, args.burst) {
+            (Some(r), Some(burst)) => Some(r.with_burst(burst)),
+            (None, Some(_)) => {
+                return Err(crate::exit::usage("--burst needs a rate, not `none`"));
+            }
+            (r, None) => r,
+        };
+        if let Some(r) = &rate {
+            relayq_core::validate::rate(r)
+                .map_err(|e| crate::exit::usage(format!("--rate/--burst: {e}")))?;
+        }
+        let update = relayq_core::QueueUpdate::default().rate(rate);
+        backend.update_queue(q, update).await?;
+        match rate {
+            Some(r) => outln!("queue {q:?}: at most {r} job starts, across all workers"),
+            None => outln!("queue {q:?}: no rate limit"),
+        }
+        if args.max.is_none() {
+            return Ok(exit::OK);
+        }
+    }
+    let Some(Limit(max)) = args.max else {
+        return Ok(exit::OK);
+    };
     if args.key.is_some() || args.each_key {
-        backend
-            .set_key_limit(q, args.key.as_deref(), args.max.0)
-            .await?;
+        backend.set_key_limit(q, args.key.as_deref(), max).await?;
         let which = args.key.as_ref().map_or_else(
             || "each limit key without a limit of its own".to_owned(),
             |k| format!("limit key {k:?}"),
         );
-        match args.max.0 {
+        match max {
             Some(n) => outln!("queue {q:?}: at most {n} job(s) of {which} run at once"),
             None => outln!("queue {q:?}: no limit for {which}"),
         }
         return Ok(exit::OK);
     }
-    backend.set_max_running(q, args.max.0).await?;
-    match args.max.0 {
+    backend.set_max_running(q, max).await?;
+    match max {
         Some(n) => outln!(
             "queue {:?}: at most {n} job(s) run at once, across all workers",
             args.queue.queue

@@ -121,6 +121,10 @@ struct Stats {
     /// seconds by this machine's clock; null when none waits.
     oldest_ready: Option<DateTime<Utc>>,
     oldest_ready_seconds: Option<f64>,
+    /// The rate limit as text (`10/1s`, `100/1s burst 5`), null when none (SPEC K8).
+    rate: Option<String>,
+    /// When the rate allows the next start, when that is not now (SPEC K11).
+    rate_next: Option<DateTime<Utc>>,
 }
 
 impl From<QueueStats> for Stats {
@@ -133,6 +137,8 @@ impl From<QueueStats> for Stats {
             queue: s.queue,
             paused: s.paused,
             max_running: s.max_running,
+            rate: s.rate.map(|r| r.to_string()),
+            rate_next: s.rate_next,
         }
     }
 }
@@ -202,6 +208,15 @@ fn print_text(s: &Status) {
     match st.oldest_ready_seconds {
         Some(secs) => outln!("oldest ready job has waited {secs:.1} s"),
         None => outln!("no job waits to be claimed"),
+    }
+    if let Some(rate) = &st.rate {
+        match st.rate_next {
+            Some(at) => outln!(
+                "rate: at most {rate}; next start allowed at {}",
+                at.format("%H:%M:%S%.3f UTC")
+            ),
+            None => outln!("rate: at most {rate}; a job may start now"),
+        }
     }
     print_workers(s);
     print_keys(&s.keys);

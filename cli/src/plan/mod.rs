@@ -33,6 +33,8 @@ pub struct Plan {
     /// Limits set on the queue before the jobs are stored: for each named key, or with
     /// `None` for every key without a limit of its own (SPEC K1).
     pub key_limits: Vec<(Option<String>, u32)>,
+    /// The queue's rate, set before the jobs are stored (SPEC K8).
+    pub rate: Option<relayq_core::Rate>,
     /// The jobs, in file order.
     pub jobs: Vec<PlanJob>,
     /// The file, as named on the command line (for messages).
@@ -161,6 +163,28 @@ fn key_limits(ctx: &Ctx<'_>, raw: &RawPlan) -> Result<Vec<(Option<String>, u32)>
     Ok(out)
 }
 
+/// The plan's `rate` and `rate_burst`, checked with the core's rules.
+fn rate(ctx: &Ctx<'_>, raw: &RawPlan) -> Result<Option<relayq_core::Rate>, PlanError> {
+    let Some(text) = &raw.rate else {
+        if let Some(burst) = &raw.rate_burst {
+            return Err(ctx.error(burst.span(), "field \"rate_burst\": needs a `rate`"));
+        }
+        return Ok(None);
+    };
+    let bad = |span: Range<usize>, field: &str, e: &relayq_core::Error| {
+        ctx.error(span, &format!("field {field:?}: {}", check::reason(e)))
+    };
+    let mut rate: relayq_core::Rate = text
+        .get_ref()
+        .parse()
+        .map_err(|e| bad(text.span(), "rate", &e))?;
+    if let Some(burst) = &raw.rate_burst {
+        rate = rate.with_burst(u32::try_from(*burst.get_ref()).unwrap_or(0));
+        validate::rate(&rate).map_err(|e| bad(burst.span(), "rate_burst", &e))?;
+    }
+    Ok(Some(rate))
+}
+
 /// Parses and validates plan `text` (from `file`); relative `cwd`s are joined to `base`.
 ///
 /// # Errors
@@ -210,6 +234,7 @@ pub fn parse(file: &str, text: &str, base: &Path) -> Result<Plan, PlanError> {
         None => default_name(file),
     };
     let key_limits = key_limits(&ctx, &raw)?;
+    let rate = rate(&ctx, &raw)?;
     if raw.job.is_empty() {
         return Err(PlanError(format!(
             "{file}: the plan has no jobs (add [[job]] tables, each with a `command`)"
@@ -234,6 +259,7 @@ pub fn parse(file: &str, text: &str, base: &Path) -> Result<Plan, PlanError> {
         name,
         on_failure,
         key_limits,
+        rate,
         jobs,
         file: file.to_owned(),
     })

@@ -15,6 +15,9 @@ pub struct RawPlan {
     pub each_key_limit: Option<Spanned<i64>>,
     /// Limits of named keys.
     pub key_limits: Option<Spanned<BTreeMap<String, i64>>>,
+    /// The queue's rate, `N/1s` (SPEC K8), and its burst.
+    pub rate: Option<Spanned<String>>,
+    pub rate_burst: Option<Spanned<i64>>,
     #[serde(default)]
     pub job: Vec<Spanned<RawJob>>,
 }

@@ -267,3 +267,22 @@ fn limit_keys_and_their_limits_come_from_the_plan() {
     let e = plan.new_jobs("q", BatchId(1)).unwrap_err().to_string();
     assert!(e.contains("field \"limit_key\""), "{e}");
 }
+
+#[test]
+fn a_queue_rate_comes_from_the_plan() {
+    let plan =
+        parse_str("rate = \"10/1s\"\nrate_burst = 2\n[[job]]\ncommand = \"true\"\n").unwrap();
+    assert_eq!(
+        plan.rate,
+        Some(relayq_core::Rate::new(10, std::time::Duration::from_secs(1)).with_burst(2))
+    );
+    for (text, field) in [
+        ("rate = \"0/1s\"\n", "rate"),
+        ("rate = \"10/0s\"\n", "rate"),
+        ("rate = \"10/1s\"\nrate_burst = 11\n", "rate_burst"),
+        ("rate_burst = 2\n", "rate_burst"),
+    ] {
+        let e = err(&format!("{text}[[job]]\ncommand = \"true\"\n"));
+        assert!(e.contains(&format!("field \"{field}\"")), "{text}: {e}");
+    }
+}
