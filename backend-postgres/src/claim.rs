@@ -85,12 +85,12 @@ use crate::{
 /// outright when nothing was claimed (an idle poll), where a small table's plan could
 /// otherwise read it whole.
 macro_rules! claim_sql {
-    ($gate:expr, $expiry:literal) => {
+    ($head:expr, $source:expr, $gate:expr, $expiry:literal, $n:expr, $tail:expr, $wait:expr) => {
         concat!(
-            "WITH settings AS MATERIALIZED (
-                SELECT paused, max_running, keyed, rate_count FROM {s}.queues WHERE queue = $1),
-            ready AS MATERIALIZED (
-                SELECT r.* FROM (SELECT $2::bigint AS lim WHERE true ",
+            $head,
+            "ready AS MATERIALIZED (
+                SELECT r.* FROM (",
+            $source,
             $gate,
             "   ) g CROSS JOIN LATERAL {s}.claim_ready($1, g.lim) r),
             expired AS MATERIALIZED (SELECT * FROM (
@@ -100,11 +100,15 @@ macro_rules! claim_sql {
             $expiry,
             $gate,
             "   ORDER BY priority, run_at, id LIMIT {limit}
-                FOR NO KEY UPDATE SKIP LOCKED) l LIMIT $2),
+                FOR NO KEY UPDATE SKIP LOCKED) l LIMIT ",
+            $n,
+            "),
             c AS MATERIALIZED (
                 SELECT *, row_number() OVER () AS n FROM (
                     SELECT * FROM ready UNION ALL SELECT * FROM expired
-                    ORDER BY priority, run_at, id LIMIT $2) u),
+                    ORDER BY priority, run_at, id LIMIT ",
+            $n,
+            ") u),
             claimed AS (
                 UPDATE {s}.jobs j
                 SET state = 'running', attempts = j.attempts + 1,
@@ -123,12 +127,18 @@ macro_rules! claim_sql {
                                           outcome, error, claimed_at)
                 SELECT id, attempts, worker, started_at, now(), 'expired', 'lease expired',
                        started_at
-                FROM expired WHERE id IN (SELECT id FROM c)),
+                FROM expired WHERE id IN (SELECT id FROM c)),",
+            $tail,
+            "
             flags AS (
-                SELECT EXISTS (SELECT 1 FROM settings
-                               WHERE NOT paused AND (max_running IS NOT NULL OR keyed
-                                                     OR rate_count IS NOT NULL))
-                           AS limited,
+                SELECT CASE
+                         WHEN EXISTS (SELECT 1 FROM settings
+                                      WHERE NOT paused AND max_running IS NULL AND NOT keyed
+                                        AND rate_count IS NOT NULL) THEN 2
+                         WHEN EXISTS (SELECT 1 FROM settings
+                                      WHERE NOT paused AND (max_running IS NOT NULL OR keyed
+                                                            OR rate_count IS NOT NULL)) THEN 1
+                         ELSE 0 END AS limited,
                        EXISTS (SELECT 1 FROM {s}.jobs
                                WHERE queue = $1 AND state = 'running'
                                  AND lease_expires_at <= now()
@@ -139,9 +149,26 @@ macro_rules! claim_sql {
                        END AS async)
             SELECT f.limited, f.doomed, c.id, c.lease_token, c.attempts, c.payload, c.priority,
                    c.run_at, c.max_attempts, c.group_key, c.batch_id, c.stage, c.enqueued_by,
-                   c.lease_expires_at
+                   c.lease_expires_at, ",
+            $wait,
+            "
             FROM flags f LEFT JOIN claimed c ON true"
         )
+    };
+}
+
+/// The settings every claim statement reads first.
+macro_rules! settings {
+    () => {
+        "WITH settings AS MATERIALIZED (
+            SELECT paused, max_running, keyed, rate_count FROM {s}.queues WHERE queue = $1),"
+    };
+}
+
+/// The claim of up to `$2` jobs.
+macro_rules! up_to_limit {
+    () => {
+        "SELECT $2::bigint AS lim WHERE true "
     };
 }
 
@@ -154,15 +181,113 @@ macro_rules! free {
     };
 }
 
+/// SPEC K9 in the claim statement of a queue whose only limit is a rate: the queue's row
+/// locked (`FOR UPDATE`: a claim before this one that moved the rate on is waited for,
+/// and its row's newest version read), then `kit::rate::admit`'s arithmetic at the
+/// statement's `now()`, the time its jobs start at: `e` the emission interval, `base`
+/// the later of the stored next start and now, `allowed` what the claim may take.
+macro_rules! rated_head {
+    () => {
+        "WITH settings AS MATERIALIZED (
+            SELECT paused, max_running, keyed, rate_count, rate_per_us, rate_burst, rate_tat,
+                   (extract(epoch FROM now()) * 1000000)::bigint AS now_us
+            FROM {s}.queues WHERE queue = $1 FOR UPDATE),
+        rated AS MATERIALIZED (
+            SELECT now_us, e, base, rate_burst AS burst,
+                   least($2, greatest(0, now_us + rate_burst * e - base) / e) AS allowed
+            FROM (SELECT now_us, rate_burst,
+                         greatest(1, (rate_per_us + rate_count - rate_burst)
+                                     / (rate_count - rate_burst + 1)) AS e,
+                         greatest(coalesce(rate_tat, now_us), now_us) AS base
+                  FROM settings
+                  WHERE NOT paused AND max_running IS NULL AND NOT keyed
+                    AND rate_count IS NOT NULL) x),"
+    };
+}
+
+/// The rated claim's size: what the rate allows (0 when the queue is no longer
+/// rate-only, so that nothing is claimed and the flags send the caller elsewhere).
+macro_rules! allowed {
+    () => {
+        "(SELECT coalesce(max(allowed), 0) FROM rated)"
+    };
+}
+
+/// The rated claim's new next start, and the wait it names when the rate cut it short
+/// (SPEC K10), as `kit::rate::RateAdmission::next_in` computes them.
+macro_rules! rated_tail {
+    () => {
+        "
+            taken AS MATERIALIZED (SELECT count(*) AS n FROM claimed),
+            tat AS (
+                UPDATE {s}.queues SET rate_tat = r.base + t.n * r.e
+                FROM rated r, taken t WHERE queue = $1 AND t.n > 0),"
+    };
+}
+
+macro_rules! rated_wait {
+    () => {
+        "(SELECT CASE WHEN r.allowed < $2 AND t.n >= r.allowed
+                     THEN greatest(0, r.base + t.n * r.e - (r.burst - 1) * r.e - r.now_us) END
+          FROM rated r, taken t)"
+    };
+}
+
 /// Claims for a queue with no limit and not paused: one statement, no lock but the
 /// claimed rows'; expired leases are taken over too.
-const CLAIM_FREE: &str = claim_sql!(free!(), "");
+const CLAIM_FREE: &str = claim_sql!(
+    settings!(),
+    up_to_limit!(),
+    free!(),
+    "",
+    "$2",
+    "",
+    "NULL::bigint"
+);
 /// [`CLAIM_FREE`] without looking for expired leases: see [`ExpiryClock`]. The
 /// constant-false condition leaves both scans of the running index out of the plan.
-const CLAIM_FREE_READY: &str = claim_sql!(free!(), "AND false ");
+const CLAIM_FREE_READY: &str = claim_sql!(
+    settings!(),
+    up_to_limit!(),
+    free!(),
+    "AND false ",
+    "$2",
+    "",
+    "NULL::bigint"
+);
 /// Claims under the queue row's lock, with the limit already cut to the free room;
 /// expired leases were handled just before (see `claim_limited`).
-const CLAIM_LIMITED_READY: &str = claim_sql!("", "AND false ");
+const CLAIM_LIMITED_READY: &str = claim_sql!(
+    settings!(),
+    up_to_limit!(),
+    "",
+    "AND false ",
+    "$2",
+    "",
+    "NULL::bigint"
+);
+/// Claims for a queue whose only limit is a rate (SPEC K9): one statement, which holds
+/// the queue row's lock from its read of the rate to its commit. The last column is the
+/// wait the rate names when it cut the claim short, in microseconds.
+const CLAIM_RATED: &str = claim_sql!(
+    rated_head!(),
+    "SELECT allowed AS lim FROM rated WHERE allowed > 0 ",
+    "",
+    "",
+    allowed!(),
+    rated_tail!(),
+    rated_wait!()
+);
+/// [`CLAIM_RATED`] without looking for expired leases.
+const CLAIM_RATED_READY: &str = claim_sql!(
+    rated_head!(),
+    "SELECT allowed AS lim FROM rated WHERE allowed > 0 ",
+    "",
+    "AND false ",
+    allowed!(),
+    rated_tail!(),
+    rated_wait!()
+);
 
 /// How often a handle's claims of one queue look for expired leases (SPEC C5).
 ///
@@ -175,6 +300,33 @@ const CLAIM_LIMITED_READY: &str = claim_sql!("", "AND false ");
 /// delays the takeover of an expired lease by at most as long (leases run for
 /// seconds; `maintain` expires them too).
 pub(crate) const EXPIRY_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// The queues whose claims last found a rate as their only limit: their claims start
+/// with [`CLAIM_RATED`] and skip a statement. A hint only: both statements read the
+/// queue's settings themselves.
+#[derive(Debug, Default)]
+pub(crate) struct RatedQueues(std::sync::Mutex<std::collections::HashSet<String>>);
+
+impl RatedQueues {
+    fn has(&self, queue: &str) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains(queue)
+    }
+
+    fn set(&self, queue: &str, rated: bool) {
+        let mut set = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if rated {
+            set.insert(queue.to_owned());
+        } else {
+            set.remove(queue);
+        }
+    }
+}
 
 /// When each queue's claims last looked for expired leases.
 #[derive(Debug, Default)]
@@ -209,7 +361,9 @@ type Expired = (bool, Option<String>, Option<i64>, Option<i32>);
 
 /// One row of the claim statement: the flags, and a claimed job unless none was.
 pub(crate) struct Row {
-    limited: bool,
+    /// 0: the queue has no limit; 1: it has a limit other than a rate alone, claimed
+    /// under its row's lock; 2: a rate alone ([`CLAIM_RATED`]).
+    limited: i32,
     doomed: bool,
     id: Option<i64>,
     lease_token: Option<uuid::Uuid>,
@@ -223,6 +377,8 @@ pub(crate) struct Row {
     stage: Option<i32>,
     enqueued_by: Option<String>,
     lease_expires_at: Option<DateTime<Utc>>,
+    /// The wait a rate named, in microseconds ([`CLAIM_RATED`]).
+    wait_us: Option<i64>,
 }
 
 /// By position, in the order of the statement's final `SELECT`, and without sqlx's check
@@ -248,6 +404,7 @@ impl sqlx::FromRow<'_, PgRow> for Row {
             stage: row.try_get_unchecked(11)?,
             enqueued_by: row.try_get_unchecked(12)?,
             lease_expires_at: row.try_get_unchecked(13)?,
+            wait_us: row.try_get_unchecked(14)?,
         })
     }
 }
@@ -256,7 +413,7 @@ impl sqlx::FromRow<'_, PgRow> for Row {
 #[derive(Default)]
 pub(crate) struct Found {
     pub(crate) jobs: Vec<ClaimedJob>,
-    limited: bool,
+    limited: i32,
     doomed: bool,
     /// Set when the queue's rate cut the claim short (SPEC K10).
     next_in: Option<std::time::Duration>,
@@ -269,8 +426,11 @@ fn missing() -> Error {
 pub(crate) fn to_found(req: &ClaimRequest, rows: Vec<Row>) -> Result<Found> {
     let mut found = Found::default();
     for r in rows {
-        found.limited |= r.limited;
+        found.limited = found.limited.max(r.limited);
         found.doomed |= r.doomed;
+        if let Some(us) = r.wait_us {
+            found.next_in = Some(std::time::Duration::from_micros(us.unsigned_abs()));
+        }
         let Some(id) = r.id else { continue };
         found.jobs.push(ClaimedJob {
             lease: Lease {
@@ -300,7 +460,7 @@ pub(crate) fn to_found(req: &ClaimRequest, rows: Vec<Row>) -> Result<Found> {
 /// (SPEC K9). Read after the lock when a claim before it moved the rate on: the
 /// row's new version is fetched again then.
 const LOCK_QUEUE: &str = "SELECT paused, max_running, keyed, rate_count, rate_per_us, rate_burst,
-        rate_tat, clock_timestamp()
+        rate_tat, clock_timestamp(), now()
     FROM {s}.queues WHERE queue = $1 FOR UPDATE";
 
 type Settings = (
@@ -311,6 +471,7 @@ type Settings = (
     Option<i64>,
     Option<i32>,
     Option<i64>,
+    DateTime<Utc>,
     DateTime<Utc>,
 );
 
@@ -373,7 +534,12 @@ impl PostgresBackend {
         let rate = settings
             .as_ref()
             .and_then(|s| crate::inspect::stored_rate(s.3, s.4, s.5));
-        let (tat, at) = settings.as_ref().map_or((None, None), |s| (s.6, Some(s.7)));
+        // The time the rate judges the claim at, which its jobs then start at: the
+        // clock after the lock for a keyed claim (its statements time their jobs so),
+        // else the transaction's start, which the one claim statement uses.
+        let (tat, at) = settings
+            .as_ref()
+            .map_or((None, None), |s| (s.6, Some(if s.2 { s.7 } else { s.8 })));
         match settings {
             Some((true, ..)) => limit = 0,
             Some((false, Some(max), ..)) => {
@@ -391,8 +557,9 @@ impl PostgresBackend {
             }
             _ => {}
         }
-        // SPEC K9: the rate is read and moved on under the queue row's lock, timed by
-        // the clock read with it; the jobs' leases start at that time too.
+        // SPEC K9: the rate is read and moved on under the queue row's lock, at `at`,
+        // the time the claimed jobs start at. Rates hold for any order of those times
+        // among claims (`kit::rate`): each claim's time need only be its jobs' start.
         let paced = match (rate, at) {
             (Some(rate), Some(at)) if limit > 0 => Some(relayq_core::kit::rate::admit(
                 &rate,
@@ -407,7 +574,7 @@ impl PostgresBackend {
         }
         let mut found = if limit <= 0 {
             Found::default()
-        } else if keyed || paced.is_some() {
+        } else if keyed {
             self.claim_keyed(&mut tx, req, limit, at.filter(|_| paced.is_some()))
                 .await?
         } else {
@@ -433,8 +600,38 @@ impl PostgresBackend {
     async fn claim_up_to(&self, req: &ClaimRequest, limit: i64) -> Result<Found> {
         let expire = self.inner.expiry.due(&req.queue);
         let sql = if expire { CLAIM_FREE } else { CLAIM_FREE_READY };
-        let found = self.claim_statement(self.pool(), sql, req, limit).await?;
-        if found.limited {
+        let rated_sql = if expire {
+            CLAIM_RATED
+        } else {
+            CLAIM_RATED_READY
+        };
+        // A queue last seen with a rate alone goes to its statement first; either
+        // statement reads the settings itself and says where to go when they changed.
+        let mut found = if self.inner.rated.has(&req.queue) {
+            self.claim_statement(self.pool(), rated_sql, req, limit)
+                .await?
+        } else {
+            self.claim_statement(self.pool(), sql, req, limit).await?
+        };
+        if found.limited == 2 && !self.inner.rated.has(&req.queue) {
+            self.inner.rated.set(&req.queue, true);
+            let doomed = found.doomed;
+            found = self
+                .claim_statement(self.pool(), rated_sql, req, limit)
+                .await?;
+            found.doomed |= doomed;
+        }
+        if found.limited == 2 {
+            return Ok(found);
+        }
+        if self.inner.rated.has(&req.queue) {
+            // Its settings changed: from now on the plain statement goes first again.
+            self.inner.rated.set(&req.queue, false);
+            if found.limited == 0 {
+                found = self.claim_statement(self.pool(), sql, req, limit).await?;
+            }
+        }
+        if found.limited > 0 {
             let doomed = found.doomed;
             let mut limited = self.claim_limited(req, limit, expire).await?;
             limited.doomed |= doomed;

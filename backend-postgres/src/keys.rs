@@ -57,7 +57,7 @@ const CLAIM_IDS: &str = "WITH t AS MATERIALIZED (
         RETURNING j.id, j.lease_token, j.attempts, j.payload, j.priority, j.run_at,
                   j.max_attempts, j.group_key, j.batch_id, j.stage, j.enqueued_by,
                   j.lease_expires_at)
-    SELECT false, false, * FROM claimed";
+    SELECT 0, false, *, NULL::bigint FROM claimed";
 
 /// How many candidates a read takes beyond the claim's limit: enough to pass over a
 /// full key's jobs, each of which it parks, so the next read goes further.

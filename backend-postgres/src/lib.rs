@@ -225,6 +225,8 @@ struct Inner {
     listener: Listener,
     /// When this handle's claims last looked for expired leases, per queue.
     expiry: claim::ExpiryClock,
+    /// Queues last found to have a rate as their only limit (`claim::RatedQueues`).
+    rated: claim::RatedQueues,
 }
 
 impl PostgresBackend {
@@ -315,6 +317,7 @@ impl PostgresBackend {
                 events,
                 listener,
                 expiry: claim::ExpiryClock::default(),
+                rated: claim::RatedQueues::default(),
             }),
         }
     }

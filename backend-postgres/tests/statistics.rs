@@ -320,6 +320,17 @@ async fn operations(lab: &mut Lab, generic: bool) -> Vec<(&'static str, i64)> {
     assert_eq!(got.len(), 50);
     lab.b.set_max_running(q, None).await.unwrap();
 
+    // A queue whose only limit is a rate claims in one statement under its row's lock
+    // (SPEC K9); a rate far above the claims' never cuts one.
+    let fast = relayq_core::Rate::new(1_000_000, Duration::from_secs(1));
+    let rated = relayq_core::QueueUpdate::default().rate(Some(fast));
+    lab.b.update_queue(q, rated).await.unwrap();
+    let (n, got) = measured(lab, generic, async move |b| claim(b, q, 50, LEASE).await).await;
+    read("claim of 50 in a queue with a rate", n);
+    assert_eq!(got.len(), 50);
+    let lifted = relayq_core::QueueUpdate::default().rate(None);
+    lab.b.update_queue(q, lifted).await.unwrap();
+
     // Groups: the holder finishes and the next job of its group is promoted.
     let group = format!("small-{tag}");
     let grouped = (0..3)

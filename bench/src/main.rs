@@ -29,6 +29,7 @@ mod peers;
 mod phases;
 mod phases_raw;
 mod progress;
+mod rates;
 mod raw;
 mod scenarios;
 mod schedules;
@@ -65,7 +66,7 @@ struct Args {
     runs: usize,
     /// Run only these scenarios (comma-separated: enqueue, drain, drain16 (the
     /// concurrency-16 rows alone), prefetch (the prefetch row alone, for profiling it),
-    /// raw, latency, stages, groups, keys, backlog, burst, cancel, progress, schedules; and
+    /// raw, latency, stages, groups, keys, rates, backlog, burst, cancel, progress, schedules; and
     /// phases, which only runs when named here).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
@@ -203,6 +204,14 @@ async fn main() -> anyhow::Result<()> {
         };
         add(keys::keys(&targets, jobs, keys, args.prefetch, runs).await?);
         add(keys::starvation(&targets, args.prefetch, runs).await?);
+    }
+    if on("rates") {
+        let (jobs, paced) = if quick {
+            (5_000, 2_000)
+        } else {
+            (50_000, 6_000)
+        };
+        add(rates::rates(&targets, jobs, paced, args.prefetch, runs).await?);
     }
     if on("groups") {
         let per_group = if quick { 10 } else { 100 };

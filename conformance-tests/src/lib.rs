@@ -302,6 +302,7 @@ macro_rules! for_each_case {
             rates::k8_bad_rates_are_refused => Rates,
             rates::k9_no_window_holds_more_than_the_count => Rates,
             rates::k9_a_rate_and_key_limits_combine => Rates,
+            rates::k9_the_default_burst_lets_a_claim_take_many => Rates,
             rates::k10_a_cut_claim_names_the_wait => Rates,
             rates::k10_only_the_rate_names_a_wait => Rates,
             batches::b1_open_batch_is_empty,

@@ -22,20 +22,30 @@ pub struct Rate {
     pub count: u32,
     /// The window's length, 1 ms to 1 day.
     pub per: Duration,
-    /// How many may start at once, 1..=`count` (default 1). Under a steady backlog
-    /// `count - burst + 1` start per window: a burst trades rate for batches.
+    /// How many may start at once, 1..=`count` (default [`Rate::default_burst`]).
+    /// Under a steady backlog `count - burst + 1` start per window: a burst trades a
+    /// little of the rate for claims of many jobs at once.
     pub burst: u32,
 }
 
 impl Rate {
-    /// `count` starts per `per`, one at a time.
+    /// `count` starts per `per`, with the default burst.
     #[must_use]
     pub fn new(count: u32, per: Duration) -> Self {
         Self {
             count,
             per,
-            burst: 1,
+            burst: Self::default_burst(count),
         }
+    }
+
+    /// The default burst: 1 % of `count`, at least 1. So a rate below 200 starts its
+    /// jobs one at a time, evenly spaced, `count` per window; a higher one lets a claim
+    /// take up to 1 % of it at once (a claim is otherwise one job, whatever the rate)
+    /// and starts 99 % of `count` or more per window under a backlog.
+    #[must_use]
+    pub fn default_burst(count: u32) -> u32 {
+        (count / 100).max(1)
     }
 
     /// Lets `burst` jobs start at once.
@@ -68,7 +78,7 @@ impl fmt::Display for Rate {
         .find(|(u, _)| ms >= *u && ms.is_multiple_of(*u))
         .map_or((ms, "ms"), |(u, name)| (ms / u, name));
         write!(f, "{}/{n}{unit}", self.count)?;
-        if self.burst > 1 {
+        if self.burst != Self::default_burst(self.count) {
             write!(f, " burst {}", self.burst)?;
         }
         Ok(())

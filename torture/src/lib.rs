@@ -12,6 +12,7 @@ pub mod feed;
 pub mod keys;
 pub mod ledger;
 pub mod plan;
+pub mod rates;
 pub mod report;
 pub mod run;
 pub mod servers;

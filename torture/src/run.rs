@@ -508,13 +508,18 @@ pub async fn run(s: &Settings) -> anyhow::Result<Outcome> {
     );
 
     let cell = slots::start(&*backend).await?;
+    let rate_cell = crate::rates::start(&*backend).await?;
     let mut stops = stops::Cell::new(dir.clone(), s.lease);
     let mut workers = Workers::start(
         WorkerConfig {
             exe: s.relayq.clone(),
             db: url.clone(),
             queue: queue().into(),
-            extra_queues: vec![cell.queue.clone(), stops.queue().to_owned()],
+            extra_queues: vec![
+                cell.queue.clone(),
+                stops.queue().to_owned(),
+                rate_cell.queue.clone(),
+            ],
             concurrency: s.concurrency,
             lease: s.lease,
             dir: dir.join("logs"),
@@ -633,7 +638,12 @@ pub async fn run(s: &Settings) -> anyhow::Result<Outcome> {
             .with_context(|| format!("fault {fault:?}"))?;
             say(s.kind, t0, &format!("fault {}: {what}", fault.label()));
         }
-        if next == sched.len() && produced.is_some() && finished == total && conts.is_empty() {
+        if next == sched.len()
+            && produced.is_some()
+            && finished == total
+            && conts.is_empty()
+            && rate_cell.finished(&*backend).await.unwrap_or(false)
+        {
             break;
         }
         if started.elapsed() > s.deadline {
@@ -736,6 +746,9 @@ pub async fn run(s: &Settings) -> anyhow::Result<Outcome> {
     let (stopped_cell, note) = stops.check(&*backend).await?;
     report.checks.push(stopped_cell);
     report.figures.push(("live-cancel cell".into(), note));
+    let (rated, note) = rate_cell.check(&*backend).await?;
+    report.checks.push(rated);
+    report.figures.push(("rate cell".into(), note));
     report.figures.push((
         "schedule cell's skewed scheduler".into(),
         skewed.note.clone(),

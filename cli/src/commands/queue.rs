@@ -40,8 +40,8 @@ pub struct LimitArgs {
     /// `N/1s`, `N/500ms`, `N/1m`, `N/1h`, `N/1d`; `none` lifts it (SPEC K8).
     #[arg(long, value_name = "N/INTERVAL", value_parser = rate, conflicts_with_all = ["key", "each_key"])]
     pub rate: Option<RateArg>,
-    /// How many of the rate's starts may come at once (1 to N; default 1, evenly
-    /// spaced). Under a backlog N - burst + 1 start per interval.
+    /// How many of the rate's starts may come at once (1 to N; default 1 % of N, at
+    /// least 1). Under a backlog N - burst + 1 start per interval, evenly spaced.
     #[arg(long, requires = "rate")]
     pub burst: Option<u32>,
     /// The queue is not in use yet (see `relayq pause --help`).

@@ -261,3 +261,33 @@ pub async fn k9_a_rate_and_key_limits_combine(env: &Env) -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// SPEC K8, K9: the default burst is 1 % of the count, so a claim under a high rate
+/// takes many jobs at once; set to 1, the same rate gives one job per claim.
+pub async fn k9_the_default_burst_lets_a_claim_take_many(env: &Env) -> anyhow::Result<()> {
+    let b = env.backend();
+    let q = queue_name("k9burst");
+    let rate = Rate::new(1000, Duration::from_secs(3600));
+    ensure!(
+        rate.burst == 10,
+        "the default burst of 1000/1h is {}",
+        rate.burst
+    );
+    set_rate(b, &q, Some(rate)).await?;
+    let queued = enqueue_all(b, jobs(&q, 30)).await?;
+    let got = b.claim_paced(ClaimRequest::new(&q, "w", 20, LEASE)).await?;
+    ensure!(
+        ids(&got.jobs) == queued[..10] && got.next_in.is_some(),
+        "a claim of 20 under 1000/1h took {:?}, wait {:?}; want the burst of 10",
+        ids(&got.jobs),
+        got.next_in
+    );
+    set_rate(b, &q, Some(rate.with_burst(1))).await?;
+    let one = b.claim_paced(ClaimRequest::new(&q, "w", 20, LEASE)).await?;
+    ensure!(
+        ids(&one.jobs) == queued[10..11],
+        "with a burst of 1 a claim of 20 took {:?}",
+        ids(&one.jobs)
+    );
+    Ok(())
+}

@@ -113,6 +113,34 @@ mod tests {
         }
     }
 
+    /// The bound holds when claims judged later carry earlier times (a claim timed at
+    /// its transaction's start that waited for the lock behind a later one): every
+    /// start is counted at the time its claim was judged at.
+    #[test]
+    fn the_bound_holds_for_times_out_of_order() {
+        let rate = Rate::new(8, Duration::from_millis(100)).with_burst(3);
+        let per = 100_000_i64;
+        let (mut tat, mut starts) = (None, Vec::new());
+        let mut seed = 11_u64;
+        let mut clock = 5_000_000_i64;
+        for _ in 0..5_000 {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            clock += i64::try_from((seed >> 50) % 2_000).unwrap();
+            // Up to 30 ms earlier than the clock: a transaction begun before a wait.
+            let t = clock - i64::try_from((seed >> 20) % 30_000).unwrap();
+            let a = admit(&rate, tat, t, 4);
+            if let Some(next) = a.tat(a.allowed) {
+                tat = Some(next);
+            }
+            starts.extend(std::iter::repeat_n(t, a.allowed as usize));
+        }
+        starts.sort_unstable();
+        for (i, &t) in starts.iter().enumerate() {
+            let within = starts[i..].iter().take_while(|&&s| s < t + per).count();
+            assert!(within <= 8, "{within} starts within 100 ms of {t}");
+        }
+    }
+
     /// A claim the rate cut short learns when the next start is allowed.
     #[test]
     fn a_cut_claim_learns_the_wait() {

@@ -1,0 +1,123 @@
+//! Queue rates (SPEC K8, K9): a drain of jobs with no rate, with a rate far above the
+//! drain's (1,000,000 a second: what a rate that never binds costs), and with a rate
+//! below it (2,000 a second: the starts per second it gives). 16 worker slots with
+//! the drain rows' prefetch. Each job's start is its claim on the server's clock (its
+//! lease's expiry less the lease); the run fails if any second of them holds more
+//! starts than the rate.
+
+use std::{
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use chrono::{DateTime, TimeDelta, Utc};
+use relayq::{
+    Backend, ClaimedJob, NewJob, QueueUpdate, Rate,
+    worker::{JobError, Worker},
+};
+use tokio::sync::Notify;
+
+use crate::{
+    Row,
+    scenarios::{queue, rate},
+    targets::Target,
+};
+
+/// The lease the worker takes, to read each claim's time back from its expiry.
+const LEASE: Duration = Duration::from_secs(60);
+
+pub async fn rates(
+    targets: &[Target],
+    n: usize,
+    paced: usize,
+    prefetch: u32,
+    runs: usize,
+) -> anyhow::Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    for (count, jobs) in [(None, n), (Some(1_000_000), n), (Some(2_000), paced)] {
+        let name = match count {
+            None => format!("rates: drain without a rate, concurrency 16, prefetch {prefetch}"),
+            Some(c) => format!(
+                "rates: drain under a rate of {c}/1s (burst {}), concurrency 16, prefetch {prefetch}",
+                Rate::default_burst(c)
+            ),
+        };
+        rows.extend(
+            crate::scenarios::each(targets, runs, &name, None, false, |b, scale| async move {
+                let jobs = if count == Some(2_000) {
+                    jobs
+                } else {
+                    (jobs / scale).max(1000)
+                };
+                once(b, jobs, count, prefetch).await
+            })
+            .await?,
+        );
+    }
+    Ok(rows)
+}
+
+async fn once(
+    b: Arc<dyn Backend>,
+    n: usize,
+    count: Option<u32>,
+    prefetch: u32,
+) -> anyhow::Result<f64> {
+    let q = queue("rates");
+    let limit = count.map(|c| Rate::new(c, Duration::from_secs(1)));
+    if limit.is_some() {
+        b.update_queue(&q, QueueUpdate::default().rate(limit))
+            .await?;
+    }
+    let jobs: Vec<NewJob> = (0..n).map(|_| crate::scenarios::job(&q)).collect();
+    for chunk in jobs.chunks(1000) {
+        b.enqueue(chunk.to_vec()).await?;
+    }
+    let claims: Arc<Mutex<Vec<DateTime<Utc>>>> = Arc::default();
+    let all_done = Arc::new(Notify::new());
+    let (c, a) = (claims.clone(), all_done.clone());
+    let lease = TimeDelta::from_std(LEASE)?;
+    let start = Instant::now();
+    let worker = Worker::builder(b.clone(), [q.clone()])
+        .concurrency(16)
+        .prefetch(prefetch)
+        .lease(LEASE)
+        .handler(move |job: ClaimedJob| {
+            let (c, a) = (c.clone(), a.clone());
+            async move {
+                let mut c = c.lock().expect("claims");
+                c.push(job.lease.expires_at - lease);
+                if c.len() == n {
+                    a.notify_one();
+                }
+                Ok::<_, JobError>(())
+            }
+        })
+        .build()?
+        .spawn();
+    all_done.notified().await;
+    worker.shutdown().await?;
+    let r = rate(n, start.elapsed());
+    crate::scenarios::clean(&*b, &q).await?;
+    if let Some(rate) = limit {
+        let mut claims = std::mem::take(&mut *claims.lock().expect("claims"));
+        claims.sort_unstable();
+        let second = TimeDelta::seconds(1);
+        let worst = (0..claims.len())
+            .map(|i| {
+                claims[i..]
+                    .iter()
+                    .take_while(|t| **t < claims[i] + second)
+                    .count()
+            })
+            .max()
+            .unwrap_or(0);
+        anyhow::ensure!(
+            worst <= rate.count as usize,
+            "{worst} jobs started within a second under a rate of {rate}"
+        );
+        b.update_queue(&q, QueueUpdate::default().rate(None))
+            .await?;
+    }
+    Ok(r)
+}
