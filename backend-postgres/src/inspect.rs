@@ -512,8 +512,5 @@ pub(crate) fn stored_rate(
     per_us: Option<i64>,
     burst: Option<i32>,
 ) -> Option<relayq_core::Rate> {
-    let count = u32::try_from(count?).ok()?;
-    let per = std::time::Duration::from_micros(u64::try_from(per_us?).ok()?);
-    let burst = u32::try_from(burst.unwrap_or(1)).ok()?;
-    Some(relayq_core::Rate::new(count, per).with_burst(burst))
+    relayq_core::kit::rate::stored(count.map(i64::from), per_us, burst.map(i64::from))
 }

@@ -160,12 +160,7 @@ impl Inspect for RedisBackend {
                 .map(|t| micros_of(&t))
                 .transpose()
         };
-        if let (Some(count), Some(per)) = (field(4)?, field(5)?) {
-            let rate = relayq_core::Rate::new(
-                u32::try_from(count).map_err(Error::backend)?,
-                Duration::from_micros(per.unsigned_abs()),
-            )
-            .with_burst(u32::try_from(field(6)?.unwrap_or(1)).map_err(Error::backend)?);
+        if let Some(rate) = relayq_core::kit::rate::stored(field(4)?, field(5)?, field(6)?) {
             let now = field(8)?.ok_or_else(|| bad("stats"))?;
             stats.rate = Some(rate);
             stats.rate_next =

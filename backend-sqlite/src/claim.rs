@@ -73,17 +73,7 @@ type Settings = (
     Option<i64>,
 );
 
-/// The rate stored in a queue's row, if it has one.
-pub(crate) fn stored_rate(
-    count: Option<i64>,
-    per_us: Option<i64>,
-    burst: Option<i64>,
-) -> Option<relayq_core::Rate> {
-    let count = u32::try_from(count?).ok()?;
-    let per = std::time::Duration::from_micros(u64::try_from(per_us?).ok()?);
-    let burst = u32::try_from(burst.unwrap_or(1)).ok()?;
-    Some(relayq_core::Rate::new(count, per).with_burst(burst))
-}
+
 
 /// The queue's running jobs, for `max_running`. Pinned to the running index, which
 /// holds them and nothing else; `relayq_jobs_state` would do as well, but the pin
@@ -209,7 +199,7 @@ impl Claim for SqliteBackend {
             return Ok(relayq_core::Claimed::default());
         }
         // SPEC K9: the write lock makes the rate's read and update one step.
-        let paced = stored_rate(count, per, burst).map(|rate| {
+        let paced = relayq_core::kit::rate::stored(count, per, burst).map(|rate| {
             let asked = u32::try_from(limit).unwrap_or(u32::MAX);
             relayq_core::kit::rate::admit(&rate, tat, now.timestamp_micros(), asked)
         });

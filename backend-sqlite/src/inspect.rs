@@ -98,7 +98,7 @@ impl Inspect for SqliteBackend {
         .map_err(db)?;
         let (paused, max_running, count, per, burst, tat) =
             settings.unwrap_or((false, None, None, None, None, None));
-        let rate = crate::claim::stored_rate(count, per, burst);
+        let rate = relayq_core::kit::rate::stored(count, per, burst);
         let mut stats = QueueStats {
             queue: queue.to_owned(),
             paused,

@@ -62,6 +62,16 @@ impl RateAdmission {
     }
 }
 
+/// The rate a backend stored as its count, interval in microseconds and burst (a
+/// missing burst is 1), if it stored one.
+#[must_use]
+pub fn stored(count: Option<i64>, per_us: Option<i64>, burst: Option<i64>) -> Option<Rate> {
+    let count = u32::try_from(count?).ok()?;
+    let per = Duration::from_micros(u64::try_from(per_us?).ok()?);
+    let burst = u32::try_from(burst.unwrap_or(1)).ok()?;
+    Some(Rate::new(count, per).with_burst(burst))
+}
+
 /// When the rate lets the next job start, if later than `now` (SPEC K11).
 #[must_use]
 pub fn next_start(rate: &Rate, tat: Option<i64>, now: i64) -> Option<i64> {
