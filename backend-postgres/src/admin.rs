@@ -44,7 +44,8 @@ impl PostgresBackend {
         let max_value = max.flatten().map(|m| i32::try_from(m).unwrap_or(i32::MAX));
         let rate = update.rate.flatten();
         let payload = format!("{}:{queue}", listen::READY);
-        // A rate set starts afresh (SPEC K8): its next start is cleared with it.
+        // A new rate starts afresh (SPEC K8): its next start is cleared with it; the
+        // same rate set again keeps it. (Every expression reads the row as it was.)
         sqlx::query(self.sql(
             "WITH up AS (
                  INSERT INTO {s}.queues (queue, paused, max_running, rate_count, rate_per_us,
@@ -56,7 +57,10 @@ impl PostgresBackend {
                      rate_count = CASE WHEN $7 THEN $8 ELSE {s}.queues.rate_count END,
                      rate_per_us = CASE WHEN $7 THEN $9 ELSE {s}.queues.rate_per_us END,
                      rate_burst = CASE WHEN $7 THEN $10 ELSE {s}.queues.rate_burst END,
-                     rate_tat = CASE WHEN $7 THEN NULL ELSE {s}.queues.rate_tat END
+                     rate_tat = CASE WHEN $7 AND ({s}.queues.rate_count, {s}.queues.rate_per_us,
+                                                  {s}.queues.rate_burst)
+                                                 IS DISTINCT FROM ($8, $9, $10)
+                                     THEN NULL ELSE {s}.queues.rate_tat END
                  RETURNING 1)
              SELECT pg_notify($5, $6) FROM up",
         ))

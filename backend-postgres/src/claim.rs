@@ -456,11 +456,11 @@ pub(crate) fn to_found(req: &ClaimRequest, rows: Vec<Row>) -> Result<Found> {
 }
 
 /// A limited queue's settings, its row locked: pause, `max_running`, keys, the rate
-/// (count, interval, burst, next start) and the time the claim starts its jobs at
-/// (SPEC K9). Read after the lock when a claim before it moved the rate on: the
-/// row's new version is fetched again then.
+/// (count, interval, burst, next start; the row's newest version, fetched again after
+/// the wait when a claim before it moved the rate on) and the transaction's start,
+/// which a claim without keys starts its jobs at (SPEC K9).
 const LOCK_QUEUE: &str = "SELECT paused, max_running, keyed, rate_count, rate_per_us, rate_burst,
-        rate_tat, clock_timestamp(), now()
+        rate_tat, now()
     FROM {s}.queues WHERE queue = $1 FOR UPDATE";
 
 type Settings = (
@@ -471,7 +471,6 @@ type Settings = (
     Option<i64>,
     Option<i32>,
     Option<i64>,
-    DateTime<Utc>,
     DateTime<Utc>,
 );
 
@@ -534,12 +533,21 @@ impl PostgresBackend {
         let rate = settings
             .as_ref()
             .and_then(|s| crate::inspect::stored_rate(s.3, s.4, s.5));
-        // The time the rate judges the claim at, which its jobs then start at: the
-        // clock after the lock for a keyed claim (its statements time their jobs so),
-        // else the transaction's start, which the one claim statement uses.
-        let (tat, at) = settings
-            .as_ref()
-            .map_or((None, None), |s| (s.6, Some(if s.2 { s.7 } else { s.8 })));
+        // The time the rate judges the claim at, which its jobs then start at: for a
+        // keyed claim the clock read after the lock (its statements time their jobs
+        // so; the lock statement's own reading may predate its wait), else the
+        // transaction's start, which the one claim statement uses.
+        let tat = settings.as_ref().and_then(|s| s.6);
+        let at = match &settings {
+            Some(s) if s.2 && rate.is_some() => Some(
+                sqlx::query_scalar("SELECT clock_timestamp()")
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(db)?,
+            ),
+            Some(s) => Some(s.7),
+            None => None,
+        };
         match settings {
             Some((true, ..)) => limit = 0,
             Some((false, Some(max), ..)) => {

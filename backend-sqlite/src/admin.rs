@@ -73,7 +73,8 @@ impl SqliteBackend {
         let (mut tx, _) = self.write().await?;
         let max = update.max_running;
         let rate = update.rate.flatten();
-        // A rate set starts afresh (SPEC K8): its next start is cleared with it.
+        // A new rate starts afresh (SPEC K8): its next start is cleared with it; the
+        // same rate set again keeps it. (Every expression reads the row as it was.)
         sqlx::query(
             "INSERT INTO relayq_queues (queue, paused, max_running, rate_count, rate_per_us,
                                         rate_burst)
@@ -84,7 +85,9 @@ impl SqliteBackend {
                  rate_count = CASE WHEN ?5 THEN ?6 ELSE rate_count END,
                  rate_per_us = CASE WHEN ?5 THEN ?7 ELSE rate_per_us END,
                  rate_burst = CASE WHEN ?5 THEN ?8 ELSE rate_burst END,
-                 rate_tat = CASE WHEN ?5 THEN NULL ELSE rate_tat END",
+                 rate_tat = CASE WHEN ?5 AND (rate_count IS NOT ?6 OR rate_per_us IS NOT ?7
+                                              OR rate_burst IS NOT ?8)
+                                 THEN NULL ELSE rate_tat END",
         )
         .bind(queue)
         .bind(update.paused)

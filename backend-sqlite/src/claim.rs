@@ -73,8 +73,6 @@ type Settings = (
     Option<i64>,
 );
 
-
-
 /// The queue's running jobs, for `max_running`. Pinned to the running index, which
 /// holds them and nothing else; `relayq_jobs_state` would do as well, but the pin
 /// keeps the plan from depending on which of the two the statistics favour.

@@ -11,7 +11,7 @@
 ///
 /// ```
 /// use std::sync::{Arc, atomic::{AtomicU64, Ordering}};
-/// use relayq_core::{async_trait, Backend, Claim, ClaimRequest, ClaimedJob, Result};
+/// use relayq_core::{async_trait, Backend, Claim, ClaimRequest, Claimed, ClaimedJob, Result};
 ///
 /// /// Counts claims; everything else is the inner backend's.
 /// struct Counted {
@@ -21,11 +21,16 @@
 ///
 /// relayq_core::delegate!(Counted, inner => Events, Enqueue, Complete, OrderBarrier, Inspect, Admin, Schedules);
 ///
+/// // The worker claims with `claim_paced`: a wrapper that overrides only
+/// // `claim_unchecked` drops the wait a rate names (SPEC K10), and its workers poll.
 /// #[async_trait]
 /// impl Claim for Counted {
 ///     async fn claim_unchecked(&self, req: ClaimRequest) -> Result<Vec<ClaimedJob>> {
+///         Ok(self.claim_paced_unchecked(req).await?.jobs)
+///     }
+///     async fn claim_paced_unchecked(&self, req: ClaimRequest) -> Result<Claimed> {
 ///         self.claims.fetch_add(1, Ordering::Relaxed);
-///         self.inner.claim_unchecked(req).await
+///         self.inner.claim_paced_unchecked(req).await
 ///     }
 /// }
 ///

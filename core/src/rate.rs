@@ -42,7 +42,8 @@ impl Rate {
     /// The default burst: 1 % of `count`, at least 1. So a rate below 200 starts its
     /// jobs one at a time, evenly spaced, `count` per window; a higher one lets a claim
     /// take up to 1 % of it at once (a claim is otherwise one job, whatever the rate)
-    /// and starts 99 % of `count` or more per window under a backlog.
+    /// and starts 99 % of `count` per window under a backlog, less the rounding of
+    /// the time between starts up to whole microseconds ([`kit::rate`](crate::kit::rate)).
     #[must_use]
     pub fn default_burst(count: u32) -> u32 {
         (count / 100).max(1)

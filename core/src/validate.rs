@@ -215,6 +215,15 @@ pub fn rate(rate: &crate::Rate) -> Result<()> {
             ),
         ));
     }
+    // The rate's value lives ahead of now by up to `burst` intervals; kept within ten
+    // years, every backend's arithmetic on it is exact (Redis's Lua has doubles).
+    let ahead = i128::from(rate.burst) * i128::from(rate.emission_us());
+    if ahead > 10 * 365 * 86_400_000_000 {
+        return Err(Error::invalid(
+            "rate",
+            "burst × (interval ÷ (count − burst + 1)) must be at most ten years",
+        ));
+    }
     Ok(())
 }
 

@@ -1,7 +1,8 @@
 -- SPEC C6, M2, M3. ARGV[3] = operation:
 --   'pause' / 'resume'; 'max' (ARGV[4] = limit, or '' for none);
 --   'rate' (ARGV[4] = count, or '' for none; ARGV[5] = interval, microseconds; ARGV[6]
---     = burst): stores it afresh, its next start cleared (SPEC K8);
+--     = burst): stores it afresh, its next start cleared, unless it is the rate
+--     already stored (SPEC K8);
 --   'keylimit' (ARGV[4] = 'k' .. key, or '' for the default of every key; ARGV[5] =
 --     limit, or '' for none): stores it, and puts every parked job back in B:ready,
 --     so the next claim parks again those whose key is still full (SPEC K1, K3);
@@ -46,9 +47,12 @@ elseif op == 'keylimit' then
   publish()
   return 1
 elseif op == 'rate' then
-  redis.call('HDEL', B .. ':settings', 'rn', 'rp', 'rb', 'rt')
-  if ARGV[4] ~= '' then
-    redis.call('HSET', B .. ':settings', 'rn', ARGV[4], 'rp', ARGV[5], 'rb', ARGV[6])
+  local now = redis.call('HMGET', B .. ':settings', 'rn', 'rp', 'rb')
+  if now[1] ~= ARGV[4] or now[2] ~= ARGV[5] or now[3] ~= ARGV[6] then
+    redis.call('HDEL', B .. ':settings', 'rn', 'rp', 'rb', 'rt')
+    if ARGV[4] ~= '' then
+      redis.call('HSET', B .. ':settings', 'rn', ARGV[4], 'rp', ARGV[5], 'rb', ARGV[6])
+    end
   end
   event('r')
   publish()

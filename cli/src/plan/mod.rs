@@ -179,7 +179,12 @@ fn rate(ctx: &Ctx<'_>, raw: &RawPlan) -> Result<Option<relayq_core::Rate>, PlanE
         .parse()
         .map_err(|e| bad(text.span(), "rate", &e))?;
     if let Some(burst) = &raw.rate_burst {
-        rate = rate.with_burst(u32::try_from(*burst.get_ref()).unwrap_or(0));
+        let n = *burst.get_ref();
+        let Ok(n) = u32::try_from(n) else {
+            let why = format!("field \"rate_burst\": must be 1 to the rate's count, got {n}");
+            return Err(ctx.error(burst.span(), &why));
+        };
+        rate = rate.with_burst(n);
         validate::rate(&rate).map_err(|e| bad(burst.span(), "rate_burst", &e))?;
     }
     Ok(Some(rate))

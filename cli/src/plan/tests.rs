@@ -281,6 +281,7 @@ fn a_queue_rate_comes_from_the_plan() {
         ("rate = \"10/0s\"\n", "rate"),
         ("rate = \"10/1s\"\nrate_burst = 11\n", "rate_burst"),
         ("rate_burst = 2\n", "rate_burst"),
+        ("rate = \"10/1s\"\nrate_burst = -1\n", "rate_burst"),
     ] {
         let e = err(&format!("{text}[[job]]\ncommand = \"true\"\n"));
         assert!(e.contains(&format!("field \"{field}\"")), "{text}: {e}");

@@ -45,6 +45,10 @@ pub async fn k8_bad_rates_are_refused(env: &Env) -> anyhow::Result<()> {
         (Rate::new(5, Duration::from_secs(86_401)), "over a day"),
         (Rate::new(5, second).with_burst(6), "a burst over the count"),
         (Rate::new(5, second).with_burst(0), "a burst of 0"),
+        (
+            Rate::new(100_000, Duration::from_secs(86_400)).with_burst(100_000),
+            "a burst reaching past ten years",
+        ),
     ] {
         expect_invalid(set_rate(b, &q, Some(rate)).await, "rate", what)?;
     }
@@ -60,11 +64,11 @@ pub async fn k8_bad_rates_are_refused(env: &Env) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// SPEC K9, K10, K11: a rate of 2 per hour with a burst of 2 starts two jobs at once
-/// and then none; the cut claim names the wait until the next start (one emission
-/// interval, an hour), `queue_stats` shows the rate and when it allows the next
-/// start, and `why` names it. Lifting the rate lets the rest start; a rate set again
-/// starts afresh.
+/// SPEC K8–K11: a rate of 2 per hour with a burst of 2 starts two jobs at once and
+/// then none; the cut claim names the wait until the next start (one emission
+/// interval, an hour), the same rate set again changes nothing, `queue_stats` shows
+/// the rate and when it allows the next start, and `why` names it. Lifting the rate
+/// lets the rest start; a rate set again after that starts afresh.
 pub async fn k10_a_cut_claim_names_the_wait(env: &Env) -> anyhow::Result<()> {
     let b = env.backend();
     let q = queue_name("k10wait");
@@ -91,6 +95,14 @@ pub async fn k10_a_cut_claim_names_the_wait(env: &Env) -> anyhow::Result<()> {
         "a second claim took {:?}, wait {:?}",
         ids(&again.jobs),
         again.next_in
+    );
+    // The same rate set again keeps its state: still no start.
+    set_rate(b, &q, Some(rate)).await?;
+    let same = b.claim_paced(ClaimRequest::new(&q, "w", 5, LEASE)).await?;
+    ensure!(
+        same.jobs.is_empty(),
+        "the same rate set again gave a fresh burst: {:?}",
+        ids(&same.jobs)
     );
     let stats = b.queue_stats(&q).await?;
     let next = stats

@@ -4,8 +4,11 @@
 //!
 //! With emission interval `e` ([`Rate::emission_us`]) and burst `B`, `k` jobs may start
 //! at `now` when `max(tat, now) + k·e − now ≤ B·e`; then `tat` becomes
-//! `max(tat, now) + k·e`. So any window of `per` holds at most `count` starts, and
-//! under a backlog `count − B + 1` (all `count` with the default burst of 1).
+//! `max(tat, now) + k·e`. So any window of `per` holds at most `count` starts, whatever
+//! the order of the times claims are judged at, and under a backlog `count − B + 1`
+//! (all `count` with a burst of 1), less the rounding of `e` up to whole microseconds:
+//! none when `e` is a whole number of them, under 1 % when it is 100 µs or more, about
+//! half at 1,000,000 a second.
 
 use std::time::Duration;
 

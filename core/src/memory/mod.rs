@@ -345,8 +345,11 @@ impl Admin for MemoryBackend {
             if let Some(max) = update.max_running {
                 q.max_running = max;
             }
-            if let Some(rate) = update.rate {
-                // Set afresh: its first burst may start at once (SPEC K8).
+            // A new rate starts afresh: its first burst may start at once; the same
+            // rate set again keeps its state (SPEC K8).
+            if let Some(rate) = update.rate
+                && rate != q.rate
+            {
                 q.rate = rate;
                 q.rate_tat = None;
             }

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use chrono::{DateTime, TimeDelta, Utc};
+use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 
 use super::view::{OrderKey, View};
 use crate::kit::keys::{Admit, KeyAdmission};
@@ -397,6 +397,14 @@ impl QueueState {
         req: &ClaimRequest,
         now: DateTime<Utc>,
     ) -> crate::Claimed {
+        // A rate judges claims in whole microseconds; its jobs start at the time it
+        // judged, so that every window it bounds is a window of their starts.
+        let now = if self.rate.is_some() {
+            now.duration_trunc(TimeDelta::microseconds(1))
+                .unwrap_or(now)
+        } else {
+            now
+        };
         self.expire_leases(now);
         if self.paused {
             return crate::Claimed::default();

@@ -210,6 +210,10 @@ impl Runner {
             while releasing.try_join_next().is_some() {}
             self.tell_dry();
             let want = self.want();
+            if eager && want > 0 && self.all_paced() {
+                // Nothing to ask until a rate allows a start: wait for that.
+                eager = false;
+            }
             if claiming.len() < max_claims && eager && want > 0 {
                 let slots = self.start_now();
                 claiming.push(self.claim_round(want, slots));
@@ -224,8 +228,11 @@ impl Runner {
                     let now = Instant::now();
                     self.pace.claimed(now.saturating_duration_since(got.at), now);
                     let n = u32::try_from(got.jobs.len()).unwrap_or(u32::MAX);
+                    // At most `poll_max` ahead, so a rate lifted or raised meanwhile is
+                    // seen as soon as an idle worker would see new work.
+                    let cap = now + self.config.poll_max;
                     for (i, until) in got.paced {
-                        self.paced[i] = Some(until);
+                        self.paced[i] = Some(until.min(cap));
                     }
                     self.buffer.push(got.jobs);
                     eager = n == got.asked;
@@ -411,22 +418,27 @@ impl Runner {
         }
     }
 
-    /// Claims up to `want` jobs, asking the queues in turn from `next_queue` on; the next
-    /// round starts one queue later (SPEC W5).
     /// The earliest time a queue's rate lets it start a job again, if one waits.
     fn next_paced(&self) -> Option<Instant> {
         self.paced.iter().flatten().min().copied()
     }
 
-    fn claim_round(&mut self, want: u32, slots: u32) -> Claiming {
-        self.buffer.claim_started();
-        // Queues whose rate allows nothing yet are not asked (SPEC K10).
+    /// Forgets the waits that are over; whether every queue still waits for its rate.
+    fn all_paced(&mut self) -> bool {
         let now = Instant::now();
         for p in &mut self.paced {
             if p.is_some_and(|until| until <= now) {
                 *p = None;
             }
         }
+        self.paced.iter().all(Option::is_some)
+    }
+
+    /// Claims up to `want` jobs, asking the queues in turn from `next_queue` on; the next
+    /// round starts one queue later (SPEC W5). Queues whose rate allows nothing yet are
+    /// not asked (SPEC K10).
+    fn claim_round(&mut self, want: u32, slots: u32) -> Claiming {
+        self.buffer.claim_started();
         let skip: Vec<bool> = self.paced.iter().map(Option::is_some).collect();
         self.asking += want;
         let start = self.next_queue;
