@@ -243,7 +243,7 @@
       s.held ? h("span", { class: "muted held", title: "claimed ahead, waiting in a worker's buffer for a free slot: leased, not started (from the workers' beats)" }, ` (${s.held} of them claimed ahead, not started)`) : null,
       ` · ${s.workers} worker${s.workers === 1 ? "" : "s"}`,
       ` · oldest ready ${waited(s.oldest_ready_seconds)}`,
-      s.rate ? h("span", { id: "rate" }, ` · rate at most ${s.rate}`, s.rate_next ? ` (next start ${new Date(s.rate_next).toLocaleTimeString()})` : "") : null,
+      s.rate ? h("span", { id: "queue-rate" }, ` · rate at most ${s.rate}`, s.rate_next ? ` (next start ${new Date(s.rate_next).toLocaleTimeString()})` : "") : null,
       " ", countNote(s)), keyLine(k)];
   }
 

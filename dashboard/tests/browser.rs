@@ -374,7 +374,7 @@ async fn the_dashboard_works_in_chromium(db: Db, screenshots: bool) {
         v == &json!(format!("{PWN} 0 / 1"))
     })
     .await;
-    until(&b, "the queue's rate", &text_of("#rate"), |v| {
+    until(&b, "the queue's rate", &text_of("#queue-rate"), |v| {
         v.as_str().is_some_and(|t| t.contains("rate at most 5/1s"))
     })
     .await;
