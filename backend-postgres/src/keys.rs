@@ -62,6 +62,8 @@ const CLAIM_IDS: &str = "WITH t AS MATERIALIZED (
 /// How many candidates a read takes beyond the claim's limit: enough to pass over a
 /// full key's jobs, each of which it parks, so the next read goes further.
 const SCAN_EXTRA: i64 = 256;
+/// How many candidates a claim's first read takes beyond twice its limit.
+const FIRST_EXTRA: i64 = 16;
 /// Reads of candidates per claim at most.
 const SCAN_ROUNDS: usize = 8;
 
@@ -78,7 +80,9 @@ impl PostgresBackend {
         let mut admission = KeyAdmission::new(want, req.slots);
         let mut keys: HashMap<String, (Option<u32>, u64)> = HashMap::new();
         let mut rows: Vec<Row> = Vec::new();
-        let scan = 2 * limit + SCAN_EXTRA;
+        // The first read takes little beyond the claim's room: most claims find keys
+        // with room there. Reads after one that parked go further.
+        let mut scan = 2 * limit + FIRST_EXTRA;
         for _ in 0..SCAN_ROUNDS {
             let candidates: Vec<(i64, Option<String>)> = sqlx::query_as(self.sql(CANDIDATES))
                 .bind(&req.queue)
@@ -119,6 +123,7 @@ impl PostgresBackend {
             if admission.done() || read < scan || parked.is_empty() {
                 break;
             }
+            scan = 2 * limit + SCAN_EXTRA;
         }
         to_found(req, rows)
     }

@@ -151,6 +151,8 @@ pub(crate) const CLAIM_IDS: &str = "INSERT INTO relayq_jobs
 /// How many candidates a keyed claim reads at a time, beyond its limit: enough to
 /// pass over a full key's jobs, each of which it parks so the next read goes further.
 const SCAN_EXTRA: i64 = 256;
+/// How many candidates a keyed claim's first read takes beyond twice its limit.
+const FIRST_EXTRA: i64 = 16;
 /// Reads of candidates per keyed claim at most.
 const SCAN_ROUNDS: usize = 8;
 
@@ -282,7 +284,9 @@ async fn claim_keyed(
     let mut admission = KeyAdmission::new(want, req.slots);
     let mut keys: HashMap<String, (Option<u32>, u64)> = HashMap::new();
     let mut rows = Vec::new();
-    let scan = 2 * limit + SCAN_EXTRA;
+    // The first read takes little beyond the claim's room: most claims find keys with
+    // room there. Reads after one that parked go further.
+    let mut scan = 2 * limit + FIRST_EXTRA;
     for _ in 0..SCAN_ROUNDS {
         let candidates: Vec<(i64, Option<String>)> = sqlx::query_as(CANDIDATES)
             .bind(&req.queue)
@@ -332,6 +336,7 @@ async fn claim_keyed(
         if admission.done() || read < scan || parked.is_empty() {
             break;
         }
+        scan = 2 * limit + SCAN_EXTRA;
     }
     Ok(rows)
 }
