@@ -90,12 +90,7 @@ impl Admin for MssqlBackend {
     async fn update_queue_unchecked(&self, queue: &str, update: QueueUpdate) -> Result<()> {
         // Rates are not written for SQL Server yet: refused before anything is stored
         // (SPEC K8), the way a limit key is.
-        if matches!(update.rate, Some(Some(_))) {
-            return Err(relayq_core::Error::invalid(
-                "rate",
-                "the SQL Server backend does not keep rates yet",
-            ));
-        }
+        relayq_core::validate::rate_kept(&update, &relayq_core::Enqueue::limits(self))?;
         self.set_queue(queue, update.paused, update.max_running)
             .await
     }

@@ -7,21 +7,13 @@
 
 use std::{
     sync::{Arc, Mutex},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use chrono::{DateTime, TimeDelta, Utc};
-use relayq::{
-    Backend, ClaimedJob, NewJob, QueueUpdate, Rate,
-    worker::{JobError, Worker},
-};
-use tokio::sync::Notify;
+use relayq::{Backend, ClaimedJob, NewJob, QueueUpdate, Rate};
 
-use crate::{
-    Row,
-    scenarios::{queue, rate},
-    targets::Target,
-};
+use crate::{Row, scenarios::queue, targets::Target};
 
 /// The lease the worker takes, to read each claim's time back from its expiry.
 const LEASE: Duration = Duration::from_secs(60);
@@ -74,30 +66,13 @@ async fn once(
         b.enqueue(chunk.to_vec()).await?;
     }
     let claims: Arc<Mutex<Vec<DateTime<Utc>>>> = Arc::default();
-    let all_done = Arc::new(Notify::new());
-    let (c, a) = (claims.clone(), all_done.clone());
+    let c = claims.clone();
     let lease = TimeDelta::from_std(LEASE)?;
-    let start = Instant::now();
-    let worker = Worker::builder(b.clone(), [q.clone()])
-        .concurrency(16)
-        .prefetch(prefetch)
-        .lease(LEASE)
-        .handler(move |job: ClaimedJob| {
-            let (c, a) = (c.clone(), a.clone());
-            async move {
-                let mut c = c.lock().expect("claims");
-                c.push(job.lease.expires_at - lease);
-                if c.len() == n {
-                    a.notify_one();
-                }
-                Ok::<_, JobError>(())
-            }
-        })
-        .build()?
-        .spawn();
-    all_done.notified().await;
-    worker.shutdown().await?;
-    let r = rate(n, start.elapsed());
+    let see = move |job: &ClaimedJob| {
+        c.lock().expect("claims").push(job.lease.expires_at - lease);
+    };
+    let r = crate::scenarios::run_worker_seeing(b.clone(), &q, n, 16, prefetch, Some(LEASE), see)
+        .await?;
     crate::scenarios::clean(&*b, &q).await?;
     if let Some(rate) = limit {
         let mut claims = std::mem::take(&mut *claims.lock().expect("claims"));

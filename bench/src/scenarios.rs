@@ -235,16 +235,35 @@ pub(crate) async fn run_worker(
     concurrency: u32,
     prefetch: u32,
 ) -> anyhow::Result<f64> {
+    run_worker_seeing(b, q, n, concurrency, prefetch, None, |_| {}).await
+}
+
+/// [`run_worker`] with the worker's lease set when given, calling `see` with each job
+/// as its handler starts.
+pub(crate) async fn run_worker_seeing(
+    b: Arc<dyn Backend>,
+    q: &str,
+    n: usize,
+    concurrency: u32,
+    prefetch: u32,
+    lease: Option<Duration>,
+    see: impl Fn(&ClaimedJob) + Send + Sync + 'static,
+) -> anyhow::Result<f64> {
     let done = Arc::new(AtomicU64::new(0));
     let all_done = Arc::new(Notify::new());
-    let (d, a) = (done.clone(), all_done.clone());
+    let (d, a, see) = (done.clone(), all_done.clone(), Arc::new(see));
     let start = Instant::now();
-    let worker = Worker::builder(b, [q.to_owned()])
+    let mut builder = Worker::builder(b, [q.to_owned()])
         .concurrency(concurrency)
-        .prefetch(prefetch)
-        .handler(move |_job: ClaimedJob| {
-            let (d, a) = (d.clone(), a.clone());
+        .prefetch(prefetch);
+    if let Some(lease) = lease {
+        builder = builder.lease(lease);
+    }
+    let worker = builder
+        .handler(move |job: ClaimedJob| {
+            let (d, a, see) = (d.clone(), a.clone(), see.clone());
             async move {
+                see(&job);
                 if d.fetch_add(1, Ordering::Relaxed) + 1 == n as u64 {
                     a.notify_one();
                 }

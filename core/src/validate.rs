@@ -227,6 +227,21 @@ pub fn rate(rate: &crate::Rate) -> Result<()> {
     Ok(())
 }
 
+/// Refuses a queue update that sets a rate on a backend whose `limits` keep none
+/// (SPEC K8); lifting one is allowed, and changes nothing there.
+///
+/// # Errors
+/// [`Error::InvalidInput`] on `rate`.
+pub fn rate_kept(update: &crate::QueueUpdate, limits: &Limits) -> Result<()> {
+    if matches!(update.rate, Some(Some(_))) && !limits.rates {
+        return Err(Error::invalid(
+            "rate",
+            "this backend does not keep rates yet",
+        ));
+    }
+    Ok(())
+}
+
 /// Checks one job against `limits`.
 ///
 /// # Errors
@@ -544,6 +559,23 @@ mod tests {
             Some("key_limit")
         );
         assert!(key_limit(None).is_ok() && key_limit(Some(1)).is_ok());
+    }
+
+    /// SPEC K8: a backend without rates refuses one on `rate` (SQL Server's path, whose
+    /// server tests cannot run everywhere), and a lift passes.
+    #[test]
+    fn rates_are_refused_where_the_backend_keeps_none() {
+        let rate = crate::Rate::new(5, Duration::from_secs(1));
+        let set = crate::QueueUpdate::default().rate(Some(rate));
+        let refused = rate_kept(&set, &Limits::default()).unwrap_err();
+        assert_eq!(refused.invalid_field(), Some("rate"), "{refused}");
+        let keeps = Limits {
+            rates: true,
+            ..Limits::default()
+        };
+        assert!(rate_kept(&set, &keeps).is_ok());
+        let lift = crate::QueueUpdate::default().rate(None);
+        assert!(rate_kept(&lift, &Limits::default()).is_ok());
     }
 
     #[test]

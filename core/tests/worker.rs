@@ -1114,3 +1114,42 @@ async fn k10_a_worker_sleeps_the_rate_s_wait_instead_of_polling() {
         }
     }
 }
+
+/// SPEC K10: a worker waits for a rate's named wait at most its longest poll interval,
+/// so a rate lifted meanwhile is seen: under 1 per hour the second job waits; once the
+/// rate is lifted it runs, with polls 200 ms apart (without the bound, in an hour).
+#[tokio::test]
+async fn k10_a_lifted_rate_is_seen_within_the_longest_poll() {
+    let b = Arc::new(MemoryBackend::new());
+    let q = queue();
+    let hourly = Rate::new(1, Duration::from_secs(3600));
+    b.update_queue(&q, QueueUpdate::default().rate(Some(hourly)))
+        .await
+        .unwrap();
+    let ids = enqueue_n(&b, &q, 2, 1).await;
+    let w = Worker::builder(b.clone(), [q.clone()])
+        .poll_min(Duration::from_millis(50))
+        .poll_max(Duration::from_millis(200))
+        .handler(|_job: ClaimedJob| async { Ok::<_, JobError>(()) })
+        .build()
+        .unwrap()
+        .spawn();
+    until("the first job succeeded", async || {
+        state(&b, &q, ids[0]).await == JobState::Succeeded
+    })
+    .await;
+    assert_eq!(
+        state(&b, &q, ids[1]).await,
+        JobState::Ready,
+        "the rate lets one job start an hour"
+    );
+    b.update_queue(&q, QueueUpdate::default().rate(None))
+        .await
+        .unwrap();
+    until(
+        "the second job succeeded once the rate was lifted",
+        async || state(&b, &q, ids[1]).await == JobState::Succeeded,
+    )
+    .await;
+    w.shutdown().await.unwrap();
+}
