@@ -74,24 +74,37 @@ fn tool(var: &str, default: &str) -> Option<PathBuf> {
     path.exists().then_some(path)
 }
 
-/// Starts chromedriver on a free port; its URL.
+/// Starts chromedriver on a free port; its URL. Three tries: with the three backends'
+/// tests starting one each at once, a chromedriver has been seen to exit before it
+/// said its port; what it printed is in the failure.
 fn chromedriver(path: &PathBuf) -> (Kill, String) {
-    let mut child = Command::new(path)
-        .arg("--port=0")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start chromedriver");
-    let stdout = child.stdout.take().unwrap();
-    let child = Kill(child);
-    for line in BufReader::new(stdout).lines() {
-        let line = line.expect("chromedriver's output");
-        if let Some(rest) = line.split("started successfully on port ").nth(1) {
-            let port = rest.trim_end_matches('.').trim();
-            return (child, format!("http://127.0.0.1:{port}"));
+    let mut said = Vec::new();
+    for _ in 0..3 {
+        // Its errors to a file, not a pipe: a pipe closed once the port is known would
+        // make its later writes fail.
+        let log = tempfile::NamedTempFile::new().expect("chromedriver's log");
+        let mut child = Command::new(path)
+            .arg("--port=0")
+            .stdout(Stdio::piped())
+            .stderr(log.reopen().expect("chromedriver's log"))
+            .spawn()
+            .expect("start chromedriver");
+        let stdout = child.stdout.take().unwrap();
+        let child = Kill(child);
+        for line in BufReader::new(stdout).lines() {
+            let line = line.expect("chromedriver's output");
+            if let Some(rest) = line.split("started successfully on port ").nth(1) {
+                let port = rest.trim_end_matches('.').trim();
+                return (child, format!("http://127.0.0.1:{port}"));
+            }
+            said.push(line);
         }
+        said.push(std::fs::read_to_string(log.path()).unwrap_or_default());
     }
-    panic!("chromedriver ended without saying its port");
+    panic!(
+        "chromedriver ended three times without saying its port: {}",
+        said.join("\n")
+    );
 }
 
 async fn browser(webdriver: &str, chromium: &PathBuf, profile: &tempfile::TempDir) -> Client {
