@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, TimeDelta, Utc};
 use relayq_core::{
     Admin, AttemptOutcome, Batch, Error, EventKind, JobId, JobState, Maintenance, QueueUpdate,
-    Result, cancelled_by, kit,
+    Rate, Result, cancelled_by, kit,
 };
 
 use crate::{Conn, Ended, SqliteBackend, claim, db, log_attempt, promote, us};
@@ -156,6 +156,118 @@ impl Admin for SqliteBackend {
              WHERE queue = ?1 AND parked = 1 AND state IN ('ready', 'retrying')",
         )
         .bind(queue)
+        .execute(&mut *tx)
+        .await
+        .map_err(db)?;
+        tx.commit().await.map_err(db)?;
+        self.notify(queue, EventKind::Ready);
+        Ok(())
+    }
+
+    async fn set_key_rate_unchecked(
+        &self,
+        queue: &str,
+        key: Option<&str>,
+        rate: Option<Rate>,
+    ) -> Result<()> {
+        let (mut tx, _) = self.write().await?;
+        let cols = |r: Option<Rate>| {
+            (
+                r.map(|r| i64::from(r.count)),
+                r.map(|r| i64::try_from(r.per.as_micros()).unwrap_or(i64::MAX)),
+                r.map(|r| i64::from(r.burst)),
+            )
+        };
+        let (count, per, burst) = cols(rate);
+        type Stored = (Option<i64>, Option<i64>, Option<i64>);
+        let was: Stored = match key {
+            None => sqlx::query_as(
+                "SELECT key_rate_count, key_rate_per_us, key_rate_burst
+                 FROM relayq_queues WHERE queue = ?1",
+            )
+            .bind(queue),
+            Some(key) => sqlx::query_as(
+                "SELECT rate_count, rate_per_us, rate_burst FROM relayq_key_rates
+                 WHERE queue = ?1 AND limit_key = ?2",
+            )
+            .bind(queue)
+            .bind(key),
+        }
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(db)?
+        .unwrap_or_default();
+        // The same rate set again keeps its state (SPEC K12).
+        if was == (count, per, burst) {
+            tx.commit().await.map_err(db)?;
+            return Ok(());
+        }
+        // The queue's row tells its claims to judge key rates (`claim::QUEUE_SETTINGS`).
+        sqlx::query("INSERT INTO relayq_queues (queue) VALUES (?1) ON CONFLICT DO NOTHING")
+            .bind(queue)
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
+        match key {
+            // A new default starts afresh for every key under it: their rows go.
+            None => {
+                sqlx::query(
+                    "INSERT INTO relayq_queues (queue, key_rate_count, key_rate_per_us,
+                                                key_rate_burst)
+                     VALUES (?1, ?2, ?3, ?4)
+                     ON CONFLICT (queue) DO UPDATE SET key_rate_count = ?2,
+                         key_rate_per_us = ?3, key_rate_burst = ?4",
+                )
+                .bind(queue)
+                .bind(count)
+                .bind(per)
+                .bind(burst)
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?;
+                sqlx::query("DELETE FROM relayq_key_rates WHERE queue = ?1 AND rate_count IS NULL")
+                    .bind(queue)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db)?;
+            }
+            // A key's own rate starts afresh; lifted, the key starts afresh under the
+            // default, if there is one.
+            Some(key) if rate.is_some() => {
+                sqlx::query(
+                    "INSERT INTO relayq_key_rates (queue, limit_key, rate_count, rate_per_us,
+                                                   rate_burst)
+                     VALUES (?1, ?2, ?3, ?4, ?5)
+                     ON CONFLICT (queue, limit_key) DO UPDATE SET rate_count = ?3,
+                         rate_per_us = ?4, rate_burst = ?5, tat = NULL, wake_at = NULL",
+                )
+                .bind(queue)
+                .bind(key)
+                .bind(count)
+                .bind(per)
+                .bind(burst)
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?;
+            }
+            Some(key) => {
+                sqlx::query("DELETE FROM relayq_key_rates WHERE queue = ?1 AND limit_key = ?2")
+                    .bind(queue)
+                    .bind(key)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db)?;
+            }
+        }
+        // The parked jobs it may concern go back to the claim index; the next claim
+        // parks again those still held (SPEC K3, K12).
+        sqlx::query(
+            "UPDATE relayq_jobs INDEXED BY relayq_jobs_parked SET parked = 0
+             WHERE queue = ?1 AND parked = 1 AND state IN ('ready', 'retrying')
+               AND (?2 IS NULL OR limit_key = ?2)",
+        )
+        .bind(queue)
+        .bind(key)
         .execute(&mut *tx)
         .await
         .map_err(db)?;

@@ -2,10 +2,10 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use relayq_core::kit::keys::KeyAdmission;
+use relayq_core::kit::keys::{KeyAdmission, KeyInfo};
 use relayq_core::{
     AttemptOutcome, BatchId, Claim, ClaimRequest, ClaimedJob, Error, JobId, JobState, Lease,
-    LeaseToken, Result,
+    LeaseToken, Rate, Result,
 };
 use sqlx::{Row as _, sqlite::SqliteRow};
 use std::collections::HashMap;
@@ -56,22 +56,47 @@ impl sqlx::FromRow<'_, SqliteRow> for Claimed {
 pub(crate) const QUEUE_SETTINGS: &str = "SELECT paused, max_running,
         key_limit IS NOT NULL
         OR EXISTS (SELECT 1 FROM relayq_key_limits WHERE queue = ?1),
-        rate_count, rate_per_us, rate_burst, rate_tat
+        rate_count, rate_per_us, rate_burst, rate_tat,
+        key_rate_count IS NOT NULL
+        OR EXISTS (SELECT 1 FROM relayq_key_rates WHERE queue = ?1),
+        key_rate_count, key_rate_per_us, key_rate_burst
     FROM relayq_queues WHERE queue = ?1";
 
 /// The queue's rate's next start after a claim (`kit::rate`).
 pub(crate) const RATE_TAT: &str = "UPDATE relayq_queues SET rate_tat = ?2 WHERE queue = ?1";
 
 /// A queue's settings as [`QUEUE_SETTINGS`] reads them.
-type Settings = (
-    bool,
-    Option<i64>,
-    bool,
-    Option<i64>,
-    Option<i64>,
-    Option<i64>,
-    Option<i64>,
-);
+#[derive(Default)]
+struct Settings {
+    paused: bool,
+    max_running: Option<i64>,
+    keyed: bool,
+    rate: Option<Rate>,
+    tat: Option<i64>,
+    key_rated: bool,
+    key_rate: Option<Rate>,
+}
+
+impl sqlx::FromRow<'_, SqliteRow> for Settings {
+    fn from_row(row: &SqliteRow) -> sqlx::Result<Self> {
+        let rate = |at: usize| -> sqlx::Result<Option<Rate>> {
+            Ok(relayq_core::kit::rate::stored(
+                row.try_get(at)?,
+                row.try_get(at + 1)?,
+                row.try_get(at + 2)?,
+            ))
+        };
+        Ok(Self {
+            paused: row.try_get(0)?,
+            max_running: row.try_get(1)?,
+            keyed: row.try_get(2)?,
+            rate: rate(3)?,
+            tat: row.try_get(6)?,
+            key_rated: row.try_get(7)?,
+            key_rate: rate(8)?,
+        })
+    }
+}
 
 /// The queue's running jobs, for `max_running`. Pinned to the running index, which
 /// holds them and nothing else; `relayq_jobs_state` would do as well, but the pin
@@ -148,6 +173,51 @@ pub(crate) const CLAIM_IDS: &str = "INSERT INTO relayq_jobs
     RETURNING id, lease_token, attempts, payload, priority, run_at, max_attempts,
               group_key, batch_id, stage, enqueued_by";
 
+/// The own rate and state of each key given as a JSON array that has a row (SPEC K12).
+pub(crate) const KEY_RATES: &str = "SELECT r.limit_key AS key, r.rate_count, r.rate_per_us,
+        r.rate_burst, r.tat
+    FROM json_each(?2) AS l CROSS JOIN relayq_key_rates AS r
+        ON r.queue = ?1 AND r.limit_key = l.value";
+
+/// The keys whose wake time has come (SPEC K13).
+pub(crate) const WOKEN: &str = "SELECT limit_key AS key, rate_count, rate_per_us, rate_burst,
+        tat
+    FROM relayq_key_rates INDEXED BY relayq_key_rates_wake
+    WHERE queue = ?1 AND wake_at <= ?2";
+
+/// Puts back up to `?3` of a key's earliest parked jobs; an upsert that finds each row
+/// by its id, as [`CLAIM`] does.
+pub(crate) const UNPARK_FIRST: &str = "INSERT INTO relayq_jobs
+        (id, queue, state, payload, priority, run_at, max_attempts, created_at)
+    SELECT id, queue, state, X'', priority, run_at, max_attempts, created_at
+    FROM relayq_jobs INDEXED BY relayq_jobs_parked
+    WHERE queue = ?1 AND limit_key = ?2 AND parked = 1 AND state IN ('ready', 'retrying')
+    ORDER BY priority, run_at, id LIMIT ?3
+    ON CONFLICT (id) DO UPDATE SET parked = 0";
+
+/// A woken key's wake time, cleared.
+pub(crate) const WAKE_DONE: &str =
+    "UPDATE relayq_key_rates SET wake_at = NULL WHERE queue = ?1 AND limit_key = ?2";
+
+/// A key's rate moved on by a claim (`?3`, the new value, if it started jobs) and the
+/// time its parked jobs go back (`?4`, if the claim parked some for its rate).
+pub(crate) const KEY_RATE_MOVED: &str =
+    "INSERT INTO relayq_key_rates (queue, limit_key, tat, wake_at) VALUES (?1, ?2, ?3, ?4)
+    ON CONFLICT (queue, limit_key) DO UPDATE
+    SET tat = COALESCE(?3, tat), wake_at = COALESCE(?4, wake_at)";
+
+/// A woken key that still has parked jobs and no wake time gets one.
+pub(crate) const STILL_PARKED: &str = "UPDATE relayq_key_rates SET wake_at = ?3
+    WHERE queue = ?1 AND limit_key = ?2 AND wake_at IS NULL
+      AND EXISTS (SELECT 1 FROM relayq_jobs INDEXED BY relayq_jobs_parked
+                  WHERE queue = ?1 AND limit_key = ?2 AND parked = 1
+                    AND state IN ('ready', 'retrying'))";
+
+/// The earliest wake time of the queue's keys.
+pub(crate) const NEXT_WAKE: &str = "SELECT MIN(wake_at)
+    FROM relayq_key_rates INDEXED BY relayq_key_rates_wake
+    WHERE queue = ?1 AND wake_at IS NOT NULL";
+
 /// How many candidates a keyed claim reads at a time, beyond its limit: enough to
 /// pass over a full key's jobs, each of which it parks so the next read goes further.
 const SCAN_EXTRA: i64 = 256;
@@ -183,8 +253,15 @@ impl Claim for SqliteBackend {
             .fetch_optional(&mut *tx)
             .await
             .map_err(db)?;
-        let (paused, max_running, keyed, count, per, burst, tat) =
-            settings.unwrap_or((false, None, false, None, None, None, None));
+        let Settings {
+            paused,
+            max_running,
+            keyed,
+            rate,
+            tat,
+            key_rated,
+            key_rate,
+        } = settings.unwrap_or_default();
         let mut limit = i64::from(req.limit);
         if let Some(max) = max_running {
             let running: i64 = sqlx::query_scalar(RUNNING_COUNT)
@@ -199,7 +276,7 @@ impl Claim for SqliteBackend {
             return Ok(relayq_core::Claimed::default());
         }
         // SPEC K9: the write lock makes the rate's read and update one step.
-        let paced = relayq_core::kit::rate::stored(count, per, burst).map(|rate| {
+        let paced = rate.map(|rate| {
             let asked = u32::try_from(limit).unwrap_or(u32::MAX);
             relayq_core::kit::rate::admit(&rate, tat, now.timestamp_micros(), asked)
         });
@@ -207,10 +284,14 @@ impl Claim for SqliteBackend {
             limit = i64::from(p.allowed);
         }
         let expires_at = plus(now, req.lease);
+        let mut wake_in = None;
         let mut rows: Vec<Claimed> = if limit == 0 {
             Vec::new()
-        } else if keyed {
-            claim_keyed(&mut tx, &req, limit, expires_at, now).await?
+        } else if keyed || key_rated {
+            let rated = key_rated.then_some(KeyRates { default: key_rate });
+            let (rows, wake) = claim_keyed(&mut tx, &req, limit, expires_at, now, rated).await?;
+            wake_in = wake;
+            rows
         } else {
             sqlx::query_as(CLAIM)
                 .bind(us(expires_at))
@@ -266,23 +347,39 @@ impl Claim for SqliteBackend {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(relayq_core::Claimed::new(jobs, next_in))
+        Ok(relayq_core::Claimed::new(jobs, next_in).waking_in(wake_in))
     }
 }
 
-/// SPEC K2, K4, K6: the claim of a queue with key limits. Reads the claim index's head,
-/// takes each job whose key has room, parks those whose key is full, and reads on past
-/// them while it has room left. The write lock keeps the counts exact.
+/// A keyed claim's view of its queue's key rates (SPEC K12): the default of every key
+/// without its own.
+struct KeyRates {
+    default: Option<Rate>,
+}
+
+/// SPEC K2, K4, K6, K12, K13: the claim of a queue with key limits or key rates. First
+/// puts back the jobs of keys whose rate allows a start again; then reads the claim
+/// index's head, takes each job whose key has room and whose key's rate allows it,
+/// parks the others, and reads on past them while it has room left. The write lock
+/// keeps the counts and the rates exact. Returns the rows and, for a claim that came
+/// back short with jobs held by their keys' rates, when the earliest of those keys
+/// allows a start.
 async fn claim_keyed(
     c: &mut Conn,
     req: &ClaimRequest,
     limit: i64,
     expires_at: DateTime<Utc>,
     now: DateTime<Utc>,
-) -> Result<Vec<Claimed>> {
+    rates: Option<KeyRates>,
+) -> Result<(Vec<Claimed>, Option<std::time::Duration>)> {
+    let now_us = us(now);
+    let woken = match &rates {
+        Some(r) => wake(c, &req.queue, now_us, r.default).await?,
+        None => Vec::new(),
+    };
     let want = u32::try_from(limit).map_err(Error::backend)?;
-    let mut admission = KeyAdmission::new(want, req.slots);
-    let mut keys: HashMap<String, (Option<u32>, u64)> = HashMap::new();
+    let mut admission = KeyAdmission::new(want, req.slots).at(now_us);
+    let mut keys: HashMap<String, KeyInfo> = HashMap::new();
     let mut rows = Vec::new();
     // The first read takes little beyond the claim's room: most claims find keys with
     // room there. Reads after one that parked go further.
@@ -290,7 +387,7 @@ async fn claim_keyed(
     for _ in 0..SCAN_ROUNDS {
         let candidates: Vec<(i64, Option<String>)> = sqlx::query_as(CANDIDATES)
             .bind(&req.queue)
-            .bind(us(now))
+            .bind(now_us)
             .bind(scan)
             .fetch_all(&mut *c)
             .await
@@ -301,15 +398,34 @@ async fn claim_keyed(
             .filter(|k| !keys.contains_key(*k))
             .collect();
         if !new.is_empty() {
+            let new_keys: Vec<String> = new.iter().map(|k| (*k).to_owned()).collect();
+            let new = serde_json::to_string(&new).map_err(Error::backend)?;
             let found: Vec<(String, Option<i64>, i64)> = sqlx::query_as(KEY_INFO)
                 .bind(&req.queue)
-                .bind(serde_json::to_string(&new).map_err(Error::backend)?)
+                .bind(&new)
                 .fetch_all(&mut *c)
                 .await
                 .map_err(db)?;
             for (k, max, running) in found {
                 let max = max.and_then(|m| u32::try_from(m).ok());
-                keys.insert(k, (max, running.unsigned_abs()));
+                keys.insert(k, KeyInfo::limited(max, running.unsigned_abs()));
+            }
+            if let Some(r) = &rates {
+                // Each new key is under the default until its row says otherwise.
+                for k in &new_keys {
+                    keys.entry(k.clone()).or_default().rate = r.default;
+                }
+                let found: Vec<StoredKeyRate> = sqlx::query_as(KEY_RATES)
+                    .bind(&req.queue)
+                    .bind(&new)
+                    .fetch_all(&mut *c)
+                    .await
+                    .map_err(db)?;
+                for k in found {
+                    let info = keys.entry(k.key.clone()).or_default();
+                    info.rate = k.rate(r.default);
+                    info.tat = k.tat;
+                }
             }
         }
         let (taken, parked) = admission.split(&candidates, &keys);
@@ -325,7 +441,7 @@ async fn claim_keyed(
             let claimed: Vec<Claimed> = sqlx::query_as(CLAIM_IDS)
                 .bind(us(expires_at))
                 .bind(&req.worker)
-                .bind(us(now))
+                .bind(now_us)
                 .bind(serde_json::to_string(&taken).map_err(Error::backend)?)
                 .fetch_all(&mut *c)
                 .await
@@ -338,7 +454,104 @@ async fn claim_keyed(
         }
         scan = 2 * limit + SCAN_EXTRA;
     }
-    Ok(rows)
+    let Some(rates) = rates else {
+        return Ok((rows, None));
+    };
+    let changes = admission.rated();
+    for change in &changes {
+        sqlx::query(KEY_RATE_MOVED)
+            .bind(&req.queue)
+            .bind(&change.key)
+            .bind(change.tat)
+            .bind(change.wake)
+            .execute(&mut *c)
+            .await
+            .map_err(db)?;
+    }
+    // A woken key's jobs beyond those put back stay parked: they go back when its
+    // rate next allows a start (now, if it still does).
+    for k in woken {
+        let Some(rate) = k.rate(rates.default) else {
+            continue;
+        };
+        let tat = changes
+            .iter()
+            .find(|ch| ch.key == k.key)
+            .and_then(|ch| ch.tat)
+            .or(k.tat);
+        let at = relayq_core::kit::rate::next_start(&rate, tat, now_us).unwrap_or(now_us);
+        sqlx::query(STILL_PARKED)
+            .bind(&req.queue)
+            .bind(&k.key)
+            .bind(at)
+            .execute(&mut *c)
+            .await
+            .map_err(db)?;
+    }
+    let short = rows.len() < usize::try_from(limit).unwrap_or(usize::MAX);
+    let mut wake_in = None;
+    if short {
+        let next: Option<i64> = sqlx::query_scalar(NEXT_WAKE)
+            .bind(&req.queue)
+            .fetch_one(&mut *c)
+            .await
+            .map_err(db)?;
+        wake_in =
+            next.map(|at| std::time::Duration::from_micros((at - now_us).max(0).unsigned_abs()));
+    }
+    Ok((rows, wake_in))
+}
+
+/// A key's row in `relayq_key_rates`: its own rate, if any, and its state.
+#[derive(sqlx::FromRow)]
+struct StoredKeyRate {
+    key: String,
+    rate_count: Option<i64>,
+    rate_per_us: Option<i64>,
+    rate_burst: Option<i64>,
+    tat: Option<i64>,
+}
+
+impl StoredKeyRate {
+    /// The rate in force: its own, else the queue's default.
+    fn rate(&self, default: Option<Rate>) -> Option<Rate> {
+        relayq_core::kit::rate::stored(self.rate_count, self.rate_per_us, self.rate_burst)
+            .or(default)
+    }
+}
+
+/// SPEC K13: for each key whose wake time has come, puts back up to its rate's burst
+/// of its earliest parked jobs, as many as its rate can allow at once, and clears the
+/// wake time; returns those keys.
+async fn wake(
+    c: &mut Conn,
+    queue: &str,
+    now_us: i64,
+    default: Option<Rate>,
+) -> Result<Vec<StoredKeyRate>> {
+    let woken: Vec<StoredKeyRate> = sqlx::query_as(WOKEN)
+        .bind(queue)
+        .bind(now_us)
+        .fetch_all(&mut *c)
+        .await
+        .map_err(db)?;
+    for k in &woken {
+        let burst = k.rate(default).map_or(1, |r| i64::from(r.burst));
+        sqlx::query(UNPARK_FIRST)
+            .bind(queue)
+            .bind(&k.key)
+            .bind(burst)
+            .execute(&mut *c)
+            .await
+            .map_err(db)?;
+        sqlx::query(WAKE_DONE)
+            .bind(queue)
+            .bind(&k.key)
+            .execute(&mut *c)
+            .await
+            .map_err(db)?;
+    }
+    Ok(woken)
 }
 
 #[derive(sqlx::FromRow)]

@@ -77,6 +77,20 @@ pub fn hot_statements() -> Vec<Hot> {
         hot("claim::CANDIDATES", claim::CANDIDATES, &[Queue, Now, Limit]),
         hot("claim::KEY_INFO", claim::KEY_INFO, &[Queue, Keys]),
         hot("claim::PARK", claim::PARK, &[Jobs]),
+        hot("claim::KEY_RATES", claim::KEY_RATES, &[Queue, Keys]),
+        hot("claim::WOKEN", claim::WOKEN, &[Queue, Now]),
+        hot(
+            "claim::UNPARK_FIRST",
+            claim::UNPARK_FIRST,
+            &[Queue, Text, Limit],
+        ),
+        hot("claim::WAKE_DONE", claim::WAKE_DONE, &[Queue, Text]),
+        hot(
+            "claim::STILL_PARKED",
+            claim::STILL_PARKED,
+            &[Queue, Text, Now],
+        ),
+        hot("claim::NEXT_WAKE", claim::NEXT_WAKE, &[Queue]),
         hot(
             "claim::CLAIM_IDS",
             claim::CLAIM_IDS,

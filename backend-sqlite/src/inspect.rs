@@ -135,8 +135,9 @@ impl Inspect for SqliteBackend {
              UNION SELECT queue FROM relayq_batches
              UNION SELECT queue FROM relayq_queues
                    WHERE paused OR max_running IS NOT NULL OR key_limit IS NOT NULL
-                      OR rate_count IS NOT NULL
+                      OR rate_count IS NOT NULL OR key_rate_count IS NOT NULL
              UNION SELECT queue FROM relayq_key_limits
+             UNION SELECT queue FROM relayq_key_rates WHERE rate_count IS NOT NULL
              UNION SELECT queue FROM relayq_schedules
              ORDER BY 1",
         )
@@ -225,44 +226,81 @@ impl Inspect for SqliteBackend {
     }
 
     async fn key_limits_unchecked(&self, queue: &str) -> Result<KeyLimits> {
+        let now = Utc::now().timestamp_micros();
         let mut tx = self.pool().begin().await.map_err(db)?;
-        let default: Option<i64> =
-            sqlx::query_scalar("SELECT key_limit FROM relayq_queues WHERE queue = ?1")
-                .bind(queue)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(db)?
-                .flatten();
-        let rows: Vec<(String, i64, Option<i64>)> = sqlx::query_as(
-            "SELECT k, SUM(n), MAX(own) FROM (
-                 SELECT limit_key AS k, COUNT(*) AS n, NULL AS own
+        type Defaults = (Option<i64>, Option<i64>, Option<i64>, Option<i64>);
+        let (default, count, per, burst): Defaults = sqlx::query_as(
+            "SELECT key_limit, key_rate_count, key_rate_per_us, key_rate_burst
+             FROM relayq_queues WHERE queue = ?1",
+        )
+        .bind(queue)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(db)?
+        .unwrap_or_default();
+        // Keys with running jobs, a limit or rate of their own, or a rate's value
+        // ahead of now (SPEC K7, K14).
+        type Row = (
+            String,
+            i64,
+            Option<i64>,
+            Option<i64>,
+            Option<i64>,
+            Option<i64>,
+            Option<i64>,
+        );
+        let rows: Vec<Row> = sqlx::query_as(
+            "SELECT k, SUM(n), MAX(own), MAX(rc), MAX(rp), MAX(rb), MAX(tat) FROM (
+                 SELECT limit_key AS k, COUNT(*) AS n, NULL AS own, NULL AS rc, NULL AS rp,
+                        NULL AS rb, NULL AS tat
                  FROM relayq_jobs INDEXED BY relayq_jobs_key_running
                  WHERE queue = ?1 AND limit_key IS NOT NULL AND state = 'running'
                  GROUP BY limit_key
                  UNION ALL
-                 SELECT limit_key, 0, max FROM relayq_key_limits WHERE queue = ?1)
+                 SELECT limit_key, 0, max, NULL, NULL, NULL, NULL
+                 FROM relayq_key_limits WHERE queue = ?1
+                 UNION ALL
+                 SELECT limit_key, 0, NULL, rate_count, rate_per_us, rate_burst, tat
+                 FROM relayq_key_rates
+                 WHERE queue = ?1 AND (rate_count IS NOT NULL OR tat > ?3))
              GROUP BY k ORDER BY k LIMIT ?2",
         )
         .bind(queue)
         .bind(i64::try_from(relayq_core::KEYS_LISTED).unwrap_or(i64::MAX))
+        .bind(now)
         .fetch_all(&mut *tx)
         .await
         .map_err(db)?;
         tx.commit().await.map_err(db)?;
         let default = default.map(num).transpose()?;
-        let keys = rows
-            .into_iter()
-            .map(|(key, running, own)| {
-                let own = own.map(num).transpose()?;
-                Ok(KeyUse {
-                    key,
-                    running: num(running)?,
-                    own,
-                    limit: own.or(default),
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(KeyLimits { default, keys })
+        let default_rate = relayq_core::kit::rate::stored(count, per, burst);
+        let mut keys = Vec::with_capacity(rows.len());
+        for (key, running, own, rc, rp, rb, tat) in rows {
+            let own = own.map(num).transpose()?;
+            let own_rate = relayq_core::kit::rate::stored(rc, rp, rb);
+            let rate = own_rate.or(default_rate);
+            let rate_next = rate
+                .and_then(|r| relayq_core::kit::rate::next_start(&r, tat, now))
+                .and_then(chrono::DateTime::from_timestamp_micros);
+            let running = num(running)?;
+            if running == 0 && own.is_none() && own_rate.is_none() && rate_next.is_none() {
+                continue;
+            }
+            keys.push(KeyUse {
+                key,
+                running,
+                own,
+                limit: own.or(default),
+                own_rate,
+                rate,
+                rate_next,
+            });
+        }
+        Ok(KeyLimits {
+            default,
+            default_rate,
+            keys,
+        })
     }
 
     async fn running_unchecked(&self, queue: &str) -> Result<Vec<RunningJob>> {

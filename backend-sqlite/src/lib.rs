@@ -273,6 +273,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0008_claimed_at.sql"),
     include_str!("../migrations/0009_limit_keys.sql"),
     include_str!("../migrations/0010_rates.sql"),
+    include_str!("../migrations/0011_key_rates.sql"),
 ];
 
 /// Applies the migrations not yet applied. The whole check-and-apply runs under

@@ -15,6 +15,7 @@ impl Driven for Sqlite {
         Capability::Notifications,
         Capability::LimitKeys,
         Capability::Rates,
+        Capability::KeyRates,
     ];
 
     fn url(_: Option<&str>) -> String {

@@ -378,6 +378,20 @@ fn expected(name: &str) -> &'static [&'static str] {
             "INDEX relayq_jobs_key_running (queue=? AND limit_key=?)",
         ],
         "claim::PARK" | "claim::CLAIM_IDS" => BY_LEASE,
+        "claim::KEY_RATES" => &[
+            "SCAN l VIRTUAL TABLE",
+            "SEARCH r USING PRIMARY KEY (queue=? AND limit_key=?)",
+        ],
+        "claim::WOKEN" => &["INDEX relayq_key_rates_wake (queue=? AND wake_at<?)"],
+        "claim::NEXT_WAKE" => &["INDEX relayq_key_rates_wake (queue=? AND wake_at>?)"],
+        "claim::WAKE_DONE" => {
+            &["SEARCH relayq_key_rates USING PRIMARY KEY (queue=? AND limit_key=?)"]
+        }
+        "claim::UNPARK_FIRST" => &["INDEX relayq_jobs_parked (queue=? AND limit_key=?)"],
+        "claim::STILL_PARKED" => &[
+            "SEARCH relayq_key_rates USING PRIMARY KEY (queue=? AND limit_key=?)",
+            "INDEX relayq_jobs_parked (queue=? AND limit_key=?)",
+        ],
         "claim::EXPIRED" => &["INDEX relayq_jobs_running (queue=? AND lease_expires_at<?)"],
         "claim::EXPIRE_ONE"
         | "settle::COMPLETE"

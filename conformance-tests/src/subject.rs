@@ -59,6 +59,8 @@ pub enum Capability {
     LimitKeys,
     /// Queues may have a rate, and claims keep to it (SPEC K8–K11).
     Rates,
+    /// Limit keys may have rates, and claims keep to them (SPEC K12–K14).
+    KeyRates,
 }
 
 impl fmt::Display for Capability {
@@ -70,6 +72,7 @@ impl fmt::Display for Capability {
             Self::Schema => "schema",
             Self::LimitKeys => "limit-keys",
             Self::Rates => "rates",
+            Self::KeyRates => "key-rates",
         })
     }
 }

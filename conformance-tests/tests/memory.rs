@@ -13,6 +13,7 @@ impl Subject for Memory {
         Capability::Notifications,
         Capability::LimitKeys,
         Capability::Rates,
+        Capability::KeyRates,
     ];
 
     async fn open(_: Option<String>) -> anyhow::Result<Self> {

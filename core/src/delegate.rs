@@ -253,6 +253,11 @@ macro_rules! delegate {
                 use $crate::Admin as _;
                 self.$f.set_key_limit_unchecked(queue, key, limit).await
             }
+            async fn set_key_rate_unchecked(&self, queue: &str, key: Option<&str>, rate: Option<$crate::Rate>) -> $crate::Result<()> {
+                #[allow(unused_imports)]
+                use $crate::Admin as _;
+                self.$f.set_key_rate_unchecked(queue, key, rate).await
+            }
             async fn cancel_job_unchecked(&self, queue: &str, id: $crate::JobId) -> $crate::Result<bool> {
                 #[allow(unused_imports)]
                 use $crate::Admin as _;

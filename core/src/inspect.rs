@@ -208,7 +208,11 @@ pub struct JobInfo {
 pub struct KeyLimits {
     /// The limit of every key without one of its own; `None` for none.
     pub default: Option<u32>,
-    /// Each key with running jobs or a limit of its own, by key.
+    /// The rate of every key without one of its own; `None` for none (SPEC K12).
+    #[serde(default)]
+    pub default_rate: Option<crate::Rate>,
+    /// Each key with running jobs, a limit or rate of its own, or a rate that allows
+    /// no start now, by key.
     pub keys: Vec<KeyUse>,
 }
 
@@ -235,6 +239,15 @@ pub struct KeyUse {
     pub own: Option<u32>,
     /// The limit in force: its own, else the queue's default.
     pub limit: Option<u32>,
+    /// Its own rate, when it has one (SPEC K12).
+    #[serde(default)]
+    pub own_rate: Option<crate::Rate>,
+    /// The rate in force: its own, else the queue's default key rate.
+    #[serde(default)]
+    pub rate: Option<crate::Rate>,
+    /// When its rate allows its next start, if it allows none now (SPEC K14).
+    #[serde(default)]
+    pub rate_next: Option<DateTime<Utc>>,
 }
 
 /// Keys listed by [`Inspect::key_limits`](crate::Inspect::key_limits) at most.

@@ -79,13 +79,28 @@ pub struct Claimed {
     /// `Some` when the queue's rate gave fewer jobs than the claim could otherwise
     /// have taken: the wait until it allows the next start, on the server's clock.
     pub next_in: Option<Duration>,
+    /// `Some` when the rate of a limit key held one of the queue's jobs back: the wait
+    /// until the earliest such key allows its next start (SPEC K13). Other jobs may
+    /// start sooner; a worker claims again by then at the latest.
+    pub wake_in: Option<Duration>,
 }
 
 impl Claimed {
     /// Jobs, and the wait the rate named when it cut the claim short.
     #[must_use]
     pub fn new(jobs: Vec<ClaimedJob>, next_in: Option<Duration>) -> Self {
-        Self { jobs, next_in }
+        Self {
+            jobs,
+            next_in,
+            wake_in: None,
+        }
+    }
+
+    /// The same, saying when a key's rate allows its next start.
+    #[must_use]
+    pub fn waking_in(mut self, wake_in: Option<Duration>) -> Self {
+        self.wake_in = wake_in;
+        self
     }
 
     /// Jobs that no rate cut short.
@@ -94,6 +109,7 @@ impl Claimed {
         Self {
             jobs,
             next_in: None,
+            wake_in: None,
         }
     }
 }

@@ -19,7 +19,7 @@ use tokio::sync::broadcast;
 use crate::{
     Batch, BatchProgress, ClaimRequest, ClaimedJob, Enqueued, Event, JobFilter, JobId, JobInfo,
     JobPage, Lease, Limits, Maintenance, NewJob, OnFailure, ProgressReport, QueueStats,
-    QueueUpdate, Result, RunningJob, Settle, Settled, WaitFor, WorkerBeat, WorkerSeen,
+    QueueUpdate, Rate, Result, RunningJob, Settle, Settled, WaitFor, WorkerBeat, WorkerSeen,
     schedule::{self, Fire, Fired, Schedule, ScheduleInfo, StoredSchedule, Tick},
     settle::DEFAULT_SETTLE_BATCH,
     validate,
@@ -690,6 +690,48 @@ pub trait Admin: Send + Sync {
         key: Option<&str>,
         limit: Option<u32>,
     ) -> Result<()>;
+
+    /// Sets the rate of `key` in `queue`, or with `key` `None` the default rate of
+    /// every key without one of its own (each key then has its own allowance); `rate`
+    /// `None` lifts it (SPEC K12).
+    ///
+    /// # Behavior
+    /// - In any window of the rate's `per`, at most its `count` jobs of the key start,
+    ///   across all workers, on the server's clock (SPEC K12).
+    /// - A job its key's rate holds back holds nobody else up; it starts once the rate
+    ///   allows, and a worker learns when from the claim (SPEC K13).
+    /// - A new rate starts afresh; the same rate set again changes nothing; lifting
+    ///   one lets the next claim start the key's jobs.
+    /// - A bad rate is [`Error::InvalidInput`] on `rate` (the bounds of
+    ///   [`QueueUpdate::rate`]), a bad key on `limit_key`; nothing is stored then. A
+    ///   backend without rates or limit keys refuses every call on `rate`.
+    async fn set_key_rate(&self, queue: &str, key: Option<&str>, rate: Option<Rate>) -> Result<()> {
+        validate::queue_name(queue)?;
+        if let Some(key) = key {
+            validate::label("limit_key", key)?;
+        }
+        if let Some(rate) = &rate {
+            validate::rate(rate)?;
+        }
+        self.set_key_rate_unchecked(queue, key, rate)
+            .await
+            .map_err(|e| e.during("set_key_rate"))
+    }
+
+    /// [`set_key_rate`](Self::set_key_rate) after validation. The default refuses:
+    /// a backend without key rates keeps it.
+    async fn set_key_rate_unchecked(
+        &self,
+        queue: &str,
+        key: Option<&str>,
+        rate: Option<Rate>,
+    ) -> Result<()> {
+        let _ = (queue, key, rate);
+        Err(crate::Error::invalid(
+            "rate",
+            "this backend keeps no rates for limit keys",
+        ))
+    }
 
     /// Cancels one job (SPEC B7).
     ///

@@ -71,6 +71,15 @@ pub enum Hold {
         /// When it allows the next start, on the server's clock.
         next: DateTime<Utc>,
     },
+    /// Its limit key's rate allows no start before `next` (SPEC K12, K14).
+    KeyRate {
+        /// The key.
+        key: String,
+        /// The key's rate.
+        rate: crate::Rate,
+        /// When it allows the key's next start, on the server's clock.
+        next: DateTime<Utc>,
+    },
 }
 
 /// What [`InspectExt::why`] found.
@@ -176,11 +185,8 @@ pub trait InspectExt: Inspect + OrderBarrier {
             && matches!(job.state, JobState::Ready | JobState::Retrying)
         {
             let keys = self.key_limits(queue).await?;
-            let running = keys
-                .keys
-                .iter()
-                .find(|k| &k.key == key)
-                .map_or(0, |k| k.running);
+            let used = keys.keys.iter().find(|k| &k.key == key);
+            let running = used.map_or(0, |k| k.running);
             if let Some(limit) = keys.limit_of(key)
                 && running >= u64::from(limit)
             {
@@ -188,6 +194,13 @@ pub trait InspectExt: Inspect + OrderBarrier {
                     key: key.clone(),
                     running,
                     limit,
+                });
+            }
+            if let Some((rate, next)) = used.and_then(|k| k.rate.zip(k.rate_next)) {
+                holds.push(Hold::KeyRate {
+                    key: key.clone(),
+                    rate,
+                    next,
                 });
             }
         }
@@ -307,6 +320,11 @@ impl std::fmt::Display for Hold {
             Self::Rate { rate, next } => write!(
                 f,
                 "its queue's rate of {rate} allows the next start at {}",
+                stamp(*next)
+            ),
+            Self::KeyRate { key, rate, next } => write!(
+                f,
+                "its limit key {key}'s rate of {rate} allows the key's next start at {}",
                 stamp(*next)
             ),
         }

@@ -8,6 +8,7 @@ pub mod enqueue;
 pub mod errors;
 pub mod events;
 pub mod groups;
+pub mod key_rates;
 pub mod keys;
 pub mod lease;
 pub mod listing;

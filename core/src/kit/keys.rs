@@ -1,8 +1,12 @@
-//! A claim's admission under limit keys (SPEC K2, K4, K6), for backends that decide it
-//! candidate by candidate in order key: take the job, leave it for now, or park it
-//! because its key is full.
+//! A claim's admission under limit keys (SPEC K2, K4, K6) and their rates (SPEC K12,
+//! K13), for backends that decide it candidate by candidate in order key: take the
+//! job, leave it for now, or park it because its key is full or its key's rate allows
+//! no start now.
 
 use std::collections::HashMap;
+
+use crate::Rate;
+use crate::kit::rate;
 
 /// What a claim does with one candidate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -12,18 +16,74 @@ pub enum Admit {
     /// Its key is full: it waits until a slot of its key frees (a backend may set it
     /// aside, "park" it, so later claims do not read it again).
     Full,
+    /// Its key's rate allows no start now: it waits until the key's wake time
+    /// ([`KeyAdmission::rated`]); a backend may park it until then.
+    Paced,
     /// Leave it for another claim: it would be claimed ahead into its key's last free
     /// slot (SPEC K6), or the claim has all it wants.
     Leave,
 }
 
-/// The admission of one claim: how many it took and each key's running count.
+impl Admit {
+    /// Whether a backend that parks sets the job aside.
+    #[must_use]
+    pub fn parks(self) -> bool {
+        matches!(self, Self::Full | Self::Paced)
+    }
+}
+
+/// What a claim knows of one key when it first meets it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KeyInfo {
+    /// The limit in force (its own, else the queue's default); `None` for none.
+    pub limit: Option<u32>,
+    /// Its running jobs, held ahead in buffers included. Only read when it has a limit.
+    pub running: u64,
+    /// The rate in force (its own, else the queue's default key rate).
+    pub rate: Option<Rate>,
+    /// The rate's stored value (`kit::rate`), `None` before its first start.
+    pub tat: Option<i64>,
+}
+
+impl KeyInfo {
+    /// A key with a limit and no rate.
+    #[must_use]
+    pub fn limited(limit: Option<u32>, running: u64) -> Self {
+        Self {
+            limit,
+            running,
+            ..Self::default()
+        }
+    }
+}
+
+/// What a claim changed of one key's rate, for the backend to store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RateChange {
+    /// The key.
+    pub key: String,
+    /// The rate's new value when the claim started jobs of the key.
+    pub tat: Option<i64>,
+    /// When the key's rate allows its next start, when the claim passed over a job of
+    /// the key for its rate: the time to put its parked jobs back.
+    pub wake: Option<i64>,
+}
+
+#[derive(Debug)]
+struct KeyState {
+    info: KeyInfo,
+    moved: bool,
+    wake: Option<i64>,
+}
+
+/// The admission of one claim: how many it took and what it knows of each key.
 #[derive(Debug)]
 pub struct KeyAdmission {
     want: u32,
     slots: u32,
     taken: u32,
-    running: HashMap<String, u64>,
+    now: i64,
+    keys: HashMap<String, KeyState>,
 }
 
 impl KeyAdmission {
@@ -34,14 +94,23 @@ impl KeyAdmission {
             want,
             slots: slots.min(want),
             taken: 0,
-            running: HashMap::new(),
+            now: 0,
+            keys: HashMap::new(),
         }
     }
 
-    /// Whether the claim already knows `key`'s running count (asked for it before).
+    /// The claim's time in microseconds on the server's clock, which key rates judge
+    /// at (its jobs start then).
+    #[must_use]
+    pub fn at(mut self, now_us: i64) -> Self {
+        self.now = now_us;
+        self
+    }
+
+    /// Whether the claim already knows `key` (met it before).
     #[must_use]
     pub fn knows(&self, key: &str) -> bool {
-        self.running.contains_key(key)
+        self.keys.contains_key(key)
     }
 
     /// Whether the claim has all it wants.
@@ -50,58 +119,70 @@ impl KeyAdmission {
         self.taken >= self.want
     }
 
-    /// Decides on the next candidate in order key: its key, that key's limit, and
-    /// `running`, which gives the key's running count when the claim first meets it
-    /// (jobs this claim took are counted on top).
-    pub fn decide(
-        &mut self,
-        key: Option<&str>,
-        limit: Option<u32>,
-        running: impl FnOnce() -> u64,
-    ) -> Admit {
+    /// Decides on the next candidate in order key, given its key and `info`, which
+    /// tells what is known of the key when the claim first meets it (jobs this claim
+    /// took, and the starts its rate counted, come on top).
+    pub fn decide(&mut self, key: Option<&str>, info: impl FnOnce() -> KeyInfo) -> Admit {
         if self.done() {
             return Admit::Leave;
         }
-        let (Some(key), Some(limit)) = (key, limit) else {
+        let Some(key) = key else {
             self.taken += 1;
             return Admit::Take;
         };
-        let count = self.running.entry(key.to_owned()).or_insert_with(running);
-        let limit = u64::from(limit);
-        if *count >= limit {
-            return Admit::Full;
+        let state = self.keys.entry(key.to_owned()).or_insert_with(|| KeyState {
+            info: info(),
+            moved: false,
+            wake: None,
+        });
+        let info = &mut state.info;
+        if let Some(limit) = info.limit.map(u64::from) {
+            if info.running >= limit {
+                return Admit::Full;
+            }
+            // Claimed ahead, it would sit in a buffer on the key's last slot.
+            if self.taken >= self.slots && info.running + 1 >= limit {
+                return Admit::Leave;
+            }
         }
-        // Claimed ahead, it would sit in a buffer on the key's last slot.
-        if self.taken >= self.slots && *count + 1 >= limit {
-            return Admit::Leave;
+        if let Some(r) = info.rate {
+            let a = rate::admit(&r, info.tat, self.now, 1);
+            if a.allowed == 0 {
+                let wake = rate::next_start(&r, info.tat, self.now).unwrap_or(self.now);
+                state.wake = Some(wake);
+                return Admit::Paced;
+            }
+            info.tat = a.tat(1);
+            state.moved = true;
         }
-        *count += 1;
+        info.running += 1;
         self.taken += 1;
         Admit::Take
     }
 
-    /// Decides `candidates` (job id and key, in order key), each key's limit and
-    /// running count given by `keys` (a key not there has no limit); returns the ids to
-    /// claim and the ids to park. For a backend that reads a batch of candidates and
-    /// its keys' counts at once.
+    /// Decides `candidates` (job id and key, in order key), each key's state given by
+    /// `keys` (a key not there has no limit and no rate); returns the ids to claim and
+    /// the ids to park. For a backend that reads a batch of candidates and its keys'
+    /// states at once.
     pub fn split(
         &mut self,
         candidates: &[(i64, Option<String>)],
-        keys: &HashMap<String, (Option<u32>, u64)>,
+        keys: &HashMap<String, KeyInfo>,
     ) -> (Vec<i64>, Vec<i64>) {
         let (mut take, mut park) = (Vec::new(), Vec::new());
         for (id, key) in candidates {
             if self.done() {
                 break;
             }
-            let (limit, running) = key
-                .as_deref()
-                .and_then(|k| keys.get(k).copied())
-                .unwrap_or((None, 0));
-            match self.decide(key.as_deref(), limit, || running) {
+            let info = || {
+                key.as_deref()
+                    .and_then(|k| keys.get(k).copied())
+                    .unwrap_or_default()
+            };
+            match self.decide(key.as_deref(), info) {
                 Admit::Take => take.push(*id),
-                Admit::Full => park.push(*id),
-                Admit::Leave => {}
+                a if a.parks() => park.push(*id),
+                _ => {}
             }
         }
         (take, park)
@@ -112,43 +193,73 @@ impl KeyAdmission {
     pub fn taken(&self) -> u32 {
         self.taken
     }
+
+    /// What the claim changed of its keys' rates: each key whose rate it moved on or
+    /// that held a job back, in no order.
+    #[must_use]
+    pub fn rated(&self) -> Vec<RateChange> {
+        self.keys
+            .iter()
+            .filter(|(_, s)| s.moved || s.wake.is_some())
+            .map(|(k, s)| RateChange {
+                key: k.clone(),
+                tat: s.moved.then_some(s.info.tat).flatten(),
+                wake: s.wake,
+            })
+            .collect()
+    }
+
+    /// The earliest wake time of a key whose rate held a job back in this claim.
+    #[must_use]
+    pub fn next_wake(&self) -> Option<i64> {
+        self.keys.values().filter_map(|s| s.wake).min()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
+
+    fn lim(limit: Option<u32>, running: u64) -> impl FnOnce() -> KeyInfo {
+        move || KeyInfo::limited(limit, running)
+    }
+
+    fn met() -> KeyInfo {
+        unreachable!("a key is asked for once")
+    }
 
     #[test]
     fn a_full_key_is_skipped_and_others_fill_the_claim() {
         let mut a = KeyAdmission::new(3, 3);
-        assert_eq!(a.decide(Some("k"), Some(1), || 1), Admit::Full);
-        assert_eq!(a.decide(Some("k"), Some(1), || unreachable!()), Admit::Full);
-        assert_eq!(a.decide(Some("j"), Some(2), || 0), Admit::Take);
-        assert_eq!(a.decide(Some("j"), Some(2), || unreachable!()), Admit::Take);
-        assert_eq!(a.decide(Some("j"), Some(2), || unreachable!()), Admit::Full);
-        assert_eq!(a.decide(None, None, || unreachable!()), Admit::Take);
+        assert_eq!(a.decide(Some("k"), lim(Some(1), 1)), Admit::Full);
+        assert_eq!(a.decide(Some("k"), met), Admit::Full);
+        assert_eq!(a.decide(Some("j"), lim(Some(2), 0)), Admit::Take);
+        assert_eq!(a.decide(Some("j"), met), Admit::Take);
+        assert_eq!(a.decide(Some("j"), met), Admit::Full);
+        assert_eq!(a.decide(None, met), Admit::Take);
         assert!(a.done());
-        assert_eq!(a.decide(None, None, || 0), Admit::Leave);
+        assert_eq!(a.decide(None, met), Admit::Leave);
     }
 
     #[test]
     fn a_job_claimed_ahead_never_takes_its_key_s_last_slot() {
         let mut a = KeyAdmission::new(4, 1);
-        assert_eq!(a.decide(None, None, || 0), Admit::Take);
+        assert_eq!(a.decide(None, met), Admit::Take);
         // Ahead now: a key of limit 1 is left, one of 3 with 1 running takes one.
-        assert_eq!(a.decide(Some("one"), Some(1), || 0), Admit::Leave);
-        assert_eq!(a.decide(Some("three"), Some(3), || 1), Admit::Take);
-        assert_eq!(
-            a.decide(Some("three"), Some(3), || unreachable!()),
-            Admit::Leave
-        );
-        assert_eq!(a.decide(Some("free"), None, || unreachable!()), Admit::Take);
+        assert_eq!(a.decide(Some("one"), lim(Some(1), 0)), Admit::Leave);
+        assert_eq!(a.decide(Some("three"), lim(Some(3), 1)), Admit::Take);
+        assert_eq!(a.decide(Some("three"), met), Admit::Leave);
+        assert_eq!(a.decide(Some("free"), lim(None, 0)), Admit::Take);
         assert_eq!(a.taken(), 3);
     }
 
     #[test]
     fn split_sorts_a_batch_of_candidates() {
-        let keys = HashMap::from([("k".to_owned(), (Some(1), 0)), ("u".to_owned(), (None, 9))]);
+        let keys = HashMap::from([
+            ("k".to_owned(), KeyInfo::limited(Some(1), 0)),
+            ("u".to_owned(), KeyInfo::limited(None, 9)),
+        ]);
         let candidates = [
             (1, Some("k".to_owned())),
             (2, Some("k".to_owned())),
@@ -158,5 +269,57 @@ mod tests {
         ];
         let mut a = KeyAdmission::new(3, 3);
         assert_eq!(a.split(&candidates, &keys), (vec![1, 3, 4], vec![2]));
+    }
+
+    /// A key's rate takes what it allows, parks the rest until its next start, and
+    /// says so; other keys fill the claim.
+    #[test]
+    fn a_key_s_rate_parks_what_it_does_not_allow() {
+        // 11 a second with a burst of 2: one start every 100 ms (`per ÷ (count − burst + 1)`).
+        let rate = Rate::new(11, Duration::from_secs(1)).with_burst(2);
+        let rated = KeyInfo {
+            rate: Some(rate),
+            ..KeyInfo::default()
+        };
+        let keys = HashMap::from([("r".to_owned(), rated)]);
+        let candidates: Vec<(i64, Option<String>)> = (1..=4)
+            .map(|id| (id, Some("r".to_owned())))
+            .chain([(5, Some("free".to_owned()))])
+            .collect();
+        let now = 5_000_000;
+        let mut a = KeyAdmission::new(10, 10).at(now);
+        assert_eq!(a.split(&candidates, &keys), (vec![1, 2, 5], vec![3, 4]));
+        let changes = a.rated();
+        assert_eq!(changes.len(), 1);
+        // Two starts at `now` move the value two intervals on; the next start is due
+        // one interval after `now`.
+        assert_eq!(changes[0].tat, Some(now + 200_000));
+        assert_eq!(changes[0].wake, Some(now + 100_000));
+        assert_eq!(a.next_wake(), Some(now + 100_000));
+        // At the wake time, one more starts.
+        let keys = HashMap::from([(
+            "r".to_owned(),
+            KeyInfo {
+                tat: changes[0].tat,
+                ..rated
+            },
+        )]);
+        let mut b = KeyAdmission::new(10, 10).at(now + 100_000);
+        assert_eq!(b.split(&candidates[2..4], &keys), (vec![3], vec![4]));
+    }
+
+    /// A key's limit is checked before its rate: a full key's job is not counted as a
+    /// start.
+    #[test]
+    fn a_full_key_does_not_spend_its_rate() {
+        let info = KeyInfo {
+            limit: Some(1),
+            running: 1,
+            rate: Some(Rate::new(1, Duration::from_secs(1))),
+            tat: None,
+        };
+        let mut a = KeyAdmission::new(2, 2).at(1);
+        assert_eq!(a.decide(Some("k"), || info), Admit::Full);
+        assert!(a.rated().is_empty());
     }
 }

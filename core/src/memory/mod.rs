@@ -275,7 +275,7 @@ impl Inspect for MemoryBackend {
     }
 
     async fn key_limits_unchecked(&self, queue: &str) -> Result<crate::KeyLimits> {
-        self.with_queue(queue, |q, _| q.key_limits())
+        self.with_queue(queue, |q, now| q.key_limits(now))
     }
 
     async fn job_unchecked(&self, queue: &str, id: JobId) -> Result<JobInfo> {
@@ -375,6 +375,17 @@ impl Admin for MemoryBackend {
                 q.key_own.remove(k);
             }
         })?;
+        self.notify(queue, EventKind::Ready);
+        Ok(())
+    }
+
+    async fn set_key_rate_unchecked(
+        &self,
+        queue: &str,
+        key: Option<&str>,
+        rate: Option<crate::Rate>,
+    ) -> Result<()> {
+        self.with_queue(queue, |q, _| q.set_key_rate(key, rate))?;
         self.notify(queue, EventKind::Ready);
         Ok(())
     }

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 
 use super::view::{OrderKey, View};
-use crate::kit::keys::{Admit, KeyAdmission};
+use crate::kit::keys::{Admit, KeyAdmission, KeyInfo};
 use crate::{
     AttemptOutcome, AttemptRecord, BatchId, BatchProgress, ClaimRequest, ClaimedJob, Enqueued,
     Error, JobId, JobInfo, JobState, Lease, LeaseToken, NewJob, OnFailure, Outcome, Progress,
@@ -118,6 +118,11 @@ pub(crate) struct QueueState {
     /// (`kit::rate`).
     pub(crate) rate: Option<crate::Rate>,
     pub(crate) rate_tat: Option<i64>,
+    /// The rate of every key without one of its own, keys' own rates, and each rated
+    /// key's next start in microseconds (SPEC K12).
+    pub(crate) key_rate_default: Option<crate::Rate>,
+    pub(crate) key_rate_own: BTreeMap<String, crate::Rate>,
+    pub(crate) key_tat: HashMap<String, i64>,
     batches: BTreeMap<i64, BatchState>,
     /// Schedules by name (SPEC S).
     pub(crate) schedules: BTreeMap<String, crate::schedule::StoredSchedule>,
@@ -150,6 +155,8 @@ impl QueueState {
             || self.rate.is_some()
             || self.key_default.is_some()
             || !self.key_own.is_empty()
+            || self.key_rate_default.is_some()
+            || !self.key_rate_own.is_empty()
             || !self.schedules.is_empty()
     }
 
@@ -345,6 +352,38 @@ impl QueueState {
         self.key_own.get(key).copied().or(self.key_default)
     }
 
+    /// The rate of `key` (SPEC K12).
+    pub(crate) fn key_rate(&self, key: &str) -> Option<crate::Rate> {
+        self.key_rate_own
+            .get(key)
+            .copied()
+            .or(self.key_rate_default)
+    }
+
+    /// Sets or lifts the rate of `key`, or of every key without its own: a new rate
+    /// starts afresh (SPEC K12).
+    pub(crate) fn set_key_rate(&mut self, key: Option<&str>, rate: Option<crate::Rate>) {
+        let before: Vec<(String, Option<crate::Rate>)> = self
+            .key_tat
+            .keys()
+            .map(|k| (k.clone(), self.key_rate(k)))
+            .collect();
+        match (key, rate) {
+            (None, r) => self.key_rate_default = r,
+            (Some(k), Some(r)) => {
+                self.key_rate_own.insert(k.to_owned(), r);
+            }
+            (Some(k), None) => {
+                self.key_rate_own.remove(k);
+            }
+        }
+        for (k, was) in before {
+            if self.key_rate(&k) != was {
+                self.key_tat.remove(&k);
+            }
+        }
+    }
+
     /// Running jobs of `key`, held ahead in a buffer included (SPEC K2).
     fn key_running(&self, key: &str) -> u64 {
         let n = self
@@ -357,18 +396,30 @@ impl QueueState {
     }
 
     /// SPEC K7.
-    pub(crate) fn key_limits(&self) -> crate::KeyLimits {
+    pub(crate) fn key_limits(&self, now: DateTime<Utc>) -> crate::KeyLimits {
         let mut running: BTreeMap<&str, u64> = BTreeMap::new();
         for j in self.open_jobs() {
             if let (Phase::Running { .. }, Some(k)) = (&j.phase, &j.limit_key) {
                 *running.entry(k).or_default() += 1;
             }
         }
-        for k in self.key_own.keys() {
+        for k in self.key_own.keys().chain(self.key_rate_own.keys()) {
             running.entry(k).or_default();
+        }
+        let now = now.timestamp_micros();
+        let next = |k: &str| {
+            let rate = self.key_rate(k)?;
+            let at = crate::kit::rate::next_start(&rate, self.key_tat.get(k).copied(), now)?;
+            DateTime::from_timestamp_micros(at)
+        };
+        for k in self.key_tat.keys() {
+            if next(k).is_some() {
+                running.entry(k).or_default();
+            }
         }
         crate::KeyLimits {
             default: self.key_default,
+            default_rate: self.key_rate_default,
             keys: running
                 .into_iter()
                 .take(crate::KEYS_LISTED)
@@ -377,6 +428,9 @@ impl QueueState {
                     running: n,
                     own: self.key_own.get(k).copied(),
                     limit: self.key_limit(k),
+                    own_rate: self.key_rate_own.get(k).copied(),
+                    rate: self.key_rate(k),
+                    rate_next: next(k),
                 })
                 .collect(),
         }
@@ -399,7 +453,9 @@ impl QueueState {
     ) -> crate::Claimed {
         // A rate judges claims in whole microseconds; its jobs start at the time it
         // judged, so that every window it bounds is a window of their starts.
-        let now = if self.rate.is_some() {
+        let rated =
+            self.rate.is_some() || self.key_rate_default.is_some() || !self.key_rate_own.is_empty();
+        let now = if rated {
             now.duration_trunc(TimeDelta::microseconds(1))
                 .unwrap_or(now)
         } else {
@@ -430,22 +486,46 @@ impl QueueState {
         };
         candidates.sort_unstable();
         // SPEC K2, K4, K6: a full key's jobs are passed over, not waited for.
-        let mut admission = KeyAdmission::new(u32::try_from(take).unwrap_or(u32::MAX), req.slots);
+        let now_us = now.timestamp_micros();
+        let mut admission =
+            KeyAdmission::new(u32::try_from(take).unwrap_or(u32::MAX), req.slots).at(now_us);
         let mut chosen = Vec::with_capacity(take);
         for c in candidates {
             if admission.done() {
                 break;
             }
             let key = self.jobs[&c.2].limit_key.as_deref();
-            let limit = key.and_then(|k| self.key_limit(k));
-            if admission.decide(key, limit, || self.key_running(key.unwrap_or_default()))
-                == Admit::Take
-            {
+            let info = || {
+                let k = key.unwrap_or_default();
+                let limit = self.key_limit(k);
+                KeyInfo {
+                    limit,
+                    running: if limit.is_some() {
+                        self.key_running(k)
+                    } else {
+                        0
+                    },
+                    rate: self.key_rate(k),
+                    tat: self.key_tat.get(k).copied(),
+                }
+            };
+            if admission.decide(key, info) == Admit::Take {
                 chosen.push(c);
             }
         }
-        let expires_at = after(now, req.lease);
+        for change in admission.rated() {
+            if let Some(tat) = change.tat {
+                self.key_tat.insert(change.key, tat);
+            }
+        }
         let taken = u32::try_from(chosen.len()).unwrap_or(u32::MAX);
+        // SPEC K13: when a key's rate held a job back and the claim is short, when to
+        // claim again.
+        let wake_in = admission
+            .next_wake()
+            .filter(|_| taken < u32::try_from(take).unwrap_or(u32::MAX))
+            .map(|at| std::time::Duration::from_micros((at - now_us).max(0).unsigned_abs()));
+        let expires_at = after(now, req.lease);
         let next_in = paced.and_then(|p| {
             if let Some(tat) = p.tat(taken) {
                 self.rate_tat = Some(tat);
@@ -493,7 +573,7 @@ impl QueueState {
                 }
             })
             .collect();
-        crate::Claimed { jobs, next_in }
+        crate::Claimed::new(jobs, next_in).waking_in(wake_in)
     }
 
     /// SPEC L1, L2, L4 for one lease.

@@ -45,6 +45,8 @@ struct Claimed {
     /// Queues (by index) whose rate cut their claim short, with when it lets the
     /// next job start (SPEC K10).
     paced: Vec<(usize, Instant)>,
+    /// The earliest time a limit key's rate lets a job it held back start (SPEC K13).
+    wake: Option<Instant>,
 }
 
 type Claiming = Pin<Box<dyn Future<Output = Claimed> + Send>>;
@@ -80,6 +82,9 @@ pub(super) struct Runner {
     /// Per queue (in `queues`' order): until when its rate allows no start. Claims
     /// skip the queue until then, and the worker sleeps till then instead of polling.
     paced: Vec<Option<Instant>>,
+    /// When a limit key's rate lets a job it held back start: an idle worker claims
+    /// again then instead of waiting for its next poll (SPEC K13).
+    wake: Option<Instant>,
 }
 
 impl Runner {
@@ -120,6 +125,7 @@ impl Runner {
                 .map(|_| std::sync::atomic::AtomicU32::new(0))
                 .collect(),
             paced: vec![None; n_queues],
+            wake: None,
         }
     }
 
@@ -234,6 +240,9 @@ impl Runner {
                     for (i, until) in got.paced {
                         self.paced[i] = Some(until.min(cap));
                     }
+                    if let Some(at) = got.wake {
+                        self.wake = Some(self.wake.map_or(at, |w| w.min(at)).min(cap));
+                    }
                     self.buffer.push(got.jobs);
                     eager = n == got.asked;
                     self.short = !eager;
@@ -255,6 +264,11 @@ impl Runner {
                 }
                 () = sleep_until(self.next_paced().unwrap_or_else(Instant::now)),
                     if waiting && self.next_paced().is_some() => eager = true,
+                () = sleep_until(self.wake.unwrap_or_else(Instant::now)),
+                    if waiting && self.wake.is_some() => {
+                    self.wake = None;
+                    eager = true;
+                }
                 () = sleep_until(expiry.unwrap_or_else(Instant::now)), if expiry.is_some() => {}
                 () = shutdown.cancelled() => {}
             }
@@ -452,6 +466,7 @@ impl Runner {
         Box::pin(async move {
             let at = Instant::now();
             let (mut jobs, mut failed, mut paced) = (Vec::new(), false, Vec::new());
+            let mut wake: Option<Instant> = None;
             let n = queues.len();
             for i in 0..n {
                 let taken = u32::try_from(jobs.len()).unwrap_or(want);
@@ -480,6 +495,10 @@ impl Runner {
                         if let Some(wait) = got.next_in {
                             paced.push((index, Instant::now() + wait));
                         }
+                        if let Some(wait) = got.wake_in {
+                            let at = Instant::now() + wait;
+                            wake = Some(wake.map_or(at, |w| w.min(at)));
+                        }
                         jobs.extend(got.jobs.into_iter().map(|job| (sent, job)));
                     }
                     Err(e) => {
@@ -497,6 +516,7 @@ impl Runner {
                 failed,
                 at,
                 paced,
+                wake,
             }
         })
     }
