@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use relayq_core::{
-    Admin, Batch, Error, JobId, JobState, Maintenance, QueueUpdate, Result, cancelled_by, kit,
-    retry::retry_transient,
+    Admin, Batch, Error, JobId, JobState, Maintenance, QueueUpdate, Rate, Result, cancelled_by,
+    kit, retry::retry_transient,
 };
 use sqlx::PgConnection;
 
@@ -125,7 +125,9 @@ impl PostgresBackend {
         sqlx::query(self.sql(
             "WITH flag AS (
                  UPDATE {s}.queues SET keyed = key_limit IS NOT NULL
+                     OR key_rate_count IS NOT NULL
                      OR EXISTS (SELECT 1 FROM {s}.key_limits WHERE queue = $1)
+                     OR EXISTS (SELECT 1 FROM {s}.key_rates WHERE queue = $1)
                  WHERE queue = $1),
              unparked AS (
                  UPDATE {s}.jobs SET parked = false
@@ -135,6 +137,101 @@ impl PostgresBackend {
         .bind(queue)
         .bind(self.inner.schema.channel())
         .bind(&payload)
+        .execute(&mut *tx)
+        .await
+        .map_err(db)?;
+        tx.commit().await.map_err(db)?;
+        self.notify_local(&[payload]);
+        Ok(())
+    }
+
+    /// SPEC K12: stores a key's rate or the default key rate under the queue row's
+    /// lock, as [`set_key_limit_tx`](Self::set_key_limit_tx) stores limits: a new rate
+    /// starts afresh, the same rate again changes nothing, and the parked jobs it may
+    /// concern go back to the claim index.
+    pub(crate) async fn set_key_rate_tx(
+        &self,
+        queue: &str,
+        key: Option<&str>,
+        rate: Option<Rate>,
+    ) -> Result<()> {
+        let count = rate.map(|r| i32::try_from(r.count).unwrap_or(i32::MAX));
+        let per = rate.map(|r| i64::try_from(r.per.as_micros()).unwrap_or(i64::MAX));
+        let burst = rate.map(|r| i32::try_from(r.burst).unwrap_or(i32::MAX));
+        let payload = format!("{}:{queue}", listen::READY);
+        let mut tx = self.inner.pool.begin().await.map_err(db)?;
+        sqlx::query(self.sql(
+            "INSERT INTO {s}.queues (queue) VALUES ($1)
+             ON CONFLICT (queue) DO UPDATE SET keyed = {s}.queues.keyed",
+        ))
+        .bind(queue)
+        .execute(&mut *tx)
+        .await
+        .map_err(db)?;
+        let was: Option<(Option<i32>, Option<i64>, Option<i32>)> = sqlx::query_as(self.sql(
+            "SELECT key_rate_count, key_rate_per_us, key_rate_burst FROM {s}.queues
+             WHERE queue = $1 AND $2::text IS NULL
+             UNION ALL
+             SELECT rate_count, rate_per_us, rate_burst FROM {s}.key_rates
+             WHERE queue = $1 AND limit_key = $2",
+        ))
+        .bind(queue)
+        .bind(key)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(db)?;
+        if was.unwrap_or_default() == (count, per, burst) {
+            return tx.commit().await.map_err(db);
+        }
+        let change = match key {
+            // A new default starts afresh for every key under it: their rows go.
+            None => {
+                "WITH d AS (
+                     UPDATE {s}.queues SET key_rate_count = $3, key_rate_per_us = $4,
+                         key_rate_burst = $5
+                     WHERE queue = $1 AND $2::text IS NULL)
+                 DELETE FROM {s}.key_rates WHERE queue = $1 AND rate_count IS NULL"
+            }
+            Some(_) if rate.is_some() => {
+                "INSERT INTO {s}.key_rates (queue, limit_key, rate_count, rate_per_us, rate_burst)
+                 VALUES ($1, $2, $3, $4, $5)
+                 ON CONFLICT (queue, limit_key) DO UPDATE
+                 SET rate_count = EXCLUDED.rate_count, rate_per_us = EXCLUDED.rate_per_us,
+                     rate_burst = EXCLUDED.rate_burst, tat = NULL, wake_at = NULL"
+            }
+            // Lifted, the key starts afresh under the default, if there is one.
+            Some(_) => {
+                "DELETE FROM {s}.key_rates
+                 WHERE queue = $1 AND limit_key = $2
+                   AND $3::int IS NULL AND $4::bigint IS NULL AND $5::int IS NULL"
+            }
+        };
+        sqlx::query(self.sql(change))
+            .bind(queue)
+            .bind(key)
+            .bind(count)
+            .bind(per)
+            .bind(burst)
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
+        sqlx::query(self.sql(
+            "WITH flag AS (
+                 UPDATE {s}.queues SET keyed = key_limit IS NOT NULL
+                     OR key_rate_count IS NOT NULL
+                     OR EXISTS (SELECT 1 FROM {s}.key_limits WHERE queue = $1)
+                     OR EXISTS (SELECT 1 FROM {s}.key_rates WHERE queue = $1)
+                 WHERE queue = $1),
+             unparked AS (
+                 UPDATE {s}.jobs SET parked = false
+                 WHERE queue = $1 AND parked AND state IN ('ready', 'retrying')
+                   AND ($4::text IS NULL OR limit_key = $4))
+             SELECT pg_notify($2, $3)",
+        ))
+        .bind(queue)
+        .bind(self.inner.schema.channel())
+        .bind(&payload)
+        .bind(key)
         .execute(&mut *tx)
         .await
         .map_err(db)?;
@@ -403,6 +500,15 @@ impl Admin for PostgresBackend {
             crate::retryable,
         )
         .await
+    }
+
+    async fn set_key_rate_unchecked(
+        &self,
+        queue: &str,
+        key: Option<&str>,
+        rate: Option<Rate>,
+    ) -> Result<()> {
+        retry_transient(|| self.set_key_rate_tx(queue, key, rate), crate::retryable).await
     }
 
     async fn cancel_job_unchecked(&self, queue: &str, id: JobId) -> Result<bool> {

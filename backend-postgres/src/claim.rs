@@ -9,7 +9,9 @@ use relayq_core::{
 use sqlx::{Row as _, postgres::PgRow};
 
 use crate::{
-    PostgresBackend, db, micros,
+    PostgresBackend, db,
+    keys::KeyRates,
+    micros,
     promote::{self, Touched, archive},
 };
 
@@ -417,6 +419,8 @@ pub(crate) struct Found {
     doomed: bool,
     /// Set when the queue's rate cut the claim short (SPEC K10).
     next_in: Option<std::time::Duration>,
+    /// Set when a key's rate held a job back and the claim came back short (SPEC K13).
+    pub(crate) wake_in: Option<std::time::Duration>,
 }
 
 fn missing() -> Error {
@@ -460,7 +464,10 @@ pub(crate) fn to_found(req: &ClaimRequest, rows: Vec<Row>) -> Result<Found> {
 /// the wait when a claim before it moved the rate on) and the transaction's start,
 /// which a claim without keys starts its jobs at (SPEC K9).
 const LOCK_QUEUE: &str = "SELECT paused, max_running, keyed, rate_count, rate_per_us, rate_burst,
-        rate_tat, now()
+        rate_tat, now(),
+        key_rate_count IS NOT NULL
+        OR EXISTS (SELECT 1 FROM {s}.key_rates r WHERE r.queue = $1),
+        key_rate_count, key_rate_per_us, key_rate_burst
     FROM {s}.queues WHERE queue = $1 FOR UPDATE";
 
 type Settings = (
@@ -472,6 +479,10 @@ type Settings = (
     Option<i32>,
     Option<i64>,
     DateTime<Utc>,
+    bool,
+    Option<i32>,
+    Option<i64>,
+    Option<i32>,
 );
 
 /// One fresh random token for each job a claim of `limit` may take.
@@ -538,8 +549,12 @@ impl PostgresBackend {
         // so; the lock statement's own reading may predate its wait), else the
         // transaction's start, which the one claim statement uses.
         let tat = settings.as_ref().and_then(|s| s.6);
+        // SPEC K12: the default key rate, when the queue's keys have rates.
+        let key_rates = settings.as_ref().filter(|s| s.8).map(|s| KeyRates {
+            default: crate::inspect::stored_rate(s.9, s.10, s.11),
+        });
         let at = match &settings {
-            Some(s) if s.2 && rate.is_some() => Some(
+            Some(s) if s.2 && (rate.is_some() || s.8) => Some(
                 sqlx::query_scalar("SELECT clock_timestamp()")
                     .fetch_one(&mut *tx)
                     .await
@@ -583,7 +598,8 @@ impl PostgresBackend {
         let mut found = if limit <= 0 {
             Found::default()
         } else if keyed {
-            self.claim_keyed(&mut tx, req, limit, at.filter(|_| paced.is_some()))
+            let timed = paced.is_some() || key_rates.is_some();
+            self.claim_keyed(&mut tx, req, limit, at.filter(|_| timed), key_rates)
                 .await?
         } else {
             self.claim_statement(&mut *tx, CLAIM_LIMITED_READY, req, limit)
@@ -759,26 +775,27 @@ impl Claim for PostgresBackend {
     async fn claim_paced_unchecked(&self, req: ClaimRequest) -> Result<relayq_core::Claimed> {
         // RETURNING has no order: the kit sorts by order key (SPEC C3).
         let req = &req;
-        let next_in = std::sync::Mutex::new(None);
-        let paced = &next_in;
+        let waits = std::sync::Mutex::new((None, None));
+        let paced = &waits;
         let jobs = relayq_core::kit::claim_refilling(
             req.limit,
             |room| async move {
                 let found = self.claim_up_to(req, i64::from(room)).await?;
-                if found.next_in.is_some() {
+                if found.next_in.is_some() || found.wake_in.is_some() {
                     *paced
                         .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner) = found.next_in;
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) =
+                        (found.next_in, found.wake_in);
                 }
                 Ok((found.jobs, found.doomed))
             },
             || async { self.expire(&req.queue, false).await.map(drop) },
         )
         .await?;
-        let next_in = next_in
+        let (next_in, wake_in) = waits
             .into_inner()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        Ok(relayq_core::Claimed::new(jobs, next_in))
+        Ok(relayq_core::Claimed::new(jobs, next_in).waking_in(wake_in))
     }
 }
 

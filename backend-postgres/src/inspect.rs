@@ -152,16 +152,40 @@ impl Inspect for PostgresBackend {
     }
 
     async fn key_limits_unchecked(&self, queue: &str) -> Result<KeyLimits> {
-        // One statement, one snapshot: the default, then each key's count and limit.
-        let rows: Vec<(Option<String>, i64, Option<i32>)> = sqlx::query_as(self.sql(
-            "SELECT NULL, 0::bigint, key_limit FROM {s}.queues WHERE queue = $1
+        // One statement, one snapshot: the defaults (the row without a key), then each
+        // key with running jobs, a limit or rate of its own, or a rate's value ahead of
+        // now (SPEC K7, K14), each row with the server's clock.
+        type Row = (
+            Option<String>,
+            i64,
+            Option<i32>,
+            Option<i32>,
+            Option<i64>,
+            Option<i32>,
+            Option<i64>,
+            DateTime<Utc>,
+        );
+        let rows: Vec<Row> = sqlx::query_as(self.sql(
+            "SELECT NULL, 0::bigint, key_limit, key_rate_count, key_rate_per_us,
+                    key_rate_burst, NULL::bigint, now()
+             FROM {s}.queues WHERE queue = $1
              UNION ALL
-             (SELECT k, sum(n)::bigint, max(own) FROM (
-                  SELECT limit_key AS k, count(*) AS n, NULL::int AS own FROM {s}.jobs
+             (SELECT k, sum(n)::bigint, max(own), max(rc), max(rp), max(rb), max(tat), now()
+              FROM (
+                  SELECT limit_key AS k, count(*) AS n, NULL::int AS own, NULL::int AS rc,
+                         NULL::bigint AS rp, NULL::int AS rb, NULL::bigint AS tat
+                  FROM {s}.jobs
                   WHERE queue = $1 AND limit_key IS NOT NULL AND state = 'running'
                   GROUP BY limit_key
                   UNION ALL
-                  SELECT limit_key, 0, max FROM {s}.key_limits WHERE queue = $1) u
+                  SELECT limit_key, 0, max, NULL, NULL, NULL, NULL
+                  FROM {s}.key_limits WHERE queue = $1
+                  UNION ALL
+                  SELECT limit_key, 0, NULL, rate_count, rate_per_us, rate_burst, tat
+                  FROM {s}.key_rates
+                  WHERE queue = $1
+                    AND (rate_count IS NOT NULL
+                         OR tat > (extract(epoch FROM now()) * 1e6)::bigint)) u
               GROUP BY k ORDER BY k LIMIT $2)",
         ))
         .bind(queue)
@@ -170,17 +194,30 @@ impl Inspect for PostgresBackend {
         .await
         .map_err(db)?;
         let mut out = KeyLimits::default();
-        if let Some((None, _, default)) = rows.first() {
+        if let Some((None, _, default, rc, rp, rb, ..)) = rows.first() {
             out.default = default.map(num).transpose()?;
+            out.default_rate = stored_rate(*rc, *rp, *rb);
         }
-        for (key, running, own) in rows {
+        for (key, running, own, rc, rp, rb, tat, now) in rows {
             let Some(key) = key else { continue };
             let own = own.map(num).transpose()?;
+            let own_rate = stored_rate(rc, rp, rb);
+            let rate = own_rate.or(out.default_rate);
+            let rate_next = rate
+                .and_then(|r| relayq_core::kit::rate::next_start(&r, tat, now.timestamp_micros()))
+                .and_then(DateTime::from_timestamp_micros);
+            let running = num(running)?;
+            if running == 0 && own.is_none() && own_rate.is_none() && rate_next.is_none() {
+                continue;
+            }
             out.keys.push(KeyUse {
                 key,
-                running: num(running)?,
+                running,
                 own,
                 limit: own.or(out.default),
+                own_rate,
+                rate,
+                rate_next,
             });
         }
         Ok(out)

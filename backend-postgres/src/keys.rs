@@ -6,9 +6,18 @@
 //! it has room left. The counts are exact because every keyed claim of the queue holds
 //! the queue row `FOR UPDATE`, and each statement after the lock sees what the claims
 //! and settles before it committed.
+//!
+//! Keys with rates (SPEC K12, K13) are judged at one clock reading taken after the
+//! lock, which their jobs start at. A claim that finds a key's rate spent parks its
+//! jobs and gives the key a wake time; the first claim after that time puts back up to
+//! the rate's burst of them.
 
 use chrono::{DateTime, Utc};
-use relayq_core::{ClaimRequest, Error, Result, kit::keys::KeyAdmission};
+use relayq_core::{
+    ClaimRequest, Error, Rate, Result,
+    kit::keys::{KeyAdmission, KeyInfo},
+    kit::rate,
+};
 use sqlx::PgConnection;
 use std::collections::HashMap;
 
@@ -59,6 +68,55 @@ const CLAIM_IDS: &str = "WITH t AS MATERIALIZED (
                   j.lease_expires_at)
     SELECT 0, false, *, NULL::bigint FROM claimed";
 
+/// The own rate and state of each key given that has a row (SPEC K12).
+const KEY_RATES: &str = "SELECT r.limit_key, r.rate_count, r.rate_per_us, r.rate_burst, r.tat
+    FROM {s}.key_rates r
+    WHERE r.queue = $1 AND r.limit_key = ANY($2::text[])";
+
+/// The keys whose wake time has come, their wake time cleared (SPEC K13).
+const WOKEN: &str = "UPDATE {s}.key_rates SET wake_at = NULL
+    WHERE queue = $1 AND wake_at <= $2
+    RETURNING limit_key, rate_count, rate_per_us, rate_burst, tat";
+
+/// Puts back up to `$3` of a key's earliest parked jobs.
+const UNPARK_FIRST: &str = "UPDATE {s}.jobs SET parked = false
+    WHERE id = ANY (ARRAY(
+        SELECT p.id FROM {s}.jobs p
+        WHERE p.queue = $1 AND p.limit_key = $2 AND p.parked
+          AND p.state IN ('ready', 'retrying')
+        ORDER BY p.priority, p.run_at, p.id LIMIT $3))";
+
+/// Keys' rates moved on by a claim (the new value, where it started jobs) and the
+/// times their parked jobs go back (where it parked some for the rate).
+const KEY_RATES_MOVED: &str = "INSERT INTO {s}.key_rates AS r (queue, limit_key, tat, wake_at)
+    SELECT $1, k, t, w FROM unnest($2::text[], $3::bigint[], $4::bigint[]) AS u(k, t, w)
+    ON CONFLICT (queue, limit_key) DO UPDATE
+    SET tat = COALESCE(EXCLUDED.tat, r.tat), wake_at = COALESCE(EXCLUDED.wake_at, r.wake_at)";
+
+/// A woken key that still has parked jobs and no wake time gets one.
+const STILL_PARKED: &str = "UPDATE {s}.key_rates r SET wake_at = $3
+    WHERE r.queue = $1 AND r.limit_key = $2 AND r.wake_at IS NULL
+      AND EXISTS (SELECT 1 FROM {s}.jobs p
+                  WHERE p.queue = $1 AND p.limit_key = $2 AND p.parked
+                    AND p.state IN ('ready', 'retrying'))";
+
+/// The earliest wake time of the queue's keys.
+const NEXT_WAKE: &str = "SELECT min(wake_at) FROM {s}.key_rates
+    WHERE queue = $1 AND wake_at IS NOT NULL";
+
+/// A keyed claim's view of its queue's key rates: the default of every key without its
+/// own.
+pub(crate) struct KeyRates {
+    pub(crate) default: Option<Rate>,
+}
+
+/// A key's row in `key_rates`: its own rate, if any, and its value.
+type StoredKeyRate = (String, Option<i32>, Option<i64>, Option<i32>, Option<i64>);
+
+fn rate_of(k: &StoredKeyRate, default: Option<Rate>) -> Option<Rate> {
+    crate::inspect::stored_rate(k.1, k.2, k.3).or(default)
+}
+
 /// How many candidates a read takes beyond the claim's limit: enough to pass over a
 /// full key's jobs, each of which it parks, so the next read goes further.
 const SCAN_EXTRA: i64 = 256;
@@ -69,16 +127,23 @@ const SCAN_ROUNDS: usize = 8;
 
 impl PostgresBackend {
     /// Claims up to `limit` jobs of a keyed queue; the caller holds the queue row's lock.
+    /// With key rates, `at` is the time the claim judges them at and starts its jobs at.
     pub(crate) async fn claim_keyed(
         &self,
         c: &mut PgConnection,
         req: &ClaimRequest,
         limit: i64,
         at: Option<DateTime<Utc>>,
+        rates: Option<KeyRates>,
     ) -> Result<Found> {
+        let now_us = at.unwrap_or_else(Utc::now).timestamp_micros();
+        let woken: Vec<StoredKeyRate> = match &rates {
+            Some(r) => self.wake(c, &req.queue, now_us, r.default).await?,
+            None => Vec::new(),
+        };
         let want = u32::try_from(limit).map_err(Error::backend)?;
-        let mut admission = KeyAdmission::new(want, req.slots);
-        let mut keys: HashMap<String, (Option<u32>, u64)> = HashMap::new();
+        let mut admission = KeyAdmission::new(want, req.slots).at(now_us);
+        let mut keys: HashMap<String, KeyInfo> = HashMap::new();
         let mut rows: Vec<Row> = Vec::new();
         // The first read takes little beyond the claim's room: most claims find keys
         // with room there. Reads after one that parked go further.
@@ -90,21 +155,40 @@ impl PostgresBackend {
                 .fetch_all(&mut *c)
                 .await
                 .map_err(db)?;
-            let new: Vec<&str> = candidates
+            let mut new: Vec<&str> = candidates
                 .iter()
                 .filter_map(|(_, k)| k.as_deref())
                 .filter(|k| !keys.contains_key(*k))
                 .collect();
+            new.sort_unstable();
+            new.dedup();
             if !new.is_empty() {
-                let rows: Vec<(String, Option<i32>, i64)> = sqlx::query_as(self.sql(KEY_INFO))
+                let found: Vec<(String, Option<i32>, i64)> = sqlx::query_as(self.sql(KEY_INFO))
                     .bind(&req.queue)
                     .bind(&new)
                     .fetch_all(&mut *c)
                     .await
                     .map_err(db)?;
-                for (k, max, running) in rows {
+                for (k, max, running) in found {
                     let max = max.and_then(|m| u32::try_from(m).ok());
-                    keys.insert(k, (max, running.unsigned_abs()));
+                    keys.insert(k, KeyInfo::limited(max, running.unsigned_abs()));
+                }
+                if let Some(r) = &rates {
+                    // Each new key is under the default until its row says otherwise.
+                    for k in &new {
+                        keys.entry((*k).to_owned()).or_default().rate = r.default;
+                    }
+                    let found: Vec<StoredKeyRate> = sqlx::query_as(self.sql(KEY_RATES))
+                        .bind(&req.queue)
+                        .bind(&new)
+                        .fetch_all(&mut *c)
+                        .await
+                        .map_err(db)?;
+                    for k in found {
+                        let info = keys.entry(k.0.clone()).or_default();
+                        info.rate = rate_of(&k, r.default);
+                        info.tat = k.4;
+                    }
                 }
             }
             let (mut round_taken, parked) = admission.split(&candidates, &keys);
@@ -125,7 +209,102 @@ impl PostgresBackend {
             }
             scan = 2 * limit + SCAN_EXTRA;
         }
-        to_found(req, rows)
+        let short = rows.len() < usize::try_from(limit).unwrap_or(usize::MAX);
+        let mut found = to_found(req, rows)?;
+        if let Some(r) = rates {
+            found.wake_in = self
+                .keep_rates(c, &req.queue, &admission, &woken, r.default, now_us, short)
+                .await?;
+        }
+        Ok(found)
+    }
+
+    /// SPEC K13: for each key whose wake time has come, clears it and puts back up to
+    /// its rate's burst of its earliest parked jobs, as many as the rate can allow at
+    /// once; returns those keys.
+    async fn wake(
+        &self,
+        c: &mut PgConnection,
+        queue: &str,
+        now_us: i64,
+        default: Option<Rate>,
+    ) -> Result<Vec<StoredKeyRate>> {
+        let woken: Vec<StoredKeyRate> = sqlx::query_as(self.sql(WOKEN))
+            .bind(queue)
+            .bind(now_us)
+            .fetch_all(&mut *c)
+            .await
+            .map_err(db)?;
+        for k in &woken {
+            let burst = rate_of(k, default).map_or(1, |r| i64::from(r.burst));
+            sqlx::query(self.sql(UNPARK_FIRST))
+                .bind(queue)
+                .bind(&k.0)
+                .bind(burst)
+                .execute(&mut *c)
+                .await
+                .map_err(db)?;
+        }
+        Ok(woken)
+    }
+
+    /// Stores what the claim changed of its keys' rates, gives a woken key whose jobs
+    /// are still parked its next wake time, and, for a short claim, returns the wait
+    /// until the earliest wake.
+    #[allow(clippy::too_many_arguments)]
+    async fn keep_rates(
+        &self,
+        c: &mut PgConnection,
+        queue: &str,
+        admission: &KeyAdmission,
+        woken: &[StoredKeyRate],
+        default: Option<Rate>,
+        now_us: i64,
+        short: bool,
+    ) -> Result<Option<std::time::Duration>> {
+        let changes = admission.rated();
+        if !changes.is_empty() {
+            let keys: Vec<&str> = changes.iter().map(|ch| ch.key.as_str()).collect();
+            let tats: Vec<Option<i64>> = changes.iter().map(|ch| ch.tat).collect();
+            let wakes: Vec<Option<i64>> = changes.iter().map(|ch| ch.wake).collect();
+            sqlx::query(self.sql(KEY_RATES_MOVED))
+                .bind(queue)
+                .bind(&keys)
+                .bind(&tats)
+                .bind(&wakes)
+                .execute(&mut *c)
+                .await
+                .map_err(db)?;
+        }
+        // A woken key's jobs beyond those put back stay parked: they go back when its
+        // rate next allows a start (now, if it still does).
+        for k in woken {
+            let Some(r) = rate_of(k, default) else {
+                continue;
+            };
+            let tat = changes
+                .iter()
+                .find(|ch| ch.key == k.0)
+                .and_then(|ch| ch.tat)
+                .or(k.4);
+            let at = rate::next_start(&r, tat, now_us).unwrap_or(now_us);
+            sqlx::query(self.sql(STILL_PARKED))
+                .bind(queue)
+                .bind(&k.0)
+                .bind(at)
+                .execute(&mut *c)
+                .await
+                .map_err(db)?;
+        }
+        if !short {
+            return Ok(None);
+        }
+        let next: Option<i64> = sqlx::query_scalar(self.sql(NEXT_WAKE))
+            .bind(queue)
+            .fetch_one(&mut *c)
+            .await
+            .map_err(db)?;
+        Ok(next.map(|at| std::time::Duration::from_micros((at - now_us).max(0).unsigned_abs())))
     }
 
     async fn claim_ids(

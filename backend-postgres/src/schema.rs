@@ -29,6 +29,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0011_claimed_at.sql"),
     include_str!("../migrations/0012_limit_keys.sql"),
     include_str!("../migrations/0013_rates.sql"),
+    include_str!("../migrations/0014_key_rates.sql"),
 ];
 
 /// The schema version this crate migrates to. [`migrate`](crate::PostgresBackend::migrate)

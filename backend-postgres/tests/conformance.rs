@@ -20,6 +20,7 @@ impl Driven for Postgres {
         Capability::Schema,
         Capability::LimitKeys,
         Capability::Rates,
+        Capability::KeyRates,
     ];
 
     fn url(server: Option<&str>) -> String {
