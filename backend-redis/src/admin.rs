@@ -296,32 +296,55 @@ impl Inspect for RedisBackend {
             .run_idempotent(&scripts::READ, queue, &[b"keys".to_vec(), arg(KEYS_LISTED)])
             .await?;
         let items = reply::items(out)?;
-        let Some((default, keys)) = items.split_first() else {
+        let [default, default_rate, keys @ ..] = &items[..] else {
             return Err(bad("keys"));
         };
+        let some_text = |v: &Value| -> Result<Option<String>> {
+            Ok(reply::opt_text(v)?.filter(|t| !t.is_empty()))
+        };
         let parse = |v: &Value| -> Result<Option<u32>> {
-            reply::opt_text(v)?
-                .filter(|t| !t.is_empty())
+            some_text(v)?
                 .map(|t| t.parse().map_err(Error::backend))
                 .transpose()
         };
+        let rate = |v: &Value| -> Result<Option<relayq_core::Rate>> {
+            let Some(t) = some_text(v)? else {
+                return Ok(None);
+            };
+            let mut n = t.split(',').map(str::parse::<i64>);
+            let mut next = || n.next().transpose().map_err(Error::backend);
+            Ok(relayq_core::kit::rate::stored(next()?, next()?, next()?))
+        };
         let default = parse(default)?;
+        let default_rate = rate(default_rate)?;
         let keys = keys
-            .chunks(3)
+            .chunks(5)
             .map(|f| {
-                let [key, running, own] = f else {
+                let [key, running, own, own_rate, next] = f else {
                     return Err(bad("keys"));
                 };
                 let own = parse(own)?;
+                let own_rate = rate(own_rate)?;
+                let rate_next = some_text(next)?
+                    .map(|t| t.parse::<i64>().map(reply::time))
+                    .transpose()
+                    .map_err(Error::backend)?;
                 Ok(KeyUse {
                     key: text(key)?,
                     running: u64::try_from(int(running)?.max(0)).map_err(Error::backend)?,
                     own,
                     limit: own.or(default),
+                    own_rate,
+                    rate: own_rate.or(default_rate),
+                    rate_next,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(KeyLimits { default, keys })
+        Ok(KeyLimits {
+            default,
+            default_rate,
+            keys,
+        })
     }
 
     async fn running_unchecked(&self, queue: &str) -> Result<Vec<RunningJob>> {
@@ -545,6 +568,32 @@ impl Admin for RedisBackend {
                 .into_bytes(),
             limit.map(arg).unwrap_or_default(),
         ];
+        self.admin(queue, &args).await?;
+        self.notify_local(queue, EventKind::Ready);
+        Ok(())
+    }
+
+    async fn set_key_rate_unchecked(
+        &self,
+        queue: &str,
+        key: Option<&str>,
+        rate: Option<relayq_core::Rate>,
+    ) -> Result<()> {
+        self.register(queue).await?;
+        let key = key
+            .map(|k| format!("k{k}"))
+            .unwrap_or_default()
+            .into_bytes();
+        let args = match rate {
+            Some(r) => [
+                b"keyrate".to_vec(),
+                key,
+                arg(r.count),
+                arg(micros(r.per)),
+                arg(r.burst),
+            ],
+            None => [b"keyrate".to_vec(), key, Vec::new(), Vec::new(), Vec::new()],
+        };
         self.admin(queue, &args).await?;
         self.notify_local(queue, EventKind::Ready);
         Ok(())

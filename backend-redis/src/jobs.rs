@@ -101,15 +101,19 @@ impl Claim for RedisBackend {
         args.push(arg(req.slots.min(req.limit)));
         let out: Value = self.run(&scripts::CLAIM, &req.queue, &args).await?;
         let items = reply::items(out)?;
-        let [expiry, wait, jobs @ ..] = &items[..] else {
+        let [expiry, wait, wake, jobs @ ..] = &items[..] else {
             return Err(bad("claim"));
         };
-        let next_in = reply::opt_text(wait)?
-            .map(|w| w.parse::<u64>().map(Duration::from_micros))
-            .transpose()
-            .map_err(Error::backend)?;
+        let micros_of = |v: &Value| -> Result<Option<Duration>> {
+            reply::opt_text(v)?
+                .filter(|w| !w.is_empty())
+                .map(|w| w.parse::<u64>().map(Duration::from_micros))
+                .transpose()
+                .map_err(Error::backend)
+        };
+        let (next_in, wake_in) = (micros_of(wait)?, micros_of(wake)?);
         if jobs.is_empty() {
-            return Ok(relayq_core::Claimed::new(Vec::new(), next_in));
+            return Ok(relayq_core::Claimed::new(Vec::new(), next_in).waking_in(wake_in));
         }
         let expires_at = reply::time(int(expiry)?);
         // The k-th job claimed holds the k-th token, as the script hands them out.
@@ -153,7 +157,7 @@ impl Claim for RedisBackend {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(relayq_core::Claimed::new(jobs, next_in))
+        Ok(relayq_core::Claimed::new(jobs, next_in).waking_in(wake_in))
     }
 }
 

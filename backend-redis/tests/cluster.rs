@@ -29,6 +29,7 @@ impl Subject for Cluster {
         Capability::Unreachable,
         Capability::LimitKeys,
         Capability::Rates,
+        Capability::KeyRates,
     ];
 
     async fn open(urls: Option<String>) -> anyhow::Result<Self> {

@@ -15,6 +15,7 @@ impl Driven for Redis {
         Capability::ConnectionCut,
         Capability::LimitKeys,
         Capability::Rates,
+        Capability::KeyRates,
     ];
 
     fn url(server: Option<&str>) -> String {

@@ -22,6 +22,7 @@ impl Subject for RedisScripts {
         Capability::ConnectionCut,
         Capability::LimitKeys,
         Capability::Rates,
+        Capability::KeyRates,
     ];
 
     async fn open(url: Option<String>) -> anyhow::Result<Self> {

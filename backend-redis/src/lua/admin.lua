@@ -6,6 +6,10 @@
 --   'keylimit' (ARGV[4] = 'k' .. key, or '' for the default of every key; ARGV[5] =
 --     limit, or '' for none): stores it, and puts every parked job back in B:ready,
 --     so the next claim parks again those whose key is still full (SPEC K1, K3);
+--   'keyrate' (ARGV[4] = 'k' .. key, or '' for the default of every key; ARGV[5] =
+--     count, or '' for none; ARGV[6] = interval, microseconds; ARGV[7] = burst):
+--     stores it afresh, unless it is the rate already stored, and puts the parked jobs
+--     it may concern back in B:ready (SPEC K12);
 --   'retry' (ARGV[4] = '' for every dead job, or a comma-separated id list): how many
 --     dead jobs went back to ready, each with its enqueued budget again (not batch
 --     jobs; not a job at the attempt cap; not a job whose dedupe key another unfinished
@@ -20,6 +24,23 @@
 --     microseconds): stores the beat in B:workers and its time in B:wseen, and drops
 --     beats older than that (SPEC M9).
 local op = ARGV[3]
+-- Whether the queue's claims judge keys (keyed) and keys' rates (kr).
+local function keyed_flags()
+  local rated = redis.call('HEXISTS', B .. ':settings', 'krn') == 1
+    or redis.call('EXISTS', B .. ':krate') == 1
+  local keyed = rated or redis.call('HEXISTS', B .. ':settings', 'kl') == 1
+    or redis.call('EXISTS', B .. ':klim') == 1
+  if keyed then
+    redis.call('HSET', B .. ':settings', 'keyed', '1')
+  else
+    redis.call('HDEL', B .. ':settings', 'keyed')
+  end
+  if rated then
+    redis.call('HSET', B .. ':settings', 'kr', '1')
+  else
+    redis.call('HDEL', B .. ':settings', 'kr')
+  end
+end
 if op == 'pause' or op == 'resume' then
   redis.call('HSET', B .. ':settings', 'paused', op == 'pause' and '1' or '0')
   event('r')
@@ -37,12 +58,48 @@ elseif op == 'keylimit' then
   else
     redis.call('HSET', B .. ':klim', string.sub(ARGV[4], 2), ARGV[5])
   end
-  if redis.call('HEXISTS', B .. ':settings', 'kl') == 1 or redis.call('EXISTS', B .. ':klim') == 1 then
-    redis.call('HSET', B .. ':settings', 'keyed', '1')
-  else
-    redis.call('HDEL', B .. ':settings', 'keyed')
-  end
+  keyed_flags()
   for _, lk in ipairs(redis.call('SMEMBERS', B .. ':kpk')) do unpark(lk) end
+  event('r')
+  publish()
+  return 1
+elseif op == 'keyrate' then
+  local lk = ARGV[4] ~= '' and string.sub(ARGV[4], 2) or nil
+  local want = ARGV[5] ~= '' and (ARGV[5] .. ',' .. ARGV[6] .. ',' .. ARGV[7]) or nil
+  local was
+  if lk then
+    was = redis.call('HGET', B .. ':krate', lk)
+  else
+    local d = redis.call('HMGET', B .. ':settings', 'krn', 'krp', 'krb')
+    if d[1] then was = d[1] .. ',' .. d[2] .. ',' .. d[3] end
+  end
+  if (was or false) == (want or false) then return 1 end
+  if lk then
+    -- The key starts afresh: under its new rate, or under the default.
+    if want then
+      redis.call('HSET', B .. ':krate', lk, want)
+    else
+      redis.call('HDEL', B .. ':krate', lk)
+    end
+    redis.call('HDEL', B .. ':ktat', lk)
+    redis.call('ZREM', B .. ':kwake', lk)
+    unpark(lk)
+  else
+    if want then
+      redis.call('HSET', B .. ':settings', 'krn', ARGV[5], 'krp', ARGV[6], 'krb', ARGV[7])
+    else
+      redis.call('HDEL', B .. ':settings', 'krn', 'krp', 'krb')
+    end
+    -- Every key under the default starts afresh.
+    for _, k in ipairs(redis.call('HKEYS', B .. ':ktat')) do
+      if redis.call('HEXISTS', B .. ':krate', k) == 0 then
+        redis.call('HDEL', B .. ':ktat', k)
+        redis.call('ZREM', B .. ':kwake', k)
+      end
+    end
+    for _, k in ipairs(redis.call('SMEMBERS', B .. ':kpk')) do unpark(k) end
+  end
+  keyed_flags()
   event('r')
   publish()
   return 1

@@ -4,9 +4,10 @@
 -- attempt, payload, run_at, fixed_fields), in order-key order; the k-th job claimed
 -- holds the k-th token. After the lease expiry comes the wait, in microseconds, until
 -- the queue's rate allows the next start when the rate cut the claim short, else ''
--- (SPEC K10).
+-- (SPEC K10); then the wait until the earliest key its rate held allows a start, when
+-- the claim came back short, else '' (SPEC K13).
 local settings = redis.call('HMGET', B .. ':settings', 'paused', 'max', 'keyed', 'kl', 'rn',
-  'rp', 'rb', 'rt')
+  'rp', 'rb', 'rt', 'krn', 'krp', 'krb', 'kr')
 -- Expired leases first (SPEC C5), in bounded chunks.
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', B .. ':running', '-inf', s(NOW), 'LIMIT', 0, 100)) do
   expire(tonumber(id))
@@ -42,7 +43,7 @@ if settings[5] and limit > 0 then
   paced = {asked = limit, allowed = math.min(limit, room), base = base, e = e, burst = burst}
   limit = paced.allowed
 end
-local out = {'', ''}
+local out = {'', '', ''}
 if limit > 0 then
   local lease = tonumber(ARGV[4])
   -- The first `limit` members and their removal by rank, rather than ZPOPMIN: it
@@ -50,9 +51,43 @@ if limit > 0 then
   -- about 5% of a drained job's instructions (callgrind), for a value nobody reads.
   local popped
   if settings[3] then
+    -- SPEC K12, K13: with key rates, the keys whose wake time came first get up to
+    -- their rate's burst of parked jobs back, as many as the rate can allow at once.
+    local rated, woken = nil, {}
+    if settings[12] then
+      rated = {default = rate_of(settings[9], settings[10], settings[11])}
+      local due = redis.call('ZRANGEBYSCORE', B .. ':kwake', '-inf', s(NOW), 'LIMIT', 0, 100)
+      for _, lk in ipairs(due) do
+        redis.call('ZREM', B .. ':kwake', lk)
+        local r = key_rate(lk, rated.default)
+        unpark(lk, r and r.b or 1)
+        woken[#woken + 1] = lk
+      end
+    end
     -- `slots` follows the tokens, one per job asked for (`limit` may be cut above).
     local asked = tonumber(ARGV[3])
-    popped = keyed_head(limit, tonumber(ARGV[6 + asked]) or limit, tonumber(settings[4]))
+    local keys
+    popped, keys = keyed_head(limit, tonumber(ARGV[6 + asked]) or limit, tonumber(settings[4]),
+      rated)
+    if rated then
+      for lk in pairs(keys.moved) do redis.call('HSET', B .. ':ktat', lk, s(keys.tats[lk])) end
+      for lk, at in pairs(keys.wakes) do redis.call('ZADD', B .. ':kwake', s(at), lk) end
+      -- A woken key's jobs beyond those put back stay parked: they go back when its
+      -- rate next allows a start (now, if it still does).
+      for _, lk in ipairs(woken) do
+        if not keys.wakes[lk] and redis.call('EXISTS', kpk(lk)) == 1 then
+          local r = key_rate(lk, rated.default)
+          if r then
+            local tat = keys.tats[lk] or tonumber(redis.call('HGET', B .. ':ktat', lk) or '')
+            redis.call('ZADD', B .. ':kwake', s(next_start(r, tat)), lk)
+          end
+        end
+      end
+      if #popped < limit then
+        local first = redis.call('ZRANGE', B .. ':kwake', 0, 0, 'WITHSCORES')
+        if #first > 0 then out[3] = s(math.max(0, tonumber(first[2]) - NOW)) end
+      end
+    end
   else
     popped = redis.call('ZRANGE', B .. ':ready', 0, limit - 1)
     if #popped > 0 then redis.call('ZREMRANGEBYRANK', B .. ':ready', 0, #popped - 1) end
@@ -95,7 +130,7 @@ if limit > 0 then
   stat('running', #running / 2)
 end
 if paced then
-  local taken = (#out - 2) / 5
+  local taken = (#out - 3) / 5
   local tat = paced.base + taken * paced.e
   if taken > 0 then redis.call('HSET', B .. ':settings', 'rt', s(tat)) end
   if paced.allowed < paced.asked and taken >= paced.allowed then

@@ -33,6 +33,12 @@
 --                    while the queue has any key limit
 --   B:kp:<key>       the key's parked jobs, as B:ready holds them (SPEC K4);
 --                    B:kpk  the keys with parked jobs
+--   B:krate          limit key -> its own rate as 'count,interval,burst' (SPEC K12);
+--                    B:settings krn krp krb the default, kr set while any key has a
+--                    rate (and keyed with it)
+--   B:ktat           limit key -> when its rate's next start is due (kit::rate)
+--   B:kwake          keys whose jobs a claim parked for their rate: score = when they
+--                    go back (SPEC K13)
 --
 -- Job hash fields: st state, p payload, pr priority, ra run_at, ma max attempts,
 -- at attempts, g group, gm group member key, b batch, s stage, dk dedupe key,
@@ -157,12 +163,42 @@ local function key_freed(lk)
   unpark(lk, 1)
 end
 
--- SPEC K2, K4, K6: the members of B:ready a claim of a queue with key limits takes, up to
--- `limit`, removed from B:ready; the first `slots` start at once. A job whose key is
--- full is parked; one that would take its key's last slot ahead of `slots` is left.
--- Reads B:ready's head again past what it parked, a bounded number of times.
-local function keyed_head(limit, slots, default)
+-- A stored rate 'count,interval,burst' (or three values) as {e = emission interval,
+-- b = burst}, as relayq_core::Rate::emission_us computes it; nil for none.
+local function rate_of(n, p, b)
+  if not n or n == '' then return nil end
+  n, p, b = tonumber(n), tonumber(p), tonumber(b or '1')
+  local spaced = n - b + 1
+  return {e = math.max(1, math.floor((p + spaced - 1) / spaced)), b = b}
+end
+
+-- The rate of key `lk`: its own, else `default`.
+local function key_rate(lk, default)
+  local own = redis.call('HGET', B .. ':krate', lk)
+  if own then
+    local n, p, b = string.match(own, '^(%d+),(%d+),(%d+)$')
+    return rate_of(n, p, b)
+  end
+  return default
+end
+
+-- When a rate `r` whose next start is due at `tat` allows a start: now, or later.
+local function next_start(r, tat)
+  if not tat then return NOW end
+  return math.max(NOW, tat - (r.b - 1) * r.e)
+end
+
+-- SPEC K2, K4, K6, K12: the members of B:ready a claim of a queue with key limits or
+-- key rates takes, up to `limit`, removed from B:ready; the first `slots` start at
+-- once. A job whose key is full, or whose key's rate allows no start now, is parked;
+-- one that would take its key's last slot ahead of `slots` is left. Reads B:ready's
+-- head again past what it parked, a bounded number of times. `rated` is nil without
+-- key rates, else {default = the default key rate or nil}. Returns the members, and
+-- per rated key met: its rate, its value after the claim, whether the claim moved
+-- it, and when a key the rate held may start again.
+local function keyed_head(limit, slots, default, rated)
   local taken, limits, counts = {}, {}, {}
+  local rates, tats, moved, wakes = {}, {}, {}, {}
   local scan = 2 * limit + 256
   for _ = 1, 8 do
     local got = redis.call('ZRANGE', B .. ':ready', 0, scan - 1, 'WITHSCORES')
@@ -177,14 +213,30 @@ local function keyed_head(limit, slots, default)
           local own = redis.call('HGET', B .. ':klim', lk)
           limits[lk] = (own and tonumber(own)) or default or false
           counts[lk] = tonumber(redis.call('HGET', B .. ':krun', lk) or '0')
+          if rated then
+            rates[lk] = key_rate(lk, rated.default) or false
+            tats[lk] = tonumber(redis.call('HGET', B .. ':ktat', lk) or '')
+          end
         end
-        local max = limits[lk]
+        local max, r = limits[lk], rates[lk]
         if max and counts[lk] >= max then
           park(m, got[i + 1], lk)
           parked = parked + 1
           take = false
         elseif max and #taken >= slots and counts[lk] + 1 >= max then
           take = false
+        elseif r then
+          -- The generic cell rate algorithm for one start (kit::rate).
+          local base = math.max(tats[lk] or NOW, NOW)
+          if NOW + r.b * r.e - base < r.e then
+            park(m, got[i + 1], lk)
+            parked = parked + 1
+            take = false
+            wakes[lk] = next_start(r, tats[lk])
+          else
+            tats[lk] = base + r.e
+            moved[lk] = true
+          end
         end
       end
       if take then
@@ -195,7 +247,7 @@ local function keyed_head(limit, slots, default)
     end
     if #taken >= limit or #got < 2 * scan or parked == 0 then break end
   end
-  return taken
+  return taken, {rates = rates, tats = tats, moved = moved, wakes = wakes}
 end
 
 -- Takes the job out of the index of its current state `st` (its run_at is `ra`, its

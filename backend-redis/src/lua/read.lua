@@ -19,23 +19,40 @@
 --   'keys' (ARGV[4] = limit): see below (SPEC K7).
 local what = ARGV[3]
 if what == 'keys' then
-  -- The default limit, then key, running, own limit ('' if none) per key with running
-  -- jobs or a limit of its own, by key, at most ARGV[4] of them (SPEC K7).
+  -- The default limit and default key rate ('count,interval,burst'), then key,
+  -- running, own limit, own rate, and when its rate allows the next start (each ''
+  -- if none) per key with running jobs, a limit or rate of its own, or a rate that
+  -- allows no start now, by key, at most ARGV[4] of them (SPEC K7, K14).
+  local d = redis.call('HMGET', B .. ':settings', 'kl', 'krn', 'krp', 'krb')
+  local default_rate = d[2] and rate_of(d[2], d[3], d[4]) or nil
   local keys = {}
+  local function entry(k)
+    keys[k] = keys[k] or {0, '', '', ''}
+    return keys[k]
+  end
   local run = redis.call('HGETALL', B .. ':krun')
+  for i = 1, #run, 2 do entry(run[i])[1] = tonumber(run[i + 1]) end
   local own = redis.call('HGETALL', B .. ':klim')
-  for i = 1, #run, 2 do keys[run[i]] = {tonumber(run[i + 1]), ''} end
-  for i = 1, #own, 2 do
-    keys[own[i]] = keys[own[i]] or {0, ''}
-    keys[own[i]][2] = own[i + 1]
+  for i = 1, #own, 2 do entry(own[i])[2] = own[i + 1] end
+  local rates = redis.call('HGETALL', B .. ':krate')
+  for i = 1, #rates, 2 do entry(rates[i])[3] = rates[i + 1] end
+  local tats = redis.call('HGETALL', B .. ':ktat')
+  for i = 1, #tats, 2 do
+    local r = key_rate(tats[i], default_rate)
+    if r then
+      local at = next_start(r, tonumber(tats[i + 1]))
+      if at > NOW then entry(tats[i])[4] = s(at) end
+    end
   end
   local names = {}
   for k in pairs(keys) do names[#names + 1] = k end
   table.sort(names)
-  local out = {redis.call('HGET', B .. ':settings', 'kl') or ''}
+  local out = {d[1] or '', d[2] and (d[2] .. ',' .. d[3] .. ',' .. d[4]) or ''}
   for i = 1, math.min(#names, tonumber(ARGV[4])) do
     local k = names[i]
-    out[#out + 1], out[#out + 2], out[#out + 3] = k, keys[k][1], keys[k][2]
+    local e = keys[k]
+    out[#out + 1], out[#out + 2], out[#out + 3] = k, e[1], e[2]
+    out[#out + 1], out[#out + 2] = e[3], e[4]
   end
   return out
 elseif what == 'stats' then
