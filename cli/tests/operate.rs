@@ -21,6 +21,7 @@ const CASES: &[(&str, Case)] = &[
     ),
     ("key_limits_are_set_and_shown", key_limits_set_and_shown),
     ("rates_are_set_and_shown", rates_set_and_shown),
+    ("key_rates_are_set_and_shown", key_rates_set_and_shown),
     (
         "prune_deletes_only_finished_jobs",
         prune_deletes_only_finished,
@@ -164,6 +165,79 @@ fn rates_set_and_shown(env: &Env) -> Result<(), Failed> {
     check(s["stats"]["rate"].is_null(), || {
         format!("after limit --rate none: {s}")
     })?;
+    Ok(())
+}
+
+/// `relayq limit --rate N/T --each-key` and `--key K` store limit keys' rates, a
+/// worker's start shows as the key's next start in `status` (text and JSON), bad rates
+/// are refused, and `--rate none` lifts them (SPEC K12, K14).
+fn key_rates_set_and_shown(env: &Env) -> Result<(), Failed> {
+    let q = queue("krates");
+    enqueue(env, &q, &["--limit-key", "db-a", "--", "true"])?;
+    enqueue(env, &q, &["--limit-key", "db-a", "--", "true"])?;
+    let set = env.run(&["limit", "--rate", "5/1h", "--each-key", "-q", &q]);
+    if set.code != 0 && set.stderr.contains("keeps no rates") {
+        // SQL Server refuses key rates, as SPEC K12 says; nothing more to check.
+        return Ok(());
+    }
+    check(set.code == 0, || {
+        format!("limit --rate 5/1h --each-key: {}", set.stderr)
+    })?;
+    env.run(&["limit", "--rate", "1/1h", "--key", "db-a", "-q", &q])
+        .expect_code(0);
+    // One job starts; the key's rate holds the other an hour.
+    let mut worker = env.spawn(&["work", "-q", &q, "--shutdown-timeout", "1s"]);
+    let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        eventually("one job to succeed", Duration::from_secs(60), || {
+            let s = json(env, &["status", "-q", &q, "--json"]).ok()?;
+            (s["stats"]["counts"]["succeeded"] == 1).then_some(())
+        });
+    }));
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(worker.id()).unwrap_or(0)),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let _ = worker.wait();
+    done.map_err(|_| "no job succeeded under the key's rate")?;
+    let s = json(env, &["status", "-q", &q, "--json"])?;
+    let keys = &s["keys"];
+    check(
+        keys["default_rate"] == "5/1h"
+            && keys["keys"][0]["key"] == "db-a"
+            && keys["keys"][0]["own_rate"] == "1/1h"
+            && keys["keys"][0]["rate"] == "1/1h"
+            && keys["keys"][0]["rate_next"].is_string()
+            && s["stats"]["counts"]["succeeded"] == 1,
+        || format!("after limit --rate 1/1h --key db-a and a drain: {s}"),
+    )?;
+    let text = env.run(&["status", "-q", &q]);
+    check(
+        text.stdout.contains("every limit key: at most 5/1h starts")
+            && text.stdout.contains("1/1h")
+            && text.stdout.contains("next start"),
+        || format!("status text: {}", text.stdout),
+    )?;
+    for bad in [
+        &["--rate", "0/1s", "--key", "db-a"][..],
+        &["--rate", "5/1s", "--burst", "6", "--each-key"],
+    ] {
+        let mut args = vec!["limit", "-q", &q];
+        args.extend_from_slice(bad);
+        let out = env.run(&args);
+        check(out.code == 2, || {
+            format!("{bad:?} should be refused: {} {}", out.code, out.stderr)
+        })?;
+    }
+    env.run(&["limit", "--rate", "none", "--key", "db-a", "-q", &q])
+        .expect_code(0);
+    env.run(&["limit", "--rate", "none", "--each-key", "-q", &q])
+        .expect_code(0);
+    let s = json(env, &["status", "-q", &q, "--json"])?;
+    check(
+        s["keys"]["default_rate"].is_null()
+            && s["keys"]["keys"].as_array().is_some_and(Vec::is_empty),
+        || format!("after the key rates were lifted: {s}"),
+    )?;
     Ok(())
 }
 

@@ -15,8 +15,12 @@ use crate::{Error, Result};
 /// let rate: Rate = "100/1s".parse().unwrap();
 /// assert_eq!(rate, Rate::new(100, std::time::Duration::from_secs(1)));
 /// assert_eq!(rate.with_burst(10).to_string(), "100/1s burst 10");
+/// assert_eq!("100/1s burst 10".parse::<Rate>().unwrap(), rate.with_burst(10));
+/// // In JSON as text.
+/// assert_eq!(serde_json::to_string(&rate).unwrap(), r#""100/1s""#);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
 pub struct Rate {
     /// Starts per window, 1..=1,000,000.
     pub count: u32,
@@ -86,12 +90,32 @@ impl fmt::Display for Rate {
     }
 }
 
-/// `N/1s`, `N/500ms`, `N/2m`, `N/1h`, `N/1d` (a bare unit means 1 of it: `N/s`).
+/// As text (`10/1s`, `100/1s burst 5`), in JSON as elsewhere.
+impl From<Rate> for String {
+    fn from(rate: Rate) -> Self {
+        rate.to_string()
+    }
+}
+
+impl TryFrom<String> for Rate {
+    type Error = Error;
+
+    fn try_from(text: String) -> Result<Self> {
+        text.parse()
+    }
+}
+
+/// `N/1s`, `N/500ms`, `N/2m`, `N/1h`, `N/1d` (a bare unit means 1 of it: `N/s`),
+/// optionally followed by ` burst B`, as [`Display`](fmt::Display) writes it.
 impl FromStr for Rate {
     type Err = Error;
 
     fn from_str(s: &str) -> Result<Self> {
         let bad = || Error::invalid("rate", format!("{s:?} is not N/interval, like 10/1s"));
+        let (s, burst) = match s.trim().split_once(" burst ") {
+            Some((rate, burst)) => (rate, Some(burst.trim().parse::<u32>().map_err(|_| bad())?)),
+            None => (s, None),
+        };
         let (count, per) = s.trim().split_once('/').ok_or_else(bad)?;
         let count: u32 = count.trim().parse().map_err(|_| bad())?;
         let per = per.trim();
@@ -111,7 +135,10 @@ impl FromStr for Rate {
             _ => return Err(bad()),
         };
         let per = Duration::from_millis(n.checked_mul(unit_ms).ok_or_else(bad)?);
-        let rate = Self::new(count, per);
+        let mut rate = Self::new(count, per);
+        if let Some(b) = burst {
+            rate = rate.with_burst(b);
+        }
         crate::validate::rate(&rate)?;
         Ok(rate)
     }

@@ -1,5 +1,6 @@
 //! `relayq pause`, `relayq resume`, `relayq limit N|none [--key K | --each-key]`,
-//! `relayq limit --rate N/1s|none [--burst B]`: a queue's settings (SPEC C6, K1, K8).
+//! `relayq limit --rate N/1s|none [--burst B] [--key K | --each-key]`: a queue's
+//! settings (SPEC C6, K1, K8, K12).
 
 use relayq_core::Backend;
 
@@ -37,8 +38,10 @@ pub struct LimitArgs {
     #[arg(long, conflicts_with = "key")]
     pub each_key: bool,
     /// At most this many jobs of the queue start per interval, across all workers:
-    /// `N/1s`, `N/500ms`, `N/1m`, `N/1h`, `N/1d`; `none` lifts it (SPEC K8).
-    #[arg(long, value_name = "N/INTERVAL", value_parser = rate, conflicts_with_all = ["key", "each_key"])]
+    /// `N/1s`, `N/500ms`, `N/1m`, `N/1h`, `N/1d`; `none` lifts it (SPEC K8). With
+    /// `--key` or `--each-key`, of that limit key, or of each key without a rate of
+    /// its own, each key on its own allowance (SPEC K12).
+    #[arg(long, value_name = "N/INTERVAL", value_parser = rate)]
     pub rate: Option<RateArg>,
     /// How many of the rate's starts may come at once (1 to N; default 1 % of N, at
     /// least 1). Under a backlog N - burst + 1 start per interval, evenly spaced.
@@ -125,11 +128,22 @@ pub async fn limit(db: &str, args: LimitArgs) -> anyhow::Result<u8> {
             relayq_core::validate::rate(r)
                 .map_err(|e| crate::exit::usage(format!("--rate/--burst: {e}")))?;
         }
-        let update = relayq_core::QueueUpdate::default().rate(rate);
-        backend.update_queue(q, update).await?;
-        match rate {
-            Some(r) => outln!("queue {q:?}: at most {r} job starts, across all workers"),
-            None => outln!("queue {q:?}: no rate limit"),
+        if args.key.is_some() || args.each_key {
+            backend.set_key_rate(q, args.key.as_deref(), rate).await?;
+            let which = which_key(args.key.as_deref(), "a rate");
+            match rate {
+                Some(r) => outln!(
+                    "queue {q:?}: at most {r} job starts of {which}, across all workers"
+                ),
+                None => outln!("queue {q:?}: no rate limit for {which}"),
+            }
+        } else {
+            let update = relayq_core::QueueUpdate::default().rate(rate);
+            backend.update_queue(q, update).await?;
+            match rate {
+                Some(r) => outln!("queue {q:?}: at most {r} job starts, across all workers"),
+                None => outln!("queue {q:?}: no rate limit"),
+            }
         }
         if args.max.is_none() {
             return Ok(exit::OK);
@@ -140,10 +154,7 @@ pub async fn limit(db: &str, args: LimitArgs) -> anyhow::Result<u8> {
     };
     if args.key.is_some() || args.each_key {
         backend.set_key_limit(q, args.key.as_deref(), max).await?;
-        let which = args.key.as_ref().map_or_else(
-            || "each limit key without a limit of its own".to_owned(),
-            |k| format!("limit key {k:?}"),
-        );
+        let which = which_key(args.key.as_deref(), "a limit");
         match max {
             Some(n) => outln!("queue {q:?}: at most {n} job(s) of {which} run at once"),
             None => outln!("queue {q:?}: no limit for {which}"),
@@ -159,6 +170,14 @@ pub async fn limit(db: &str, args: LimitArgs) -> anyhow::Result<u8> {
         None => outln!("queue {:?}: no limit of running jobs", args.queue.queue),
     }
     Ok(exit::OK)
+}
+
+/// The key a setting is for, in words: `key`, or each key without `what` of its own.
+fn which_key(key: Option<&str>, what: &str) -> String {
+    key.map_or_else(
+        || format!("each limit key without {what} of its own"),
+        |k| format!("limit key {k:?}"),
+    )
 }
 
 /// Refuses a queue that no job or setting uses, unless the caller says it is `new`: a

@@ -174,18 +174,35 @@ async fn all(backend: &dyn Backend, json: bool) -> anyhow::Result<u8> {
     Ok(exit::OK)
 }
 
-/// Each limit key with running jobs or a limit of its own (SPEC K7).
+/// Each limit key with running jobs, a limit or rate of its own, or a rate that
+/// allows no start now (SPEC K7, K14); the rate columns only when a key has a rate.
 fn print_keys(keys: &relayq_core::KeyLimits) {
     if let Some(n) = keys.default {
         outln!("every limit key: at most {n} running");
     }
+    if let Some(r) = keys.default_rate {
+        outln!("every limit key: at most {r} starts");
+    }
     if keys.keys.is_empty() {
         return;
     }
-    let mut t = table(["limit key", "running", "limit"]);
+    let rated = keys.keys.iter().any(|k| k.rate.is_some());
+    let mut head = vec!["limit key", "running", "limit"];
+    if rated {
+        head.extend(["rate", "next start"]);
+    }
+    let mut t = table(head);
     for k in &keys.keys {
         let limit = k.limit.map_or_else(|| "none".to_owned(), |n| n.to_string());
-        t.add_row([k.key.clone(), k.running.to_string(), limit]);
+        let mut row = vec![k.key.clone(), k.running.to_string(), limit];
+        if rated {
+            row.push(k.rate.map_or_else(|| "none".to_owned(), |r| r.to_string()));
+            row.push(k.rate_next.map_or_else(
+                || "now".to_owned(),
+                |t| t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string(),
+            ));
+        }
+        t.add_row(row);
     }
     outln!("{t}");
 }
