@@ -222,15 +222,21 @@
     return badge(b.sealed ? "running" : "open", "running");
   }
 
-  // The queue's limit keys: each key's running jobs against its limit (SPEC K7).
+  // The queue's limit keys: each key's running jobs against its limit (SPEC K7), and
+  // its rate with the time it allows the next start when not now (SPEC K14).
   function keyLine(k) {
-    if (k.default === null && !k.keys.length) return null;
+    const defaultRate = k.default_rate ?? null;
+    if (k.default === null && defaultRate === null && !k.keys.length) return null;
     const shown = k.keys.slice(0, 20).map((u) =>
-      h("span", { class: u.limit !== null && u.running >= u.limit ? "key full" : "key", "data-key": u.key }, `${u.key} ${u.running} / ${u.limit ?? "∞"}`));
+      h("span", { class: (u.limit !== null && u.running >= u.limit) || u.rate_next ? "key full" : "key", "data-key": u.key },
+        `${u.key} ${u.running} / ${u.limit ?? "∞"}`,
+        u.rate ? ` · at most ${u.rate}` : "",
+        u.rate_next ? ` (next start ${new Date(u.rate_next).toLocaleTimeString()})` : ""));
     return h("p", { id: "keys" }, "limit keys: ",
       shown.flatMap((e, i) => (i ? [", ", e] : [e])),
       k.keys.length > 20 ? ` and ${k.keys.length - 20} more` : null,
-      k.default !== null ? ` · every other key: at most ${k.default}` : null);
+      k.default !== null ? ` · every other key: at most ${k.default}` : null,
+      defaultRate !== null ? h("span", { id: "key-rate" }, ` · every key without its own rate: at most ${defaultRate}`) : null);
   }
 
   async function queueHeader() {

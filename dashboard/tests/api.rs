@@ -983,8 +983,54 @@ async fn limit_keys_show_their_running_jobs_and_limits() {
     assert_eq!(keys["default"], 2, "{keys}");
     assert_eq!(
         keys["keys"],
-        json!([{"key": "db <a>", "running": 1, "own": 1, "limit": 1}]),
+        json!([{"key": "db <a>", "running": 1, "own": 1, "limit": 1,
+                "own_rate": null, "rate": null, "rate_next": null}]),
         "{keys}"
+    );
+}
+
+/// `GET /api/queues/{q}/keys` gives the default key rate, each key's rate as text, and
+/// when a key whose rate allows no start now allows its next (SPEC K14).
+#[tokio::test]
+async fn limit_keys_show_their_rates_and_next_starts() {
+    let db = sqlite().await;
+    let q = queue();
+    let hour = Duration::from_secs(3600);
+    db.backend
+        .set_key_rate(&q, None, Some(relayq_core::Rate::new(5, hour)))
+        .await
+        .unwrap();
+    db.backend
+        .set_key_rate(&q, Some("db <a>"), Some(relayq_core::Rate::new(1, hour)))
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        db.backend
+            .enqueue_one(NewJob::new(&q, b"x".to_vec()).limit_key("db <a>"))
+            .await
+            .unwrap();
+    }
+    let got = db
+        .backend
+        .claim(ClaimRequest::new(&q, "w", 5, Duration::from_secs(60)))
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 1, "the key's rate of 1/1h starts one");
+    let (app, _) = app_and_csrf(&db).await;
+    let keys = get(&app, &format!("/api/queues/{q}/keys")).await.json();
+    assert_eq!(keys["default_rate"], "5/1h", "{keys}");
+    let key = &keys["keys"][0];
+    assert_eq!(
+        (&key["key"], &key["own_rate"], &key["rate"]),
+        (&json!("db <a>"), &json!("1/1h"), &json!("1/1h")),
+        "{keys}"
+    );
+    let next: chrono::DateTime<chrono::Utc> =
+        serde_json::from_value(key["rate_next"].clone()).expect("a next start");
+    let ahead = next - chrono::Utc::now();
+    assert!(
+        ahead > chrono::TimeDelta::minutes(59) && ahead <= chrono::TimeDelta::hours(1),
+        "the next start is {ahead} ahead"
     );
 }
 

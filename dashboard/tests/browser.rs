@@ -361,6 +361,12 @@ async fn the_dashboard_works_in_chromium(db: Db, screenshots: bool) {
         .set_key_limit(&qd, Some(PWN), Some(1))
         .await
         .unwrap();
+    // And the key's rate (SPEC K14).
+    let key_rate = relayq_core::Rate::new(5, Duration::from_secs(1));
+    db.backend
+        .set_key_rate(&qd, Some(PWN), Some(key_rate))
+        .await
+        .unwrap();
     // And its rate (SPEC K11).
     let rate = relayq_core::Rate::new(5, Duration::from_secs(1));
     db.backend
@@ -384,7 +390,7 @@ async fn the_dashboard_works_in_chromium(db: Db, screenshots: bool) {
     )
     .await;
     until(&b, "the limit key as text", &text_of("#keys .key"), |v| {
-        v == &json!(format!("{PWN} 0 / 1"))
+        v == &json!(format!("{PWN} 0 / 1 · at most 5/1s"))
     })
     .await;
     until(&b, "the queue's rate", &text_of("#queue-rate"), |v| {
