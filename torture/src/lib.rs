@@ -9,6 +9,7 @@
 
 pub mod check;
 pub mod feed;
+pub mod key_rates;
 pub mod keys;
 pub mod ledger;
 pub mod plan;

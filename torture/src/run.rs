@@ -509,6 +509,7 @@ pub async fn run(s: &Settings) -> anyhow::Result<Outcome> {
 
     let cell = slots::start(&*backend).await?;
     let rate_cell = crate::rates::start(&*backend).await?;
+    let key_rate_cell = crate::key_rates::start(&*backend).await?;
     let mut stops = stops::Cell::new(dir.clone(), s.lease);
     let mut workers = Workers::start(
         WorkerConfig {
@@ -519,6 +520,7 @@ pub async fn run(s: &Settings) -> anyhow::Result<Outcome> {
                 cell.queue.clone(),
                 stops.queue().to_owned(),
                 rate_cell.queue.clone(),
+                key_rate_cell.queue.clone(),
             ],
             concurrency: s.concurrency,
             lease: s.lease,
@@ -643,6 +645,7 @@ pub async fn run(s: &Settings) -> anyhow::Result<Outcome> {
             && finished == total
             && conts.is_empty()
             && rate_cell.finished(&*backend).await.unwrap_or(false)
+            && key_rate_cell.finished(&*backend).await.unwrap_or(false)
         {
             break;
         }
@@ -749,6 +752,9 @@ pub async fn run(s: &Settings) -> anyhow::Result<Outcome> {
     let (rated, note) = rate_cell.check(&*backend).await?;
     report.checks.push(rated);
     report.figures.push(("rate cell".into(), note));
+    let (key_rated, note) = key_rate_cell.check(&*backend).await?;
+    report.checks.push(key_rated);
+    report.figures.push(("key-rate cell".into(), note));
     report.figures.push((
         "schedule cell's skewed scheduler".into(),
         skewed.note.clone(),
