@@ -88,6 +88,9 @@ pub enum Op {
     /// (SPEC K8): an hour is longer than any run, so the queue starts exactly n jobs
     /// after each set, on either side.
     SetRate(Option<u8>),
+    /// Set the rate of key n, or with `None` the default of every key, to m per hour
+    /// with a burst of m; `None` lifts it (SPEC K12).
+    SetKeyRate(Option<u8>, Option<u8>),
 }
 
 fn spec() -> impl Strategy<Value = Spec> {
@@ -140,6 +143,8 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(k, n)| Op::SetKeyLimit(k, n)),
         2 => (1u32..5, 0u32..3).prop_map(|(limit, slots)| Op::ClaimAhead(limit, slots)),
         1 => prop::option::weighted(0.7, 1u8..4).prop_map(Op::SetRate),
+        2 => (prop::option::weighted(0.6, 0u8..3), prop::option::weighted(0.8, 1u8..3))
+            .prop_map(|(k, n)| Op::SetKeyRate(k, n)),
     ]
 }
 
@@ -383,6 +388,17 @@ impl Side {
                 let update = relayq_core::QueueUpdate::default().rate(rate);
                 verdict(&b.update_queue(&self.queue, update).await)
             }
+            Op::SetKeyRate(key, n) => {
+                if !(self.rates && self.keys) {
+                    return Ok("no key rates".into());
+                }
+                let key = key.map(|k| format!("lk{k}"));
+                let rate = n.map(|n| {
+                    relayq_core::Rate::new(u32::from(n), Duration::from_secs(3600))
+                        .with_burst(u32::from(n))
+                });
+                verdict(&b.set_key_rate(&self.queue, key.as_deref(), rate).await)
+            }
             Op::RunJobNow(i) => {
                 if self.ids.is_empty() {
                     return Ok("no job".into());
@@ -470,6 +486,7 @@ impl Side {
                             format!("group {group} held by {:?}", holder.map(|h| self.index(h)))
                         }
                         Hold::Rate { rate, .. } => format!("rate {rate}"),
+                        Hold::KeyRate { key, rate, .. } => format!("key {key} rate {rate}"),
                         other => format!("{other:?}"),
                     })
                     .collect();
@@ -505,8 +522,28 @@ impl Side {
             ));
         }
         if self.keys {
+            // A key's next start is a time on each side's clock: whether it has one.
             let keys = self.b.key_limits(&self.queue).await?;
-            out.push(format!("keys {keys:?}"));
+            let each: Vec<String> = keys
+                .keys
+                .iter()
+                .map(|k| {
+                    format!(
+                        "{} running {} own {:?} limit {:?} own rate {:?} rate {:?} waits {}",
+                        k.key,
+                        k.running,
+                        k.own,
+                        k.limit,
+                        k.own_rate,
+                        k.rate,
+                        k.rate_next.is_some()
+                    )
+                })
+                .collect();
+            out.push(format!(
+                "keys default {:?} rate {:?}: {each:?}",
+                keys.default, keys.default_rate
+            ));
         }
         if self.rates {
             let stats = self.b.queue_stats(&self.queue).await?;

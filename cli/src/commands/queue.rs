@@ -132,9 +132,9 @@ pub async fn limit(db: &str, args: LimitArgs) -> anyhow::Result<u8> {
             backend.set_key_rate(q, args.key.as_deref(), rate).await?;
             let which = which_key(args.key.as_deref(), "a rate");
             match rate {
-                Some(r) => outln!(
-                    "queue {q:?}: at most {r} job starts of {which}, across all workers"
-                ),
+                Some(r) => {
+                    outln!("queue {q:?}: at most {r} job starts of {which}, across all workers")
+                }
                 None => outln!("queue {q:?}: no rate limit for {which}"),
             }
         } else {

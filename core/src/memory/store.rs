@@ -360,27 +360,24 @@ impl QueueState {
             .or(self.key_rate_default)
     }
 
-    /// Sets or lifts the rate of `key`, or of every key without its own: a new rate
-    /// starts afresh (SPEC K12).
+    /// Sets or lifts the rate of `key`, or of every key without its own (SPEC K12).
+    /// A new rate starts afresh: a key's own for that key, the default for every key
+    /// without its own; the same rate set again changes nothing.
     pub(crate) fn set_key_rate(&mut self, key: Option<&str>, rate: Option<crate::Rate>) {
-        let before: Vec<(String, Option<crate::Rate>)> = self
-            .key_tat
-            .keys()
-            .map(|k| (k.clone(), self.key_rate(k)))
-            .collect();
-        match (key, rate) {
-            (None, r) => self.key_rate_default = r,
-            (Some(k), Some(r)) => {
-                self.key_rate_own.insert(k.to_owned(), r);
+        match key {
+            None if rate != self.key_rate_default => {
+                self.key_rate_default = rate;
+                let own = &self.key_rate_own;
+                self.key_tat.retain(|k, _| own.contains_key(k));
             }
-            (Some(k), None) => {
-                self.key_rate_own.remove(k);
+            Some(k) if self.key_rate_own.get(k).copied() != rate => {
+                match rate {
+                    Some(r) => self.key_rate_own.insert(k.to_owned(), r),
+                    None => self.key_rate_own.remove(k),
+                };
+                self.key_tat.remove(k);
             }
-        }
-        for (k, was) in before {
-            if self.key_rate(&k) != was {
-                self.key_tat.remove(&k);
-            }
+            _ => {}
         }
     }
 
