@@ -3,6 +3,10 @@
 ALTER TABLE {s}.queues ADD COLUMN key_rate_count integer;
 ALTER TABLE {s}.queues ADD COLUMN key_rate_per_us bigint;
 ALTER TABLE {s}.queues ADD COLUMN key_rate_burst integer;
+-- Whether any key of the queue has a rate: read from the queue row a claim locks, so a
+-- claim that waited for the lock sees a rate set meanwhile (a subquery would read the
+-- statement's snapshot, taken before the wait).
+ALTER TABLE {s}.queues ADD COLUMN key_rated boolean NOT NULL DEFAULT false;
 -- One row per key that has a rate: its own (NULL under the default), when its next
 -- start is due (`tat`, microseconds since the Unix epoch on the server's clock, NULL
 -- before the first), and when a claim that parked its jobs for the rate set them to go

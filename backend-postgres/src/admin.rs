@@ -220,6 +220,8 @@ impl PostgresBackend {
                  UPDATE {s}.queues SET keyed = key_limit IS NOT NULL
                      OR key_rate_count IS NOT NULL
                      OR EXISTS (SELECT 1 FROM {s}.key_limits WHERE queue = $1)
+                     OR EXISTS (SELECT 1 FROM {s}.key_rates WHERE queue = $1),
+                     key_rated = key_rate_count IS NOT NULL
                      OR EXISTS (SELECT 1 FROM {s}.key_rates WHERE queue = $1)
                  WHERE queue = $1),
              unparked AS (

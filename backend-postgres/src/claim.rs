@@ -464,10 +464,7 @@ pub(crate) fn to_found(req: &ClaimRequest, rows: Vec<Row>) -> Result<Found> {
 /// the wait when a claim before it moved the rate on) and the transaction's start,
 /// which a claim without keys starts its jobs at (SPEC K9).
 const LOCK_QUEUE: &str = "SELECT paused, max_running, keyed, rate_count, rate_per_us, rate_burst,
-        rate_tat, now(),
-        key_rate_count IS NOT NULL
-        OR EXISTS (SELECT 1 FROM {s}.key_rates r WHERE r.queue = $1),
-        key_rate_count, key_rate_per_us, key_rate_burst
+        rate_tat, now(), key_rated, key_rate_count, key_rate_per_us, key_rate_burst
     FROM {s}.queues WHERE queue = $1 FOR UPDATE";
 
 type Settings = (
@@ -781,12 +778,12 @@ impl Claim for PostgresBackend {
             req.limit,
             |room| async move {
                 let found = self.claim_up_to(req, i64::from(room)).await?;
-                if found.next_in.is_some() || found.wake_in.is_some() {
-                    *paced
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner) =
-                        (found.next_in, found.wake_in);
-                }
+                let mut waits = paced
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                waits.0 = found.next_in.or(waits.0);
+                waits.1 = found.wake_in.or(waits.1);
+                drop(waits);
                 Ok((found.jobs, found.doomed))
             },
             || async { self.expire(&req.queue, false).await.map(drop) },

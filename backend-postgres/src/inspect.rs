@@ -153,8 +153,10 @@ impl Inspect for PostgresBackend {
 
     async fn key_limits_unchecked(&self, queue: &str) -> Result<KeyLimits> {
         // One statement, one snapshot: the defaults (the row without a key), then each
-        // key with running jobs, a limit or rate of its own, or a rate's value ahead of
-        // now (SPEC K7, K14), each row with the server's clock.
+        // key with running jobs, a limit or rate of its own, or under the default rate
+        // one whose next start is ahead of now (SPEC K7, K14; `kit::rate::next_start`
+        // with the interval rounded down, at most a few microseconds early, checked
+        // exactly below), each row with the server's clock.
         type Row = (
             Option<String>,
             i64,
@@ -181,11 +183,16 @@ impl Inspect for PostgresBackend {
                   SELECT limit_key, 0, max, NULL, NULL, NULL, NULL
                   FROM {s}.key_limits WHERE queue = $1
                   UNION ALL
-                  SELECT limit_key, 0, NULL, rate_count, rate_per_us, rate_burst, tat
-                  FROM {s}.key_rates
-                  WHERE queue = $1
-                    AND (rate_count IS NOT NULL
-                         OR tat > (extract(epoch FROM now()) * 1e6)::bigint)) u
+                  SELECT r.limit_key, 0, NULL, r.rate_count, r.rate_per_us, r.rate_burst,
+                         r.tat
+                  FROM {s}.key_rates r
+                  LEFT JOIN {s}.queues d ON d.queue = $1
+                  WHERE r.queue = $1
+                    AND (r.rate_count IS NOT NULL
+                         OR r.tat - (d.key_rate_burst - 1)
+                                    * (d.key_rate_per_us
+                                       / (d.key_rate_count - d.key_rate_burst + 1))
+                            > (extract(epoch FROM now()) * 1e6)::bigint)) u
               GROUP BY k ORDER BY k LIMIT $2)",
         ))
         .bind(queue)

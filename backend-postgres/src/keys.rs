@@ -277,11 +277,16 @@ impl PostgresBackend {
                 .map_err(db)?;
         }
         // A woken key's jobs beyond those put back stay parked: they go back when its
-        // rate next allows a start (now, if it still does).
+        // rate next allows a start. Not a key this claim found full: its parked jobs
+        // go back as its slots free (a wake time now would have workers claim in a
+        // loop).
         for k in woken {
             let Some(r) = rate_of(k, default) else {
                 continue;
             };
+            if admission.full(&k.0) {
+                continue;
+            }
             let tat = changes
                 .iter()
                 .find(|ch| ch.key == k.0)

@@ -448,6 +448,34 @@ async fn operations(lab: &mut Lab, generic: bool) -> Vec<(&'static str, i64)> {
         1,
         "the hot key's next job runs once its slot freed"
     );
+
+    // Key rates (SPEC K12, K13): every key may start one job an hour, and a hot key has
+    // 12,000 jobs ahead of 100 keys with 3 jobs each. Claims park the hot key's jobs
+    // for its rate (each once, a bounded number per claim); then a claim reads the
+    // other keys' first jobs only.
+    let rq = &format!("{q}-krates{tag}");
+    let hourly = relayq_core::Rate::new(1, Duration::from_secs(3600));
+    lab.b.set_key_rate(rq, None, Some(hourly)).await.unwrap();
+    for _ in 0..12 {
+        let hot = (0..1000).map(|_| NewJob::new(rq, b"hot".to_vec()).limit_key("hot"));
+        lab.b.enqueue(hot.collect()).await.unwrap();
+    }
+    for _ in 0..20 {
+        claim(&lab.b, rq, 10, LEASE).await;
+    }
+    let cold =
+        (0..300).map(|i| NewJob::new(rq, b"cold".to_vec()).limit_key(format!("c{}", i % 100)));
+    lab.b.enqueue(cold.collect()).await.unwrap();
+    let (n, got) = measured(lab, generic, async move |b| claim(b, rq, 10, LEASE).await).await;
+    read(
+        "keyed claim of 10 past 12,000 jobs parked for their key's rate",
+        n,
+    );
+    assert_eq!(got.len(), 10, "the other keys' first jobs are claimed");
+    assert!(
+        got.iter().all(|j| j.payload == b"cold"),
+        "only the other keys' jobs"
+    );
     out
 }
 

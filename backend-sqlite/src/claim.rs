@@ -469,11 +469,15 @@ async fn claim_keyed(
             .map_err(db)?;
     }
     // A woken key's jobs beyond those put back stay parked: they go back when its
-    // rate next allows a start (now, if it still does).
+    // rate next allows a start. Not a key this claim found full: its parked jobs go
+    // back as its slots free (a wake time now would have workers claim in a loop).
     for k in woken {
         let Some(rate) = k.rate(rates.default) else {
             continue;
         };
+        if admission.full(&k.key) {
+            continue;
+        }
         let tat = changes
             .iter()
             .find(|ch| ch.key == k.key)

@@ -238,8 +238,10 @@ impl Inspect for SqliteBackend {
         .await
         .map_err(db)?
         .unwrap_or_default();
-        // Keys with running jobs, a limit or rate of their own, or a rate's value
-        // ahead of now (SPEC K7, K14).
+        // Keys with running jobs, a limit or rate of their own, or under the default
+        // rate one whose next start is ahead of now (SPEC K7, K14): `kit::rate::
+        // next_start` with the interval rounded down, so at most a few microseconds
+        // early, and checked exactly below.
         type Row = (
             String,
             i64,
@@ -262,12 +264,17 @@ impl Inspect for SqliteBackend {
                  UNION ALL
                  SELECT limit_key, 0, NULL, rate_count, rate_per_us, rate_burst, tat
                  FROM relayq_key_rates
-                 WHERE queue = ?1 AND (rate_count IS NOT NULL OR tat > ?3))
+                 WHERE queue = ?1
+                   AND (rate_count IS NOT NULL
+                        OR tat - (?4 - 1) * (?5 / (?6 - ?4 + 1)) > ?3))
              GROUP BY k ORDER BY k LIMIT ?2",
         )
         .bind(queue)
         .bind(i64::try_from(relayq_core::KEYS_LISTED).unwrap_or(i64::MAX))
         .bind(now)
+        .bind(burst)
+        .bind(per)
+        .bind(count)
         .fetch_all(&mut *tx)
         .await
         .map_err(db)?;

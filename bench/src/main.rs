@@ -212,6 +212,7 @@ async fn main() -> anyhow::Result<()> {
             (50_000, 6_000)
         };
         add(rates::rates(&targets, jobs, paced, args.prefetch, runs).await?);
+        add(rates::key_rates(&targets, jobs, paced, args.prefetch, runs).await?);
     }
     if on("groups") {
         let per_group = if quick { 10 } else { 100 };

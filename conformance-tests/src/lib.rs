@@ -310,6 +310,7 @@ macro_rules! for_each_case {
             key_rates::k12_the_default_rate_gives_each_key_its_own => KeyRates,
             key_rates::k12_no_window_holds_more_than_a_key_s_count => KeyRates,
             key_rates::k13_a_held_key_starts_again_when_its_rate_allows => KeyRates,
+            key_rates::k13_a_full_key_names_no_wake => KeyRates,
             batches::b1_open_batch_is_empty,
             batches::b2_later_stage_waits,
             scenarios::b2_staged_batch_runs_stage_by_stage,

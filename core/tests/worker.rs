@@ -1115,6 +1115,57 @@ async fn k10_a_worker_sleeps_the_rate_s_wait_instead_of_polling() {
     }
 }
 
+/// SPEC K13: an idle worker claims again when a key its rate held allows a start, not
+/// at its next poll: with polls an hour apart, four jobs of a key under 1 per 150 ms all
+/// run, one about every 150 ms, while a job of another key runs at once.
+#[tokio::test]
+async fn k13_a_worker_claims_again_when_a_held_key_wakes() {
+    let b = Arc::new(MemoryBackend::new());
+    let q = queue();
+    let rate = Rate::new(1, Duration::from_millis(150));
+    b.set_key_rate(&q, Some("slow"), Some(rate)).await.unwrap();
+    let mut ids = Vec::new();
+    for i in 0..4 {
+        let job = NewJob::new(&q, format!("s{i}").into_bytes()).limit_key("slow");
+        ids.push(b.enqueue_one(job).await.unwrap().id);
+    }
+    let other = b
+        .enqueue_one(NewJob::new(&q, b"o".to_vec()).limit_key("other"))
+        .await
+        .unwrap()
+        .id;
+    let hour = Duration::from_secs(3600);
+    let started = Instant::now();
+    let w = Worker::builder(b.clone(), [q.clone()])
+        .concurrency(4)
+        .poll_min(hour)
+        .poll_max(hour)
+        .handler(|_job: ClaimedJob| async { Ok::<_, JobError>(()) })
+        .build()
+        .unwrap()
+        .spawn();
+    until("the other key's job succeeded", async || {
+        state(&b, &q, other).await == JobState::Succeeded
+    })
+    .await;
+    until("the held key's four jobs succeeded", async || {
+        for id in &ids {
+            if state(&b, &q, *id).await != JobState::Succeeded {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+    let took = started.elapsed();
+    w.shutdown().await.unwrap();
+    // Three waits of 150 ms after the first start.
+    assert!(
+        took >= Duration::from_millis(400),
+        "four starts under 1/150ms took {took:?}"
+    );
+}
+
 /// SPEC K10: a worker waits for a rate's named wait at most its longest poll interval,
 /// so a rate lifted meanwhile is seen: under 1 per hour the second job waits; once the
 /// rate is lifted it runs, with polls 200 ms apart (without the bound, in an hour).

@@ -73,9 +73,10 @@ if limit > 0 then
       for lk in pairs(keys.moved) do redis.call('HSET', B .. ':ktat', lk, s(keys.tats[lk])) end
       for lk, at in pairs(keys.wakes) do redis.call('ZADD', B .. ':kwake', s(at), lk) end
       -- A woken key's jobs beyond those put back stay parked: they go back when its
-      -- rate next allows a start (now, if it still does).
+      -- rate next allows a start. Not a key this claim found full: its parked jobs go
+      -- back as its slots free (a wake time now would have workers claim in a loop).
       for _, lk in ipairs(woken) do
-        if not keys.wakes[lk] and redis.call('EXISTS', kpk(lk)) == 1 then
+        if not keys.wakes[lk] and not keys.full[lk] and redis.call('EXISTS', kpk(lk)) == 1 then
           local r = key_rate(lk, rated.default)
           if r then
             local tat = keys.tats[lk] or tonumber(redis.call('HGET', B .. ':ktat', lk) or '')

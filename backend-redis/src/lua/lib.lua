@@ -195,10 +195,10 @@ end
 -- head again past what it parked, a bounded number of times. `rated` is nil without
 -- key rates, else {default = the default key rate or nil}. Returns the members, and
 -- per rated key met: its rate, its value after the claim, whether the claim moved
--- it, and when a key the rate held may start again.
+-- it, when a key the rate held may start again, and whether the key was full.
 local function keyed_head(limit, slots, default, rated)
   local taken, limits, counts = {}, {}, {}
-  local rates, tats, moved, wakes = {}, {}, {}, {}
+  local rates, tats, moved, wakes, full = {}, {}, {}, {}, {}
   local scan = 2 * limit + 256
   for _ = 1, 8 do
     local got = redis.call('ZRANGE', B .. ':ready', 0, scan - 1, 'WITHSCORES')
@@ -223,6 +223,7 @@ local function keyed_head(limit, slots, default, rated)
           park(m, got[i + 1], lk)
           parked = parked + 1
           take = false
+          full[lk] = true
         elseif max and #taken >= slots and counts[lk] + 1 >= max then
           take = false
         elseif r then
@@ -247,7 +248,7 @@ local function keyed_head(limit, slots, default, rated)
     end
     if #taken >= limit or #got < 2 * scan or parked == 0 then break end
   end
-  return taken, {rates = rates, tats = tats, moved = moved, wakes = wakes}
+  return taken, {rates = rates, tats = tats, moved = moved, wakes = wakes, full = full}
 end
 
 -- Takes the job out of the index of its current state `st` (its run_at is `ra`, its

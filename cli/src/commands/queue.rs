@@ -133,7 +133,7 @@ pub async fn limit(db: &str, args: LimitArgs) -> anyhow::Result<u8> {
             let which = which_key(args.key.as_deref(), "a rate");
             match rate {
                 Some(r) => {
-                    outln!("queue {q:?}: at most {r} job starts of {which}, across all workers")
+                    outln!("queue {q:?}: at most {r} job starts of {which}, across all workers");
                 }
                 None => outln!("queue {q:?}: no rate limit for {which}"),
             }

@@ -333,3 +333,69 @@ pub async fn k13_a_held_key_starts_again_when_its_rate_allows(env: &Env) -> anyh
     );
     Ok(())
 }
+
+/// SPEC K13 with K2: a key whose rate allows a start but whose limit is full names no
+/// wake: its jobs go back as its slots free, and a worker must not claim in a loop
+/// meanwhile. Under a limit of 2 and 10 per second (burst 1), the key starts one job,
+/// then a second at its wake; at the next wake it is full, and the claim names none;
+/// once a job ends, the next starts.
+pub async fn k13_a_full_key_names_no_wake(env: &Env) -> anyhow::Result<()> {
+    let b = env.backend();
+    let q = queue_name("k13full");
+    b.set_key_limit(&q, Some("k"), Some(2)).await?;
+    let rate = Rate::new(10, Duration::from_secs(1)).with_burst(1);
+    b.set_key_rate(&q, Some("k"), Some(rate)).await?;
+    let queued = enqueue_all(b, (0..4).map(|i| keyed(&q, "k", i)).collect()).await?;
+    let first = b.claim_paced(ClaimRequest::new(&q, "w", 10, LEASE)).await?;
+    ensure!(
+        ids(&first.jobs) == queued[..1],
+        "the first claim took {:?}",
+        ids(&first.jobs)
+    );
+    let mut wake = first
+        .wake_in
+        .ok_or_else(|| anyhow::anyhow!("the rate held k1 and the claim named no wake"))?;
+    // The second start, at the key's wake.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let second = loop {
+        tokio::time::sleep(wake).await;
+        let got = b.claim_paced(ClaimRequest::new(&q, "w", 10, LEASE)).await?;
+        if !got.jobs.is_empty() {
+            break got;
+        }
+        ensure!(Instant::now() < deadline, "no second start in 10 s");
+        wake = got.wake_in.unwrap_or(Duration::from_millis(20));
+    };
+    ensure!(
+        ids(&second.jobs) == queued[1..2],
+        "the second start took {:?}",
+        ids(&second.jobs)
+    );
+    // Past the next wake the key is full: nothing starts, and no wake is named.
+    tokio::time::sleep(second.wake_in.unwrap_or_default() + Duration::from_millis(150)).await;
+    let full = b.claim_paced(ClaimRequest::new(&q, "w", 10, LEASE)).await?;
+    ensure!(
+        full.jobs.is_empty() && full.wake_in.is_none(),
+        "with the key full a claim took {:?} and named wake {:?}",
+        ids(&full.jobs),
+        full.wake_in
+    );
+    b.complete(&first.jobs[0].lease).await?;
+    let third = loop {
+        let got = b.claim_paced(ClaimRequest::new(&q, "w", 10, LEASE)).await?;
+        if !got.jobs.is_empty() {
+            break got;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "no third start after a slot freed"
+        );
+        tokio::time::sleep(got.wake_in.unwrap_or(Duration::from_millis(20))).await;
+    };
+    ensure!(
+        ids(&third.jobs) == queued[2..3],
+        "after a slot freed a claim took {:?}",
+        ids(&third.jobs)
+    );
+    Ok(())
+}

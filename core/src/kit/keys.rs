@@ -74,6 +74,7 @@ struct KeyState {
     info: KeyInfo,
     moved: bool,
     wake: Option<i64>,
+    full: bool,
 }
 
 /// The admission of one claim: how many it took and what it knows of each key.
@@ -134,10 +135,12 @@ impl KeyAdmission {
             info: info(),
             moved: false,
             wake: None,
+            full: false,
         });
         let info = &mut state.info;
         if let Some(limit) = info.limit.map(u64::from) {
             if info.running >= limit {
+                state.full = true;
                 return Admit::Full;
             }
             // Claimed ahead, it would sit in a buffer on the key's last slot.
@@ -207,6 +210,13 @@ impl KeyAdmission {
                 wake: s.wake,
             })
             .collect()
+    }
+
+    /// Whether the claim found `key` full (it parked a job of it for its limit): its
+    /// parked jobs go back as its slots free, not at a wake time.
+    #[must_use]
+    pub fn full(&self, key: &str) -> bool {
+        self.keys.get(key).is_some_and(|s| s.full)
     }
 
     /// The earliest wake time of a key whose rate held a job back in this claim.

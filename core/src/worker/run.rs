@@ -51,6 +51,9 @@ struct Claimed {
 
 type Claiming = Pin<Box<dyn Future<Output = Claimed> + Send>>;
 
+/// The soonest an idle worker claims again for a limit key's wake (SPEC K13).
+const WAKE_FLOOR: Duration = Duration::from_millis(1);
+
 pub(super) struct Runner {
     backend: Arc<dyn Backend>,
     queues: Arc<[String]>,
@@ -240,7 +243,9 @@ impl Runner {
                     for (i, until) in got.paced {
                         self.paced[i] = Some(until.min(cap));
                     }
-                    if let Some(at) = got.wake {
+                    // At least a millisecond ahead: a wake of now must not become a
+                    // loop of claims.
+                    if let Some(at) = got.wake.map(|at| at.max(now + WAKE_FLOOR)) {
                         self.wake = Some(self.wake.map_or(at, |w| w.min(at)).min(cap));
                     }
                     self.buffer.push(got.jobs);
