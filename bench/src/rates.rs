@@ -56,6 +56,9 @@ pub async fn rates(
     Ok(rows)
 }
 
+/// A claimed job's payload (its key) and its claim time.
+type KeyClaim = (Vec<u8>, DateTime<Utc>);
+
 /// How a key-rate row keys its jobs and rates its keys.
 #[derive(Clone, Copy)]
 struct Keyed {
@@ -140,7 +143,7 @@ async fn keyed_once(
     for chunk in jobs.chunks(1000) {
         b.enqueue(chunk.to_vec()).await?;
     }
-    let claims: Arc<Mutex<Vec<(Vec<u8>, DateTime<Utc>)>>> = Arc::default();
+    let claims: Arc<Mutex<Vec<KeyClaim>>> = Arc::default();
     let c = claims.clone();
     let lease = TimeDelta::from_std(LEASE)?;
     let see = move |job: &ClaimedJob| {
