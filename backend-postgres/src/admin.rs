@@ -607,6 +607,18 @@ impl Admin for PostgresBackend {
     async fn maintain_unchecked(&self, queue: &str, retention: Duration) -> Result<Maintenance> {
         let (requeued, dead) = self.expire(queue, true).await?;
         let pruned = self.prune(queue, retention).await?;
+        // A key's value under the default key rate that lies in the past, with no wake
+        // time, is the same as none (`kit::rate` starts from now either way): the row
+        // goes, so keys that never start again leave nothing behind (SPEC K12).
+        sqlx::query(self.sql(
+            "DELETE FROM {s}.key_rates
+             WHERE queue = $1 AND rate_count IS NULL AND wake_at IS NULL
+               AND (tat IS NULL OR tat <= (extract(epoch FROM now()) * 1e6)::bigint)",
+        ))
+        .bind(queue)
+        .execute(self.pool())
+        .await
+        .map_err(db)?;
         Ok(Maintenance {
             requeued,
             dead,

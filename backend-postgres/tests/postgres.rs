@@ -1467,6 +1467,54 @@ async fn s2_a_schedule_held_elsewhere_is_skipped_not_waited_for(url: String) {
     drop_schema(&b).await;
 }
 
+/// SPEC K12: a maintenance pass drops the rows of keys under the default key rate
+/// whose value lies in the past (the same as none), and keeps a key's own rate and a
+/// value still ahead.
+async fn maintenance_drops_spent_key_rate_rows(url: String) {
+    let b = fresh(&url, "krprune").await;
+    let q = queue_name("krprune");
+    let fast = relayq_core::Rate::new(1000, Duration::from_secs(1));
+    let slow = relayq_core::Rate::new(1, Duration::from_secs(3600));
+    b.set_key_rate(&q, None, Some(fast)).await.unwrap();
+    b.set_key_rate(&q, Some("own"), Some(slow)).await.unwrap();
+    let keyed = ["a", "b", "own"].map(|k| NewJob::new(&q, b"x".to_vec()).limit_key(k));
+    b.enqueue(keyed.to_vec()).await.unwrap();
+    assert_eq!(
+        b.claim(ClaimRequest::new(&q, "w", 10, LEASE))
+            .await
+            .unwrap()
+            .len(),
+        3
+    );
+    let rows = |b: PostgresBackend, q: String| async move {
+        let sql = format!(
+            "SELECT limit_key FROM \"{}\".key_rates WHERE queue = $1 ORDER BY 1",
+            b.schema()
+        );
+        sqlx::query_scalar::<_, String>(sqlx::AssertSqlSafe(sql))
+            .bind(q)
+            .fetch_all(b.pool())
+            .await
+            .unwrap()
+    };
+    assert_eq!(rows(b.clone(), q.clone()).await, ["a", "b", "own"]);
+    // Under 1,000 a second a key's value is a millisecond ahead.
+    poll_until(
+        "the fast keys' values to pass",
+        Duration::from_secs(5),
+        || {
+            let (b, q) = (b.clone(), q.clone());
+            async move {
+                b.maintain(&q, Duration::from_secs(3600)).await?;
+                Ok((rows(b, q).await == ["own"]).then_some(()))
+            }
+        },
+    )
+    .await
+    .unwrap();
+    drop_schema(&b).await;
+}
+
 relayq_conformance::server_tests! {
     server: common::SERVER,
     tests: [
@@ -1497,6 +1545,7 @@ relayq_conformance::server_tests! {
         batch_settles_notify_other_handles,
         group_holder_plans_use_the_holder_index_after_analyze,
         migrate_keeps_a_holder_index_made_beforehand,
+        maintenance_drops_spent_key_rate_rows,
     ],
     local: [
         more_min_than_max_connections_is_refused,

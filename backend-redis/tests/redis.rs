@@ -521,9 +521,48 @@ async fn try_maintain_skips_while_another_pass_holds_the_lock(url: String) {
     assert!(!left, "the pass left its lock behind");
 }
 
+/// SPEC K12: a maintenance pass drops keys' rate values that lie in the past (the same
+/// as none), and keeps a value still ahead.
+async fn maintenance_drops_spent_key_rate_values(url: String) {
+    let (b, mut raw) = setup(&url).await;
+    let q = queue_name("krprune");
+    let fast = relayq_core::Rate::new(1000, Duration::from_secs(1));
+    let slow = relayq_core::Rate::new(1, Duration::from_secs(3600));
+    b.set_key_rate(&q, None, Some(fast)).await.unwrap();
+    b.set_key_rate(&q, Some("own"), Some(slow)).await.unwrap();
+    let keyed = ["a", "b", "own"].map(|k| NewJob::new(&q, b"x".to_vec()).limit_key(k));
+    b.enqueue(keyed.to_vec()).await.unwrap();
+    assert_eq!(
+        b.claim(ClaimRequest::new(&q, "w", 10, LEASE))
+            .await
+            .unwrap()
+            .len(),
+        3
+    );
+    let key = format!("{}:{{{q}}}:ktat", support::PREFIX);
+    let mut left: Vec<String> = raw.hkeys(&key).await.unwrap();
+    left.sort();
+    assert_eq!(left, ["a", "b", "own"]);
+    // Under 1,000 a second a key's value is a millisecond ahead.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        b.maintain(&q, Duration::from_secs(3600)).await.unwrap();
+        let left: Vec<String> = raw.hkeys(&key).await.unwrap();
+        if left == ["own"] {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "values left: {left:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 relayq_conformance::server_tests! {
     server: relayq_conformance::harness::Server::of(&relayq_redis::DRIVER),
     tests: [
+        maintenance_drops_spent_key_rate_values,
         try_maintain_skips_while_another_pass_holds_the_lock,
         order_is_exact_at_extremes,
         pruned_queue_returns_to_its_baseline,

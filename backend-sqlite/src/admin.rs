@@ -37,6 +37,13 @@ pub(crate) const PRUNE_JOBS: &str =
 pub(crate) const PRUNE_BATCHES: &str = "DELETE FROM relayq_batches WHERE queue = ?1 AND sealed = 1
     AND NOT EXISTS (SELECT 1 FROM relayq_jobs WHERE batch_id = relayq_batches.id)";
 
+/// The value of a key under the default key rate that lies in the past, and no wake
+/// time: the same as no value (`kit::rate` starts from now either way), so the row
+/// goes, and keys that never start again leave nothing behind (SPEC K12).
+pub(crate) const PRUNE_KEY_RATES: &str = "DELETE FROM relayq_key_rates
+    WHERE queue = ?1 AND rate_count IS NULL AND wake_at IS NULL
+      AND (tat IS NULL OR tat <= ?2)";
+
 impl SqliteBackend {
     /// SPEC B9: up to 100 unfinished jobs of no batch up to `newest`, last in claim
     /// order first (so that within a step no cancel hands a group on to a job still to
@@ -451,6 +458,12 @@ impl Admin for SqliteBackend {
             .rows_affected();
         sqlx::query(PRUNE_BATCHES)
             .bind(queue)
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
+        sqlx::query(PRUNE_KEY_RATES)
+            .bind(queue)
+            .bind(us(now))
             .execute(&mut *tx)
             .await
             .map_err(db)?;

@@ -204,5 +204,10 @@ pub fn hot_statements() -> Vec<Hot> {
         ),
         hot("admin::PRUNE_JOBS", admin::PRUNE_JOBS, &[Queue, Now]),
         hot("admin::PRUNE_BATCHES", admin::PRUNE_BATCHES, &[Queue]),
+        hot(
+            "admin::PRUNE_KEY_RATES",
+            admin::PRUNE_KEY_RATES,
+            &[Queue, Now],
+        ),
     ]
 }

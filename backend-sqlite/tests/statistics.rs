@@ -430,6 +430,7 @@ fn expected(name: &str) -> &'static [&'static str] {
             STATE,
         ],
         "admin::PRUNE_JOBS" => &[STATE],
+        "admin::PRUNE_KEY_RATES" => &["SEARCH relayq_key_rates USING PRIMARY KEY (queue=?)"],
         "admin::PRUNE_BATCHES" => &[
             "SCAN relayq_batches",
             "INDEX relayq_jobs_batch (batch_id=?)",

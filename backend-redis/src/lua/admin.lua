@@ -244,6 +244,22 @@ elseif op == 'maintain' then
   end
   local pruned = #ids + gone
   local more = (requeued + dead == budget or #ids + listed == budget) and 1 or 0
+  -- Keys' rate values that lie in the past, and no wake: the same as none (kit::rate
+  -- starts from now either way). A hundred a call, from a cursor kept in settings kc,
+  -- so keys that never start again leave nothing behind (SPEC K12).
+  local scan = redis.call('HSCAN', B .. ':ktat', redis.call('HGET', B .. ':settings', 'kc') or '0',
+    'COUNT', 100)
+  for i = 1, #scan[2], 2 do
+    local k = scan[2][i]
+    if tonumber(scan[2][i + 1]) <= NOW and not redis.call('ZSCORE', B .. ':kwake', k) then
+      redis.call('HDEL', B .. ':ktat', k)
+    end
+  end
+  if scan[1] == '0' then
+    redis.call('HDEL', B .. ':settings', 'kc')
+  else
+    redis.call('HSET', B .. ':settings', 'kc', scan[1])
+  end
   if more == 0 then
     -- Sealed batches left without jobs go too.
     for _, b in ipairs(redis.call('ZRANGE', B .. ':batches', 0, -1)) do
