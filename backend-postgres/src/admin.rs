@@ -38,6 +38,30 @@ const PRUNE_CHUNK: i64 = 10_000;
 
 type Place = (String, Option<String>, Option<i64>, Option<i32>);
 
+/// Creates the queue's row, or locks it: a change of no key column, so its lock does
+/// not wait for the `FOR KEY SHARE` of settles freeing slots (only for a keyed claim
+/// in progress).
+const LOCK_QUEUE_ROW: &str = "INSERT INTO {s}.queues (queue) VALUES ($1)
+    ON CONFLICT (queue) DO UPDATE SET keyed = {s}.queues.keyed";
+
+/// After a change of key limits or rates: the queue's `keyed` (its claims judge keys)
+/// and `key_rated` (keys have rates) flags, the parked jobs of key `$4` (every key's
+/// when NULL) back in the claim index, where the next claim parks again those still
+/// held, and the queue's workers woken (`$2`, `$3`).
+const KEY_FLAGS: &str = "WITH flag AS (
+        UPDATE {s}.queues SET keyed = key_limit IS NOT NULL
+            OR key_rate_count IS NOT NULL
+            OR EXISTS (SELECT 1 FROM {s}.key_limits WHERE queue = $1)
+            OR EXISTS (SELECT 1 FROM {s}.key_rates WHERE queue = $1),
+            key_rated = key_rate_count IS NOT NULL
+            OR EXISTS (SELECT 1 FROM {s}.key_rates WHERE queue = $1)
+        WHERE queue = $1),
+    unparked AS (
+        UPDATE {s}.jobs SET parked = false
+        WHERE queue = $1 AND parked AND state IN ('ready', 'retrying')
+          AND ($4::text IS NULL OR limit_key = $4))
+    SELECT pg_notify($2, $3)";
+
 impl PostgresBackend {
     async fn set_queue(&self, queue: &str, update: QueueUpdate) -> Result<()> {
         let max = update.max_running;
@@ -94,16 +118,11 @@ impl PostgresBackend {
         let limit = limit.map(|m| i32::try_from(m).unwrap_or(i32::MAX));
         let payload = format!("{}:{queue}", listen::READY);
         let mut tx = self.inner.pool.begin().await.map_err(db)?;
-        sqlx::query(self.sql(
-            // A change of no key column: its lock does not wait for the `FOR KEY
-            // SHARE` of settles freeing slots (only for a keyed claim in progress).
-            "INSERT INTO {s}.queues (queue) VALUES ($1)
-             ON CONFLICT (queue) DO UPDATE SET keyed = {s}.queues.keyed",
-        ))
-        .bind(queue)
-        .execute(&mut *tx)
-        .await
-        .map_err(db)?;
+        sqlx::query(self.sql(LOCK_QUEUE_ROW))
+            .bind(queue)
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
         let change = match key {
             None => "UPDATE {s}.queues SET key_limit = $3 WHERE queue = $1 AND $2::text IS NULL",
             Some(_) if limit.is_some() => {
@@ -122,24 +141,14 @@ impl PostgresBackend {
             .execute(&mut *tx)
             .await
             .map_err(db)?;
-        sqlx::query(self.sql(
-            "WITH flag AS (
-                 UPDATE {s}.queues SET keyed = key_limit IS NOT NULL
-                     OR key_rate_count IS NOT NULL
-                     OR EXISTS (SELECT 1 FROM {s}.key_limits WHERE queue = $1)
-                     OR EXISTS (SELECT 1 FROM {s}.key_rates WHERE queue = $1)
-                 WHERE queue = $1),
-             unparked AS (
-                 UPDATE {s}.jobs SET parked = false
-                 WHERE queue = $1 AND parked AND state IN ('ready', 'retrying'))
-             SELECT pg_notify($2, $3)",
-        ))
-        .bind(queue)
-        .bind(self.inner.schema.channel())
-        .bind(&payload)
-        .execute(&mut *tx)
-        .await
-        .map_err(db)?;
+        sqlx::query(self.sql(KEY_FLAGS))
+            .bind(queue)
+            .bind(self.inner.schema.channel())
+            .bind(&payload)
+            .bind(None::<&str>)
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
         tx.commit().await.map_err(db)?;
         self.notify_local(&[payload]);
         Ok(())
@@ -160,14 +169,11 @@ impl PostgresBackend {
         let burst = rate.map(|r| i32::try_from(r.burst).unwrap_or(i32::MAX));
         let payload = format!("{}:{queue}", listen::READY);
         let mut tx = self.inner.pool.begin().await.map_err(db)?;
-        sqlx::query(self.sql(
-            "INSERT INTO {s}.queues (queue) VALUES ($1)
-             ON CONFLICT (queue) DO UPDATE SET keyed = {s}.queues.keyed",
-        ))
-        .bind(queue)
-        .execute(&mut *tx)
-        .await
-        .map_err(db)?;
+        sqlx::query(self.sql(LOCK_QUEUE_ROW))
+            .bind(queue)
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
         let was: Option<(Option<i32>, Option<i64>, Option<i32>)> = sqlx::query_as(self.sql(
             "SELECT key_rate_count, key_rate_per_us, key_rate_burst FROM {s}.queues
              WHERE queue = $1 AND $2::text IS NULL
@@ -215,28 +221,14 @@ impl PostgresBackend {
             .execute(&mut *tx)
             .await
             .map_err(db)?;
-        sqlx::query(self.sql(
-            "WITH flag AS (
-                 UPDATE {s}.queues SET keyed = key_limit IS NOT NULL
-                     OR key_rate_count IS NOT NULL
-                     OR EXISTS (SELECT 1 FROM {s}.key_limits WHERE queue = $1)
-                     OR EXISTS (SELECT 1 FROM {s}.key_rates WHERE queue = $1),
-                     key_rated = key_rate_count IS NOT NULL
-                     OR EXISTS (SELECT 1 FROM {s}.key_rates WHERE queue = $1)
-                 WHERE queue = $1),
-             unparked AS (
-                 UPDATE {s}.jobs SET parked = false
-                 WHERE queue = $1 AND parked AND state IN ('ready', 'retrying')
-                   AND ($4::text IS NULL OR limit_key = $4))
-             SELECT pg_notify($2, $3)",
-        ))
-        .bind(queue)
-        .bind(self.inner.schema.channel())
-        .bind(&payload)
-        .bind(key)
-        .execute(&mut *tx)
-        .await
-        .map_err(db)?;
+        sqlx::query(self.sql(KEY_FLAGS))
+            .bind(queue)
+            .bind(self.inner.schema.channel())
+            .bind(&payload)
+            .bind(key)
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
         tx.commit().await.map_err(db)?;
         self.notify_local(&[payload]);
         Ok(())

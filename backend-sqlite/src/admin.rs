@@ -44,6 +44,15 @@ pub(crate) const PRUNE_KEY_RATES: &str = "DELETE FROM relayq_key_rates
     WHERE queue = ?1 AND rate_count IS NULL AND wake_at IS NULL
       AND (tat IS NULL OR tat <= ?2)";
 
+/// The queue's settings row, made if missing.
+const QUEUE_ROW: &str = "INSERT INTO relayq_queues (queue) VALUES (?1) ON CONFLICT DO NOTHING";
+
+/// The parked jobs of key `?2` (every key's when NULL) back in the claim index, after a
+/// change of key limits or rates: the next claim parks again those still held.
+const UNPARK_KEYS: &str = "UPDATE relayq_jobs INDEXED BY relayq_jobs_parked SET parked = 0
+    WHERE queue = ?1 AND parked = 1 AND state IN ('ready', 'retrying')
+      AND (?2 IS NULL OR limit_key = ?2)";
+
 impl SqliteBackend {
     /// SPEC B9: up to 100 unfinished jobs of no batch up to `newest`, last in claim
     /// order first (so that within a step no cancel hands a group on to a job still to
@@ -128,7 +137,7 @@ impl Admin for SqliteBackend {
         let (mut tx, _) = self.write().await?;
         let limit = limit.map(i64::from);
         // The queue's row tells its claims to count keys (`claim::QUEUE_SETTINGS`).
-        sqlx::query("INSERT INTO relayq_queues (queue) VALUES (?1) ON CONFLICT DO NOTHING")
+        sqlx::query(QUEUE_ROW)
             .bind(queue)
             .execute(&mut *tx)
             .await
@@ -158,14 +167,12 @@ impl Admin for SqliteBackend {
         .map_err(db)?;
         // Every parked job of the queue goes back to the claim index: the next claim
         // parks again those whose key is still full (SPEC K3).
-        sqlx::query(
-            "UPDATE relayq_jobs INDEXED BY relayq_jobs_parked SET parked = 0
-             WHERE queue = ?1 AND parked = 1 AND state IN ('ready', 'retrying')",
-        )
-        .bind(queue)
-        .execute(&mut *tx)
-        .await
-        .map_err(db)?;
+        sqlx::query(UNPARK_KEYS)
+            .bind(queue)
+            .bind(None::<&str>)
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
         tx.commit().await.map_err(db)?;
         self.notify(queue, EventKind::Ready);
         Ok(())
@@ -210,7 +217,7 @@ impl Admin for SqliteBackend {
             return Ok(());
         }
         // The queue's row tells its claims to judge key rates (`claim::QUEUE_SETTINGS`).
-        sqlx::query("INSERT INTO relayq_queues (queue) VALUES (?1) ON CONFLICT DO NOTHING")
+        sqlx::query(QUEUE_ROW)
             .bind(queue)
             .execute(&mut *tx)
             .await
@@ -268,16 +275,12 @@ impl Admin for SqliteBackend {
         }
         // The parked jobs it may concern go back to the claim index; the next claim
         // parks again those still held (SPEC K3, K12).
-        sqlx::query(
-            "UPDATE relayq_jobs INDEXED BY relayq_jobs_parked SET parked = 0
-             WHERE queue = ?1 AND parked = 1 AND state IN ('ready', 'retrying')
-               AND (?2 IS NULL OR limit_key = ?2)",
-        )
-        .bind(queue)
-        .bind(key)
-        .execute(&mut *tx)
-        .await
-        .map_err(db)?;
+        sqlx::query(UNPARK_KEYS)
+            .bind(queue)
+            .bind(key)
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
         tx.commit().await.map_err(db)?;
         self.notify(queue, EventKind::Ready);
         Ok(())
