@@ -42,6 +42,78 @@ impl Enqueue for SqliteBackend {
     }
 }
 
+/// Whether the queue has key limits: its keyed jobs may be parked as they arrive.
+pub(crate) const KEYED: &str = "SELECT key_limit IS NOT NULL
+        OR EXISTS (SELECT 1 FROM relayq_key_limits WHERE queue = ?1)
+    FROM relayq_queues WHERE queue = ?1";
+
+/// SPEC K4: parks each new job (id `?4` or above) of the keys given as a JSON array
+/// that has 64 due, waiting, unparked jobs of its key ahead of it in claim order, for
+/// a key whose limit is at most that (written out: SQLite takes no column in a
+/// subquery's `LIMIT`; keys with a higher limit are left to the claim's parking). Those jobs each put one parked job of the key back
+/// when they leave (a claim and its end, a cancel, a demotion: the `relayq_key_freed`
+/// and `relayq_key_passed_on` triggers), so a job parked here always has something to
+/// put it back, and claims never read a long backlog of one key. Jobs not yet due are
+/// not counted: one of them ahead would hold a due job back. A key with fewer waiting
+/// is left to the claim's parking, which a short backlog costs little; parking every
+/// job beyond the limit made each of them go back through a settle, and a drain over
+/// many keys with a few jobs each ran a fifth slower. The `SELECT` reads the table as
+/// it was before the statement, and the first jobs of a key are never parked, so each
+/// parked job keeps them ahead. An upsert that finds each row by its id, as
+/// `claim::CLAIM` does.
+pub(crate) const PARK_NEW: &str = "INSERT INTO relayq_jobs
+        (id, queue, state, payload, priority, run_at, max_attempts, created_at)
+    SELECT j.id, j.queue, j.state, X'', j.priority, j.run_at, j.max_attempts, j.created_at
+    FROM (SELECT k.value AS key,
+                 COALESCE((SELECT max FROM relayq_key_limits
+                           WHERE queue = ?1 AND limit_key = k.value),
+                          (SELECT key_limit FROM relayq_queues WHERE queue = ?1)) AS lim
+          FROM json_each(?2) AS k) AS l
+    CROSS JOIN relayq_jobs AS j INDEXED BY relayq_jobs_key_waiting
+        ON j.queue = ?1 AND j.limit_key = l.key
+       AND j.state IN ('ready', 'retrying') AND j.parked = 0 AND j.run_at <= ?3
+    WHERE l.lim <= 64 AND j.id >= ?4
+      AND (SELECT COUNT(*) FROM (
+               SELECT 1 FROM relayq_jobs AS a INDEXED BY relayq_jobs_key_waiting
+               WHERE a.queue = ?1 AND a.limit_key = l.key
+                 AND a.state IN ('ready', 'retrying') AND a.parked = 0 AND a.run_at <= ?3
+                 AND (a.priority, a.run_at, a.id) < (j.priority, j.run_at, j.id)
+               LIMIT 64)) = 64
+    ON CONFLICT (id) DO UPDATE SET parked = 1";
+
+/// SPEC K4: after an enqueue into a queue with key limits, parks the new jobs that
+/// have their key's limit of due waiting jobs ahead ([`PARK_NEW`]).
+async fn park_new(
+    c: &mut Conn,
+    queue: &str,
+    jobs: &[NewJob],
+    out: &[Enqueued],
+    now: DateTime<Utc>,
+) -> Result<()> {
+    let keys: BTreeSet<&str> = jobs.iter().filter_map(|j| j.limit_key.as_deref()).collect();
+    let first = out.iter().filter(|e| !e.deduplicated).map(|e| e.id.0).min();
+    let Some(first) = first.filter(|_| !keys.is_empty()) else {
+        return Ok(());
+    };
+    let keyed: Option<bool> = sqlx::query_scalar(KEYED)
+        .bind(queue)
+        .fetch_optional(&mut *c)
+        .await
+        .map_err(db)?;
+    if keyed != Some(true) {
+        return Ok(());
+    }
+    sqlx::query(PARK_NEW)
+        .bind(queue)
+        .bind(serde_json::to_string(&keys).map_err(Error::backend)?)
+        .bind(us(now))
+        .bind(first)
+        .execute(&mut *c)
+        .await
+        .map_err(db)?;
+    Ok(())
+}
+
 /// The whole enqueue inside the write transaction on `tx`, which the caller commits.
 pub(crate) async fn enqueue_in(
     tx: &mut Conn,
@@ -87,6 +159,7 @@ pub(crate) async fn enqueue_in(
     for group in groups {
         promote::settle_group(&mut *tx, queue, &group).await?;
     }
+    park_new(&mut *tx, queue, jobs, &out, now).await?;
     Ok(out)
 }
 

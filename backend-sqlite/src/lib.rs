@@ -274,6 +274,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0009_limit_keys.sql"),
     include_str!("../migrations/0010_rates.sql"),
     include_str!("../migrations/0011_key_rates.sql"),
+    include_str!("../migrations/0012_park_at_enqueue.sql"),
 ];
 
 /// Applies the migrations not yet applied. The whole check-and-apply runs under

@@ -16,6 +16,7 @@ impl Driven for Sqlite {
         Capability::LimitKeys,
         Capability::Rates,
         Capability::KeyRates,
+        Capability::KeyBacklogs,
     ];
 
     fn url(_: Option<&str>) -> String {

@@ -61,6 +61,11 @@ pub enum Capability {
     Rates,
     /// Limit keys may have rates, and claims keep to them (SPEC K12–K14).
     KeyRates,
+    /// A full key's backlog of any length holds up no claim, from the first one on
+    /// (SPEC K4): jobs behind a long backlog of their key are parked as they arrive.
+    /// Without it, claims park a bounded number per read, and other keys' jobs behind
+    /// thousands of a full key's wait a few claims.
+    KeyBacklogs,
 }
 
 impl fmt::Display for Capability {
@@ -73,6 +78,7 @@ impl fmt::Display for Capability {
             Self::LimitKeys => "limit-keys",
             Self::Rates => "rates",
             Self::KeyRates => "key-rates",
+            Self::KeyBacklogs => "key-backlogs",
         })
     }
 }

@@ -14,6 +14,7 @@ impl Subject for Memory {
         Capability::LimitKeys,
         Capability::Rates,
         Capability::KeyRates,
+        Capability::KeyBacklogs,
     ];
 
     async fn open(_: Option<String>) -> anyhow::Result<Self> {

@@ -140,6 +140,35 @@ pub async fn k2_a_claim_takes_at_most_each_key_s_limit(env: &Env) -> anyhow::Res
     Ok(())
 }
 
+/// SPEC K4: a full key's backlog, however long, holds up nobody from the first claim
+/// on: 5,000 jobs of a key of limit 1 and then one job each of 9 other keys; a claim
+/// of 10 takes the key's first job and the 9 others (a claim that had to read past the
+/// backlog would stop at its scan bound first).
+pub async fn k4_a_long_backlog_of_a_full_key_is_passed_at_once(env: &Env) -> anyhow::Result<()> {
+    let b = env.backend();
+    let q = queue_name("k4long");
+    b.set_key_limit(&q, Some("hot"), Some(1)).await?;
+    let mut hot = Vec::new();
+    for chunk in 0..5 {
+        let jobs = (0..1000)
+            .map(|i| keyed(&q, "hot", chunk * 1000 + i))
+            .collect();
+        hot.extend(enqueue_all(b, jobs).await?);
+    }
+    let cold: Vec<NewJob> = (0..9).map(|i| keyed(&q, &format!("c{i}"), i)).collect();
+    let cold = enqueue_all(b, cold).await?;
+    let got = claim(b, &q, 10).await?;
+    let mut want = vec![hot[0]];
+    want.extend(&cold);
+    ensure!(
+        ids(&got) == want,
+        "a claim of 10 took {} jobs ({:?}); want the hot key's first and the 9 others",
+        got.len(),
+        keys_of(&got)
+    );
+    Ok(())
+}
+
 /// SPEC K4: a key with many waiting jobs ahead of the others holds up nobody: each
 /// claim takes the other keys' jobs, and the full key's jobs start in order as its
 /// slot frees.
