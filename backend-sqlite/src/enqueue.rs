@@ -47,35 +47,36 @@ pub(crate) const KEYED: &str = "SELECT key_limit IS NOT NULL
         OR EXISTS (SELECT 1 FROM relayq_key_limits WHERE queue = ?1)
     FROM relayq_queues WHERE queue = ?1";
 
-/// SPEC K4: parks each new job (id `?4` or above) of the keys given as a JSON array
-/// that has 64 due, waiting, unparked jobs of its key ahead of it in claim order, for
-/// a key whose limit is at most that (written out: SQLite takes no column in a
-/// subquery's `LIMIT`; keys with a higher limit are left to the claim's parking). Those jobs each put one parked job of the key back
-/// when they leave (a claim and its end, a cancel, a demotion: the `relayq_key_freed`
-/// and `relayq_key_passed_on` triggers), so a job parked here always has something to
-/// put it back, and claims never read a long backlog of one key. Jobs not yet due are
-/// not counted: one of them ahead would hold a due job back. A key with fewer waiting
-/// is left to the claim's parking, which a short backlog costs little; parking every
-/// job beyond the limit made each of them go back through a settle, and a drain over
-/// many keys with a few jobs each ran a fifth slower. The `SELECT` reads the table as
-/// it was before the statement, and the first jobs of a key are never parked, so each
-/// parked job keeps them ahead. An upsert that finds each row by its id, as
-/// `claim::CLAIM` does.
+/// SPEC K4: parks each new job given as a JSON array of ids that has 64 due, waiting,
+/// unparked jobs of its key ahead of it in claim order, for a key whose limit is at
+/// most that (written out: SQLite takes no column in a subquery's `LIMIT`; keys with a
+/// higher limit are left to the claim's parking). Those jobs each put one parked job
+/// of the key back when they leave (a claim and its end, a cancel, a demotion: the
+/// `relayq_key_freed` and `relayq_key_passed_on` triggers), so a job parked here
+/// always has something to put it back, and claims never read a long backlog of one
+/// key. Jobs not yet due are not counted: one of them ahead would hold a due job back.
+/// A key with fewer waiting is left to the claim's parking, which a short backlog
+/// costs little; parking every job beyond the limit made each of them go back through
+/// a settle, and a drain over many keys with a few jobs each ran a fifth slower.
+/// The new jobs are found by id (`NOT INDEXED` leaves the planner only the rowid: after
+/// an `ANALYZE` it chose to scan the key index instead), so an enqueue reads its own
+/// jobs and at most 64 of its key's ahead of each, never the key's whole backlog. The `SELECT` reads the
+/// table as it was before the statement, and the first jobs of a key are never
+/// parked, so each parked job keeps them ahead. An upsert that finds each row by its
+/// id, as `claim::CLAIM` does.
 pub(crate) const PARK_NEW: &str = "INSERT INTO relayq_jobs
         (id, queue, state, payload, priority, run_at, max_attempts, created_at)
     SELECT j.id, j.queue, j.state, X'', j.priority, j.run_at, j.max_attempts, j.created_at
-    FROM (SELECT k.value AS key,
-                 COALESCE((SELECT max FROM relayq_key_limits
-                           WHERE queue = ?1 AND limit_key = k.value),
-                          (SELECT key_limit FROM relayq_queues WHERE queue = ?1)) AS lim
-          FROM json_each(?2) AS k) AS l
-    CROSS JOIN relayq_jobs AS j INDEXED BY relayq_jobs_key_waiting
-        ON j.queue = ?1 AND j.limit_key = l.key
-       AND j.state IN ('ready', 'retrying') AND j.parked = 0 AND j.run_at <= ?3
-    WHERE l.lim <= 64 AND j.id >= ?4
+    FROM json_each(?2) AS n
+    CROSS JOIN relayq_jobs AS j NOT INDEXED ON j.id = n.value
+    WHERE j.limit_key IS NOT NULL AND j.state IN ('ready', 'retrying') AND j.parked = 0
+      AND j.run_at <= ?3
+      AND COALESCE((SELECT max FROM relayq_key_limits
+                    WHERE queue = ?1 AND limit_key = j.limit_key),
+                   (SELECT key_limit FROM relayq_queues WHERE queue = ?1)) <= 64
       AND (SELECT COUNT(*) FROM (
                SELECT 1 FROM relayq_jobs AS a INDEXED BY relayq_jobs_key_waiting
-               WHERE a.queue = ?1 AND a.limit_key = l.key
+               WHERE a.queue = ?1 AND a.limit_key = j.limit_key
                  AND a.state IN ('ready', 'retrying') AND a.parked = 0 AND a.run_at <= ?3
                  AND (a.priority, a.run_at, a.id) < (j.priority, j.run_at, j.id)
                LIMIT 64)) = 64
@@ -90,11 +91,15 @@ async fn park_new(
     out: &[Enqueued],
     now: DateTime<Utc>,
 ) -> Result<()> {
-    let keys: BTreeSet<&str> = jobs.iter().filter_map(|j| j.limit_key.as_deref()).collect();
-    let first = out.iter().filter(|e| !e.deduplicated).map(|e| e.id.0).min();
-    let Some(first) = first.filter(|_| !keys.is_empty()) else {
+    let new: Vec<i64> = jobs
+        .iter()
+        .zip(out)
+        .filter(|(j, e)| j.limit_key.is_some() && !e.deduplicated)
+        .map(|(_, e)| e.id.0)
+        .collect();
+    if new.is_empty() {
         return Ok(());
-    };
+    }
     let keyed: Option<bool> = sqlx::query_scalar(KEYED)
         .bind(queue)
         .fetch_optional(&mut *c)
@@ -105,9 +110,8 @@ async fn park_new(
     }
     sqlx::query(PARK_NEW)
         .bind(queue)
-        .bind(serde_json::to_string(&keys).map_err(Error::backend)?)
+        .bind(serde_json::to_string(&new).map_err(Error::backend)?)
         .bind(us(now))
-        .bind(first)
         .execute(&mut *c)
         .await
         .map_err(db)?;

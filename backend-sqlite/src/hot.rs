@@ -181,11 +181,7 @@ pub fn hot_statements() -> Vec<Hot> {
         hot("promote::GROUP_PROMOTE", promote::GROUP_PROMOTE, &[Job]),
         hot("enqueue::DUPLICATE", enqueue::DUPLICATE, &[Queue, Text]),
         hot("enqueue::KEYED", enqueue::KEYED, &[Queue]),
-        hot(
-            "enqueue::PARK_NEW",
-            enqueue::PARK_NEW,
-            &[Queue, Keys, Now, Job],
-        ),
+        hot("enqueue::PARK_NEW", enqueue::PARK_NEW, &[Queue, Jobs, Now]),
         hot(
             "enqueue::OPEN_BATCH_STAGE",
             enqueue::OPEN_BATCH_STAGE,

@@ -429,8 +429,8 @@ fn expected(name: &str) -> &'static [&'static str] {
             "SEARCH relayq_key_limits USING PRIMARY KEY (queue=?)",
         ],
         "enqueue::PARK_NEW" => &[
-            "SCAN k VIRTUAL TABLE",
-            "SEARCH j USING INDEX relayq_jobs_key_waiting (queue=? AND limit_key=?)",
+            "SCAN n VIRTUAL TABLE",
+            "SEARCH j USING INTEGER PRIMARY KEY (rowid=?)",
             "SEARCH a USING INDEX relayq_jobs_key_waiting (queue=? AND limit_key=?",
         ],
         "enqueue::DUPLICATE" => &["INDEX relayq_jobs_dedupe (queue=? AND dedupe_key=?)"],
