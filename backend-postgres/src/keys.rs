@@ -16,7 +16,6 @@ use chrono::{DateTime, Utc};
 use relayq_core::{
     ClaimRequest, Error, Rate, Result,
     kit::keys::{KeyAdmission, KeyInfo},
-    kit::rate,
 };
 use sqlx::PgConnection;
 use std::collections::HashMap;
@@ -276,23 +275,12 @@ impl PostgresBackend {
                 .await
                 .map_err(db)?;
         }
-        // A woken key's jobs beyond those put back stay parked: they go back when its
-        // rate next allows a start. Not a key this claim found full: its parked jobs
-        // go back as its slots free (a wake time now would have workers claim in a
-        // loop).
+        // A woken key's jobs beyond those put back stay parked until its next wake.
         for k in woken {
-            let Some(r) = rate_of(k, default) else {
+            let Some(at) = rate_of(k, default).and_then(|r| admission.wake_again(&k.0, &r, k.4))
+            else {
                 continue;
             };
-            if admission.full(&k.0) {
-                continue;
-            }
-            let tat = changes
-                .iter()
-                .find(|ch| ch.key == k.0)
-                .and_then(|ch| ch.tat)
-                .or(k.4);
-            let at = rate::next_start(&r, tat, now_us).unwrap_or(now_us);
             sqlx::query(self.sql(STILL_PARKED))
                 .bind(queue)
                 .bind(&k.0)

@@ -468,22 +468,14 @@ async fn claim_keyed(
             .await
             .map_err(db)?;
     }
-    // A woken key's jobs beyond those put back stay parked: they go back when its
-    // rate next allows a start. Not a key this claim found full: its parked jobs go
-    // back as its slots free (a wake time now would have workers claim in a loop).
+    // A woken key's jobs beyond those put back stay parked until its next wake.
     for k in woken {
-        let Some(rate) = k.rate(rates.default) else {
+        let Some(at) = k
+            .rate(rates.default)
+            .and_then(|rate| admission.wake_again(&k.key, &rate, k.tat))
+        else {
             continue;
         };
-        if admission.full(&k.key) {
-            continue;
-        }
-        let tat = changes
-            .iter()
-            .find(|ch| ch.key == k.key)
-            .and_then(|ch| ch.tat)
-            .or(k.tat);
-        let at = relayq_core::kit::rate::next_start(&rate, tat, now_us).unwrap_or(now_us);
         sqlx::query(STILL_PARKED)
             .bind(&req.queue)
             .bind(&k.key)

@@ -62,7 +62,8 @@ pub enum Capability {
     /// Limit keys may have rates, and claims keep to them (SPEC K12–K14).
     KeyRates,
     /// A full key's backlog of any length holds up no claim, from the first one on
-    /// (SPEC K4): jobs behind a long backlog of their key are parked as they arrive.
+    /// (SPEC K4), for a key of limit 1 at least: jobs behind a long backlog of their
+    /// key are parked as they arrive.
     /// Without it, claims park a bounded number per read, and other keys' jobs behind
     /// thousands of a full key's wait a few claims.
     KeyBacklogs,

@@ -7,6 +7,11 @@
 //! attempt's claim, on the server's clock, counted per key in every window of the
 //! key's interval; more than the key's count in one is a violation, and so is a job
 //! not finished. An attempt whose claim the server forgot in a crash is not counted.
+//!
+//! The same queue holds a backlog first: [`BACKLOG`] jobs of a key of limit 1 in one
+//! enqueue, enough that SQLite sets most of them aside as they arrive (SPEC K4). Each
+//! must succeed (none left parked), and no two of its attempts may overlap between
+//! claim and end (database).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -32,6 +37,12 @@ pub const OWN: Rate = Rate {
 const KEYS: [&str; 3] = ["kr0", "kr1", "kr2"];
 /// Jobs per key: about three windows' worth.
 const PER_KEY: usize = 10;
+/// The backlog key, of limit 1, and its jobs, enqueued at once.
+const BACKLOG_KEY: &str = "krb";
+const BACKLOG: usize = 80;
+
+/// The backlog's check's name.
+pub const BACKLOG_NAME: &str = "key backlog: none left parked, limit kept";
 
 /// The check's name.
 pub const NAME: &str = "key rate: claims within each key's rate";
@@ -42,6 +53,7 @@ pub struct Cell {
     /// The queue the workers must serve.
     pub queue: String,
     ids: Vec<(JobId, &'static str)>,
+    backlog: Vec<JobId>,
 }
 
 fn rate_of(key: &str) -> Rate {
@@ -59,6 +71,7 @@ pub async fn start(backend: &dyn Backend) -> anyhow::Result<Cell> {
         return Ok(Cell {
             queue: q,
             ids: Vec::new(),
+            backlog: Vec::new(),
         });
     }
     crate::run::retry("set the cell's default key rate", || {
@@ -73,6 +86,23 @@ pub async fn start(backend: &dyn Backend) -> anyhow::Result<Cell> {
         backend.set_key_limit(&q, Some(KEYS[2]), Some(1))
     })
     .await?;
+    crate::run::retry("set the backlog's key limit", || {
+        backend.set_key_limit(&q, Some(BACKLOG_KEY), Some(1))
+    })
+    .await?;
+    let backlog: Vec<NewJob> = (0..BACKLOG)
+        .map(|i| {
+            let payload = serde_json::json!({"command": "true", "name": format!("krb-{i}")});
+            NewJob::new(&q, payload.to_string().into_bytes())
+                .limit_key(BACKLOG_KEY)
+                .max_attempts(25)
+        })
+        .collect();
+    let backlog = crate::run::retry("enqueue the backlog", || backend.enqueue(backlog.clone()))
+        .await?
+        .into_iter()
+        .map(|e| e.id)
+        .collect();
     let keys: Vec<&'static str> = (0..PER_KEY).flat_map(|_| KEYS).collect();
     let jobs: Vec<NewJob> = keys
         .iter()
@@ -90,6 +120,7 @@ pub async fn start(backend: &dyn Backend) -> anyhow::Result<Cell> {
     Ok(Cell {
         queue: q,
         ids: got.into_iter().map(|e| e.id).zip(keys).collect(),
+        backlog,
     })
 }
 
@@ -145,5 +176,38 @@ impl Cell {
             notes.push(format!("{key} at most {worst} per window under {rate}"));
         }
         Ok((check, notes.join("; ")))
+    }
+
+    /// Checks the backlog: every job succeeded, and its attempts, each from its claim
+    /// to its end, never overlap (a limit of 1).
+    ///
+    /// # Errors
+    /// When the database cannot be read for a minute.
+    pub async fn check_backlog(&self, backend: &dyn Backend) -> anyhow::Result<Check> {
+        let mut check = Check::new(BACKLOG_NAME, self.backlog.len());
+        let mut spans = Vec::new();
+        for &id in &self.backlog {
+            let info = crate::run::retry("job", || backend.job(&self.queue, id)).await?;
+            if info.state != JobState::Succeeded && check.violations.len() < 5 {
+                check
+                    .violations
+                    .push(format!("job {id} ended {} (want succeeded)", info.state));
+            }
+            spans.extend(
+                info.attempt_log
+                    .iter()
+                    .filter_map(|a| Some((a.claimed(), a.ended_at?, id))),
+            );
+        }
+        spans.sort_unstable();
+        for pair in spans.windows(2) {
+            let ((_, end, a), (start, _, b)) = (pair[0], pair[1]);
+            if start < end && check.violations.len() < 5 {
+                check.violations.push(format!(
+                    "key {BACKLOG_KEY} (limit 1): job {b} claimed at {start} while job {a} ran to {end}"
+                ));
+            }
+        }
+        Ok(check)
     }
 }

@@ -754,6 +754,9 @@ pub async fn run(s: &Settings) -> anyhow::Result<Outcome> {
     report.figures.push(("rate cell".into(), note));
     let (key_rated, note) = key_rate_cell.check(&*backend).await?;
     report.checks.push(key_rated);
+    report
+        .checks
+        .push(key_rate_cell.check_backlog(&*backend).await?);
     report.figures.push(("key-rate cell".into(), note));
     report.figures.push((
         "schedule cell's skewed scheduler".into(),

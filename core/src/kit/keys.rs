@@ -219,6 +219,25 @@ impl KeyAdmission {
         self.keys.get(key).is_some_and(|s| s.full)
     }
 
+    /// For a key whose wake time this claim used (its parked jobs, up to its burst, put
+    /// back), when the rest of its parked jobs go back (SPEC K13): when its rate next
+    /// allows a start, on the value this claim left (`stored` if it started none), or
+    /// now if it allows one now. `None` when the claim found the key full: its jobs go
+    /// back as its slots free (a wake time of now would have workers claim in a loop).
+    #[must_use]
+    pub fn wake_again(&self, key: &str, rate: &Rate, stored: Option<i64>) -> Option<i64> {
+        if self.full(key) {
+            return None;
+        }
+        let tat = self
+            .keys
+            .get(key)
+            .filter(|s| s.moved)
+            .and_then(|s| s.info.tat)
+            .or(stored);
+        Some(rate::next_start(rate, tat, self.now).unwrap_or(self.now))
+    }
+
     /// The earliest wake time of a key whose rate held a job back in this claim.
     #[must_use]
     pub fn next_wake(&self) -> Option<i64> {
@@ -316,6 +335,35 @@ mod tests {
         )]);
         let mut b = KeyAdmission::new(10, 10).at(now + 100_000);
         assert_eq!(b.split(&candidates[2..4], &keys), (vec![3], vec![4]));
+    }
+
+    /// SPEC K13: a woken key gets its next wake from the value the claim left, now if
+    /// its rate allows a start, and none when the claim found it full.
+    #[test]
+    fn a_woken_key_wakes_again_unless_full() {
+        let rate = Rate::new(11, Duration::from_secs(1)).with_burst(2);
+        let now = 5_000_000;
+        let rated = KeyInfo {
+            rate: Some(rate),
+            ..KeyInfo::default()
+        };
+        let mut a = KeyAdmission::new(10, 10).at(now);
+        assert_eq!(a.decide(Some("r"), || rated), Admit::Take);
+        assert_eq!(a.wake_again("r", &rate, None), Some(now));
+        assert_eq!(a.decide(Some("r"), || unreachable!()), Admit::Take);
+        assert_eq!(a.wake_again("r", &rate, None), Some(now + 100_000));
+        // A key the claim did not meet: from the stored value.
+        assert_eq!(
+            a.wake_again("other", &rate, Some(now + 300_000)),
+            Some(now + 200_000)
+        );
+        let full = KeyInfo {
+            limit: Some(1),
+            running: 1,
+            ..rated
+        };
+        assert_eq!(a.decide(Some("f"), || full), Admit::Full);
+        assert_eq!(a.wake_again("f", &rate, None), None);
     }
 
     /// A key's limit is checked before its rate: a full key's job is not counted as a
