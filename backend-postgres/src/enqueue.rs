@@ -41,6 +41,43 @@ macro_rules! insert_jobs {
     };
 }
 
+/// SPEC K4: parks each new job (ids `$2`) of a key whose limit is at most 64 that has
+/// a parked job of its key ahead of it, or 64 due, waiting, unparked ones. Either way
+/// something puts it back: each unparked job ahead puts one parked job of the key back
+/// when it leaves (a claim and its end, a cancel, a demotion: migration 0012's
+/// `key_freed`), and whatever puts back a parked job ahead goes on to the jobs behind
+/// it. So claims never read a long backlog of one key. Jobs not yet due are not
+/// counted: one of them ahead would hold a due job back. A key with fewer waiting is
+/// left to the claim's parking, which a short backlog costs little: parking every job
+/// beyond the limit sent each through a settle's unpark. The statement reads the table
+/// as it was before it, and a key's first new jobs are never parked, so each parked job
+/// keeps what was counted ahead. The latest parked job ahead is one step down
+/// `jobs_parked`; the count reads at most 64 entries of `jobs_key_waiting` (migration
+/// 0015), and only for a key with nothing parked ahead. The new jobs are found by
+/// primary key: their state is tested as `<>`, which no partial index's predicate
+/// follows from (with `IN`, after `ANALYZE` of an empty table the planner read them
+/// through the claim index).
+pub(crate) const PARK_NEW: &str = "UPDATE {s}.jobs j SET parked = true
+    WHERE j.id = ANY($2) AND j.limit_key IS NOT NULL
+      AND j.state <> 'blocked' AND j.state <> 'running' AND j.run_at <= now()
+      AND COALESCE((SELECT max FROM {s}.key_limits
+                    WHERE queue = $1 AND limit_key = j.limit_key),
+                   (SELECT key_limit FROM {s}.queues WHERE queue = $1)) <= 64
+      AND CASE WHEN EXISTS (
+               SELECT 1 FROM {s}.jobs p
+               WHERE p.queue = $1 AND p.limit_key = j.limit_key AND p.parked
+                 AND p.state IN ('ready', 'retrying')
+                 AND (p.priority, p.run_at, p.id) < (j.priority, j.run_at, j.id)
+               ORDER BY p.priority DESC, p.run_at DESC, p.id DESC LIMIT 1)
+          THEN true
+          ELSE (SELECT count(*) FROM (
+               SELECT 1 FROM {s}.jobs a
+               WHERE a.queue = $1 AND a.limit_key = j.limit_key
+                 AND a.state IN ('ready', 'retrying') AND NOT a.parked
+                 AND a.limit_key IS NOT NULL AND a.run_at <= now()
+                 AND (a.priority, a.run_at, a.id) < (j.priority, j.run_at, j.id)
+               LIMIT 64) ahead) = 64 END";
+
 /// Inserts the jobs given as arrays, in input order (so their ids increase in that
 /// order), skipping those whose dedupe key an unfinished job holds (SPEC E3), and
 /// notifies the queue. A job without a group is `ready` at once when it has no batch or
@@ -150,8 +187,58 @@ impl PostgresBackend {
     async fn enqueue_tx(&self, jobs: &[NewJob]) -> Result<(Vec<Enqueued>, Vec<String>)> {
         let mut tx = self.inner.pool.begin().await.map_err(db)?;
         let out = self.enqueue_on(&mut tx, jobs).await?;
+        self.park_new(&mut tx, jobs, &out.0).await?;
         tx.commit().await.map_err(db)?;
         Ok(out)
+    }
+
+    /// SPEC K4: in relayq's own enqueue transaction, just before its commit, parks the
+    /// new jobs that have 64 of their key's due waiting jobs ahead ([`PARK_NEW`]).
+    /// Under the queue row's lock, taken `FOR UPDATE` as a keyed claim takes it: a
+    /// settle or cancel that frees a slot of the key or passes its turn on takes it
+    /// `FOR KEY SHARE` (migration 0012's `key_freed`), so it either committed before
+    /// the count (which then does not count its job) or waits for this commit (and then
+    /// sees the parked job it may put back). Not in [`Self::enqueue_in`]: the lock
+    /// would hold the queue's keyed claims until the caller commits, so jobs enqueued
+    /// there are left to the claim's parking.
+    async fn park_new(
+        &self,
+        c: &mut PgConnection,
+        jobs: &[NewJob],
+        out: &[Enqueued],
+    ) -> Result<()> {
+        let new: Vec<i64> = jobs
+            .iter()
+            .zip(out)
+            .filter(|(j, e)| j.limit_key.is_some() && !e.deduplicated)
+            .map(|(_, e)| e.id.0)
+            .collect();
+        let Some(first) = jobs.first().filter(|_| !new.is_empty()) else {
+            return Ok(());
+        };
+        // Unlocked first: a queue without key limits is not locked at all. One that
+        // gains them meanwhile is left to its claims' parking.
+        let keyed: Option<bool> =
+            sqlx::query_scalar(self.sql("SELECT keyed FROM {s}.queues WHERE queue = $1"))
+                .bind(&first.queue)
+                .fetch_optional(&mut *c)
+                .await
+                .map_err(db)?;
+        if keyed != Some(true) {
+            return Ok(());
+        }
+        sqlx::query(self.sql("SELECT 1 FROM {s}.queues WHERE queue = $1 FOR UPDATE"))
+            .bind(&first.queue)
+            .execute(&mut *c)
+            .await
+            .map_err(db)?;
+        sqlx::query(self.sql(PARK_NEW))
+            .bind(&first.queue)
+            .bind(&new)
+            .execute(&mut *c)
+            .await
+            .map_err(db)?;
+        Ok(())
     }
 
     /// The whole enqueue inside the transaction on `c`.
@@ -434,7 +521,8 @@ impl Enqueue for PostgresBackend {
         if jobs.is_empty() {
             return Ok(Vec::new());
         }
-        let (out, payloads) = if all_plain(&jobs) {
+        // Jobs with limit keys go through the transaction, which parks them (SPEC K4).
+        let (out, payloads) = if all_plain(&jobs) && jobs.iter().all(|j| j.limit_key.is_none()) {
             let mut c = self.inner.pool.acquire().await.map_err(db)?;
             let out = self.insert_plain(&mut c, &jobs).await?;
             let payloads = vec![format!("{}:{}", listen::READY, jobs[0].queue)];

@@ -30,6 +30,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0012_limit_keys.sql"),
     include_str!("../migrations/0013_rates.sql"),
     include_str!("../migrations/0014_key_rates.sql"),
+    include_str!("../migrations/0015_park_at_enqueue.sql"),
 ];
 
 /// The schema version this crate migrates to. [`migrate`](crate::PostgresBackend::migrate)

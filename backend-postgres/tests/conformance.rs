@@ -21,6 +21,7 @@ impl Driven for Postgres {
         Capability::LimitKeys,
         Capability::Rates,
         Capability::KeyRates,
+        Capability::KeyBacklogs,
     ];
 
     fn url(server: Option<&str>) -> String {

@@ -419,6 +419,13 @@ async fn operations(lab: &mut Lab, generic: bool) -> Vec<(&'static str, i64)> {
         let hot = (0..1000).map(|_| NewJob::new(kq, b"hot".to_vec()).limit_key("hot"));
         lab.b.enqueue(hot.collect()).await.unwrap();
     }
+    // Each new job counts the 64 of its key ahead of it and is parked (SPEC K4).
+    let (n, ()) = measured(lab, generic, async move |b| {
+        let hot = (0..100).map(|_| NewJob::new(kq, b"hot".to_vec()).limit_key("hot"));
+        b.enqueue(hot.collect()).await.unwrap();
+    })
+    .await;
+    read("enqueue of 100 jobs of a key with 12,000 waiting", n);
     let mut hot_lease = None;
     for _ in 0..20 {
         for j in claim(&lab.b, kq, 10, LEASE).await {

@@ -30,6 +30,7 @@ impl Subject for Cluster {
         Capability::LimitKeys,
         Capability::Rates,
         Capability::KeyRates,
+        Capability::KeyBacklogs,
     ];
 
     async fn open(urls: Option<String>) -> anyhow::Result<Self> {

@@ -16,6 +16,7 @@ impl Driven for Redis {
         Capability::LimitKeys,
         Capability::Rates,
         Capability::KeyRates,
+        Capability::KeyBacklogs,
     ];
 
     fn url(server: Option<&str>) -> String {

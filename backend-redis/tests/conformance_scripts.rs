@@ -23,6 +23,7 @@ impl Subject for RedisScripts {
         Capability::LimitKeys,
         Capability::Rates,
         Capability::KeyRates,
+        Capability::KeyBacklogs,
     ];
 
     async fn open(url: Option<String>) -> anyhow::Result<Self> {

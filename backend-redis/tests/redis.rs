@@ -6,8 +6,8 @@ use std::time::Duration;
 use redis::AsyncCommands;
 use relayq_conformance::queue_name;
 use relayq_core::{
-    Admin, Claim, ClaimRequest, ClaimedJob, Complete, Enqueue, EnqueueExt, Error, Inspect,
-    JobState, NewJob, OnFailure, OrderBarrier, Settled,
+    Admin, Claim, ClaimRequest, ClaimedJob, Complete, CompleteExt, Enqueue, EnqueueExt, Error,
+    Inspect, JobState, NewJob, OnFailure, OrderBarrier, Settled,
 };
 use relayq_redis::RedisBackend;
 
@@ -559,9 +559,91 @@ async fn maintenance_drops_spent_key_rate_values(url: String) {
     }
 }
 
+/// The members of B:ready per limit key, and each key's own index (B:kw:<key>), which
+/// must hold exactly those.
+async fn key_index_matches_ready(raw: &mut redis::aio::MultiplexedConnection, q: &str, step: &str) {
+    let base = format!("{}:{{{q}}}", support::PREFIX);
+    let ready: Vec<String> = raw.zrange(format!("{base}:ready"), 0, -1).await.unwrap();
+    let mut by_key: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for m in ready {
+        let id = m[18..].trim_start_matches('0').to_owned();
+        let lk: Option<String> = raw.hget(format!("{base}:job:{id}"), "lk").await.unwrap();
+        if let Some(lk) = lk {
+            by_key.entry(lk).or_default().push(m);
+        }
+    }
+    for k in ["a", "b", "c"] {
+        let index: Vec<String> = raw.zrange(format!("{base}:kw:{k}"), 0, -1).await.unwrap();
+        let want = by_key.remove(k).unwrap_or_default();
+        assert_eq!(index, want, "{step}: key {k}'s index against B:ready");
+    }
+}
+
+/// SPEC K4: an enqueue parks a new job behind 64 of its key's jobs in B:ready (a key of
+/// limit 2: 100 jobs leave 64 claimable and 36 parked), and each key's index of its
+/// jobs in B:ready stays exact through claims, parking, completions, retries, cancels
+/// and a lifted limit (a member left behind would make an enqueue park a job with
+/// nothing ahead to put it back).
+async fn enqueue_parks_behind_a_keys_ready_jobs(url: String) {
+    let (b, mut raw) = setup(&url).await;
+    let q = queue_name("kwait");
+    b.set_key_limit(&q, Some("a"), Some(2)).await.unwrap();
+    let base = format!("{}:{{{q}}}", support::PREFIX);
+    let mut new: Vec<NewJob> = (0..100)
+        .map(|_| NewJob::new(&q, b"x".to_vec()).limit_key("a"))
+        .collect();
+    new.extend((0..5).map(|_| NewJob::new(&q, b"x".to_vec()).limit_key("b")));
+    new.extend((0..5).map(|_| NewJob::new(&q, b"x".to_vec()).limit_key("c")));
+    b.enqueue(new).await.unwrap();
+    let parked: usize = raw.zcard(format!("{base}:kp:a")).await.unwrap();
+    assert_eq!(parked, 36, "jobs of key a parked at enqueue");
+    key_index_matches_ready(&mut raw, &q, "after the enqueue").await;
+    let got = b
+        .claim(ClaimRequest::new(&q, "w", 10, LEASE))
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 10, "a claim of 10");
+    key_index_matches_ready(&mut raw, &q, "after a claim").await;
+    let mut got = got.into_iter();
+    let first = got.next().unwrap();
+    b.complete(&first.lease).await.unwrap();
+    let second = got.next().unwrap();
+    b.fail(
+        &second.lease,
+        "again",
+        relayq_core::Retry::After(Duration::ZERO),
+    )
+    .await
+    .unwrap();
+    key_index_matches_ready(&mut raw, &q, "after a complete and a retry").await;
+    let waiting: Vec<String> = raw.zrange(format!("{base}:kw:c"), 0, 0).await.unwrap();
+    if let Some(m) = waiting.first() {
+        let id: i64 = m[18..].trim_start_matches('0').parse().unwrap();
+        b.cancel_job(&q, relayq_core::JobId(id)).await.unwrap();
+    }
+    let more = b
+        .claim(ClaimRequest::new(&q, "w", 10, LEASE))
+        .await
+        .unwrap();
+    key_index_matches_ready(&mut raw, &q, "after a cancel and a claim").await;
+    b.set_key_limit(&q, Some("a"), None).await.unwrap();
+    key_index_matches_ready(&mut raw, &q, "after the limit was lifted").await;
+    let unkeyed = b
+        .claim(ClaimRequest::new(&q, "w", 10, LEASE))
+        .await
+        .unwrap();
+    assert_eq!(unkeyed.len(), 10, "a claim of 10 without key limits");
+    key_index_matches_ready(&mut raw, &q, "after a claim without key limits").await;
+    for j in got.chain(more).chain(unkeyed) {
+        b.complete(&j.lease).await.unwrap();
+    }
+    key_index_matches_ready(&mut raw, &q, "after the completions").await;
+}
+
 relayq_conformance::server_tests! {
     server: relayq_conformance::harness::Server::of(&relayq_redis::DRIVER),
     tests: [
+        enqueue_parks_behind_a_keys_ready_jobs,
         maintenance_drops_spent_key_rate_values,
         try_maintain_skips_while_another_pass_holds_the_lock,
         order_is_exact_at_extremes,

@@ -15,9 +15,9 @@ end
 -- Jobs that fell due, in bounded chunks (never one unbounded unpack).
 for _, set in ipairs({':delay', ':backoff'}) do
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', B .. set, '-inf', s(NOW), 'LIMIT', 0, 10000)) do
-    local h = redis.call('HMGET', jk(id), 'pr', 'ra')
+    local h = redis.call('HMGET', jk(id), 'pr', 'ra', 'lk')
     redis.call('ZREM', B .. set, id)
-    redis.call('ZADD', B .. ':ready', h[1], okey(tonumber(h[2]), tonumber(id)))
+    ready_add(h[1], okey(tonumber(h[2]), tonumber(id)), h[3] or nil)
   end
 end
 -- A job's next attempt number as text, for the first few: parsing and formatting it
@@ -107,7 +107,11 @@ if limit > 0 then
     local h = redis.call('HMGET', key, 'st', 'at', 'p', 'ra', 'f', 'lk')
     -- Counted whether or not the queue has key limits now, so a limit set later
     -- counts what already runs (SPEC K2).
-    if h[6] then redis.call('HINCRBY', B .. ':krun', h[6], 1) end
+    if h[6] then
+      redis.call('HINCRBY', B .. ':krun', h[6], 1)
+      -- keyed_head took it out of its key's index with B:ready; ZREMRANGEBYRANK not.
+      if not settings[3] then redis.call('ZREM', kwk(h[6]), popped[k]) end
+    end
     if not h[5] then
       -- Enqueued before jobs kept their fixed fields in one value with the plain flag.
       local f = redis.call('HMGET', key, 'pr', 'ma', 'g', 'b', 's', 'by', 'dk')

@@ -33,6 +33,8 @@
 --                    while the queue has any key limit
 --   B:kp:<key>       the key's parked jobs, as B:ready holds them (SPEC K4);
 --                    B:kpk  the keys with parked jobs
+--   B:kw:<key>       the key's jobs in B:ready, as B:ready holds them: an enqueue
+--                    counts those ahead of a new job (see enqueue_jobs)
 --   B:krate          limit key -> its own rate as 'count,interval,burst' (SPEC K12);
 --                    B:settings krn krp krb the default, kr set while any key has a
 --                    rate (and keyed with it)
@@ -134,11 +136,34 @@ local function publish()
 end
 
 local function kpk(lk) return B .. ':kp:' .. lk end
+local function kwk(lk) return B .. ':kw:' .. lk end
+
+-- SPEC K4: an enqueue parks a new due job of a key whose limit is at most this when
+-- this many of the key's jobs sort ahead of it in B:ready. Each of those puts one
+-- parked job of the key back when it leaves B:ready or, claimed, leaves running (see
+-- unindex), so a job parked then always has something to put it back, and claims
+-- never read a long backlog of one key. A key with fewer is left to the claim's
+-- parking, which a short backlog costs little: parking every job beyond the limit
+-- would send each through a settle's unpark. Jobs not yet due are not counted (they
+-- are not in B:ready): one of them ahead would hold a due job back.
+local PARK_AHEAD = 64
+
+-- Job member `m` (score `pr`, limit key `lk` or nil) goes into B:ready.
+local function ready_add(pr, m, lk)
+  redis.call('ZADD', B .. ':ready', pr, m)
+  if lk then redis.call('ZADD', kwk(lk), pr, m) end
+end
+
+-- Job member `m` (limit key `lk` or nil) leaves B:ready; returns whether it was there.
+local function ready_rem(m, lk)
+  if lk then redis.call('ZREM', kwk(lk), m) end
+  return redis.call('ZREM', B .. ':ready', m) == 1
+end
 
 -- Parks job member `m` (as B:ready holds it, score `pr`) of key `lk`, whose key is full
 -- (SPEC K4): it leaves B:ready until a slot of its key frees.
 local function park(m, pr, lk)
-  redis.call('ZREM', B .. ':ready', m)
+  ready_rem(m, lk)
   redis.call('ZADD', kpk(lk), pr, m)
   redis.call('SADD', B .. ':kpk', lk)
 end
@@ -150,7 +175,7 @@ local function unpark(lk, n)
   local got = redis.call('ZRANGE', k, 0, (n or 0) - 1, 'WITHSCORES')
   for i = 1, #got, 2 do
     redis.call('ZREM', k, got[i])
-    redis.call('ZADD', B .. ':ready', got[i + 1], got[i])
+    ready_add(got[i + 1], got[i], lk)
   end
   if #got > 0 then event('r') end
   if redis.call('EXISTS', k) == 0 then redis.call('SREM', B .. ':kpk', lk) end
@@ -242,7 +267,7 @@ local function keyed_head(limit, slots, default, rated)
       end
       if take then
         taken[#taken + 1] = m
-        redis.call('ZREM', B .. ':ready', m)
+        ready_rem(m, lk)
         if lk then counts[lk] = counts[lk] + 1 end
       end
     end
@@ -260,7 +285,7 @@ local function unindex(id, st, ra, lk)
   if st == 'ready' or st == 'retrying' then
     redis.call('ZREM', B .. ':delay', id)
     redis.call('ZREM', B .. ':backoff', id)
-    redis.call('ZREM', B .. ':ready', okey(tonumber(ra), id))
+    ready_rem(okey(tonumber(ra), id), lk or nil)
     -- An unparked job may hold its key's wake-up (a slot freed for it): leaving
     -- without being claimed, it passes it on to the next parked job of its key.
     if lk and redis.call('ZREM', kpk(lk), okey(tonumber(ra), id)) == 0 then unpark(lk, 1) end
@@ -272,13 +297,13 @@ end
 
 -- Puts the job into the index of its (new) state.
 local function index(id)
-  local h = redis.call('HMGET', jk(id), 'st', 'pr', 'ra')
+  local h = redis.call('HMGET', jk(id), 'st', 'pr', 'ra', 'lk')
   local st, ra = h[1], tonumber(h[3])
   if st == 'ready' or st == 'retrying' then
     if ra > NOW then
       redis.call('ZADD', B .. (st == 'ready' and ':delay' or ':backoff'), s(ra), id)
     else
-      redis.call('ZADD', B .. ':ready', h[2], okey(ra, id))
+      ready_add(h[2], okey(ra, id), h[4] or nil)
       event('r')
     end
   end
@@ -557,6 +582,15 @@ local function enqueue_jobs(A, o0, n)
   end
   local out, groups, batches = {}, {}, {}
   local function add(t, f, v) t[#t + 1], t[#t + 2] = f, v end
+  -- Per limit key met: the limit under which a new job may be parked here, or false.
+  local keyed, parks = redis.call('HMGET', B .. ':settings', 'keyed', 'kl'), {}
+  local function parks_at(lk)
+    if parks[lk] == nil then
+      local max = keyed[1] and tonumber(redis.call('HGET', B .. ':klim', lk) or keyed[2] or '')
+      parks[lk] = (max and max <= PARK_AHEAD) or false
+    end
+    return parks[lk]
+  end
   for i = 0, n - 1 do
     local o = o0 + i * F
     local g, b, dk, by, lk = A[o + 6], A[o + 7], A[o + 9], A[o + 10], A[o + 11]
@@ -599,8 +633,19 @@ local function enqueue_jobs(A, o0, n)
         stat('ready', 1)
         if ra > NOW then
           redis.call('ZADD', B .. ':delay', s(ra), id)
+        elseif lk ~= '' and parks_at(lk) then
+          -- SPEC K4: parked at once behind PARK_AHEAD of its key's jobs in B:ready.
+          local m = okey(ra, id)
+          redis.call('ZADD', kwk(lk), A[o + 2], m)
+          if redis.call('ZRANK', kwk(lk), m) >= PARK_AHEAD then
+            redis.call('ZREM', kwk(lk), m)
+            redis.call('ZADD', kpk(lk), A[o + 2], m)
+            redis.call('SADD', B .. ':kpk', lk)
+          else
+            redis.call('ZADD', B .. ':ready', A[o + 2], m)
+          end
         else
-          redis.call('ZADD', B .. ':ready', A[o + 2], okey(ra, id))
+          ready_add(A[o + 2], okey(ra, id), lk ~= '' and lk or nil)
         end
       else
         stat('blocked', 1)

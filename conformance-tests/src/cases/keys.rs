@@ -11,7 +11,8 @@ use relayq_core::{
 use tokio::time::Instant;
 
 use super::support::{
-    LEASE, PATIENCE, SHORT_LEASE, claim, claim_as, enqueue, enqueue_all, expect_invalid, ids, total,
+    LEASE, PATIENCE, SHORT_LEASE, claim, claim_as, enqueue, enqueue_all, expect_invalid, ids,
+    total, unfinished,
 };
 use crate::{Env, poll_until, queue_name};
 
@@ -166,6 +167,63 @@ pub async fn k4_a_long_backlog_of_a_full_key_is_passed_at_once(env: &Env) -> any
         got.len(),
         keys_of(&got)
     );
+    Ok(())
+}
+
+/// SPEC K4: jobs parked as they are enqueued all run. Producers enqueue 480 jobs of a
+/// key of limit 2 in batches of 40 while claimers take and complete them; each batch
+/// lands behind what is waiting, so most of its jobs are parked at once, while claims
+/// and completions of the jobs counted ahead of them go on. Every job must finish:
+/// one parked with nothing left to put it back would wait forever.
+pub async fn k4_jobs_parked_at_enqueue_all_run(env: &Env) -> anyhow::Result<()> {
+    let b = env.shared();
+    let q = queue_name("k4race");
+    b.set_key_limit(&q, Some("k"), Some(2)).await?;
+    let mut handles = vec![b.clone()];
+    for _ in 0..2 {
+        handles.push(env.connect().await?);
+    }
+    const TOTAL: usize = 480;
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let deadline = Instant::now() + PATIENCE;
+    let mut tasks = tokio::task::JoinSet::new();
+    for p in 0..3 {
+        let (h, q) = (handles[p % handles.len()].clone(), q.clone());
+        tasks.spawn(async move {
+            for round in 0..4 {
+                let jobs = (0..40).map(|i| keyed(&q, "k", p * 1000 + round * 100 + i));
+                h.enqueue(jobs.collect()).await?;
+                tokio::task::yield_now().await;
+            }
+            anyhow::Ok(())
+        });
+    }
+    for (i, h) in handles.iter().cycle().take(4).enumerate() {
+        let (h, q, done) = (h.clone(), q.clone(), done.clone());
+        tasks.spawn(async move {
+            while done.load(std::sync::atomic::Ordering::SeqCst) < TOTAL {
+                ensure!(
+                    Instant::now() < deadline,
+                    "{} of {TOTAL} jobs ran in time",
+                    done.load(std::sync::atomic::Ordering::SeqCst)
+                );
+                let got = h
+                    .claim(ClaimRequest::new(&q, format!("w{i}"), 4, LEASE))
+                    .await?;
+                for j in got {
+                    h.complete(&j.lease).await?;
+                    done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+                tokio::task::yield_now().await;
+            }
+            anyhow::Ok(())
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r??;
+    }
+    let left = unfinished(&*b, &q).await?;
+    ensure!(left == 0, "{left} jobs left unfinished");
     Ok(())
 }
 
