@@ -456,6 +456,23 @@ async fn operations(lab: &mut Lab, generic: bool) -> Vec<(&'static str, i64)> {
         "the hot key's next job runs once its slot freed"
     );
 
+    // An enqueue into a queue of many keys with a few jobs each (SPEC K4): each new
+    // job's count of its key's jobs ahead reads those few, never the queue's.
+    let mq = &format!("{q}-manykeys{tag}");
+    lab.b.set_key_limit(mq, None, Some(2)).await.unwrap();
+    for round in 0..20 {
+        let jobs = (0..1000).map(|i| {
+            NewJob::new(mq, vec![]).limit_key(format!("m{}", (round * 1000 + i) % 5000))
+        });
+        lab.b.enqueue(jobs.collect()).await.unwrap();
+    }
+    let (n, ()) = measured(lab, generic, async move |b| {
+        let jobs = (0..100).map(|i| NewJob::new(mq, vec![]).limit_key(format!("m{i}")));
+        b.enqueue(jobs.collect()).await.unwrap();
+    })
+    .await;
+    read("enqueue of 100 jobs into 20,000 over 5,000 keys", n);
+
     // Key rates (SPEC K12, K13): every key may start one job an hour, and a hot key has
     // 12,000 jobs ahead of 100 keys with 3 jobs each. Claims park the hot key's jobs
     // for its rate (each once, a bounded number per claim); then a claim reads the
