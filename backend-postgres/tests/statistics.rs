@@ -461,9 +461,8 @@ async fn operations(lab: &mut Lab, generic: bool) -> Vec<(&'static str, i64)> {
     let mq = &format!("{q}-manykeys{tag}");
     lab.b.set_key_limit(mq, None, Some(2)).await.unwrap();
     for round in 0..20 {
-        let jobs = (0..1000).map(|i| {
-            NewJob::new(mq, vec![]).limit_key(format!("m{}", (round * 1000 + i) % 5000))
-        });
+        let jobs = (0..1000)
+            .map(|i| NewJob::new(mq, vec![]).limit_key(format!("m{}", (round * 1000 + i) % 5000)));
         lab.b.enqueue(jobs.collect()).await.unwrap();
     }
     let (n, ()) = measured(lab, generic, async move |b| {

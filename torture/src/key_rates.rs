@@ -9,9 +9,9 @@
 //! not finished. An attempt whose claim the server forgot in a crash is not counted.
 //!
 //! The same queue holds a backlog first: [`BACKLOG`] jobs of a key of limit 1 in one
-//! enqueue, enough that SQLite sets most of them aside as they arrive (SPEC K4). Each
-//! must succeed (none left parked), and no two of its attempts may overlap between
-//! claim and end (database).
+//! enqueue, enough that SQLite, PostgreSQL and Redis set some of them aside as they
+//! arrive (SPEC K4). Each must succeed (none left parked), and no two of its attempts
+//! may overlap between claim and end (database).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
