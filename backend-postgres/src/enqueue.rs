@@ -142,8 +142,9 @@ impl PostgresBackend {
     /// workers finishing jobs of those batches and groups: keep the transaction short.
     ///
     /// Jobs with a limit key are not set aside here behind a long backlog of their key,
-    /// as [`Enqueue::enqueue`] sets them aside (SPEC K4): that takes the queue's lock,
-    /// which would hold its claims until the caller commits. Claims set them aside.
+    /// as [`Enqueue::enqueue`] sets those without a group or batch aside (SPEC K4): that
+    /// takes the queue's lock, which would hold its claims until the caller commits.
+    /// Claims set them aside.
     ///
     /// # Errors
     /// As [`Enqueue::enqueue`]; [`Error::InvalidInput`] on `transaction` for jobs with a
@@ -191,7 +192,12 @@ impl PostgresBackend {
     async fn enqueue_tx(&self, jobs: &[NewJob]) -> Result<(Vec<Enqueued>, Vec<String>)> {
         let mut tx = self.inner.pool.begin().await.map_err(db)?;
         let out = self.enqueue_on(&mut tx, jobs).await?;
-        self.park_new(&mut tx, jobs, &out.0).await?;
+        // Not with batches or groups: their locks, taken above, come after the queue
+        // row's in a settle (the `key_freed` trigger, then promotion), and the two
+        // orders would deadlock. Claims park those jobs.
+        if jobs.iter().all(|j| j.group.is_none() && j.batch.is_none()) {
+            self.park_new(&mut tx, jobs, &out.0).await?;
+        }
         tx.commit().await.map_err(db)?;
         Ok(out)
     }

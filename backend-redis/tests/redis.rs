@@ -640,10 +640,44 @@ async fn enqueue_parks_behind_a_keys_ready_jobs(url: String) {
     key_index_matches_ready(&mut raw, &q, "after the completions").await;
 }
 
+/// SPEC K4: members of a key's index that are no longer in B:ready (left there by an
+/// earlier version's scripts on the same server) park nothing: an enqueue behind 64 of
+/// them drops the one it checks and leaves its job claimable, where parking it would
+/// leave it with nothing to put it back.
+async fn stale_key_index_members_park_nothing(url: String) {
+    let (b, mut raw) = setup(&url).await;
+    let q = queue_name("kwstale");
+    b.set_key_limit(&q, Some("a"), Some(1)).await.unwrap();
+    let base = format!("{}:{{{q}}}", support::PREFIX);
+    let stale: Vec<(i64, String)> = (1..=64)
+        .map(|i| (0, format!("{:018}{:019}", 0, i)))
+        .collect();
+    let _: () = raw
+        .zadd_multiple(format!("{base}:kw:a"), &stale)
+        .await
+        .unwrap();
+    b.enqueue(vec![NewJob::new(&q, b"x".to_vec()).limit_key("a")])
+        .await
+        .unwrap();
+    let parked: usize = raw.zcard(format!("{base}:kp:a")).await.unwrap();
+    assert_eq!(parked, 0, "a job parked behind members not in B:ready");
+    let left: usize = raw.zcard(format!("{base}:kw:a")).await.unwrap();
+    assert_eq!(
+        left, 64,
+        "the stale member checked is dropped, the new job added"
+    );
+    let got = b
+        .claim(ClaimRequest::new(&q, "w", 10, LEASE))
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 1, "the new job is claimable");
+}
+
 relayq_conformance::server_tests! {
     server: relayq_conformance::harness::Server::of(&relayq_redis::DRIVER),
     tests: [
         enqueue_parks_behind_a_keys_ready_jobs,
+        stale_key_index_members_park_nothing,
         maintenance_drops_spent_key_rate_values,
         try_maintain_skips_while_another_pass_holds_the_lock,
         order_is_exact_at_extremes,

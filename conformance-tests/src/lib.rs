@@ -296,6 +296,7 @@ macro_rules! for_each_case {
             keys::k4_a_waiting_key_does_not_block_others => LimitKeys,
             keys::k4_a_long_backlog_of_a_full_key_is_passed_at_once => KeyBacklogs,
             keys::k4_jobs_parked_at_enqueue_all_run => LimitKeys,
+            keys::k4_a_key_starts_in_order_past_parked_jobs => LimitKeys,
             keys::k4_a_cancelled_waiting_job_passes_its_turn_on => LimitKeys,
             keys::k5_groups_and_keys_combine => LimitKeys,
             keys::k6_claims_ahead_leave_a_key_s_last_slot => LimitKeys,

@@ -148,6 +148,17 @@ local function kwk(lk) return B .. ':kw:' .. lk end
 -- are not in B:ready): one of them ahead would hold a due job back.
 local PARK_AHEAD = 64
 
+-- Whether the last of the PARK_AHEAD members of key `lk`'s index ahead of a new job is
+-- still in B:ready, so at least one job ahead will put the new one back. An earlier
+-- version's scripts running on the same server (scripts.rs) take members out of
+-- B:ready without this index: such a member is dropped here, and the job not parked.
+local function ahead_is_ready(lk)
+  local m = redis.call('ZRANGE', kwk(lk), PARK_AHEAD - 1, PARK_AHEAD - 1)[1]
+  if redis.call('ZSCORE', B .. ':ready', m) then return true end
+  redis.call('ZREM', kwk(lk), m)
+  return false
+end
+
 -- Job member `m` (score `pr`, limit key `lk` or nil) goes into B:ready.
 local function ready_add(pr, m, lk)
   redis.call('ZADD', B .. ':ready', pr, m)
@@ -637,7 +648,7 @@ local function enqueue_jobs(A, o0, n)
           -- SPEC K4: parked at once behind PARK_AHEAD of its key's jobs in B:ready.
           local m = okey(ra, id)
           redis.call('ZADD', kwk(lk), A[o + 2], m)
-          if redis.call('ZRANK', kwk(lk), m) >= PARK_AHEAD then
+          if redis.call('ZRANK', kwk(lk), m) >= PARK_AHEAD and ahead_is_ready(lk) then
             redis.call('ZREM', kwk(lk), m)
             redis.call('ZADD', kpk(lk), A[o + 2], m)
             redis.call('SADD', B .. ':kpk', lk)

@@ -170,37 +170,42 @@ pub async fn k4_a_long_backlog_of_a_full_key_is_passed_at_once(env: &Env) -> any
     Ok(())
 }
 
-/// SPEC K4: jobs parked as they are enqueued all run. Producers enqueue 480 jobs of a
-/// key of limit 2 in batches of 40 while claimers take and complete them; each batch
-/// lands behind what is waiting, so most of its jobs are parked at once, while claims
-/// and completions of the jobs counted ahead of them go on. Every job must finish:
-/// one parked with nothing left to put it back would wait forever.
+/// SPEC K4: jobs parked as they are enqueued all run, in order. A backlog of 200 jobs
+/// of a key of limit 2 is enqueued first (most of it parked at once where the backend
+/// parks at enqueue); then producers enqueue 480 more in batches of 40 while claimers
+/// take and complete them, so new jobs are parked while the jobs counted ahead of them
+/// are claimed and finished. Every job must finish (one parked with nothing left to
+/// put it back would wait forever), and the backlog's jobs must start in order (by
+/// their start on the server's clock).
 pub async fn k4_jobs_parked_at_enqueue_all_run(env: &Env) -> anyhow::Result<()> {
     let b = env.shared();
     let q = queue_name("k4race");
     b.set_key_limit(&q, Some("k"), Some(2)).await?;
+    let backlog = enqueue_all(&*b, (0..200).map(|i| keyed(&q, "k", i)).collect()).await?;
     let mut handles = vec![b.clone()];
     for _ in 0..2 {
         handles.push(env.connect().await?);
     }
-    const TOTAL: usize = 480;
+    const TOTAL: usize = 200 + 480;
     let done = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let deadline = Instant::now() + PATIENCE;
-    let mut tasks = tokio::task::JoinSet::new();
+    let mut producers = tokio::task::JoinSet::new();
     for p in 0..3 {
         let (h, q) = (handles[p % handles.len()].clone(), q.clone());
-        tasks.spawn(async move {
+        producers.spawn(async move {
             for round in 0..4 {
-                let jobs = (0..40).map(|i| keyed(&q, "k", p * 1000 + round * 100 + i));
+                let jobs = (0..40).map(|i| keyed(&q, "k", 1000 + p * 1000 + round * 100 + i));
                 h.enqueue(jobs.collect()).await?;
                 tokio::task::yield_now().await;
             }
             anyhow::Ok(())
         });
     }
+    let mut claimers = tokio::task::JoinSet::new();
     for (i, h) in handles.iter().cycle().take(4).enumerate() {
         let (h, q, done) = (h.clone(), q.clone(), done.clone());
-        tasks.spawn(async move {
+        claimers.spawn(async move {
+            let mut started = Vec::new();
             while done.load(std::sync::atomic::Ordering::SeqCst) < TOTAL {
                 ensure!(
                     Instant::now() < deadline,
@@ -211,19 +216,64 @@ pub async fn k4_jobs_parked_at_enqueue_all_run(env: &Env) -> anyhow::Result<()> 
                     .claim(ClaimRequest::new(&q, format!("w{i}"), 4, LEASE))
                     .await?;
                 for j in got {
+                    let start = j.lease.expires_at - chrono::TimeDelta::from_std(LEASE)?;
+                    started.push((start, j.id()));
                     h.complete(&j.lease).await?;
                     done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 }
                 tokio::task::yield_now().await;
             }
-            anyhow::Ok(())
+            anyhow::Ok(started)
         });
     }
-    while let Some(r) = tasks.join_next().await {
+    while let Some(r) = producers.join_next().await {
         r??;
+    }
+    let mut started = Vec::new();
+    while let Some(r) = claimers.join_next().await {
+        started.extend(r??);
     }
     let left = unfinished(&*b, &q).await?;
     ensure!(left == 0, "{left} jobs left unfinished");
+    started.sort_unstable();
+    let order: Vec<JobId> = started
+        .into_iter()
+        .map(|(_, id)| id)
+        .filter(|id| backlog.contains(id))
+        .collect();
+    ensure!(
+        order == backlog,
+        "the backlog started out of order: {order:?}"
+    );
+    Ok(())
+}
+
+/// SPEC K4: a key of limit 1 starts its jobs one at a time in order, across jobs a
+/// claim parked (the key was full when it read them) and jobs an enqueue parked behind
+/// them (on PostgreSQL: because a parked job of the key was ahead; elsewhere because
+/// 64 waiting jobs were).
+pub async fn k4_a_key_starts_in_order_past_parked_jobs(env: &Env) -> anyhow::Result<()> {
+    let b = env.backend();
+    let q = queue_name("k4order");
+    b.set_key_limit(&q, Some("k"), Some(1)).await?;
+    let mut want = enqueue_all(b, (0..10).map(|i| keyed(&q, "k", i)).collect()).await?;
+    let mut got = claim(b, &q, 10).await?;
+    want.extend(enqueue_all(b, (10..110).map(|i| keyed(&q, "k", i)).collect()).await?);
+    let mut order = Vec::new();
+    while let [job] = got.as_slice() {
+        order.push(job.id());
+        b.complete(&job.lease).await?;
+        got = claim(b, &q, 10).await?;
+    }
+    ensure!(
+        got.is_empty(),
+        "a claim took {} jobs of a key of limit 1",
+        got.len()
+    );
+    ensure!(
+        order == want,
+        "the key's jobs started in the order {order:?}"
+    );
     Ok(())
 }
 
