@@ -217,12 +217,7 @@ impl PostgresBackend {
         jobs: &[NewJob],
         out: &[Enqueued],
     ) -> Result<()> {
-        let new: Vec<i64> = jobs
-            .iter()
-            .zip(out)
-            .filter(|(j, e)| j.limit_key.is_some() && !e.deduplicated)
-            .map(|(_, e)| e.id.0)
-            .collect();
+        let new = relayq_core::kit::keys::new_keyed_ids(jobs, out);
         let Some(first) = jobs.first().filter(|_| !new.is_empty()) else {
             return Ok(());
         };

@@ -91,12 +91,7 @@ async fn park_new(
     out: &[Enqueued],
     now: DateTime<Utc>,
 ) -> Result<()> {
-    let new: Vec<i64> = jobs
-        .iter()
-        .zip(out)
-        .filter(|(j, e)| j.limit_key.is_some() && !e.deduplicated)
-        .map(|(_, e)| e.id.0)
-        .collect();
+    let new = relayq_core::kit::keys::new_keyed_ids(jobs, out);
     if new.is_empty() {
         return Ok(());
     }

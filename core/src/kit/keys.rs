@@ -5,8 +5,20 @@
 
 use std::collections::HashMap;
 
-use crate::Rate;
 use crate::kit::rate;
+use crate::{Enqueued, NewJob, Rate};
+
+/// SPEC K4: the ids of the jobs an enqueue stored (`out`, in the order of `jobs`) that
+/// carry a limit key: the ones a backend that parks at enqueue looks at. A job a dedupe
+/// key found already stored is left out: it was not stored now.
+#[must_use]
+pub fn new_keyed_ids(jobs: &[NewJob], out: &[Enqueued]) -> Vec<i64> {
+    jobs.iter()
+        .zip(out)
+        .filter(|(j, e)| j.limit_key.is_some() && !e.deduplicated)
+        .map(|(_, e)| e.id.0)
+        .collect()
+}
 
 /// What a claim does with one candidate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -249,6 +261,24 @@ impl KeyAdmission {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    /// Only jobs stored now with a limit key: not those without a key, nor those a
+    /// dedupe key found stored before.
+    #[test]
+    fn new_keyed_ids_are_the_stored_jobs_with_a_key() {
+        let jobs = [
+            NewJob::new("q", vec![]).limit_key("a"),
+            NewJob::new("q", vec![]),
+            NewJob::new("q", vec![]).limit_key("b").dedupe_key("d"),
+            NewJob::new("q", vec![]).limit_key("a"),
+        ];
+        let out =
+            [(1, false), (2, false), (0, true), (3, false)].map(|(id, deduplicated)| Enqueued {
+                id: crate::JobId(id),
+                deduplicated,
+            });
+        assert_eq!(new_keyed_ids(&jobs, &out), [1, 3]);
+    }
 
     fn lim(limit: Option<u32>, running: u64) -> impl FnOnce() -> KeyInfo {
         move || KeyInfo::limited(limit, running)
