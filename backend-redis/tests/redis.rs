@@ -617,10 +617,9 @@ async fn enqueue_parks_behind_a_keys_ready_jobs(url: String) {
     .unwrap();
     key_index_matches_ready(&mut raw, &q, "after a complete and a retry").await;
     let waiting: Vec<String> = raw.zrange(format!("{base}:kw:c"), 0, 0).await.unwrap();
-    if let Some(m) = waiting.first() {
-        let id: i64 = m[18..].trim_start_matches('0').parse().unwrap();
-        b.cancel_job(&q, relayq_core::JobId(id)).await.unwrap();
-    }
+    let m = waiting.first().expect("key c has a job waiting");
+    let id: i64 = m[18..].trim_start_matches('0').parse().unwrap();
+    assert!(b.cancel_job(&q, relayq_core::JobId(id)).await.unwrap());
     let more = b
         .claim(ClaimRequest::new(&q, "w", 10, LEASE))
         .await
