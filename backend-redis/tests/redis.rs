@@ -633,7 +633,29 @@ async fn enqueue_parks_behind_a_keys_ready_jobs(url: String) {
         .unwrap();
     assert_eq!(unkeyed.len(), 10, "a claim of 10 without key limits");
     key_index_matches_ready(&mut raw, &q, "after a claim without key limits").await;
-    for j in got.chain(more).chain(unkeyed) {
+    // Two jobs fall due behind the others: a claim of one moves both into B:ready.
+    let later = (0..2).map(|_| {
+        NewJob::new(&q, b"x".to_vec())
+            .limit_key("b")
+            .delay(Duration::from_millis(20))
+    });
+    b.enqueue(later.collect()).await.unwrap();
+    let mut fell_due = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        fell_due.extend(b.claim(ClaimRequest::new(&q, "w", 1, LEASE)).await.unwrap());
+        let delayed: usize = raw.zcard(format!("{base}:delay")).await.unwrap();
+        if delayed == 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the jobs never fell due"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    key_index_matches_ready(&mut raw, &q, "after jobs fell due").await;
+    for j in got.chain(more).chain(unkeyed).chain(fell_due) {
         b.complete(&j.lease).await.unwrap();
     }
     key_index_matches_ready(&mut raw, &q, "after the completions").await;
