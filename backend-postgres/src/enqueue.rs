@@ -203,7 +203,8 @@ impl PostgresBackend {
     }
 
     /// SPEC K4: in relayq's own enqueue transaction, just before its commit, parks the
-    /// new jobs that have 64 of their key's due waiting jobs ahead ([`PARK_NEW`]).
+    /// new jobs that have 64 of their key's due waiting jobs, or a parked one, ahead
+    /// ([`PARK_NEW`]).
     /// Under the queue row's lock, taken `FOR UPDATE` as a keyed claim takes it: a
     /// settle or cancel that frees a slot of the key or passes its turn on takes it
     /// `FOR KEY SHARE` (migration 0012's `key_freed`), so it either committed before
