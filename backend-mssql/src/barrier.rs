@@ -2,8 +2,8 @@
 
 use async_trait::async_trait;
 use relayq_core::{
-    Batch, BatchId, BatchProgress, Error, JobState, OnFailure, OrderBarrier, Result, StageProgress,
-    WaitFor,
+    Batch, BatchId, BatchProgress, Error, JobState, NewBatch, OnFailure, OrderBarrier, Result,
+    StageProgress, WaitFor,
 };
 
 use crate::{
@@ -14,12 +14,14 @@ use crate::{
 
 #[async_trait]
 impl OrderBarrier for MssqlBackend {
-    async fn open_batch_unchecked(
-        &self,
-        queue: &str,
-        on_failure: OnFailure,
-        name: Option<&str>,
-    ) -> Result<Batch> {
+    async fn open_batch_unchecked(&self, batch: &NewBatch) -> Result<Batch> {
+        // Dependencies are not kept here yet: a policy for them would not apply.
+        relayq_core::kit::after::refuse_policy(batch)?;
+        let (queue, on_failure, name) = (
+            batch.queue.as_str(),
+            batch.on_failure,
+            batch.name.as_deref(),
+        );
         let sets = self
             .run(sql::OPEN_BATCH, &[&queue, &on_failure.as_str(), &name])
             .await?;
@@ -82,6 +84,7 @@ impl OrderBarrier for MssqlBackend {
             }
         }
         Ok(BatchProgress {
+            after_failure: relayq_core::AfterFailure::default(),
             batch: batch.clone(),
             on_failure,
             sealed: req(first, 1)?,

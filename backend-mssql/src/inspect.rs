@@ -98,6 +98,7 @@ impl Inspect for MssqlBackend {
             });
         }
         Ok(JobInfo {
+            after: Vec::new(),
             id,
             queue: queue.to_owned(),
             state,

@@ -3,20 +3,18 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use relayq_core::{
-    Batch, BatchId, BatchProgress, Error, JobState, OnFailure, OrderBarrier, Result, StageProgress,
-    WaitFor,
+    Batch, BatchId, BatchProgress, Error, JobState, NewBatch, OnFailure, OrderBarrier, Result,
+    StageProgress, WaitFor,
 };
 
 use crate::{PostgresBackend, db, listen};
 
 #[async_trait]
 impl OrderBarrier for PostgresBackend {
-    async fn open_batch_unchecked(
-        &self,
-        queue: &str,
-        on_failure: OnFailure,
-        name: Option<&str>,
-    ) -> Result<Batch> {
+    async fn open_batch_unchecked(&self, batch: &NewBatch) -> Result<Batch> {
+        // Dependencies are not kept here yet: a policy for them would not apply.
+        relayq_core::kit::after::refuse_policy(batch)?;
+        let (queue, on_failure, name) = (&batch.queue, batch.on_failure, batch.name.as_deref());
         let id: i64 = sqlx::query_scalar(self.sql(
             "INSERT INTO {s}.batches (queue, on_failure, name) VALUES ($1, $2, $3) RETURNING id",
         ))
@@ -122,6 +120,7 @@ impl OrderBarrier for PostgresBackend {
             }
         }
         Ok(BatchProgress {
+            after_failure: relayq_core::AfterFailure::default(),
             batch: batch.clone(),
             on_failure,
             sealed,

@@ -360,6 +360,7 @@ impl Inspect for PostgresBackend {
             _ => {}
         }
         Ok(JobInfo {
+            after: Vec::new(),
             id: JobId(row.id),
             queue: queue.to_owned(),
             state,

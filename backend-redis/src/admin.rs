@@ -7,7 +7,7 @@ use redis::Value;
 use relayq_core::{
     Admin, AttemptOutcome, AttemptRecord, Batch, BatchId, BatchProgress, Error, EventKind, Inspect,
     JobFilter, JobId, JobInfo, JobPage, JobState, KEYS_LISTED, KeyLimits, KeyUse, Maintenance,
-    OnFailure, OrderBarrier, Progress, QueueStats, QueueUpdate, Result, RunningJob, StageProgress,
+    NewBatch, OrderBarrier, Progress, QueueStats, QueueUpdate, Result, RunningJob, StageProgress,
     WaitFor, cancelled_by,
 };
 use serde::Deserialize;
@@ -20,12 +20,10 @@ use crate::{
 
 #[async_trait]
 impl OrderBarrier for RedisBackend {
-    async fn open_batch_unchecked(
-        &self,
-        queue: &str,
-        on_failure: OnFailure,
-        name: Option<&str>,
-    ) -> Result<Batch> {
+    async fn open_batch_unchecked(&self, batch: &NewBatch) -> Result<Batch> {
+        // Dependencies are not kept here yet: a policy for them would not apply.
+        relayq_core::kit::after::refuse_policy(batch)?;
+        let (queue, on_failure, name) = (&batch.queue, batch.on_failure, batch.name.as_deref());
         self.register(queue).await?;
         let args = [
             b"open".to_vec(),
@@ -77,6 +75,7 @@ impl OrderBarrier for RedisBackend {
             counts.push((stage, text(state)?.parse::<JobState>()?, n));
         }
         Ok(BatchProgress {
+            after_failure: relayq_core::AfterFailure::default(),
             batch: batch.clone(),
             on_failure: text(&items[0])?.parse()?,
             sealed: text(&items[1])? == "1",
@@ -266,6 +265,7 @@ impl Inspect for RedisBackend {
                 .transpose()
         };
         Ok(JobInfo {
+            after: Vec::new(),
             id,
             queue: queue.to_owned(),
             state,

@@ -30,6 +30,10 @@ pub struct Spec {
     dedupe: Option<u8>,
     /// A limit key from a small set (SPEC K), for subjects that keep them.
     key: Option<u8>,
+    /// A job of its batch it runs after (SPEC D), for subjects that keep dependencies:
+    /// `(true, n)` the n-th of the same call, `(false, n)` the n-th job stored; and
+    /// whether it runs anyway when that one fails (SPEC D4).
+    after: Option<(bool, u8, bool)>,
 }
 
 /// One step of a run. Indices wrap around what exists, so every sequence is valid.
@@ -100,13 +104,15 @@ fn spec() -> impl Strategy<Value = Spec> {
         prop::option::weighted(0.5, (0usize..2, prop::sample::select(vec![100, 200, 300]))),
         prop::option::weighted(0.25, 0u8..2),
         prop::option::weighted(0.5, 0u8..3),
+        prop::option::weighted(0.4, (any::<bool>(), any::<u8>(), prop::bool::weighted(0.3))),
     )
-        .prop_map(|(priority, group, batch, dedupe, key)| Spec {
+        .prop_map(|(priority, group, batch, dedupe, key, after)| Spec {
             priority,
             group,
             batch,
             dedupe,
             key,
+            after,
         })
 }
 
@@ -186,6 +192,8 @@ struct Side {
     keys: bool,
     /// Whether the run sets rates: only when the subject keeps them.
     rates: bool,
+    /// Whether jobs run after others: only when the subject keeps dependencies.
+    deps: bool,
 }
 
 /// An answer reduced to what both backends must agree on.
@@ -201,7 +209,7 @@ fn verdict<T: Debug>(r: &Result<T, Error>) -> String {
 }
 
 impl Side {
-    async fn new(b: Arc<dyn Backend>, keys: bool, rates: bool) -> anyhow::Result<Self> {
+    async fn new(b: Arc<dyn Backend>, keys: bool, rates: bool, deps: bool) -> anyhow::Result<Self> {
         let queue = crate::queue_name("model");
         let batches = vec![
             b.open_batch(&queue, OnFailure::Continue).await?,
@@ -215,6 +223,7 @@ impl Side {
             held: Vec::new(),
             keys,
             rates,
+            deps,
         })
     }
 
@@ -242,6 +251,17 @@ impl Side {
                         }
                         if let (Some(k), true) = (s.key, self.keys) {
                             job = job.limit_key(format!("lk{k}"));
+                        }
+                        if let (Some((call, n, run)), true) = (s.after, self.deps) {
+                            let n = usize::from(n);
+                            if call {
+                                job = job.after_call(n % specs.len());
+                            } else if !self.ids.is_empty() {
+                                job = job.after(self.ids[n % self.ids.len()]);
+                            }
+                            if run {
+                                job = job.after_failure(relayq_core::AfterFailure::Run);
+                            }
                         }
                         job
                     })
@@ -482,6 +502,10 @@ impl Side {
                             "batch {:?} stage {stage} waits for {waiting_for} ({unfinished})",
                             batch(*id)
                         ),
+                        Hold::After { jobs, more } => {
+                            let idx: Vec<usize> = jobs.iter().map(|j| self.index(*j)).collect();
+                            format!("after {idx:?} more {more}")
+                        }
                         Hold::Group { group, holder } => {
                             format!("group {group} held by {:?}", holder.map(|h| self.index(h)))
                         }
@@ -509,8 +533,9 @@ impl Side {
                 read => read?,
             };
             let progress = info.progress.map(|p| (p.attempt, p.percent, p.message));
+            let after: Vec<usize> = info.after.iter().map(|a| self.index(*a)).collect();
             out.push(format!(
-                "job {i}: {} attempts {} progress {progress:?}",
+                "job {i}: {} attempts {} progress {progress:?} after {after:?}",
                 info.state, info.attempts
             ));
         }
@@ -576,9 +601,10 @@ pub async fn check(
     subject: Arc<dyn Backend>,
     ops: &[Op],
 ) -> anyhow::Result<()> {
-    let (keys, rates) = (subject.limits().limit_keys, subject.limits().rates);
-    let mut model = Side::new(reference, keys, rates).await?;
-    let mut real = Side::new(subject, keys, rates).await?;
+    let limits = subject.limits();
+    let (keys, rates, deps) = (limits.limit_keys, limits.rates, limits.dependencies);
+    let mut model = Side::new(reference, keys, rates, deps).await?;
+    let mut real = Side::new(subject, keys, rates, deps).await?;
     for (step, op) in ops.iter().enumerate() {
         let (want, got) = (model.apply(op).await?, real.apply(op).await?);
         ensure!(

@@ -67,6 +67,8 @@ pub enum Capability {
     /// Without it, claims park a bounded number per read, and other keys' jobs behind
     /// thousands of a full key's wait a few claims.
     KeyBacklogs,
+    /// Jobs of a batch may run after others of it (SPEC D).
+    Dependencies,
 }
 
 impl fmt::Display for Capability {
@@ -80,6 +82,7 @@ impl fmt::Display for Capability {
             Self::Rates => "rates",
             Self::KeyRates => "key-rates",
             Self::KeyBacklogs => "key-backlogs",
+            Self::Dependencies => "dependencies",
         })
     }
 }

@@ -15,6 +15,7 @@ impl Subject for Memory {
         Capability::Rates,
         Capability::KeyRates,
         Capability::KeyBacklogs,
+        Capability::Dependencies,
     ];
 
     async fn open(_: Option<String>) -> anyhow::Result<Self> {

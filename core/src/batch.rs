@@ -4,7 +4,7 @@ use std::{fmt, str::FromStr};
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Error, JobState, Result};
+use crate::{AfterFailure, Error, JobState, Result};
 
 /// A batch id, unique within its queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -34,6 +34,63 @@ impl From<&Batch> for BatchId {
 impl fmt::Display for Batch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "batch {} of queue {:?}", self.id, self.queue)
+    }
+}
+
+/// A batch to open: its queue and its policies (SPEC B1, B6, D4).
+///
+/// ```
+/// use relayq_core::{AfterFailure, NewBatch, OnFailure};
+/// let batch = NewBatch::new("etl")
+///     .on_failure(OnFailure::Continue)
+///     .after_failure(AfterFailure::Run)
+///     .name("nightly load");
+/// assert_eq!(batch.name.as_deref(), Some("nightly load"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NewBatch {
+    /// The queue the batch and all its jobs belong to.
+    pub queue: String,
+    /// What a dead job does to the rest of the batch. Default `Continue`.
+    pub on_failure: OnFailure,
+    /// What a job does when a job it runs after ends dead or cancelled, unless it says
+    /// otherwise (SPEC D4). Default `Cancel`.
+    pub after_failure: AfterFailure,
+    /// A name people read (1 to 255 bytes, no control characters).
+    pub name: Option<String>,
+}
+
+impl NewBatch {
+    /// A batch of `queue` with every policy at its default.
+    pub fn new(queue: impl Into<String>) -> Self {
+        Self {
+            queue: queue.into(),
+            on_failure: OnFailure::default(),
+            after_failure: AfterFailure::default(),
+            name: None,
+        }
+    }
+
+    /// Sets what a dead job does to the rest of the batch (SPEC B6).
+    #[must_use]
+    pub fn on_failure(mut self, on_failure: OnFailure) -> Self {
+        self.on_failure = on_failure;
+        self
+    }
+
+    /// Sets the batch's dependency failure policy (SPEC D4).
+    #[must_use]
+    pub fn after_failure(mut self, policy: AfterFailure) -> Self {
+        self.after_failure = policy;
+        self
+    }
+
+    /// Sets the batch's name.
+    #[must_use]
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
     }
 }
 
@@ -143,6 +200,10 @@ pub struct BatchProgress {
     pub batch: Batch,
     /// Its failure policy.
     pub on_failure: OnFailure,
+    /// What its jobs do when a job they run after fails, unless they say otherwise
+    /// (SPEC D4).
+    #[serde(default)]
+    pub after_failure: AfterFailure,
     /// Whether it is sealed (no more jobs).
     pub sealed: bool,
     /// Whether a `Halt` batch saw a dead job.

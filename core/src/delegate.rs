@@ -144,13 +144,11 @@ macro_rules! delegate {
         impl $crate::OrderBarrier for $ty {
             async fn open_batch_unchecked(
                 &self,
-                queue: &str,
-                on_failure: $crate::OnFailure,
-                name: Option<&str>,
+                batch: &$crate::NewBatch,
             ) -> $crate::Result<$crate::Batch> {
                 #[allow(unused_imports)]
                 use $crate::OrderBarrier as _;
-                self.$f.open_batch_unchecked(queue, on_failure, name).await
+                self.$f.open_batch_unchecked(batch).await
             }
             async fn seal_unchecked(&self, batch: &$crate::Batch) -> $crate::Result<()> {
                 #[allow(unused_imports)]

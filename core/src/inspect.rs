@@ -65,6 +65,13 @@ pub mod cancelled_by {
     pub const HALT: &str = "cancelled while running: a job of its batch died, halting it";
     /// `purge` of its queue (SPEC B9).
     pub const PURGE: &str = "cancelled while running: its queue was purged";
+
+    /// The error of a job cancelled because `parent`, a job it runs after, ended in
+    /// `state`, dead or cancelled (SPEC D4).
+    #[must_use]
+    pub fn after(parent: crate::JobId, state: crate::JobState) -> String {
+        format!("cancelled: job {parent}, which it runs after, ended {state}")
+    }
 }
 
 /// How an attempt ended.
@@ -201,6 +208,9 @@ pub struct JobInfo {
     /// The key whose limit it runs under (SPEC K1).
     #[serde(default)]
     pub limit_key: Option<String>,
+    /// The jobs it runs after, in ascending id order (SPEC D1).
+    #[serde(default)]
+    pub after: Vec<JobId>,
 }
 
 /// A queue's limit keys (SPEC K7).

@@ -5,7 +5,7 @@ use std::{fmt, str::FromStr, time::Duration};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::{BatchId, Error, Result};
+use crate::{After, AfterFailure, BatchId, Error, Result};
 
 /// A job's id: assigned by the backend, increasing in enqueue order within a queue.
 ///
@@ -85,6 +85,12 @@ pub struct NewJob {
     /// The key whose limit the job runs under (SPEC K1): at most the queue's limit for
     /// this key run at once.
     pub limit_key: Option<String>,
+    /// The jobs of its batch it runs after (SPEC D1): it starts only once each of them
+    /// succeeded. Requires `batch`.
+    pub after: Vec<After>,
+    /// What it does when one of `after` ends dead or cancelled (SPEC D4); `None` takes
+    /// its batch's policy.
+    pub after_failure: Option<AfterFailure>,
 }
 
 impl NewJob {
@@ -102,6 +108,8 @@ impl NewJob {
             dedupe_key: None,
             enqueued_by: None,
             limit_key: None,
+            after: Vec::new(),
+            after_failure: None,
         }
     }
 
@@ -179,6 +187,42 @@ impl NewJob {
         self
     }
 
+    /// Runs the job after `job`, a job already stored in the same batch (SPEC D1).
+    #[must_use]
+    pub fn after(mut self, job: JobId) -> Self {
+        self.after.push(After::Job(job));
+        self
+    }
+
+    /// Runs the job after the job at `index` of the same enqueue call (SPEC D1).
+    ///
+    /// ```
+    /// use relayq_core::{BatchId, NewJob};
+    /// let batch = BatchId(1);
+    /// let jobs = vec![
+    ///     NewJob::new("etl", b"extract orders".to_vec()).in_batch(batch, 0),
+    ///     NewJob::new("etl", b"extract customers".to_vec()).in_batch(batch, 0),
+    ///     NewJob::new("etl", b"load orders".to_vec())
+    ///         .in_batch(batch, 0)
+    ///         .after_call(0)
+    ///         .after_call(1),
+    /// ];
+    /// assert_eq!(jobs[2].after.len(), 2);
+    /// ```
+    #[must_use]
+    pub fn after_call(mut self, index: usize) -> Self {
+        self.after.push(After::Call(index));
+        self
+    }
+
+    /// Sets what the job does when a job it runs after ends dead or cancelled
+    /// (SPEC D4), instead of its batch's policy.
+    #[must_use]
+    pub fn after_failure(mut self, policy: AfterFailure) -> Self {
+        self.after_failure = Some(policy);
+        self
+    }
+
     /// Runs the job under `key`'s limit (SPEC K1), for example the database it works on.
     #[must_use]
     pub fn limit_key(mut self, key: impl Into<String>) -> Self {
@@ -205,7 +249,7 @@ pub enum JobState {
     Scheduled,
     /// May be claimed now.
     Ready,
-    /// Waits for its group or its stage.
+    /// Waits for its group, its stage or the jobs it runs after.
     Blocked,
     /// Held by a lease.
     Running,

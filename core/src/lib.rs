@@ -57,6 +57,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod after;
 mod barrier;
 mod batch;
 mod delegate;
@@ -86,10 +87,11 @@ pub mod why;
 pub mod worker;
 pub mod workers;
 
+pub use after::{After, AfterFailure};
 /// The attribute the backend traits are written with, for implementing them.
 pub use async_trait::async_trait;
 pub use barrier::{POLL_INTERVAL, wait_polling};
-pub use batch::{Batch, BatchId, BatchProgress, OnFailure, StageProgress, WaitFor};
+pub use batch::{Batch, BatchId, BatchProgress, NewBatch, OnFailure, StageProgress, WaitFor};
 pub use drained::wait_drained;
 pub use driver::{Driver, Migrate, TestServer};
 pub use error::{Error, ErrorKind, Result, SchemaState};

@@ -18,7 +18,7 @@ use tokio::sync::broadcast;
 
 use crate::{
     Batch, BatchProgress, ClaimRequest, ClaimedJob, Enqueued, Event, JobFilter, JobId, JobInfo,
-    JobPage, Lease, Limits, Maintenance, NewJob, OnFailure, ProgressReport, QueueStats,
+    JobPage, Lease, Limits, Maintenance, NewBatch, NewJob, OnFailure, ProgressReport, QueueStats,
     QueueUpdate, Rate, Result, RunningJob, Settle, Settled, WaitFor, WorkerBeat, WorkerSeen,
     schedule::{self, Fire, Fired, Schedule, ScheduleInfo, StoredSchedule, Tick},
     settle::DEFAULT_SETTLE_BATCH,
@@ -299,10 +299,8 @@ pub trait OrderBarrier: Events {
     /// - Returns a new batch, unsealed, with no jobs (SPEC B1).
     /// - A bad queue name is [`Error::InvalidInput`] on `queue`.
     async fn open_batch(&self, queue: &str, on_failure: OnFailure) -> Result<Batch> {
-        validate::queue_name(queue)?;
-        self.open_batch_unchecked(queue, on_failure, None)
+        self.open_batch_with(&NewBatch::new(queue).on_failure(on_failure))
             .await
-            .map_err(|e| e.during("open_batch"))
     }
 
     /// Opens a batch with a name people read, as [`open_batch`](Self::open_batch)
@@ -318,20 +316,30 @@ pub trait OrderBarrier: Events {
         on_failure: OnFailure,
         name: &str,
     ) -> Result<Batch> {
-        validate::queue_name(queue)?;
-        validate::label("name", name)?;
-        self.open_batch_unchecked(queue, on_failure, Some(name))
+        self.open_batch_with(&NewBatch::new(queue).on_failure(on_failure).name(name))
+            .await
+    }
+
+    /// Opens a batch with all its policies (SPEC B1, B6, D4).
+    ///
+    /// # Behavior
+    /// - As [`open_named_batch`](Self::open_named_batch) when it has a name.
+    /// - Its progress carries its `after_failure` policy (SPEC D4).
+    /// - A backend that does not keep dependencies refuses an `after_failure` other
+    ///   than the default with [`Error::InvalidInput`] on `after_failure`.
+    async fn open_batch_with(&self, batch: &NewBatch) -> Result<Batch> {
+        validate::queue_name(&batch.queue)?;
+        if let Some(name) = &batch.name {
+            validate::label("name", name)?;
+        }
+        self.open_batch_unchecked(batch)
             .await
             .map_err(|e| e.during("open_batch"))
     }
 
-    /// [`open_batch`](Self::open_batch) after validation of `queue` (and of `name`).
-    async fn open_batch_unchecked(
-        &self,
-        queue: &str,
-        on_failure: OnFailure,
-        name: Option<&str>,
-    ) -> Result<Batch>;
+    /// [`open_batch_with`](Self::open_batch_with) after validation of its queue and
+    /// name.
+    async fn open_batch_unchecked(&self, batch: &NewBatch) -> Result<Batch>;
 
     /// Seals the batch: no more jobs (SPEC B4).
     ///

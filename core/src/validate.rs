@@ -18,6 +18,8 @@ pub const DEFAULT_MAX_PAYLOAD: usize = 1024 * 1024;
 /// Most jobs one enqueue call may carry (keeps every backend's one statement or script
 /// within its parameter limits).
 pub const MAX_JOBS_PER_ENQUEUE: usize = 10_000;
+/// Most dependencies (`after` entries) one enqueue call may carry, over all its jobs.
+pub const MAX_AFTER_PER_ENQUEUE: usize = 100_000;
 /// Most jobs one claim may return (SPEC C1).
 pub const MAX_CLAIM_LIMIT: u32 = 1000;
 /// Most leases one settle call may carry.
@@ -43,6 +45,9 @@ pub struct Limits {
     /// Whether the backend keeps queue rates (SPEC K8); one that does not refuses a
     /// rate in `update_queue` with `InvalidInput` on `rate`. Default false.
     pub rates: bool,
+    /// Whether the backend keeps dependencies between jobs (SPEC D); one that does not
+    /// refuses jobs with `after` on `after`. Default false.
+    pub dependencies: bool,
 }
 
 impl Default for Limits {
@@ -51,6 +56,7 @@ impl Default for Limits {
             max_payload: DEFAULT_MAX_PAYLOAD,
             limit_keys: false,
             rates: false,
+            dependencies: false,
         }
     }
 }
@@ -281,6 +287,17 @@ pub fn new_job(job: &NewJob, limits: &Limits) -> Result<()> {
     if let Some(who) = &job.enqueued_by {
         label("enqueued_by", who)?;
     }
+    if !job.after.is_empty() {
+        if !limits.dependencies {
+            return Err(Error::invalid(
+                "after",
+                "this backend does not keep dependencies yet",
+            ));
+        }
+        if job.batch.is_none() {
+            return Err(Error::invalid("after", "dependencies need a batch"));
+        }
+    }
     if let Some(key) = &job.limit_key {
         label("limit_key", key)?;
         if !limits.limit_keys {
@@ -317,7 +334,92 @@ pub fn new_jobs(jobs: &[NewJob], limits: &Limits) -> Result<()> {
             ));
         }
     }
+    after(jobs)
+}
+
+/// SPEC D1, D5: the `after` entries of one call, checked before anything is stored.
+/// Jobs already stored are the backend's to check (they must be in the batch, at a
+/// stage no higher); here, the call's own: each names a job of the call other than
+/// itself, once, in the same batch, at the same stage or a lower one, without a
+/// dedupe key (its edge could land on another batch's job), and no cycle.
+fn after(jobs: &[NewJob]) -> Result<()> {
+    let total: usize = jobs.iter().map(|j| j.after.len()).sum();
+    if total == 0 {
+        return Ok(());
+    }
+    if total > MAX_AFTER_PER_ENQUEUE {
+        return Err(Error::invalid(
+            "after",
+            format!("at most {MAX_AFTER_PER_ENQUEUE} dependencies per call, got {total}"),
+        ));
+    }
+    let mut edges: Vec<Vec<usize>> = vec![Vec::new(); jobs.len()];
+    for (i, job) in jobs.iter().enumerate() {
+        let mut seen = std::collections::HashSet::new();
+        for dep in &job.after {
+            if !seen.insert(*dep) {
+                return Err(Error::invalid(
+                    "after",
+                    format!("jobs[{i}] names {} twice", describe(*dep)),
+                ));
+            }
+            let crate::After::Call(p) = *dep else {
+                continue;
+            };
+            let Some(parent) = jobs.get(p) else {
+                return Err(Error::invalid(
+                    "after",
+                    format!(
+                        "jobs[{i}] runs after jobs[{p}], but the call has {} jobs",
+                        jobs.len()
+                    ),
+                ));
+            };
+            let why = if p == i {
+                Some("itself".to_owned())
+            } else if parent.batch != job.batch {
+                Some(format!("jobs[{p}], which is not in its batch"))
+            } else if parent.stage.unwrap_or(0) > job.stage.unwrap_or(0) {
+                Some(format!(
+                    "jobs[{p}], of stage {}, above its own stage {}",
+                    parent.stage.unwrap_or(0),
+                    job.stage.unwrap_or(0)
+                ))
+            } else if parent.dedupe_key.is_some() {
+                Some(format!(
+                    "jobs[{p}], which has a dedupe key and could be another batch's job"
+                ))
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                return Err(Error::invalid(
+                    "after",
+                    format!("jobs[{i}] runs after {why}"),
+                ));
+            }
+            edges[i].push(p);
+        }
+    }
+    if let Some(cycle) = crate::after::find_cycle(jobs.len(), |i| &edges[i]) {
+        let names: Vec<String> = cycle.iter().map(|i| format!("jobs[{i}]")).collect();
+        return Err(Error::invalid(
+            "after",
+            format!(
+                "a cycle: {} runs after {}",
+                names.join(" runs after "),
+                names[0]
+            ),
+        ));
+    }
     Ok(())
+}
+
+fn describe(dep: crate::After) -> String {
+    match dep {
+        crate::After::Job(id) => format!("job {id}"),
+        crate::After::Call(i) => format!("jobs[{i}]"),
+    }
 }
 
 /// Checks the `limit` of a listing (1..=1000).
@@ -616,6 +718,94 @@ mod tests {
         );
         assert!(label("group", &"x".repeat(10_000)).is_err());
         assert!(label("group", "").is_err());
+    }
+
+    fn deps(jobs: &[NewJob]) -> Result<()> {
+        let keeps = Limits {
+            dependencies: true,
+            ..Limits::default()
+        };
+        new_jobs(jobs, &keeps)
+    }
+
+    fn in_batch(stage: i32) -> NewJob {
+        NewJob::new("q", vec![]).in_batch(crate::BatchId(1), stage)
+    }
+
+    /// SPEC D1, D5: a graph of the call is accepted; every bad `after` is refused on
+    /// `after`, naming the job.
+    #[test]
+    fn dependencies_are_checked_once_for_every_backend() {
+        let good = [
+            in_batch(0),
+            in_batch(0),
+            in_batch(1).after_call(0).after_call(1),
+            in_batch(1).after_call(2).after(crate::JobId(7)),
+        ];
+        deps(&good).unwrap();
+        let refused = new_jobs(&good, &Limits::default()).unwrap_err();
+        assert_eq!(refused.invalid_field(), Some("after"), "{refused}");
+        let cases: Vec<(Vec<NewJob>, &str)> = vec![
+            (
+                vec![NewJob::new("q", vec![]).after(crate::JobId(1))],
+                "need a batch",
+            ),
+            (
+                vec![in_batch(0), in_batch(0).after_call(5)],
+                "jobs[1] runs after jobs[5]",
+            ),
+            (vec![in_batch(0).after_call(0)], "itself"),
+            (vec![in_batch(0).after_call(0), in_batch(0)], "itself"),
+            (
+                vec![in_batch(1), in_batch(0).after_call(0)],
+                "above its own stage",
+            ),
+            (
+                vec![
+                    NewJob::new("q", vec![]).in_batch(crate::BatchId(2), 0),
+                    in_batch(0).after_call(0),
+                ],
+                "not in its batch",
+            ),
+            (
+                vec![in_batch(0).dedupe_key("d"), in_batch(0).after_call(0)],
+                "dedupe key",
+            ),
+            (
+                vec![in_batch(0), in_batch(0).after_call(0).after_call(0)],
+                "twice",
+            ),
+        ];
+        for (jobs, says) in cases {
+            let err = deps(&jobs).unwrap_err();
+            assert_eq!(err.invalid_field(), Some("after"), "{err}");
+            assert!(err.to_string().contains(says), "{err} should say {says:?}");
+        }
+    }
+
+    /// SPEC D5: a cycle is refused, naming its jobs in order.
+    #[test]
+    fn a_cycle_is_refused_naming_its_jobs() {
+        let jobs = [
+            in_batch(0),
+            in_batch(0).after_call(3),
+            in_batch(0).after_call(1).after_call(0),
+            in_batch(0).after_call(2),
+        ];
+        let err = deps(&jobs).unwrap_err();
+        assert_eq!(err.invalid_field(), Some("after"));
+        let text = err.to_string();
+        // 1 after 3, 3 after 2, 2 after 1: any rotation of that order.
+        assert!(
+            [
+                "jobs[1] runs after jobs[3] runs after jobs[2] runs after jobs[1]",
+                "jobs[3] runs after jobs[2] runs after jobs[1] runs after jobs[3]",
+                "jobs[2] runs after jobs[1] runs after jobs[3] runs after jobs[2]",
+            ]
+            .iter()
+            .any(|c| text.contains(c)),
+            "{text}"
+        );
     }
 
     #[test]

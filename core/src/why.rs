@@ -35,6 +35,13 @@ pub enum Hold {
         /// Unfinished jobs in the stages below its own.
         unfinished: u64,
     },
+    /// Jobs it runs after are unfinished (SPEC D2).
+    After {
+        /// Up to [`HOLDERS_LISTED`] of them, in id order.
+        jobs: Vec<JobId>,
+        /// Whether more are unfinished than those named.
+        more: bool,
+    },
     /// Another job of its group goes first (SPEC G1, G2): the one running or retrying
     /// in it, else one earlier in the group's order.
     Group {
@@ -114,7 +121,8 @@ pub trait InspectExt: Inspect + OrderBarrier {
     ///   paused queue; a queue at its `max_running`, with the running count and the
     ///   oldest running jobs with their workers; a full limit key, with its running
     ///   count and limit; a queue whose rate allows no start now, with when it will
-    ///   (SPEC M6, K7, K11).
+    ///   (SPEC M6, K7, K11); unfinished jobs it runs after, the first ten by id (SPEC
+    ///   D2).
     /// - A running job names its worker; a finished one its state.
     /// - An unknown job is [`Error::NotFound`](crate::Error::NotFound).
     async fn why(&self, queue: &str, id: JobId) -> Result<Why> {
@@ -146,6 +154,31 @@ pub trait InspectExt: Inspect + OrderBarrier {
         }
         if let Some(hold) = self.stage_hold(queue, &job).await? {
             holds.push(hold);
+        }
+        if job.state == JobState::Blocked {
+            let mut unfinished = Vec::new();
+            for parent in &job.after {
+                // A job pruned away had finished.
+                let finished = match self.job(queue, *parent).await {
+                    Ok(p) => p.state.is_finished(),
+                    Err(e) if e.kind() == crate::ErrorKind::NotFound => true,
+                    Err(e) => return Err(e),
+                };
+                if !finished {
+                    unfinished.push(*parent);
+                    if unfinished.len() > HOLDERS_LISTED {
+                        break;
+                    }
+                }
+            }
+            if !unfinished.is_empty() {
+                let more = unfinished.len() > HOLDERS_LISTED;
+                unfinished.truncate(HOLDERS_LISTED);
+                holds.push(Hold::After {
+                    jobs: unfinished,
+                    more,
+                });
+            }
         }
         if job.state == JobState::Blocked
             && let Some(group) = &job.group
@@ -281,6 +314,11 @@ impl std::fmt::Display for Hold {
                     "stage {stage} of batch {batch} waits for stage {waiting_for}: \
                      {unfinished} {jobs} unfinished below it"
                 )
+            }
+            Self::After { jobs, more } => {
+                let names: Vec<String> = jobs.iter().map(|id| format!("job {id}")).collect();
+                let more = if *more { " and more" } else { "" };
+                write!(f, "runs after {}{more}, not finished yet", names.join(", "))
             }
             Self::Group {
                 group,

@@ -68,6 +68,7 @@ fn info(id: i64, spans: &[(i64, i64)]) -> JobInfo {
         attempt_log,
         progress: None,
         limit_key: None,
+        after: Vec::new(),
     }
 }
 

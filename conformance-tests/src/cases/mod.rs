@@ -1,5 +1,6 @@
 //! The cases, one module per SPEC section. Each case cites its rule.
 
+pub mod after;
 pub mod batches;
 pub mod cancel;
 pub mod claim;

@@ -2,9 +2,10 @@
 //! for a validated schema ([`Statements`]), schema versions ([`schema`]), relayq's URL
 //! options ([`url_options`]), a bounded first connection ([`probe`]), wake-up messages
 //! and their listening task ([`wake`]), a fire's judgement ([`fire`]), a claim's admission under limit keys ([`keys`]) and under a rate ([`rate`]), the claim's refill ([`claim_refilling`]), a purge in
-//! steps ([`purge`]); with [`retry::Policy`](crate::retry::Policy)
+//! steps ([`purge`]), dependencies' checks and edges ([`after`]); with [`retry::Policy`](crate::retry::Policy)
 //! for retries and [`listing`](crate::listing) for batch listings.
 
+pub mod after;
 mod claim;
 pub mod fire;
 pub mod keys;

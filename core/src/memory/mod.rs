@@ -38,7 +38,7 @@ use store::QueueState;
 use crate::{
     Admin, Batch, BatchProgress, Claim, ClaimRequest, ClaimedJob, Complete, Enqueue, Enqueued,
     Event, EventBus, EventKind, Events, Inspect, JobId, JobInfo, Lease, Limits, Maintenance,
-    NewJob, OnFailure, OrderBarrier, ProgressReport, QueueStats, QueueUpdate, Result, RunningJob,
+    NewBatch, NewJob, OrderBarrier, ProgressReport, QueueStats, QueueUpdate, Result, RunningJob,
     Settle, Settled,
 };
 
@@ -148,6 +148,7 @@ impl Enqueue for MemoryBackend {
         // Limit keys are enforced here (SPEC K), whatever the configuration says.
         Limits {
             limit_keys: true,
+            dependencies: true,
             rates: true,
             ..self.inner.limits
         }
@@ -244,15 +245,10 @@ impl Complete for MemoryBackend {
 
 #[async_trait]
 impl OrderBarrier for MemoryBackend {
-    async fn open_batch_unchecked(
-        &self,
-        queue: &str,
-        on_failure: OnFailure,
-        name: Option<&str>,
-    ) -> Result<Batch> {
-        let id = self.with_queue(queue, |q, now| q.open_batch(on_failure, name, now))?;
+    async fn open_batch_unchecked(&self, batch: &NewBatch) -> Result<Batch> {
+        let id = self.with_queue(&batch.queue, |q, now| q.open_batch(batch, now))?;
         Ok(Batch {
-            queue: queue.to_owned(),
+            queue: batch.queue.clone(),
             id,
         })
     }

@@ -48,7 +48,12 @@ impl QueueState {
         }
         let asked = !fire.jobs.is_empty();
         let batch = match (fire.batch, fire.jobs.is_empty()) {
-            (Some(on_failure), false) => Some(self.open_batch(on_failure, Some(&fire.name), now)),
+            (Some(on_failure), false) => {
+                let batch = crate::NewBatch::new(String::new())
+                    .on_failure(on_failure)
+                    .name(fire.name.clone());
+                Some(self.open_batch(&batch, now))
+            }
             _ => None,
         };
         for job in &mut fire.jobs {

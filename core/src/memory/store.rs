@@ -50,6 +50,9 @@ pub(crate) struct Job {
     log: Vec<AttemptRecord>,
     progress: Option<Progress>,
     limit_key: Option<String>,
+    /// The jobs it runs after (SPEC D1), and what it does when one fails (D4).
+    pub(crate) after: Vec<i64>,
+    after_failure: crate::AfterFailure,
     pub(crate) phase: Phase,
 }
 
@@ -93,6 +96,7 @@ pub(crate) struct BatchState {
     name: Option<String>,
     created_at: DateTime<Utc>,
     on_failure: OnFailure,
+    after_failure: crate::AfterFailure,
     sealed: bool,
     failed: bool,
     /// High-water mark of released stages (SPEC B3).
@@ -160,6 +164,10 @@ impl QueueState {
             || !self.schedules.is_empty()
     }
 
+    pub(crate) fn job(&self, id: i64) -> Option<&Job> {
+        self.jobs.get(&id)
+    }
+
     pub(crate) fn open_jobs(&self) -> impl Iterator<Item = &Job> {
         self.open.iter().map(|id| &self.jobs[id])
     }
@@ -170,7 +178,7 @@ impl QueueState {
             .ok_or_else(|| Error::not_found(format!("batch {id} in queue {queue:?}")))
     }
 
-    /// SPEC E1–E4, B3: checks everything first, then stores all jobs.
+    /// SPEC E1–E4, B3, D1–D5: checks everything first, then stores all jobs.
     pub(crate) fn enqueue(
         &mut self,
         jobs: Vec<NewJob>,
@@ -194,9 +202,20 @@ impl QueueState {
             if let Some(released) = batch.released.filter(|r| stage < *r) {
                 return Err(Error::StageClosed { stage, released });
             }
+            for dep in &job.after {
+                if let crate::After::Job(id) = dep {
+                    let parent = self.jobs.get(&id.0).map(|p| (p.batch, p.stage));
+                    crate::kit::after::check_stored(*id, parent, b.0, stage)?;
+                }
+            }
         }
         let mut out = Vec::with_capacity(jobs.len());
         let mut touched = BTreeSet::new();
+        let mut jobs = jobs;
+        let after: Vec<Vec<crate::After>> = jobs
+            .iter_mut()
+            .map(|j| std::mem::take(&mut j.after))
+            .collect();
         for new in jobs {
             if let Some(existing) = new.dedupe_key.as_ref().and_then(|k| self.dedupe.get(k)) {
                 out.push(Enqueued {
@@ -210,6 +229,12 @@ impl QueueState {
             if let Some(key) = &new.dedupe_key {
                 self.dedupe.insert(key.clone(), id);
             }
+            let after_failure = new
+                .batch
+                .and_then(|b| self.batches.get(&b.0))
+                .map_or(new.after_failure.unwrap_or_default(), |b| {
+                    new.after_failure.unwrap_or(b.after_failure)
+                });
             if let Some(b) = new.batch {
                 touched.insert(b.0);
             }
@@ -234,6 +259,8 @@ impl QueueState {
                     log: Vec::new(),
                     progress: None,
                     limit_key: new.limit_key,
+                    after: Vec::new(),
+                    after_failure,
                     phase: Phase::Waiting,
                 },
             );
@@ -243,10 +270,47 @@ impl QueueState {
                 deduplicated: false,
             });
         }
+        // The call's own edges, now that every job of it has its id; then a job whose
+        // dependency already failed follows its policy at once (SPEC D4).
+        let mut failed = Vec::new();
+        for (child, parent) in crate::kit::after::edges(after.iter().map(Vec::as_slice), &out) {
+            if let Some(Phase::Finished(st @ (JobState::Dead | JobState::Cancelled))) =
+                self.jobs.get(&parent.0).map(|j| &j.phase)
+            {
+                failed.push((parent.0, *st));
+            }
+            let job = self.jobs.get_mut(&child.0).expect("stored above");
+            job.after.push(parent.0);
+        }
+        for (parent, state) in failed {
+            self.after_failed(parent, state, now);
+        }
         for b in touched {
             self.bump_released(b);
         }
         Ok(out)
+    }
+
+    /// SPEC D4: `parent` ended dead or cancelled; every unfinished job that runs after
+    /// it and keeps the `Cancel` policy is cancelled, and so on down the graph. Those
+    /// jobs never started: a job starts only once all it runs after finished.
+    fn after_failed(&mut self, parent: i64, state: JobState, now: DateTime<Utc>) {
+        let mut failed = vec![(parent, state)];
+        while let Some((parent, state)) = failed.pop() {
+            let children: Vec<i64> = self
+                .open_jobs()
+                .filter(|j| j.after.contains(&parent))
+                .filter(|j| j.after_failure == crate::AfterFailure::Cancel)
+                .map(|j| j.id)
+                .collect();
+            for child in children {
+                if let Some(job) = self.jobs.get_mut(&child) {
+                    job.last_error = Some(crate::cancelled_by::after(JobId(parent), state));
+                }
+                self.mark_finished(child, JobState::Cancelled, now);
+                failed.push((child, JobState::Cancelled));
+            }
+        }
     }
 
     /// Raises the batch's released high-water mark to its lowest unfinished stage.
@@ -282,6 +346,9 @@ impl QueueState {
     /// do not count as released.
     fn finish(&mut self, id: i64, state: JobState, now: DateTime<Utc>) {
         self.mark_finished(id, state, now);
+        if matches!(state, JobState::Dead | JobState::Cancelled) {
+            self.after_failed(id, state, now);
+        }
         let Some(job) = self.jobs.get(&id) else {
             return;
         };
@@ -676,19 +743,15 @@ impl QueueState {
         )
     }
 
-    pub(crate) fn open_batch(
-        &mut self,
-        on_failure: OnFailure,
-        name: Option<&str>,
-        now: DateTime<Utc>,
-    ) -> BatchId {
+    pub(crate) fn open_batch(&mut self, batch: &crate::NewBatch, now: DateTime<Utc>) -> BatchId {
         self.next_batch += 1;
         self.batches.insert(
             self.next_batch,
             BatchState {
-                name: name.map(str::to_owned),
+                name: batch.name.clone(),
                 created_at: now,
-                on_failure,
+                on_failure: batch.on_failure,
+                after_failure: batch.after_failure,
                 sealed: false,
                 failed: false,
                 released: None,
@@ -725,6 +788,7 @@ impl QueueState {
         Ok(BatchProgress {
             batch: batch.clone(),
             on_failure: b.on_failure,
+            after_failure: b.after_failure,
             sealed: b.sealed,
             failed: b.failed,
             released_stage: b.released,
@@ -1006,6 +1070,11 @@ impl QueueState {
             attempt_log: job.log.clone(),
             progress: job.progress.clone(),
             limit_key: job.limit_key.clone(),
+            after: {
+                let mut after: Vec<JobId> = job.after.iter().copied().map(JobId).collect();
+                after.sort_unstable();
+                after
+            },
         }
     }
 

@@ -15,12 +15,14 @@ pub(crate) type OrderKey = (i16, DateTime<Utc>, i64);
 
 /// Eligibility facts of one queue at one instant.
 pub(crate) struct View<'a> {
+    q: &'a QueueState,
     now: DateTime<Utc>,
     /// Per batch: the lowest stage that still has unfinished jobs (SPEC B2).
     stage_floor: HashMap<i64, i32>,
     /// Per group: the job running or retrying, which holds the group (SPEC G1).
     holder: HashMap<&'a str, i64>,
-    /// Per group: the earliest unfinished job whose stage is released (SPEC G2, G4).
+    /// Per group: the earliest unfinished job whose stage is released and whose
+    /// dependencies finished (SPEC G2, G4, D2).
     head: HashMap<&'a str, OrderKey>,
 }
 
@@ -34,6 +36,7 @@ impl<'a> View<'a> {
             }
         }
         let mut view = Self {
+            q,
             now,
             stage_floor,
             holder: HashMap::new(),
@@ -46,7 +49,7 @@ impl<'a> View<'a> {
             if matches!(job.phase, Phase::Running { .. } | Phase::Retrying) {
                 view.holder.insert(group, job.id);
             }
-            if view.stage_released(job) {
+            if view.stage_released(job) && view.after_done(job) {
                 let key = job.order_key();
                 view.head
                     .entry(group)
@@ -65,6 +68,17 @@ impl<'a> View<'a> {
         }
     }
 
+    /// Every job it runs after finished (SPEC D2): one that failed under the `Cancel`
+    /// policy cancelled it already, so what is left counts as done. A job pruned away
+    /// had finished.
+    fn after_done(&self, job: &Job) -> bool {
+        job.after.iter().all(|p| {
+            self.q
+                .job(*p)
+                .is_none_or(|p| matches!(p.phase, Phase::Finished(_)))
+        })
+    }
+
     /// The group lets this job start: nobody holds it and the job is its head.
     fn group_free_for(&self, job: &Job) -> bool {
         let Some(group) = job.group.as_deref() else {
@@ -81,7 +95,11 @@ impl<'a> View<'a> {
         match job.phase {
             Phase::Running { .. } => JobState::Running,
             Phase::Retrying => JobState::Retrying,
-            Phase::Waiting if !(self.stage_released(job) && self.group_free_for(job)) => {
+            Phase::Waiting
+                if !(self.stage_released(job)
+                    && self.after_done(job)
+                    && self.group_free_for(job)) =>
+            {
                 JobState::Blocked
             }
             Phase::Waiting if job.run_at > self.now => JobState::Scheduled,
