@@ -24,6 +24,14 @@ pub(crate) const PRUNE_ATTEMPTS: &str = "DELETE FROM relayq_attempts INDEXED BY 
     SELECT id FROM relayq_jobs INDEXED BY relayq_jobs_state WHERE queue = ?1
       AND state IN ('succeeded', 'dead', 'cancelled') AND finished_at <= ?2)";
 
+/// The edges of jobs finished before the retention cutoff (SPEC D), as
+/// [`PRUNE_ATTEMPTS`] their log: a child's edges go with it. A parent pruned before its
+/// child leaves the edge, which nothing reads but the child's `after`.
+pub(crate) const PRUNE_EDGES: &str = "DELETE FROM relayq_job_deps INDEXED BY relayq_job_deps_child
+    WHERE child_id IN (
+    SELECT id FROM relayq_jobs INDEXED BY relayq_jobs_state WHERE queue = ?1
+      AND state IN ('succeeded', 'dead', 'cancelled') AND finished_at <= ?2)";
+
 /// Jobs finished before the retention cutoff, through the one index that holds
 /// finished jobs by queue (pinned, so no statistics can trade it for a scan).
 pub(crate) const PRUNE_JOBS: &str =
@@ -344,11 +352,16 @@ impl Admin for SqliteBackend {
             .map_err(db)?
             .rows_affected();
             if gone > 0 {
-                sqlx::query("DELETE FROM relayq_attempts WHERE job_id = ?1")
-                    .bind(id.0)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(db)?;
+                for sql in [
+                    "DELETE FROM relayq_attempts WHERE job_id = ?1",
+                    "DELETE FROM relayq_job_deps WHERE child_id = ?1",
+                ] {
+                    sqlx::query(sql)
+                        .bind(id.0)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(db)?;
+                }
                 deleted += gone;
             }
         }
@@ -446,12 +459,14 @@ impl Admin for SqliteBackend {
             .and_then(|r| now.checked_sub_signed(r))
             .unwrap_or(DateTime::<Utc>::MIN_UTC);
         let (requeued, dead) = claim::expire(&mut tx, queue, now).await?;
-        sqlx::query(PRUNE_ATTEMPTS)
-            .bind(queue)
-            .bind(us(cutoff))
-            .execute(&mut *tx)
-            .await
-            .map_err(db)?;
+        for sql in [PRUNE_ATTEMPTS, PRUNE_EDGES] {
+            sqlx::query(sql)
+                .bind(queue)
+                .bind(us(cutoff))
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?;
+        }
         let pruned = sqlx::query(PRUNE_JOBS)
             .bind(queue)
             .bind(us(cutoff))
@@ -579,6 +594,7 @@ async fn cancel(c: &mut Conn, queue: &str, id: i64, now: DateTime<Utc>, why: &st
         log_attempt(c, ended).await?;
     }
     let finished = promote::Finished {
+        id,
         queue,
         group: row.group_key.as_deref(),
         batch: row.batch_id,

@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 use relayq_core::{
-    Batch, BatchId, BatchProgress, Error, EventKind, JobState, OnFailure, OrderBarrier, Result,
+    Batch, BatchId, BatchProgress, Error, EventKind, JobState, NewBatch, OrderBarrier, Result,
     StageProgress, WaitFor,
 };
 
@@ -21,8 +21,8 @@ pub(crate) const REACHED: &str = "
 
 /// The batch row, for its progress.
 pub(crate) const BATCH_SETTINGS: &str =
-    "SELECT on_failure, sealed, failed, released_stage, created_at, name FROM relayq_batches
-    WHERE id = ?1 AND queue = ?2";
+    "SELECT on_failure, sealed, failed, released_stage, created_at, name, after_failure
+    FROM relayq_batches WHERE id = ?1 AND queue = ?2";
 
 /// The batch's jobs counted by stage and state: every job of the batch, finished
 /// ones included, which only `relayq_jobs_batch` holds.
@@ -32,27 +32,23 @@ pub(crate) const BATCH_COUNTS: &str =
 
 #[async_trait]
 impl OrderBarrier for SqliteBackend {
-    async fn open_batch_unchecked(
-        &self,
-        queue: &str,
-        on_failure: OnFailure,
-        name: Option<&str>,
-    ) -> Result<Batch> {
+    async fn open_batch_unchecked(&self, batch: &NewBatch) -> Result<Batch> {
         let (mut tx, now) = self.write().await?;
         let id: i64 = sqlx::query_scalar(
-            "INSERT INTO relayq_batches (queue, on_failure, created_at, name)
-             VALUES (?1, ?2, ?3, ?4) RETURNING id",
+            "INSERT INTO relayq_batches (queue, on_failure, created_at, name, after_failure)
+             VALUES (?1, ?2, ?3, ?4, ?5) RETURNING id",
         )
-        .bind(queue)
-        .bind(on_failure.as_str())
+        .bind(&batch.queue)
+        .bind(batch.on_failure.as_str())
         .bind(us(now))
-        .bind(name)
+        .bind(batch.name.as_deref())
+        .bind(batch.after_failure.as_str())
         .fetch_one(&mut *tx)
         .await
         .map_err(db)?;
         tx.commit().await.map_err(db)?;
         Ok(Batch {
-            queue: queue.to_owned(),
+            queue: batch.queue.clone(),
             id: BatchId(id),
         })
     }
@@ -86,14 +82,14 @@ impl OrderBarrier for SqliteBackend {
     }
 
     async fn batch_progress_unchecked(&self, batch: &Batch) -> Result<BatchProgress> {
-        let row: Option<(String, bool, bool, Option<i64>, i64, Option<String>)> =
-            sqlx::query_as(BATCH_SETTINGS)
-                .bind(batch.id.0)
-                .bind(&batch.queue)
-                .fetch_optional(self.pool())
-                .await
-                .map_err(db)?;
-        let (on_failure, sealed, failed, released, created_at, name) =
+        type Settings = (String, bool, bool, Option<i64>, i64, Option<String>, String);
+        let row: Option<Settings> = sqlx::query_as(BATCH_SETTINGS)
+            .bind(batch.id.0)
+            .bind(&batch.queue)
+            .fetch_optional(self.pool())
+            .await
+            .map_err(db)?;
+        let (on_failure, sealed, failed, released, created_at, name, after_failure) =
             row.ok_or_else(|| Error::not_found(batch.to_string()))?;
         let counts: Vec<(i64, String, i64, Option<i64>)> = sqlx::query_as(BATCH_COUNTS)
             .bind(batch.id.0)
@@ -112,6 +108,7 @@ impl OrderBarrier for SqliteBackend {
         Ok(BatchProgress {
             batch: batch.clone(),
             on_failure: on_failure.parse()?,
+            after_failure: after_failure.parse()?,
             sealed,
             failed,
             released_stage: released

@@ -607,6 +607,7 @@ pub(crate) async fn expire(c: &mut Conn, queue: &str, now: DateTime<Utc>) -> Res
         } else {
             dead += 1;
             let finished = promote::Finished {
+                id: e.id,
                 queue,
                 group: e.group_key.as_deref(),
                 batch: e.batch_id,

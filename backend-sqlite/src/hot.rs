@@ -2,7 +2,7 @@
 //! every state of SQLite's statistics (tests/statistics.rs): a plan chosen from stale
 //! statistics can read a whole table on every call. Not an API.
 
-use crate::{admin, barrier, claim, enqueue, promote, settle};
+use crate::{admin, after, barrier, claim, enqueue, promote, settle};
 
 /// What a statement's parameter stands for, so a test can bind a value of the kind
 /// the backend binds: with `SQLITE_ENABLE_STAT4` (libsqlite3-sys's bundled build) the
@@ -39,6 +39,9 @@ pub enum Param {
     Keys,
     /// A JSON array of job ids.
     Jobs,
+    /// A JSON array of rows that each lead with a job's id, as `after::SET_WAITS`
+    /// takes them.
+    Rows,
 }
 
 /// One statement of the hot path.
@@ -60,8 +63,8 @@ pub struct Hot {
 #[must_use]
 pub fn hot_statements() -> Vec<Hot> {
     use Param::{
-        Batch, Group, Job, Jobs, Keys, Later, Leases, Limit, NewJobs, Now, Queue, Stage, Text,
-        Token,
+        Batch, Group, Job, Jobs, Keys, Later, Leases, Limit, NewJobs, Now, Queue, Rows, Stage,
+        Text, Token,
     };
     let hot = |name, sql, params| Hot { name, sql, params };
     vec![
@@ -179,6 +182,16 @@ pub fn hot_statements() -> Vec<Hot> {
             &[Queue, Group, Job],
         ),
         hot("promote::GROUP_PROMOTE", promote::GROUP_PROMOTE, &[Job]),
+        hot(
+            "after::CANCEL_CHILDREN",
+            after::CANCEL_CHILDREN,
+            &[Job, Now, Text],
+        ),
+        hot("after::COUNT_OFF", after::COUNT_OFF, &[Jobs]),
+        hot("after::READY", after::READY, &[Jobs]),
+        hot("after::PARENTS", after::PARENTS, &[Jobs, Queue]),
+        hot("after::SET_WAITS", after::SET_WAITS, &[Rows]),
+        hot("after::SET_CANCELLED", after::SET_CANCELLED, &[Rows, Now]),
         hot("enqueue::DUPLICATE", enqueue::DUPLICATE, &[Queue, Text]),
         hot("enqueue::KEYED", enqueue::KEYED, &[Queue]),
         hot("enqueue::PARK_NEW", enqueue::PARK_NEW, &[Queue, Jobs, Now]),
@@ -204,6 +217,7 @@ pub fn hot_statements() -> Vec<Hot> {
             admin::PRUNE_ATTEMPTS,
             &[Queue, Now],
         ),
+        hot("admin::PRUNE_EDGES", admin::PRUNE_EDGES, &[Queue, Now]),
         hot("admin::PRUNE_JOBS", admin::PRUNE_JOBS, &[Queue, Now]),
         hot("admin::PRUNE_BATCHES", admin::PRUNE_BATCHES, &[Queue]),
         hot(

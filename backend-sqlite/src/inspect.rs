@@ -169,6 +169,13 @@ impl Inspect for SqliteBackend {
         .fetch_all(&mut *tx)
         .await
         .map_err(db)?;
+        let after: Vec<i64> = sqlx::query_scalar(
+            "SELECT parent_id FROM relayq_job_deps WHERE child_id = ?1 ORDER BY parent_id",
+        )
+        .bind(id.0)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db)?;
         tx.commit().await.map_err(db)?;
         let mut log = attempts
             .into_iter()
@@ -222,6 +229,7 @@ impl Inspect for SqliteBackend {
             attempt_log: log,
             progress: row.progress.as_deref().and_then(Progress::from_stored),
             limit_key: row.limit_key,
+            after: after.into_iter().map(JobId).collect(),
         })
     }
 

@@ -40,6 +40,7 @@
 //! ```
 
 mod admin;
+mod after;
 mod barrier;
 mod claim;
 mod driver;
@@ -275,6 +276,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0010_rates.sql"),
     include_str!("../migrations/0011_key_rates.sql"),
     include_str!("../migrations/0012_park_at_enqueue.sql"),
+    include_str!("../migrations/0013_dependencies.sql"),
 ];
 
 /// Applies the migrations not yet applied. The whole check-and-apply runs under

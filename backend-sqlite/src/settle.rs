@@ -312,6 +312,7 @@ async fn complete_all(
             .ok_or_else(|| Error::backend("a completion returned a job it was not given"))?;
         out[i] = Ok(Settled::Completed);
         let f = promote::Finished {
+            id,
             queue: &settles[i].lease.queue,
             group: group.as_deref(),
             batch,
@@ -396,6 +397,7 @@ async fn settle_one(
     }
     if let Some(state) = finished {
         let f = promote::Finished {
+            id: s.lease.job.0,
             queue: &s.lease.queue,
             group: row.group_key.as_deref(),
             batch: row.batch_id,

@@ -17,6 +17,7 @@ impl Driven for Sqlite {
         Capability::Rates,
         Capability::KeyRates,
         Capability::KeyBacklogs,
+        Capability::Dependencies,
     ];
 
     fn url(_: Option<&str>) -> String {

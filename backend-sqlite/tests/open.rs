@@ -59,7 +59,7 @@ async fn a_version_1_database_is_upgraded_on_open() {
         .fetch_one(backend.pool())
         .await
         .unwrap();
-    assert_eq!(version, 12);
+    assert_eq!(version, 13);
     // Version 5 adds the progress column, read back by `job`.
     let info = relayq_core::Inspect::job(&backend, "old", relayq_core::JobId(1))
         .await
