@@ -29,14 +29,14 @@ const CANCEL: &str = concat!(
     archived AS (",
     archive!("g", "'cancelled'", "g.last_error"),
     ")
-    SELECT queue, group_key, batch_id, stage FROM g"
+    SELECT queue, group_key, batch_id, stage, id FROM g"
 );
 
 /// Finished jobs pruned per statement, so a large backlog never makes one huge
 /// transaction.
 const PRUNE_CHUNK: i64 = 10_000;
 
-type Place = (String, Option<String>, Option<i64>, Option<i32>);
+type Place = (String, Option<String>, Option<i64>, Option<i32>, i64);
 
 /// Creates the queue's row, or locks it: a change of no key column, so its lock does
 /// not wait for the `FOR KEY SHARE` of settles freeing slots (only for a keyed claim
@@ -249,8 +249,9 @@ impl PostgresBackend {
             .await
             .map_err(db)?;
         let mut touched = Touched::default();
-        for (queue, group, batch, stage) in &places {
+        for (queue, group, batch, stage, id) in &places {
             touched.left(queue, group.as_deref(), *batch, *stage, JobState::Cancelled);
+            touched.parent(*id, *batch, JobState::Cancelled);
             touched.finished.insert(queue.clone());
         }
         promote::promote(c, &this.inner.schema, &mut touched).await?;
@@ -450,7 +451,8 @@ impl PostgresBackend {
                            AND finished_at <= now() - $2::float8 * interval '1 microsecond'
                          LIMIT $3))
                      RETURNING id),
-                 a AS (DELETE FROM {s}.attempts WHERE job_id = ANY (ARRAY(SELECT id FROM p)))
+                 a AS (DELETE FROM {s}.attempts WHERE job_id = ANY (ARRAY(SELECT id FROM p))),
+                 e AS (DELETE FROM {s}.job_deps WHERE child_id = ANY (ARRAY(SELECT id FROM p)))
                  SELECT count(*) FROM p",
             ))
             .bind(queue)
@@ -574,7 +576,8 @@ impl Admin for PostgresBackend {
         let ids: Vec<i64> = ids.iter().map(|id| id.0).collect();
         let n: i64 = sqlx::query_scalar(self.sql(
             "WITH d AS (DELETE FROM {s}.finished WHERE queue = $1 AND id = ANY ($2) RETURNING id),
-                  a AS (DELETE FROM {s}.attempts WHERE job_id = ANY (ARRAY(SELECT id FROM d)))
+                  a AS (DELETE FROM {s}.attempts WHERE job_id = ANY (ARRAY(SELECT id FROM d))),
+                  e AS (DELETE FROM {s}.job_deps WHERE child_id = ANY (ARRAY(SELECT id FROM d)))
              SELECT count(*) FROM d",
         ))
         .bind(queue)

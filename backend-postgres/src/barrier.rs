@@ -12,15 +12,15 @@ use crate::{PostgresBackend, db, listen};
 #[async_trait]
 impl OrderBarrier for PostgresBackend {
     async fn open_batch_unchecked(&self, batch: &NewBatch) -> Result<Batch> {
-        // Dependencies are not kept here yet: a policy for them would not apply.
-        relayq_core::kit::after::refuse_policy(batch)?;
         let (queue, on_failure, name) = (&batch.queue, batch.on_failure, batch.name.as_deref());
         let id: i64 = sqlx::query_scalar(self.sql(
-            "INSERT INTO {s}.batches (queue, on_failure, name) VALUES ($1, $2, $3) RETURNING id",
+            "INSERT INTO {s}.batches (queue, on_failure, name, after_failure)
+             VALUES ($1, $2, $3, $4) RETURNING id",
         ))
         .bind(queue)
         .bind(on_failure.as_str())
         .bind(name)
+        .bind(batch.after_failure.as_str())
         .fetch_one(self.pool())
         .await
         .map_err(db)?;
@@ -86,9 +86,10 @@ impl OrderBarrier for PostgresBackend {
             DateTime<Utc>,
             Option<DateTime<Utc>>,
             Option<String>,
+            String,
         )> = sqlx::query_as(self.sql(
             "SELECT b.on_failure, b.sealed, b.failed, b.released_stage, c.stage, c.state,
-                        COALESCE(c.n, 0), b.created_at, c.fin, b.name
+                        COALESCE(c.n, 0), b.created_at, c.fin, b.name, b.after_failure
                  FROM {s}.batches b
                  LEFT JOIN LATERAL (
                      SELECT stage, state, count(*) AS n, max(fin) AS fin FROM (
@@ -111,6 +112,10 @@ impl OrderBarrier for PostgresBackend {
         };
         let created_at = rows.first().map(|r| r.7);
         let name = rows.first().and_then(|r| r.9.clone());
+        let after_failure = match rows.first() {
+            Some(r) => r.10.parse()?,
+            None => relayq_core::AfterFailure::default(),
+        };
         let last_finished_at = rows.iter().filter_map(|r| r.8).max();
         let mut counts = Vec::with_capacity(rows.len());
         for (_, _, _, _, stage, state, n, ..) in rows {
@@ -120,7 +125,7 @@ impl OrderBarrier for PostgresBackend {
             }
         }
         Ok(BatchProgress {
-            after_failure: relayq_core::AfterFailure::default(),
+            after_failure,
             batch: batch.clone(),
             on_failure,
             sealed,

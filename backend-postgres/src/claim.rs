@@ -359,7 +359,7 @@ impl ExpiryClock {
 }
 
 /// A job whose lease expired: (made dead, group, batch, stage).
-type Expired = (bool, Option<String>, Option<i64>, Option<i32>);
+type Expired = (bool, Option<String>, Option<i64>, Option<i32>, i64);
 
 /// One row of the claim statement: the flags, and a claimed job unless none was.
 pub(crate) struct Row {
@@ -702,9 +702,9 @@ impl PostgresBackend {
                 archived AS (",
             archive!("g", "'dead'", "'lease expired'"),
             ")
-                SELECT true, group_key, batch_id, stage FROM g
+                SELECT true, group_key, batch_id, stage, id FROM g
                 UNION ALL
-                SELECT false, NULL, NULL, NULL FROM requeued"
+                SELECT false, NULL, NULL, NULL, id FROM requeued"
         )))
         .bind(queue)
         .bind(all)
@@ -713,10 +713,11 @@ impl PostgresBackend {
         .map_err(db)?;
         let mut touched = Touched::default();
         let (mut requeued, mut dead) = (0, 0);
-        for (is_dead, group, batch, stage) in rows {
+        for (is_dead, group, batch, stage, id) in rows {
             if is_dead {
                 dead += 1;
                 touched.left(queue, group.as_deref(), batch, stage, JobState::Dead);
+                touched.parent(id, batch, JobState::Dead);
             } else {
                 requeued += 1;
             }

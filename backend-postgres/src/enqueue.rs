@@ -258,9 +258,16 @@ impl PostgresBackend {
         jobs: &[NewJob],
     ) -> Result<(Vec<Enqueued>, Vec<String>)> {
         let queue = &jobs[0].queue;
-        let released = self.check_batches(c, queue, jobs).await?;
+        // SPEC D: the stored parents are locked before the batches (see `after`).
+        let parents = crate::after::parents(c, &self.inner.schema, queue, jobs).await?;
+        let released = self.check_batches(c, queue, jobs, &parents).await?;
         let out = self.insert(c, queue, jobs, &released, INSERT).await?;
         let mut touched = Touched::default();
+        if jobs.iter().any(|j| !j.after.is_empty()) {
+            let policies = self.after_policies(c, jobs).await?;
+            let s = &self.inner.schema;
+            crate::after::store(c, s, jobs, &out, &parents, &policies, &mut touched).await?;
+        }
         touched.ready.insert(queue.clone());
         for (job, e) in jobs.iter().zip(&out) {
             if e.deduplicated {
@@ -279,8 +286,9 @@ impl PostgresBackend {
         Ok((out, payloads))
     }
 
-    /// SPEC E4, B3: every batch named exists in this queue, is open, not halted, and no
-    /// job goes below its released stage. The batches stay locked to the end of the
+    /// SPEC E4, B3, D5: every batch named exists in this queue, is open, not halted, no
+    /// job goes below its released stage, and every stored job one runs after is of its
+    /// batch at no higher stage. The batches stay locked to the end of the
     /// transaction, so a concurrent `seal` or stage release cannot slip in between.
     /// Checked job by job in input order, so the first bad job names the error.
     /// Returns each batch's released stage.
@@ -289,6 +297,7 @@ impl PostgresBackend {
         c: &mut PgConnection,
         queue: &str,
         jobs: &[NewJob],
+        parents: &HashMap<JobId, crate::after::Parent>,
     ) -> Result<Released> {
         let ids: BTreeSet<i64> = jobs.iter().filter_map(|j| j.batch.map(|b| b.0)).collect();
         if ids.is_empty() {
@@ -319,11 +328,31 @@ impl PostgresBackend {
             if let Some(r) = released.filter(|r| stage < *r) {
                 return Err(Error::StageClosed { stage, released: r });
             }
+            crate::after::check(job, parents)?;
         }
         Ok(batches
             .into_iter()
             .map(|(id, (_, _, _, released))| (id, released))
             .collect())
+    }
+
+    /// SPEC D4: the dependency policy of each batch of the call (locked already).
+    async fn after_policies(
+        &self,
+        c: &mut PgConnection,
+        jobs: &[NewJob],
+    ) -> Result<HashMap<i64, relayq_core::AfterFailure>> {
+        let ids: Vec<i64> = jobs.iter().filter_map(|j| j.batch.map(|b| b.0)).collect();
+        let rows: Vec<(i64, String)> = sqlx::query_as(
+            self.sql("SELECT id, after_failure FROM {s}.batches WHERE id = ANY($1)"),
+        )
+        .bind(&ids)
+        .fetch_all(&mut *c)
+        .await
+        .map_err(db)?;
+        rows.into_iter()
+            .map(|(id, policy)| Ok((id, policy.parse()?)))
+            .collect()
     }
 
     /// Inserts the jobs and works out each one's id: its own, or, when deduplicated,
@@ -463,8 +492,11 @@ impl PostgresBackend {
             stages.push(job.batch.map(|_| job.stage.unwrap_or(0)));
             keys.push(job.dedupe_key.as_deref());
             who.push(job.enqueued_by.as_deref());
+            // A job with dependencies starts blocked (SPEC D2): with no released
+            // stage given, the insert stores it so; `after::store` decides.
             rel.push(
                 job.batch
+                    .filter(|_| job.after.is_empty())
                     .and_then(|b| released.get(&b.0).copied().flatten()),
             );
         }
@@ -523,6 +555,7 @@ impl Enqueue for PostgresBackend {
         Limits {
             limit_keys: true,
             rates: true,
+            dependencies: true,
             ..self.inner.limits
         }
     }

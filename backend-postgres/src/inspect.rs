@@ -33,6 +33,8 @@ struct JobRow {
     progress: Option<String>,
     claimed_at: Option<DateTime<Utc>>,
     limit_key: Option<String>,
+    /// The jobs it runs after (SPEC D1), ascending.
+    after: Vec<i64>,
     #[sqlx(flatten)]
     log: LogColumns,
 }
@@ -279,6 +281,8 @@ impl Inspect for PostgresBackend {
         // timeline reads a page of jobs this way.)
         let row: Option<JobRow> = sqlx::query_as(self.sql(
             "SELECT j.*,
+                    ARRAY(SELECT parent_id FROM {s}.job_deps WHERE child_id = j.id
+                          ORDER BY parent_id) AS after,
                     ARRAY(SELECT attempt FROM {s}.attempts WHERE job_id = j.id ORDER BY seq)
                         AS log_attempt,
                     ARRAY(SELECT worker FROM {s}.attempts WHERE job_id = j.id ORDER BY seq)
@@ -360,7 +364,7 @@ impl Inspect for PostgresBackend {
             _ => {}
         }
         Ok(JobInfo {
-            after: Vec::new(),
+            after: row.after.into_iter().map(JobId).collect(),
             id: JobId(row.id),
             queue: queue.to_owned(),
             state,

@@ -48,6 +48,7 @@
 //! ```
 
 mod admin;
+mod after;
 mod barrier;
 mod claim;
 mod driver;

@@ -69,6 +69,9 @@ pub(crate) struct Touched {
     pub(crate) finished: BTreeSet<String>,
     /// Queues where running jobs may have lost their leases to a cancel (SPEC B8).
     pub(crate) revoked: BTreeSet<String>,
+    /// Finished jobs of a batch (id, batch, how they ended), for the jobs that run
+    /// after them (SPEC D).
+    parents: Vec<(i64, i64, JobState)>,
     /// Notifications already sent in this transaction: by the settle statement, with
     /// the batches' lock, or by `settle_groups`. So a `Touched` belongs to one
     /// transaction: reused in another, it would hold back notifications that
@@ -108,6 +111,14 @@ impl Touched {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// Job `id` of `batch` finished in `state`: its children are counted off or
+    /// cancelled (SPEC D2, D4). Every way a job of a batch finishes calls this.
+    pub(crate) fn parent(&mut self, id: i64, batch: Option<i64>, state: JobState) {
+        if let (Some(batch), true) = (batch, state.is_finished()) {
+            self.parents.push((id, batch, state));
         }
     }
 
@@ -217,7 +228,20 @@ pub(crate) async fn lock_batches(
 /// stages (SPEC B6), batches release their next stage (SPEC B2), and groups get their
 /// next holder (SPEC G2). Adds the queues to notify to `t`.
 pub(crate) async fn promote(c: &mut PgConnection, s: &Schema, t: &mut Touched) -> Result<()> {
-    let batches: Vec<i64> = t.batches.iter().copied().collect();
+    let parents = std::mem::take(&mut t.parents);
+    let mut batches = t.batches.clone();
+    // SPEC D: a batch whose finished job has children is locked even where a witness
+    // spared its lock, before its children are counted off (see `after`). A statement
+    // of its own, begun after the settle's: so it sees an edge whose enqueue the
+    // settle waited for.
+    let kin = if parents.is_empty() {
+        Vec::new()
+    } else {
+        let ids: Vec<(i64, i64)> = parents.iter().map(|p| (p.0, p.1)).collect();
+        crate::after::batches_with_children(c, s, &ids).await?
+    };
+    batches.extend(kin.iter().copied());
+    let batches: Vec<i64> = batches.into_iter().collect();
     let halting = if t.halts.is_empty() {
         Vec::new()
     } else {
@@ -230,6 +254,9 @@ pub(crate) async fn promote(c: &mut PgConnection, s: &Schema, t: &mut Touched) -
     }
     if !halting.is_empty() {
         halt(c, s, t, &halting).await?;
+    }
+    if !kin.is_empty() {
+        crate::after::settle(c, s, t, &parents).await?;
     }
     if !batches.is_empty() {
         let released: Vec<(String, String, Option<String>)> = sqlx::query_as(s.sql(RELEASE))
@@ -384,7 +411,7 @@ const RELEASE: &str = "
     freed AS (
         UPDATE {s}.jobs j SET state = 'ready'
         WHERE j.id = ANY (ARRAY(SELECT id FROM blocked WHERE group_key IS NULL))
-          AND j.state = 'blocked'
+          AND j.state = 'blocked' AND j.deps_left = 0
           AND EXISTS (SELECT 1 FROM blocked WHERE group_key IS NULL)
         RETURNING j.queue)
     SELECT DISTINCT 'r' AS kind, queue, NULL::text AS grp FROM freed
@@ -417,7 +444,7 @@ const HEADS: &str = "
                        AND b.state IN ('running', 'retrying')) AS busy,
              (SELECT j.id FROM {s}.jobs j
               WHERE j.queue = g.queue AND j.group_key = g.grp
-                AND j.state IN ('ready', 'blocked')
+                AND j.state IN ('ready', 'blocked') AND j.deps_left = 0
                 AND (j.batch_id IS NULL OR j.stage <= (
                      SELECT min(f.stage) FROM {s}.jobs f WHERE f.batch_id = j.batch_id))
               ORDER BY j.priority, j.run_at, j.id LIMIT 1) AS head

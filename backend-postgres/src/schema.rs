@@ -31,6 +31,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0013_rates.sql"),
     include_str!("../migrations/0014_key_rates.sql"),
     include_str!("../migrations/0015_park_at_enqueue.sql"),
+    include_str!("../migrations/0016_dependencies.sql"),
 ];
 
 /// The schema version this crate migrates to. [`migrate`](crate::PostgresBackend::migrate)

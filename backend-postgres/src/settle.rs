@@ -401,12 +401,12 @@ impl PostgresBackend {
             notified += found.first().map_or(0, |r| r.notified);
             for row in found {
                 let at = usize::try_from(row.ord - 1).map_err(Error::backend)?;
-                rows.push((arrays.index[at], row));
+                rows.push((arrays.index[at], arrays.ids[at], row));
             }
         }
         let mut touched = Touched::default();
         let mut witnessed = Vec::new();
-        for (i, row) in rows {
+        for (i, id, row) in rows {
             let state: JobState = row.next.parse()?;
             out[i] = Ok(match state {
                 JobState::Succeeded => Settled::Completed,
@@ -425,6 +425,7 @@ impl PostgresBackend {
                 row.stage,
                 state,
             );
+            touched.parent(id, row.batch_id, state);
             if row.witnessed {
                 witnessed.extend(row.batch_id);
             }

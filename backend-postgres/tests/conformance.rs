@@ -22,6 +22,7 @@ impl Driven for Postgres {
         Capability::Rates,
         Capability::KeyRates,
         Capability::KeyBacklogs,
+        Capability::Dependencies,
     ];
 
     fn url(server: Option<&str>) -> String {
