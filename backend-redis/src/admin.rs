@@ -21,14 +21,13 @@ use crate::{
 #[async_trait]
 impl OrderBarrier for RedisBackend {
     async fn open_batch_unchecked(&self, batch: &NewBatch) -> Result<Batch> {
-        // Dependencies are not kept here yet: a policy for them would not apply.
-        relayq_core::kit::after::refuse_policy(batch)?;
         let (queue, on_failure, name) = (&batch.queue, batch.on_failure, batch.name.as_deref());
         self.register(queue).await?;
         let args = [
             b"open".to_vec(),
             on_failure.as_str().as_bytes().to_vec(),
             name.unwrap_or_default().as_bytes().to_vec(),
+            batch.after_failure.as_str().as_bytes().to_vec(),
         ];
         let id: i64 = self.run(&scripts::BATCH, queue, &args).await?;
         Ok(Batch {
@@ -57,7 +56,7 @@ impl OrderBarrier for RedisBackend {
 
     async fn batch_progress_unchecked(&self, batch: &Batch) -> Result<BatchProgress> {
         let items = self.read_batch(b"progress", batch).await?;
-        if items.len() < 7 {
+        if items.len() < 8 {
             return Err(bad("batch progress"));
         }
         let time = |v: &Value| -> Result<Option<chrono::DateTime<chrono::Utc>>> {
@@ -66,7 +65,7 @@ impl OrderBarrier for RedisBackend {
                 .transpose()
         };
         let mut counts = Vec::new();
-        for triple in items[7..].chunks(3) {
+        for triple in items[8..].chunks(3) {
             let [stage, state, n] = triple else {
                 return Err(bad("batch progress"));
             };
@@ -75,7 +74,7 @@ impl OrderBarrier for RedisBackend {
             counts.push((stage, text(state)?.parse::<JobState>()?, n));
         }
         Ok(BatchProgress {
-            after_failure: relayq_core::AfterFailure::default(),
+            after_failure: text(&items[7])?.parse()?,
             batch: batch.clone(),
             on_failure: text(&items[0])?.parse()?,
             sealed: text(&items[1])? == "1",
@@ -264,8 +263,15 @@ impl Inspect for RedisBackend {
                 .map(|v| v.parse().map_err(Error::backend))
                 .transpose()
         };
+        let mut after = field("aft")
+            .unwrap_or_default()
+            .split(',')
+            .filter(|p| !p.is_empty())
+            .map(|p| p.parse().map(JobId).map_err(Error::backend))
+            .collect::<Result<Vec<_>>>()?;
+        after.sort_unstable();
         Ok(JobInfo {
-            after: Vec::new(),
+            after,
             id,
             queue: queue.to_owned(),
             state,

@@ -43,6 +43,37 @@ pub(crate) fn push_job(args: &mut Vec<Vec<u8>>, job: &NewJob) {
     args.push(job.limit_key.clone().unwrap_or_default().into_bytes());
 }
 
+/// The jobs that run after others (SPEC D), after the jobs' fields, as `enqueue_jobs`
+/// in lib.lua reads them: their count, then per job its index, its policy ('' for its
+/// batch's), its count of parents, and each parent as `j<id>` (stored) or `c<index>`
+/// (of the call).
+pub(crate) fn push_after(args: &mut Vec<Vec<u8>>, jobs: &[NewJob]) {
+    let with: Vec<(usize, &NewJob)> = jobs
+        .iter()
+        .enumerate()
+        .filter(|(_, j)| !j.after.is_empty())
+        .collect();
+    if with.is_empty() {
+        return;
+    }
+    args.push(arg(with.len()));
+    for (i, job) in with {
+        args.push(arg(i));
+        args.push(
+            job.after_failure
+                .map(|p| p.as_str().as_bytes().to_vec())
+                .unwrap_or_default(),
+        );
+        args.push(arg(job.after.len()));
+        for a in &job.after {
+            args.push(match a {
+                relayq_core::After::Job(id) => format!("j{id}").into_bytes(),
+                relayq_core::After::Call(p) => format!("c{p}").into_bytes(),
+            });
+        }
+    }
+}
+
 /// Fields per claimed job in the claim script's reply.
 const CLAIMED_FIELDS: usize = 5;
 
@@ -53,6 +84,7 @@ impl Enqueue for RedisBackend {
         Limits {
             limit_keys: true,
             rates: true,
+            dependencies: true,
             ..self.inner.limits
         }
     }
@@ -67,6 +99,7 @@ impl Enqueue for RedisBackend {
         for job in &jobs {
             push_job(&mut args, job);
         }
+        push_after(&mut args, &jobs);
         let out: Value = self.run(&scripts::ENQUEUE, &queue, &args).await?;
         let items = reply::items(out)?;
         let out = items

@@ -460,6 +460,7 @@ fn script_error(e: redis::RedisError) -> Error {
             let (field, reason) = detail.split_once(' ').unwrap_or((detail, ""));
             let field = match field {
                 "batch" => "batch",
+                "after" => "after",
                 _ => "input",
             };
             Error::invalid(field, reason.to_owned())

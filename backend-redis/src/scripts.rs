@@ -135,4 +135,18 @@ mod tests {
         let halt = format!("'{}'", relayq_core::cancelled_by::HALT);
         assert!(include_str!("lua/lib.lua").contains(&halt), "{halt}");
     }
+
+    /// SPEC D4: lib.lua writes a cancelled child's error as the core does, around the
+    /// parent's id and state.
+    #[test]
+    fn a_cancelled_child_gets_the_core_s_words() {
+        use relayq_core::{JobId, JobState, cancelled_by};
+        let words = cancelled_by::after(JobId(7), JobState::Dead);
+        let (head, tail) = words.split_once('7').expect("the id");
+        let tail = tail.strip_suffix("dead").expect("the state");
+        let lua = include_str!("lua/lib.lua");
+        for part in [head, tail] {
+            assert_eq!(lua.matches(&format!("'{part}'")).count(), 2, "{part}");
+        }
+    }
 }

@@ -31,6 +31,7 @@ impl Subject for Cluster {
         Capability::Rates,
         Capability::KeyRates,
         Capability::KeyBacklogs,
+        Capability::Dependencies,
     ];
 
     async fn open(urls: Option<String>) -> anyhow::Result<Self> {

@@ -17,6 +17,7 @@ impl Driven for Redis {
         Capability::Rates,
         Capability::KeyRates,
         Capability::KeyBacklogs,
+        Capability::Dependencies,
     ];
 
     fn url(server: Option<&str>) -> String {

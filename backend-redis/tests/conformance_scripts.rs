@@ -24,6 +24,7 @@ impl Subject for RedisScripts {
         Capability::Rates,
         Capability::KeyRates,
         Capability::KeyBacklogs,
+        Capability::Dependencies,
     ];
 
     async fn open(url: Option<String>) -> anyhow::Result<Self> {

@@ -41,6 +41,8 @@
 --   B:ktat           limit key -> when its rate's next start is due (kit::rate)
 --   B:kwake          keys whose jobs a claim parked for their rate: score = when they
 --                    go back (SPEC K13)
+--   B:dep:<id>       the unfinished jobs that run after unfinished job <id> (SPEC D),
+--                    deleted when it finishes
 --
 -- Job hash fields: st state, p payload, pr priority, ra run_at, ma max attempts,
 -- at attempts, g group, gm group member key, b batch, s stage, dk dedupe key,
@@ -49,7 +51,9 @@
 -- a last attempt kept in the hash rather than the log list (see complete_plain); pg the
 -- last progress reported, as the core's text (SPEC L7); wt how long a plainly
 -- completed job waited in its worker before its handler started (see complete_plain);
--- f the fields a claim returns that never change, in one value (see fixed_fields). Jobs
+-- f the fields a claim returns that never change, in one value (see fixed_fields);
+-- aft the jobs it runs after (ids joined by ','), dl how many of them are unfinished,
+-- af 'run' when it runs even after one failed (SPEC D). A batch hash's af is its policy. Jobs
 -- stored by earlier versions may lack f and hold a lease as tk (token) and ex
 -- (expiry); claim, settle and heartbeat still read those.
 --
@@ -377,9 +381,13 @@ local function stage_released(id)
   return f == nil or num(id, 's') <= f
 end
 
--- Makes the group's holder right (SPEC G1, G2, G4): a running or retrying holder
--- stays; otherwise the earliest job of the group whose stage is released is the one
--- ready job, and every other job of the group is blocked.
+-- Whether job `id` waits for jobs it runs after (SPEC D2).
+local function waits(id) return (num(id, 'dl') or 0) > 0 end
+
+-- Makes the group's holder right (SPEC G1, G2, G4, D3): a running or retrying holder
+-- stays; otherwise the earliest job of the group whose stage is released and that
+-- waits for no job it runs after is the one ready job, and every other job of the
+-- group is blocked.
 local function settle_group(g)
   local holder = redis.call('GET', ghk(g))
   if holder then
@@ -395,7 +403,7 @@ local function settle_group(g)
     if #page == 0 then break end
     for _, m in ipairs(page) do
       local id = id_of(m)
-      if stage_released(id) then head = id; break end
+      if stage_released(id) and not waits(id) then head = id; break end
     end
     from = from + size
     size = math.min(size * 4, 256)
@@ -422,13 +430,50 @@ local function release_stage(b)
     id = tonumber(id)
     if get(id, 'st') == 'blocked' then
       local g = get(id, 'g')
-      if g then groups[g] = true else set_state(id, 'ready') end
+      if g then groups[g] = true elseif not waits(id) then set_state(id, 'ready') end
     end
   end
   for g in pairs(groups) do settle_group(g) end
 end
 
 local finish
+
+-- A blocked job with no job left to wait for (SPEC D2): its group's turn decides, else
+-- its stage.
+local function free(id)
+  local g = get(id, 'g')
+  if g then settle_group(g) elseif stage_released(id) then set_state(id, 'ready') end
+end
+
+-- SPEC D2, D4: job `id` of a batch finished as `st`. Each blocked job that runs after
+-- it counts it off and is freed at 0; when it failed, one that keeps the Cancel policy
+-- is cancelled instead, and so on down the graph: a work list, not recursion, so a
+-- chain of any length fits Lua's call depth. The error text is
+-- relayq_core::cancelled_by::after's, word for word (a test in scripts.rs checks).
+local function parent_done(id, st)
+  local work = {{id, st}}
+  while #work > 0 do
+    local p = table.remove(work)
+    local dk = B .. ':dep:' .. str(p[1])
+    local children = redis.call('SMEMBERS', dk)
+    if #children > 0 then
+      redis.call('DEL', dk)
+      local failed = p[2] == 'dead' or p[2] == 'cancelled'
+      for _, c in ipairs(children) do
+        c = tonumber(c)
+        if get(c, 'st') == 'blocked' then
+          if failed and get(c, 'af') ~= 'run' then
+            finish(c, 'cancelled', 'cancelled: job ' .. str(p[1]) ..
+              ', which it runs after, ended ' .. p[2], true)
+            work[#work + 1] = {c, 'cancelled'}
+          elseif redis.call('HINCRBY', jk(c), 'dl', -1) == 0 then
+            free(c)
+          end
+        end
+      end
+    end
+  end
+end
 
 -- SPEC B6, B8: a dead job of a Halt batch fails it and cancels every other unfinished
 -- job: later stages (not started) and its own stage's, running ones included (their
@@ -451,8 +496,9 @@ local function halt(b, stage)
 end
 
 -- Finishes job `id` as `st` (succeeded, dead, cancelled) and releases what waited for
--- it: its dedupe key, its group's next job, its batch's next stage.
-finish = function(id, st, err)
+-- it: its dedupe key, its group's next job, its batch's next stage, the jobs that run
+-- after it (but with `nodeps`, whose caller sees to those).
+finish = function(id, st, err, nodeps)
   local h = redis.call('HMGET', jk(id), 'g', 'b', 's', 'dk', 'gm')
   local extra = {'fa', s(NOW)}
   if err then extra[3], extra[4] = 'le', err end
@@ -479,6 +525,7 @@ finish = function(id, st, err)
     end
   end
   if h[1] then settle_group(h[1]) end
+  if h[2] and not nodeps then parent_done(id, st) end
 end
 
 -- finish(id, 'succeeded') for a running job with no group, batch or dedupe key, the
@@ -532,6 +579,7 @@ local function complete_kept(k, id, g, b, output, done, waited)
     end
   end
   if g then settle_group(g) end
+  if b then parent_done(id, 'succeeded') end
 end
 
 local function flush_completed(done)
@@ -563,10 +611,25 @@ end
 -- SPEC E: stores `n` jobs of 11 fields each, the first field of job i (from 0) at
 -- A[o0 + i * 11 + 1]: payload, priority, run_at (absolute, or ''), delay (microseconds,
 -- or ''), max_attempts, group, batch, stage, dedupe key, enqueued_by, limit key ('' =
--- none for the optional ones). Returns id, deduplicated (0/1) per job, or an error reply before any
--- write. The caller adds the 'r' event and publishes.
+-- none for the optional ones). Then, optionally, the jobs that run after others (SPEC
+-- D): their count m, and per such job its index in the call (from 0), its policy ('' for
+-- its batch's, 'cancel' or 'run'), its count k of parents and k parents, each 'j' and a
+-- stored job's id or 'c' and the index of a job of the call. Returns id, deduplicated
+-- (0/1) per job, or an error reply before any write. The caller adds the 'r' event and
+-- publishes.
 local function enqueue_jobs(A, o0, n)
   local F = 11
+  local deps, d = {}, o0 + n * F + 1
+  for _ = 1, tonumber(A[d] or '0') do
+    local i, k = tonumber(A[d + 1]), tonumber(A[d + 3])
+    local refs = {}
+    for r = 1, k do
+      local ref = A[d + 3 + r]
+      refs[r] = {call = string.sub(ref, 1, 1) == 'c', n = tonumber(string.sub(ref, 2))}
+    end
+    deps[i] = {policy = A[d + 2], refs = refs}
+    d = d + 3 + k
+  end
   -- Every check before the first write: a script that fails after writing keeps what
   -- it wrote (SPEC E4, B3). Each batch is read once: `rel[b]` is its released stage, or
   -- false before any.
@@ -589,6 +652,23 @@ local function enqueue_jobs(A, o0, n)
     end
     if b ~= '' and rel[b] and tonumber(A[o + 8]) < rel[b] then
       return redis.error_reply('RELAYQ_STAGE_CLOSED ' .. A[o + 8] .. ' ' .. s(rel[b]))
+    end
+    -- SPEC D5: a stored parent is a job of the same batch at no higher stage.
+    for _, r in ipairs(deps[i] and deps[i].refs or {}) do
+      if not r.call then
+        local id = s(r.n)
+        local h = redis.call('HMGET', jk(id), 'ca', 'b', 's')
+        local why
+        if not h[1] then
+          why = 'job ' .. id .. ' is unknown in this queue'
+        elseif h[2] ~= b then
+          why = 'job ' .. id .. ' is not in batch ' .. b
+        elseif tonumber(h[3]) > tonumber(A[o + 8]) then
+          why = 'job ' .. id .. ' is in stage ' .. h[3] .. ', above stage ' .. A[o + 8] ..
+            ' of the job that runs after it'
+        end
+        if why then return redis.error_reply('RELAYQ_INVALID after ' .. why) end
+      end
     end
   end
   local out, groups, batches = {}, {}, {}
@@ -615,7 +695,9 @@ local function enqueue_jobs(A, o0, n)
       -- A job without a group is ready at once when it has no batch or joins its batch's
       -- released stage: nothing below that stage is unfinished (SPEC B3 turns lower ones
       -- away). Other jobs with a group or a batch start blocked; promotion below decides.
+      -- A job that runs after others starts blocked (SPEC D2); the pass below decides.
       local ready = g == '' and (b == '' or (rel[b] and tonumber(A[o + 8]) <= rel[b]))
+        and not deps[i]
       local fields = {'p', A[o + 1], 'pr', A[o + 2], 'ra', s(ra), 'ma', A[o + 5],
         'at', '0', 'ca', s(NOW), 'f', fixed_fields(A[o + 2], A[o + 5], g, b,
           b ~= '' and A[o + 8] or '', by, dk, lk), 'st', ready and 'ready' or 'blocked'}
@@ -665,11 +747,52 @@ local function enqueue_jobs(A, o0, n)
       out[#out + 1] = 0
     end
   end
+  -- SPEC D: the call's edges, now that each job has its id. A parent still unfinished
+  -- is counted and learns of the child; one that failed cancels a child that keeps the
+  -- Cancel policy (down what already runs after that child); one that succeeded, or
+  -- failed under Run, counts for nothing. Jobs left waiting for nothing are freed once
+  -- all are stored.
+  local freed = {}
+  for i = 0, n - 1 do
+    local dep = deps[i]
+    if dep and out[2 * i + 2] == 0 then
+      local id = out[2 * i + 1]
+      local policy = dep.policy
+      if policy == '' then
+        policy = redis.call('HGET', bk(A[o0 + i * F + 7]), 'af') or 'cancel'
+      end
+      local left, failed, parents = 0, nil, {}
+      for _, r in ipairs(dep.refs) do
+        local p = r.call and out[2 * r.n + 1] or r.n
+        parents[#parents + 1] = s(p)
+        local pst = get(p, 'st')
+        if pst == 'dead' or pst == 'cancelled' then
+          if policy ~= 'run' and not failed then failed = {p, pst} end
+        elseif pst ~= 'succeeded' then
+          left = left + 1
+          redis.call('SADD', B .. ':dep:' .. s(p), s(id))
+        end
+      end
+      redis.call('HSET', jk(id), 'aft', table.concat(parents, ','), 'dl', s(left))
+      if policy == 'run' then redis.call('HSET', jk(id), 'af', 'run') end
+      if failed then
+        finish(id, 'cancelled', 'cancelled: job ' .. s(failed[1]) ..
+          ', which it runs after, ended ' .. failed[2])
+      elseif left == 0 then
+        freed[#freed + 1] = id
+      end
+    end
+  end
+  for _, id in ipairs(freed) do
+    if get(id, 'st') == 'blocked' and not waits(id) then free(id) end
+  end
   -- Only a batch whose floor is above its released stage (or that has none yet) has a
   -- stage to release. At the released stage, ungrouped jobs went in ready above and
   -- grouped ones are their groups' business, so its jobs are not read again.
+  -- (A batch whose only new jobs were cancelled at once, SPEC D4, may have none left.)
   for b in pairs(batches) do
-    if not rel[b] or rel[b] < floor(b) then release_stage(b) end
+    local f = floor(b)
+    if not rel[b] or (f and rel[b] < f) then release_stage(b) end
   end
   for g in pairs(groups) do settle_group(g) end
   return out
