@@ -56,6 +56,9 @@ pub struct JobReport {
     /// What it left on success: its command's last output lines (SPEC L8).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub result: Option<String>,
+    /// The ids of the jobs it ran after (SPEC D1).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<i64>,
 }
 
 impl JobReport {
@@ -80,6 +83,7 @@ impl JobReport {
             last_error: info.last_error,
             progress: info.progress,
             result,
+            after: info.after.iter().map(|a| a.0).collect(),
         }
     }
 
@@ -180,18 +184,43 @@ impl RunReport {
         table.to_string()
     }
 
+    /// The names of the jobs `j` ran after, joined; `-` for none. A job outside the
+    /// report shows as its id.
+    fn after_names(&self, j: &JobReport) -> String {
+        if j.after.is_empty() {
+            return "-".into();
+        }
+        let names: Vec<String> = j
+            .after
+            .iter()
+            .map(|id| {
+                self.jobs
+                    .iter()
+                    .find(|p| p.id == *id)
+                    .map_or_else(|| id.to_string(), |p| shorten(&p.name, 20))
+            })
+            .collect();
+        names.join(", ")
+    }
+
     fn table_of<'a>(&self, jobs: impl Iterator<Item = &'a JobReport>) -> String {
         let t0 = self.t0().unwrap_or_default();
-        let mut table = crate::commands::table([
+        // The `after` column only for a plan with dependencies (SPEC D).
+        let graph = self.jobs.iter().any(|j| !j.after.is_empty());
+        let mut head = vec![
             "job", "name", "stage", "group", "worker", "attempts", "start", "end", "outcome",
-        ]);
+        ];
+        if graph {
+            head.insert(4, "after");
+        }
+        let mut table = crate::commands::table(head);
         for j in jobs {
             let outcome = match (j.state, j.error_line()) {
                 (JobState::Succeeded, _) => "succeeded (exit 0)".to_owned(),
                 (state, Some(err)) => format!("{state}: {}", shorten(&printable(err), 48)),
                 (state, None) => state.to_string(),
             };
-            table.add_row([
+            let mut row = vec![
                 j.id.to_string(),
                 shorten(&j.name, 32),
                 opt(j.stage),
@@ -203,7 +232,11 @@ impl RunReport {
                 j.start().map_or_else(|| "-".into(), |t| offset(t0, t)),
                 j.end().map_or_else(|| "-".into(), |t| offset(t0, t)),
                 outcome,
-            ]);
+            ];
+            if graph {
+                row.insert(4, shorten(&self.after_names(j), 40));
+            }
+            table.add_row(row);
         }
         table.to_string()
     }
@@ -250,10 +283,14 @@ impl RunReport {
                     *cell = mark;
                 }
             }
-            let tail = match j.state {
+            let mut tail = match j.state {
                 JobState::Succeeded => String::new(),
                 state => format!(" {state}"),
             };
+            // The graph's edges (SPEC D): whom the bar waited for.
+            if !j.after.is_empty() {
+                let _ = write!(tail, " after {}", self.after_names(j));
+            }
             let _ = writeln!(
                 out,
                 "stage {:>stage_w$} {:<name_w$} |{}|{tail}",

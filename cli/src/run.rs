@@ -128,8 +128,12 @@ pub async fn run(db: &str, args: RunArgs) -> anyhow::Result<u8> {
             .context("cannot set the plan's rate")?;
     }
 
+    let new_batch = relayq_core::NewBatch::new(&queue)
+        .on_failure(plan.on_failure)
+        .after_failure(plan.after_failure)
+        .name(&plan.name);
     let batch = backend
-        .open_named_batch(&queue, plan.on_failure, &plan.name)
+        .open_batch_with(&new_batch)
         .await
         .context("cannot open a batch")?;
     for job in &mut jobs {

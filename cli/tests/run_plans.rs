@@ -570,3 +570,96 @@ fn a_big_run_prints_failures_first_and_totals() {
     let full = summary(&full.expect_code(1).stdout);
     assert!(full.contains("j17") && full.contains("timeline:"), "{full}");
 }
+
+/// SPEC D: the graph example runs each job after the jobs it names, and no earlier;
+/// jobs the graph does not order overlap; the summary shows the edges.
+#[test]
+fn the_graph_plan_runs_each_job_after_the_jobs_it_names() {
+    let env = Env::new();
+    let (run, report) = env.run_plan(&example("graph-plan.toml"), &["--workers", "8"]);
+    let run = run.expect_code(0);
+    let jobs = jobs(&report);
+    assert_eq!(jobs.len(), 8);
+    let by_name = |name: &str| {
+        jobs.iter()
+            .find(|j| j["name"] == name)
+            .unwrap_or_else(|| panic!("{name} in {report}"))
+    };
+    let start = |name: &str| time(&by_name(name)["attempts"][0]["started_at"]);
+    let end = |name: &str| time(&by_name(name)["finished_at"]);
+    for j in jobs {
+        assert_eq!(j["state"], "succeeded", "{j}");
+        let after: Vec<i64> = j["after"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_i64).collect())
+            .unwrap_or_default();
+        for parent in jobs
+            .iter()
+            .filter(|p| after.contains(&p["id"].as_i64().unwrap()))
+        {
+            let name = j["name"].as_str().unwrap();
+            let p = parent["name"].as_str().unwrap();
+            assert!(start(name) >= end(p), "{name} started before {p} ended");
+        }
+    }
+    assert_eq!(
+        by_name("load-orders")["after"].as_array().map(Vec::len),
+        Some(2),
+        "{report}"
+    );
+    // extract-products is the shortest: its load starts while extract-orders runs.
+    assert!(
+        start("load-products") < end("extract-orders"),
+        "the graph, not the stage, held load-products back"
+    );
+    // The group keeps the two loads apart.
+    let (a, b) = (
+        ("load-orders", "load-products"),
+        ("load-products", "load-orders"),
+    );
+    assert!(
+        end(a.0) <= start(a.1) || end(b.0) <= start(b.1),
+        "the warehouse loads overlapped"
+    );
+    assert!(
+        start("report") >= end("audit"),
+        "stage 200 waits for all of stage 100"
+    );
+    assert!(
+        run.stdout
+            .contains("after extract-orders, extract-customers"),
+        "the timeline shows the edges:\n{}",
+        run.stdout
+    );
+}
+
+/// SPEC D5: a plan with a cycle, an unknown name or a parent of a higher stage is
+/// refused before anything is stored, naming the job and the field.
+#[test]
+fn a_bad_graph_is_refused_naming_the_job() {
+    let env = Env::new();
+    let cases = [
+        (
+            "name = \"c\"\n[[job]]\nname = \"a\"\ncommand = \"true\"\nafter = [\"b\"]\n\
+             [[job]]\nname = \"b\"\ncommand = \"true\"\nafter = [\"a\"]\n",
+            "a cycle: job 1 (\"a\") runs after job 2 (\"b\") runs after job 1 (\"a\")",
+        ),
+        (
+            "[[job]]\nname = \"a\"\ncommand = \"true\"\nafter = [\"nope\"]\n",
+            "job 1 (\"a\"): field \"after\": no job is named \"nope\"",
+        ),
+        (
+            "[[job]]\nname = \"a\"\nstage = 2\ncommand = \"true\"\n\
+             [[job]]\nname = \"b\"\ncommand = \"true\"\nafter = [\"a\"]\n",
+            "job 2 (\"b\"): field \"after\": job 1 (\"a\") is in stage 2, above this job's stage 0",
+        ),
+    ];
+    for (i, (text, says)) in cases.into_iter().enumerate() {
+        let path = env.path(&format!("bad-{i}.toml"));
+        std::fs::write(&path, text).unwrap();
+        let out = env.run(&["run", path.to_str().unwrap()]).expect_code(2);
+        assert!(out.stderr.contains(says), "{says}\n{}", out.stderr);
+    }
+    // Refused before the database was even opened.
+    assert!(!env.path("relayq.db").exists(), "nothing stored");
+}

@@ -149,6 +149,13 @@ async fn add(db: &str, args: AddArgs) -> anyhow::Result<u8> {
         .missed(args.catch_up);
     if let Some(path) = &args.plan {
         let plan = plan::load(path).map_err(|e| usage(e.0))?;
+        if plan.has_after() {
+            // A schedule keeps each job on its own, not the plan's graph.
+            return Err(usage(format!(
+                "--plan {}: a plan whose jobs run after others (`after`) cannot be scheduled yet",
+                path.display()
+            )));
+        }
         s = s.batch(plan.on_failure);
         for mut job in plan.new_jobs(q, BatchId(0)).map_err(|e| usage(e.0))? {
             // The slot opens the batch; the job keeps its stage.

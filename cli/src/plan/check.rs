@@ -40,6 +40,8 @@ impl Ctx<'_> {
             ("timeout", span(r.timeout.as_ref())),
             ("env", span(r.env.as_ref())),
             ("cwd", span(r.cwd.as_ref())),
+            ("after", span(r.after.as_ref())),
+            ("after_failure", span(r.after_failure.as_ref())),
             ("job", Some(raw.span())),
         ]
         .into_iter()
@@ -54,6 +56,8 @@ impl Ctx<'_> {
             limit_key: r.limit_key.as_ref().map(|k| k.get_ref().clone()),
             priority: 0,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
+            after: Vec::new(),
+            after_failure: None,
             spans,
         };
         // The name first, so that every later error can show it.
@@ -125,6 +129,15 @@ impl Ctx<'_> {
                 }
             }
             job.spec.env.clone_from(env.get_ref());
+        }
+        if let Some(policy) = &r.after_failure {
+            job.after_failure = Some(policy.get_ref().parse().map_err(|_| {
+                job.error(
+                    self,
+                    "after_failure",
+                    &format!("expected \"cancel\" or \"run\", got {:?}", policy.get_ref()),
+                )
+            })?);
         }
         if let Some(cwd) = &r.cwd {
             let dir = cwd.get_ref();

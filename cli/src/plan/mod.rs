@@ -10,7 +10,7 @@ mod raw;
 
 use std::{collections::HashMap, fmt, ops::Range, path::Path};
 
-use relayq_core::{BatchId, Error as CoreError, Limits, NewJob, OnFailure, validate};
+use relayq_core::{AfterFailure, BatchId, Error as CoreError, Limits, NewJob, OnFailure, validate};
 
 use crate::spec::{CommandSpec, shorten};
 use check::Ctx;
@@ -30,6 +30,8 @@ pub struct Plan {
     pub name: String,
     /// What a dead job does to the rest of the batch.
     pub on_failure: OnFailure,
+    /// What a job does when a job it runs after fails, unless it says (SPEC D4).
+    pub after_failure: AfterFailure,
     /// Limits set on the queue before the jobs are stored: for each named key, or with
     /// `None` for every key without a limit of its own (SPEC K1).
     pub key_limits: Vec<(Option<String>, u32)>,
@@ -58,6 +60,10 @@ pub struct PlanJob {
     pub priority: i16,
     /// Attempts it gets (default [`DEFAULT_MAX_ATTEMPTS`]).
     pub max_attempts: u16,
+    /// The jobs it runs after, by their place in [`Plan::jobs`] (SPEC D1).
+    pub after: Vec<usize>,
+    /// Its own dependency policy, if it names one (SPEC D4).
+    pub after_failure: Option<AfterFailure>,
     spans: HashMap<&'static str, Range<usize>>,
 }
 
@@ -260,14 +266,74 @@ pub fn parse(file: &str, text: &str, base: &Path) -> Result<Plan, PlanError> {
         }
         jobs.push(job);
     }
+    after(&ctx, &raw, &mut jobs, &names)?;
+    let after_failure = match &raw.after_failure {
+        None => AfterFailure::default(),
+        Some(v) => v.get_ref().parse().map_err(|_| {
+            ctx.error(
+                v.span(),
+                &format!(
+                    "field \"after_failure\": expected \"cancel\" or \"run\", got {:?}",
+                    v.get_ref()
+                ),
+            )
+        })?,
+    };
     Ok(Plan {
         name,
         on_failure,
+        after_failure,
         key_limits,
         rate,
         jobs,
         file: file.to_owned(),
     })
+}
+
+/// Each job's `after`, names resolved to jobs of the plan (SPEC D1, D5): every name is
+/// a job's, not its own, once, of the same stage or a lower one; and no cycle, which
+/// is named job by job.
+fn after(
+    ctx: &Ctx<'_>,
+    raw: &RawPlan,
+    jobs: &mut [PlanJob],
+    names: &HashMap<String, usize>,
+) -> Result<(), PlanError> {
+    for (i, r) in raw.job.iter().enumerate() {
+        let Some(after) = &r.get_ref().after else {
+            continue;
+        };
+        let mut parents = Vec::new();
+        for name in after.get_ref() {
+            let why = match names.get(name).map(|n| n - 1) {
+                None => Some(format!("no job is named {name:?}")),
+                Some(p) if p == i => Some("a job cannot run after itself".to_owned()),
+                Some(p) if parents.contains(&p) => Some(format!("names {name:?} twice")),
+                Some(p) if jobs[p].stage > jobs[i].stage => Some(format!(
+                    "{} is in stage {}, above this job's stage {}",
+                    jobs[p].label(),
+                    jobs[p].stage,
+                    jobs[i].stage
+                )),
+                Some(p) => {
+                    parents.push(p);
+                    None
+                }
+            };
+            if let Some(why) = why {
+                return Err(jobs[i].error(ctx, "after", &why));
+            }
+        }
+        jobs[i].after = parents;
+    }
+    let edges: Vec<Vec<usize>> = jobs.iter().map(|j| j.after.clone()).collect();
+    if let Some(cycle) = relayq_core::after::find_cycle(jobs.len(), |i| &edges[i]) {
+        let mut names: Vec<String> = cycle.iter().map(|&i| jobs[i].label()).collect();
+        names.push(jobs[cycle[0]].label());
+        let why = format!("a cycle: {}", names.join(" runs after "));
+        return Err(jobs[cycle[0]].error(ctx, "after", &why));
+    }
+    Ok(())
 }
 
 impl Plan {
@@ -282,6 +348,7 @@ impl Plan {
         // The backend says whether it keeps limit keys when the jobs are stored.
         let limits = Limits {
             limit_keys: true,
+            dependencies: true,
             ..Limits::default()
         };
         let mut out = Vec::with_capacity(self.jobs.len());
@@ -297,6 +364,12 @@ impl Plan {
             if let Some(key) = &job.limit_key {
                 new = new.limit_key(key.clone());
             }
+            for p in &job.after {
+                new = new.after_call(*p);
+            }
+            if let Some(policy) = job.after_failure {
+                new = new.after_failure(policy);
+            }
             validate::new_job(&new, &limits).map_err(|e| match e {
                 CoreError::InvalidInput { field, reason } => {
                     job.error_in(&self.file, field, &reason)
@@ -307,6 +380,11 @@ impl Plan {
         }
         validate::new_jobs(&out, &limits).map_err(|e| PlanError(format!("{}: {e}", self.file)))?;
         Ok(out)
+    }
+
+    /// Whether a job runs after another (SPEC D).
+    pub fn has_after(&self) -> bool {
+        self.jobs.iter().any(|j| !j.after.is_empty())
     }
 
     /// The stages of the plan with their job counts, ascending.

@@ -18,6 +18,8 @@ pub struct RawPlan {
     /// The queue's rate, `N/1s` (SPEC K8), and its burst.
     pub rate: Option<Spanned<String>>,
     pub rate_burst: Option<Spanned<i64>>,
+    /// What a job does when a job it runs after fails, unless it says (SPEC D4).
+    pub after_failure: Option<Spanned<String>>,
     #[serde(default)]
     pub job: Vec<Spanned<RawJob>>,
 }
@@ -37,4 +39,7 @@ pub struct RawJob {
     pub timeout: Option<Spanned<String>>,
     pub env: Option<Spanned<BTreeMap<String, String>>>,
     pub cwd: Option<Spanned<String>>,
+    /// The names of the jobs of the plan it runs after (SPEC D1).
+    pub after: Option<Spanned<Vec<String>>>,
+    pub after_failure: Option<Spanned<String>>,
 }

@@ -49,6 +49,7 @@ fn job(
         attempts,
         progress: None,
         result: None,
+        after: Vec::new(),
     }
 }
 
