@@ -325,6 +325,7 @@ macro_rules! for_each_case {
             after::d5_bad_dependencies_store_nothing => Dependencies,
             after::d5_dependencies_are_kept_or_refused,
             after::d6_why_names_unfinished_dependencies => Dependencies,
+            after::d6_wait_for_one_job => Dependencies,
             batches::b1_open_batch_is_empty,
             batches::b2_later_stage_waits,
             scenarios::b2_staged_batch_runs_stage_by_stage,

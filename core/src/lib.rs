@@ -83,6 +83,7 @@ pub mod settle;
 pub mod traced;
 mod traits;
 pub mod validate;
+mod wait_job;
 pub mod why;
 pub mod worker;
 pub mod workers;
@@ -113,6 +114,7 @@ pub use traits::{
     Admin, Backend, Claim, Complete, Enqueue, Events, Inspect, OrderBarrier, Schedules,
 };
 pub use validate::Limits;
+pub use wait_job::wait_job_polling;
 pub use why::{Hold, InspectExt, Why};
 pub use workers::{WorkerBeat, WorkerSeen};
 

@@ -111,6 +111,23 @@ pub enum Why {
 /// "Why is this job not running?", written once over [`Inspect`] and [`OrderBarrier`].
 #[async_trait]
 pub trait InspectExt: Inspect + OrderBarrier {
+    /// Waits until job `id` of `queue` is finished, and returns it (SPEC D6).
+    ///
+    /// # Behavior
+    /// - Returns the job once it is succeeded, dead or cancelled; at once when it is.
+    /// - Re-checks on each finished-job event of its queue and at least every 100 ms;
+    ///   [`Error::Timeout`](crate::Error::Timeout) when `timeout` passes first.
+    /// - An unknown job is [`Error::NotFound`](crate::Error::NotFound).
+    async fn wait_job(
+        &self,
+        queue: &str,
+        id: JobId,
+        timeout: std::time::Duration,
+    ) -> Result<JobInfo> {
+        validate::queue_name(queue)?;
+        crate::wait_job_polling(self, queue, id, timeout).await
+    }
+
     /// Every rule that holds job `id` of `queue` back, or that it runs, finished, or
     /// waits for nothing but a claim (SPEC M6).
     ///

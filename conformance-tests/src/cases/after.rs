@@ -540,3 +540,39 @@ pub async fn d5_dependencies_are_kept_or_refused(env: &Env) -> anyhow::Result<()
         "a dependency policy",
     )
 }
+
+/// SPEC D6: `wait_job` returns a job once it finished, here a child once the settle of
+/// its parent released it and its own completed; and times out on an unfinished one.
+pub async fn d6_wait_for_one_job(env: &Env) -> anyhow::Result<()> {
+    let b = env.shared();
+    let q = queue_name("d6wait");
+    let batch = open(&*b, &q).await?;
+    let made = enqueue_all(
+        &*b,
+        vec![
+            job(&q, &batch, "parent"),
+            job(&q, &batch, "child").after_call(0),
+        ],
+    )
+    .await?;
+    let early = b.wait_job(&q, made[1], Duration::from_millis(50)).await;
+    ensure!(
+        matches!(early, Err(relayq_core::Error::Timeout { .. })),
+        "a blocked job's wait times out: {early:?}"
+    );
+    let waiter = {
+        let (b, q, id) = (b.clone(), q.clone(), made[1]);
+        tokio::spawn(async move { b.wait_job(&q, id, PATIENCE).await })
+    };
+    let mut held = claim_exactly(&*b, &q, &[made[0]]).await?;
+    complete(&*b, &mut held, made[0]).await?;
+    held = claim_exactly(&*b, &q, &[made[1]]).await?;
+    complete(&*b, &mut held, made[1]).await?;
+    let done = waiter.await??;
+    ensure!(
+        done.state == JobState::Succeeded,
+        "the wait returns the finished job: {:?}",
+        done.state
+    );
+    Ok(())
+}
