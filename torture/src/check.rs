@@ -98,6 +98,8 @@ pub mod names {
     pub const GROUP_ORDER: &str = "group: in order";
     /// No job of a stage started before every job of the lower stages ended.
     pub const BARRIER: &str = "stage barrier";
+    /// No job started before the jobs it runs after succeeded (SPEC D2).
+    pub const AFTER: &str = "after: parents first";
     /// No delayed job started before its delay.
     pub const DELAY: &str = "delays kept";
     /// Every attempt of a finished job is closed in the execution log.
@@ -135,6 +137,10 @@ pub fn allowed_states(plan: &Plan, obs: &Observed, i: usize) -> Vec<JobState> {
     }
     if job.mode == Mode::Fail {
         return vec![JobState::Dead];
+    }
+    // SPEC D4: after a job that dies, directly or down the graph, it is cancelled.
+    if plan.after_a_failure(i) {
+        return vec![JobState::Cancelled];
     }
     if let Some((b, s)) = job.batch
         && plan.batches[b].halt
@@ -534,6 +540,45 @@ pub fn check(plan: &Plan, obs: &Observed, ledger: &Ledger, allow: Allowances) ->
         barrier.push(line, i.is_some_and(|i| excused(&[i])));
     }
     report.checks.push(barrier);
+
+    // Dependencies (SPEC D2): a job ran only after each job it runs after succeeded,
+    // its first run after their last (ledger) and its first claim after they finished
+    // (database); and it ran only if they all succeeded.
+    let mut after = Check::new(names::AFTER, 0);
+    for (u, job) in plan.jobs.iter().enumerate() {
+        for &p in &job.after {
+            after.checked += 1;
+            let (child, parent) = (&plan.jobs[u].key, &plan.jobs[p].key);
+            let last_end = runs(p).iter().filter_map(|r| r.end_us).max();
+            if let (Some(first), Some(end)) = (runs(u).first(), last_end)
+                && first.start_us < end
+            {
+                let line = format!(
+                    "{child} started {} µs before {parent}, which it runs after, ended (ledger)",
+                    end - first.start_us
+                );
+                after.push(line, excused(&[u, p]));
+            }
+            if !runs(u).is_empty() && info(p).is_some_and(|j| j.state != JobState::Succeeded) {
+                let state = info(p).map(|j| j.state);
+                let line = format!("{child} ran, but {parent}, which it runs after, is {state:?}");
+                after.push(line, excused(&[u, p]));
+            }
+            if let (Some(j), Some(fin)) = (info(u), info(p).and_then(|j| j.finished_at))
+                && let Some(first) = j.attempt_log.first()
+                && micros(first.claimed()) < micros(fin)
+            {
+                let line = format!(
+                    "{child} (job {}) claimed {} µs before {parent}, which it runs after, finished (database)",
+                    j.id,
+                    micros(fin) - micros(first.claimed())
+                );
+                let tx = allow.tx_start_times && ledger_in_order(p, u);
+                after.push(line, tx || excused(&[u, p]));
+            }
+        }
+    }
+    report.checks.push(after);
 
     // Delays.
     let mut delay = Check::new(names::DELAY, 0);

@@ -68,9 +68,10 @@ pub fn split(plan: &Plan) -> Split {
     Split { early, late }
 }
 
-/// Job `i` of the plan as enqueued: its command, group, batch and stage, delay, and a
-/// dedupe key when it has one or when `late`. A job of no batch of the plan goes into
-/// `carrier` (stage 0) when one is given.
+/// Job `i` of the plan as enqueued: its command, group, batch and stage, delay, a
+/// dedupe key when it has one or when `late`, and the jobs it runs after, each as
+/// `parent` names it (a stored id, or a place in the same call). A job of no batch of
+/// the plan goes into `carrier` (stage 0) when one is given.
 #[must_use]
 pub fn new_job(
     plan: &Plan,
@@ -79,6 +80,7 @@ pub fn new_job(
     i: usize,
     late: bool,
     carrier: Option<&Batch>,
+    parent: &dyn Fn(usize) -> Option<relayq::After>,
 ) -> NewJob {
     let job = &plan.jobs[i];
     let payload = serde_json::json!({
@@ -106,6 +108,7 @@ pub fn new_job(
     if let Some(k) = job.limit_key {
         nj = nj.limit_key(k);
     }
+    nj.after = job.after.iter().filter_map(|&p| parent(p)).collect();
     nj
 }
 
@@ -137,6 +140,8 @@ pub struct Producer {
     pub batches: Arc<Vec<Batch>>,
     /// The late chunks ([`Split::late`]).
     pub late: Vec<Vec<usize>>,
+    /// The early jobs' ids by plan index: the parents of late jobs (SPEC D).
+    pub early_ids: Arc<Vec<Option<JobId>>>,
     /// How many enqueued jobs may be unfinished before the next chunk goes in.
     pub window: u64,
 }
@@ -161,7 +166,9 @@ impl Producer {
             batches,
             late,
             window,
+            early_ids,
         } = self;
+        let parent = |p: usize| early_ids.get(p).copied().flatten().map(relayq::After::Job);
         let mut out = Produced::default();
         let last_chunk_of: BTreeMap<usize, usize> = late
             .iter()
@@ -204,7 +211,7 @@ impl Producer {
             let jobs = || {
                 chunk
                     .iter()
-                    .map(|&i| new_job(&plan, &dir, &batches, i, true, carrier.as_ref()))
+                    .map(|&i| new_job(&plan, &dir, &batches, i, true, carrier.as_ref(), &parent))
                     .collect::<Vec<_>>()
             };
             match enqueue_once(&*backend, &plan, batch, chunk, jobs).await {
@@ -489,7 +496,7 @@ mod tests {
             let jobs = || {
                 chunk
                     .iter()
-                    .map(|&i| new_job(&plan, "/d", &[], i, true, Some(&carrier)))
+                    .map(|&i| new_job(&plan, "/d", &[], i, true, Some(&carrier), &|_| None))
                     .collect::<Vec<_>>()
             };
             let Ok(stored) = enqueue_once(&backend, &plan, &carrier, &chunk, jobs).await else {
@@ -525,7 +532,7 @@ mod tests {
             .enqueue(
                 stored
                     .iter()
-                    .map(|&i| new_job(&plan, "/d", &batches, i, true, None))
+                    .map(|&i| new_job(&plan, "/d", &batches, i, true, None, &|_| None))
                     .collect(),
             )
             .await

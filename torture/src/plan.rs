@@ -49,6 +49,10 @@ pub struct PlannedJob {
     pub cancel: bool,
     /// Its limit key (SPEC K): [`KEY_LIMITS`] gives each key's limit.
     pub limit_key: Option<&'static str>,
+    /// The jobs of its batch it runs after (SPEC D), by plan index: earlier jobs of the
+    /// same batch, at its stage or a lower one, from the half enqueued before the
+    /// workers start (so their ids are known when it is enqueued).
+    pub after: Vec<usize>,
 }
 
 /// The limit keys of the mix and their limits (SPEC K): a key of one (its jobs never
@@ -105,6 +109,7 @@ impl Plan {
                 dedupe: false,
                 cancel: false,
                 limit_key: None,
+                after: Vec::new(),
             };
             f(&mut job);
             plan.jobs.push(job);
@@ -170,7 +175,61 @@ impl Plan {
                 _ => None,
             };
         }
+        plan.add_after(seed);
         plan
+    }
+
+    /// SPEC D: two in five batch jobs past the first of their batch run after one or
+    /// two earlier jobs of it, from its first half (the half enqueued early, see
+    /// `feed::split`). From a generator of its own, so the rest of the mix stays as
+    /// the seed makes it. The first job of every batch has none, and a batch's jobs
+    /// are pushed stage by stage, so a parent's stage is never above its child's.
+    fn add_after(&mut self, seed: u64) {
+        let mut rng = fastrand::Rng::with_seed(seed ^ 0xa17e);
+        for b in 0..self.batches.len() {
+            let members: Vec<usize> = (0..self.jobs.len())
+                .filter(|&i| self.jobs[i].batch.is_some_and(|(jb, _)| jb == b))
+                .collect();
+            let early = members.len() / 2;
+            for (k, &i) in members.iter().enumerate().skip(1) {
+                if rng.u8(0..5) >= 2 {
+                    continue;
+                }
+                let pool = &members[..k.min(early)];
+                if pool.is_empty() {
+                    continue;
+                }
+                let mut after = vec![pool[rng.usize(0..pool.len())]];
+                let other = pool[rng.usize(0..pool.len())];
+                if rng.bool() && !after.contains(&other) {
+                    after.push(other);
+                }
+                self.jobs[i].after = after;
+            }
+        }
+    }
+
+    /// The plan without dependencies, for a backend that does not keep them.
+    #[must_use]
+    pub fn without_after(mut self) -> Self {
+        for job in &mut self.jobs {
+            job.after.clear();
+        }
+        self
+    }
+
+    /// Whether job `i` runs after an always-failing job, directly or down the graph:
+    /// then it is cancelled (SPEC D4, the default policy).
+    #[must_use]
+    pub fn after_a_failure(&self, i: usize) -> bool {
+        let mut todo = self.jobs[i].after.clone();
+        while let Some(p) = todo.pop() {
+            if self.jobs[p].mode == Mode::Fail {
+                return true;
+            }
+            todo.extend(self.jobs[p].after.iter().copied());
+        }
+        false
     }
 
     /// The plan without limit keys, for a backend that does not keep them.

@@ -387,11 +387,17 @@ async fn enqueue_early(
     }
     let mut ids = vec![None; plan.jobs.len()];
     for chunk in early.chunks(200) {
+        // A parent is an earlier early job: stored by an earlier call, or in this one.
+        let parent = |p: usize| {
+            ids[p]
+                .map(relayq::After::Job)
+                .or_else(|| chunk.iter().position(|&c| c == p).map(relayq::After::Call))
+        };
         let got = backend
             .enqueue(
                 chunk
                     .iter()
-                    .map(|&i| feed::new_job(plan, dir, &batches, i, false, None))
+                    .map(|&i| feed::new_job(plan, dir, &batches, i, false, None, &parent))
                     .collect(),
             )
             .await
@@ -410,7 +416,7 @@ async fn enqueue_early(
         let got = backend
             .enqueue(
                 dups.iter()
-                    .map(|&i| feed::new_job(plan, dir, &batches, i, false, None))
+                    .map(|&i| feed::new_job(plan, dir, &batches, i, false, None, &|_| None))
                     .collect(),
             )
             .await
@@ -489,6 +495,9 @@ pub async fn run(s: &Settings) -> anyhow::Result<Outcome> {
     } else {
         plan = plan.without_limit_keys();
     }
+    if !backend.limits().dependencies {
+        plan = plan.without_after();
+    }
     let plan = Arc::new(plan);
     let split = feed::split(&plan);
     let Early {
@@ -542,6 +551,7 @@ pub async fn run(s: &Settings) -> anyhow::Result<Outcome> {
         batches: Arc::new(batches),
         late: split.late.clone(),
         window,
+        early_ids: Arc::new(ids.clone()),
     };
     let mut producer = Some(tokio::spawn(
         producer.run(finished_rx, split.early.len() as u64),

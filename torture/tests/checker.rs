@@ -25,6 +25,7 @@ fn job(key: &str) -> PlannedJob {
         dedupe: false,
         cancel: false,
         limit_key: None,
+        after: Vec::new(),
     }
 }
 
@@ -80,7 +81,20 @@ fn scenario(ledger: &str, infos: Vec<JobInfo>) -> Report {
 
 /// [`scenario`] with limit keys on some jobs: (plan index, key).
 fn scenario_keyed(ledger: &str, infos: Vec<JobInfo>, keys: &[(usize, &'static str)]) -> Report {
+    scenario_with(ledger, infos, keys, false)
+}
+
+/// [`scenario_keyed`], with k3 running after k2 when `after` (SPEC D).
+fn scenario_with(
+    ledger: &str,
+    infos: Vec<JobInfo>,
+    keys: &[(usize, &'static str)],
+    after: bool,
+) -> Report {
     let mut jobs = vec![job("k0"), job("k1"), job("k2"), job("k3")];
+    if after {
+        jobs[3].after = vec![2];
+    }
     for &(i, key) in keys {
         jobs[i].limit_key = Some(key);
     }
@@ -146,6 +160,25 @@ fn a_stage_barrier_violation_is_reported() {
     infos[3] = info(4, &[(1100, 2600)]);
     let r = scenario(&ledger, infos);
     assert_eq!(r.check(names::BARRIER).violations.len(), 2, "{r:#?}");
+}
+
+#[test]
+fn a_job_started_before_the_job_it_runs_after_is_reported() {
+    assert_eq!(
+        scenario_with(CLEAN, clean_infos(), &[], true).violations(),
+        0
+    );
+    // k3 (after k2) starts before k2 ended, in the ledger and in the log.
+    let ledger = CLEAN.replace("S k3 4 2000", "S k3 4 1200");
+    let mut infos = clean_infos();
+    infos[3] = info(4, &[(1100, 2600)]);
+    let r = scenario_with(&ledger, infos, &[], true);
+    assert_eq!(r.check(names::AFTER).violations.len(), 2, "{r:#?}");
+    // k2 ended dead, yet k3 ran.
+    let mut infos = clean_infos();
+    infos[2].state = JobState::Dead;
+    let r = scenario_with(CLEAN, infos, &[], true);
+    assert_eq!(r.check(names::AFTER).violations.len(), 1, "{r:#?}");
 }
 
 #[test]
