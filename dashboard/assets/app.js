@@ -318,6 +318,47 @@
         ...["succeeded", "running", "failed", "expired", "released", "cancelled"].map((o) => [" ", badge(o)])));
   }
 
+  // The jobs of the page that run after others (SPEC D) as a graph: a column per depth
+  // (the longest chain of parents on the page before it), an arrow from each parent to
+  // its child, each node a link to its job, coloured by state. Parents off the page are
+  // named in the node's title.
+  function dependencies(list) {
+    const jobs = list.items;
+    if (!jobs.some((j) => j.after.length)) return null;
+    const byId = new Map(jobs.map((j) => [j.id, j]));
+    const depth = new Map();
+    const depthOf = (j, seen = new Set()) => {
+      if (depth.has(j.id)) return depth.get(j.id);
+      if (seen.has(j.id)) return 0;
+      seen.add(j.id);
+      const d = Math.max(0, ...j.after.filter((p) => byId.has(p)).map((p) => depthOf(byId.get(p), seen) + 1));
+      depth.set(j.id, d);
+      return d;
+    };
+    const columns = [];
+    for (const j of jobs) (columns[depthOf(j)] ||= []).push(j);
+    const w = 150, gapX = 40, rowH = 22, gapY = 6;
+    const at = new Map();
+    columns.forEach((col, c) => col.forEach((j, r) => at.set(j.id, { x: c * (w + gapX), y: r * (rowH + gapY) })));
+    const width = columns.length * (w + gapX);
+    const height = Math.max(...columns.map((col) => col.length)) * (rowH + gapY);
+    const edges = jobs.flatMap((j) => j.after.filter((p) => at.has(p)).map((p) => [at.get(p), at.get(j.id)]));
+    return h("div", { class: "graph-wrap" },
+      // Drawn at its own size: scaled to the page's width, a small graph's names grew
+      // past their boxes.
+      svg("svg", { id: "graph", width, height, viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": "which jobs run after which" },
+        edges.map(([a, b]) => svg("line", { class: "edge", x1: a.x + w, y1: a.y + rowH / 2, x2: b.x, y2: b.y + rowH / 2 })),
+        jobs.map((j) => {
+          const { x, y } = at.get(j.id);
+          const off = j.after.filter((p) => !byId.has(p));
+          const name = j.name.length > 20 ? `${j.name.slice(0, 19)}…` : j.name;
+          return svg("a", { href: `${qpath(queue)}/jobs/${j.id}` },
+            svg("rect", { class: `node ${j.state}`, x, y, width: w, height: rowH, rx: 3, "data-job": j.id }),
+            svg("text", { class: "node-name", x: x + 6, y: y + 15 }, `#${j.id} ${name}`),
+            svg("title", {}, `job #${j.id} ${j.name}: ${j.state}${j.after.length ? `, runs after ${j.after.map((p) => `#${p}`).join(", ")}` : ""}${off.length ? ` (${off.length} not on this page)` : ""}`));
+        })));
+  }
+
   async function drawBatch() {
     const after = params.get("after");
     const [b, jobs] = await Promise.all([
@@ -333,6 +374,8 @@
       h("p", {}, batchState(b), " on failure: ", b.on_failure, b.sealed ? " · sealed" : " · unsealed", b.released_stage === null ? "" : ` · released up to stage ${b.released_stage}`, " · ", batchTimes(b)),
       h("div", { id: "stages" }, b.stages.map(stageBar)),
       h("p", {}, link(`${qpath(queue)}/jobs?batch=${q(id)}`, "the batch's jobs", "batch-jobs"), " · ", link(`${qpath(queue)}/jobs?batch=${q(id)}&state=dead`, "its dead jobs")),
+      jobs.items.some((j) => j.after.length) ? h("h2", {}, "Which jobs run after which") : null,
+      dependencies(jobs),
       h("h2", {}, "Attempts by worker"),
       timeline(jobs),
       jobs.more || after ? h("p", { class: "more" }, after ? [link(`?${first}`, "first jobs"), " · "] : null, jobs.more ? link(`?${next}`, "next jobs") : null) : null,
@@ -521,6 +564,7 @@
         field("priority", String(j.priority)),
         field("group", j.group),
         field("batch", j.batch === null ? null : link(`${qpath(queue)}/batches/${j.batch}`, `#${j.batch} stage ${j.stage}`)),
+        field("runs after", j.after.length ? j.after.map((p, i) => [i ? ", " : "", link(`${qpath(queue)}/jobs/${p}`, `#${p}`)]) : null),
         field("dedupe key", j.dedupe_key),
         field("enqueued by", j.enqueued_by),
         field("created", when(j.created_at)),

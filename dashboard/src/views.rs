@@ -116,6 +116,8 @@ pub(crate) struct JobView {
     pub(crate) progress: Option<Progress>,
     /// What it left on success (SPEC L8).
     pub(crate) result: Option<String>,
+    /// The jobs it runs after (SPEC D1).
+    pub(crate) after: Vec<JobId>,
 }
 
 impl From<JobInfo> for JobView {
@@ -146,6 +148,7 @@ impl From<JobInfo> for JobView {
             attempt_log: job.attempt_log.into_iter().map(redacted).collect(),
             progress: job.progress.map(redacted_progress),
             result,
+            after: job.after,
         }
     }
 }
@@ -170,6 +173,10 @@ pub(crate) struct BatchJobView {
     pub(crate) stage: Option<i32>,
     pub(crate) state: JobState,
     pub(crate) attempt_log: Vec<AttemptRecord>,
+    /// Its name, as a job list shows it: for the dependency graph's nodes.
+    pub(crate) name: String,
+    /// The jobs it runs after (SPEC D1): the graph's edges.
+    pub(crate) after: Vec<JobId>,
 }
 
 impl From<JobInfo> for BatchJobView {
@@ -178,6 +185,8 @@ impl From<JobInfo> for BatchJobView {
             id: job.id,
             stage: job.stage,
             state: job.state,
+            name: crate::jobs::payload_name(&job.payload),
+            after: job.after,
             attempt_log: job.attempt_log.into_iter().map(redacted).collect(),
         }
     }

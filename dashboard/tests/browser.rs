@@ -611,6 +611,66 @@ async fn the_dashboard_works_in_chromium(db: Db, screenshots: bool) {
     )
     .await;
 
+    // A batch whose jobs run after others draws them as a graph (SPEC D): a diamond,
+    // one node per job and an arrow per edge, hostile names shown as text.
+    if db.backend.limits().dependencies {
+        let qg = queue();
+        let graph = db
+            .backend
+            .open_batch(&qg, OnFailure::Continue)
+            .await
+            .unwrap();
+        let named = |name: &str| {
+            let payload = json!({ "command": "true", "name": name }).to_string();
+            NewJob::new(&qg, payload.into_bytes()).in_batch(graph.id, 0)
+        };
+        let ids = db
+            .backend
+            .enqueue(vec![
+                named("top"),
+                named(PWN).after_call(0),
+                named("right").after_call(0),
+                named("join").after_call(1).after_call(2),
+            ])
+            .await
+            .unwrap();
+        b.goto(&format!("{base}/queues/{qg}/batches/{}", graph.id.0))
+            .await
+            .unwrap();
+        let drawn = "return [document.querySelectorAll('#graph rect.node').length, document.querySelectorAll('#graph line.edge').length];";
+        until(&b, "four nodes and four edges", drawn, |v| {
+            v == &json!([4, 4])
+        })
+        .await;
+        screenshot(&b, "graph", screenshots).await;
+        let join = format!(
+            "return document.querySelector('#graph rect[data-job=\"{}\"] ~ title')?.textContent ?? null;",
+            ids[3].id
+        );
+        until(&b, "the join names the jobs it runs after", &join, |v| {
+            v.as_str()
+                .is_some_and(|t| t.contains(&format!("runs after #{}, #{}", ids[1].id, ids[2].id)))
+        })
+        .await;
+        no_injected_markup(&b).await;
+        b.goto(&format!("{base}/queues/{qg}/jobs/{}", ids[3].id))
+            .await
+            .unwrap();
+        let after = "return [...document.querySelectorAll('#job dd a')].map((a) => a.textContent).filter((t) => t.startsWith('#'));";
+        until(
+            &b,
+            "the job page links the jobs it runs after",
+            after,
+            |v| {
+                v.as_array().is_some_and(|a| {
+                    a.contains(&json!(format!("#{}", ids[1].id)))
+                        && a.contains(&json!(format!("#{}", ids[2].id)))
+                })
+            },
+        )
+        .await;
+    }
+
     // A schedule's page: its command shown as text, and pause from the row.
     let qs = queue();
     db.backend

@@ -66,6 +66,10 @@ pub async fn run(db: &str, args: JobArgs) -> anyhow::Result<u8> {
     if let Some(group) = &job.group {
         outln!("  group:    {group}");
     }
+    if !job.after.is_empty() {
+        let ids: Vec<String> = job.after.iter().map(|id| format!("job {id}")).collect();
+        outln!("  after:    {}", ids.join(", "));
+    }
     outln!("  enqueued: {}", time(job.created_at));
     if let Some(p) = &job.progress {
         outln!("  progress: {} (attempt {})", super::progress(p), p.attempt);
