@@ -206,6 +206,37 @@ fn wait_times_out_with_exit_code_124_and_a_clear_message() {
         .run(&["wait", "999", "--queue", "w", "--timeout", "1s"])
         .expect_code(2);
     assert!(out.stderr.contains("not found"), "{}", out.stderr);
+
+    // One job: a timeout says what it is; a cancelled one ends the wait with 1; an
+    // unknown one is bad input.
+    let job = env
+        .run(&["enqueue", "--queue", "w", "--", "true"])
+        .expect_code(0)
+        .stdout
+        .trim()
+        .to_owned();
+    let out = env
+        .run(&["wait", "--job", &job, "--queue", "w", "--timeout", "300ms"])
+        .expect_code(124);
+    assert!(
+        out.stderr.contains(&format!(
+            "waiting for job {job} of queue \"w\": it is ready"
+        )),
+        "{}",
+        out.stderr
+    );
+    env.run(&["cancel", "--job", &job, "--queue", "w"])
+        .expect_code(0);
+    let out = env
+        .run(&["wait", "--job", &job, "--queue", "w", "--timeout", "5s"])
+        .expect_code(1);
+    assert!(
+        out.stderr.contains(&format!("job {job} ended cancelled")),
+        "{}",
+        out.stderr
+    );
+    env.run(&["wait", "--job", "999", "--queue", "w", "--timeout", "1s"])
+        .expect_code(2);
 }
 
 #[test]

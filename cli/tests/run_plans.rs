@@ -631,6 +631,30 @@ fn the_graph_plan_runs_each_job_after_the_jobs_it_names() {
         "the timeline shows the edges:\n{}",
         run.stdout
     );
+    // `job` lists the jobs it ran after.
+    let load = by_name("load-orders")["id"].as_i64().unwrap().to_string();
+    let shown = env.run(&["job", &load]).expect_code(0);
+    let ids: Vec<String> = ["extract-orders", "extract-customers"]
+        .iter()
+        .map(|n| format!("job {}", by_name(n)["id"]))
+        .collect();
+    assert!(
+        shown
+            .stdout
+            .contains(&format!("after:    {}", ids.join(", "))),
+        "{}",
+        shown.stdout
+    );
+    // `wait --job` returns at once for a finished job, with its outcome.
+    let id = by_name("summary")["id"].as_i64().unwrap().to_string();
+    let waited = env
+        .run(&["wait", "--job", &id, "--timeout", "5s"])
+        .expect_code(0);
+    assert!(
+        waited.stdout.contains(&format!("job {id} succeeded")),
+        "{}",
+        waited.stdout
+    );
 }
 
 /// SPEC D5: a plan with a cycle, an unknown name or a parent of a higher stage is
