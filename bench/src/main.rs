@@ -16,6 +16,7 @@
 //! measured and appended as JSON to the results file; the ratios come last, then the
 //! issue's goals judged on the run's own rows (not after `--quick`).
 
+mod after;
 mod backlog;
 mod burst;
 mod cancel;
@@ -66,7 +67,7 @@ struct Args {
     runs: usize,
     /// Run only these scenarios (comma-separated: enqueue, drain, drain16 (the
     /// concurrency-16 rows alone), prefetch (the prefetch row alone, for profiling it),
-    /// raw, latency, stages, groups, keys, rates, backlog, burst, cancel, progress, schedules; and
+    /// raw, latency, stages, after, groups, keys, rates, backlog, burst, cancel, progress, schedules; and
     /// phases, which only runs when named here).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
@@ -195,6 +196,9 @@ async fn main() -> anyhow::Result<()> {
         add(stages::stages(&targets, runs).await?);
         let jobs = if quick { 5_000 } else { 20_000 };
         add(stages::big_stage(&targets, jobs, args.prefetch, runs).await?);
+    }
+    if on("after") {
+        add(after::after(&targets, runs, quick).await?);
     }
     if on("keys") {
         let (jobs, keys) = if quick {
