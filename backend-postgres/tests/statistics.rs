@@ -377,6 +377,50 @@ async fn operations(lab: &mut Lab, generic: bool) -> Vec<(&'static str, i64)> {
     let (n, ()) = measured(lab, generic, async move |b| progress(b, &batch).await).await;
     read("batch progress and wait", n);
 
+    // Dependencies (SPEC D): 100 jobs enqueued after two stored ones, then a parent
+    // whose settle releases 50 of them and one whose death cancels the other 50.
+    let graph = lab.b.open_batch(q, OnFailure::Continue).await.unwrap();
+    let node = move |p: i16| NewJob::new(q, vec![]).priority(p).in_batch(graph.id, 0);
+    let parents = lab
+        .b
+        .enqueue(vec![node(head - 4), node(head - 4)])
+        .await
+        .unwrap();
+    let (p0, p1) = (parents[0].id, parents[1].id);
+    let (n, ()) = measured(lab, generic, async move |b| {
+        let children = (0..100)
+            .map(|i| node(head - 3).after(if i % 2 == 0 { p0 } else { p1 }))
+            .collect();
+        b.enqueue(children).await.unwrap();
+    })
+    .await;
+    read("enqueue of 100 after stored jobs", n);
+    let mut two = claim(&lab.b, q, 2, LEASE)
+        .await
+        .into_iter()
+        .map(|j| j.lease);
+    let (ok, bad) = (two.next().unwrap(), two.next().expect("both parents"));
+    let (n, ()) = measured(lab, generic, async move |b| {
+        settle(b, vec![Settle::complete(ok)]).await;
+    })
+    .await;
+    read("settle of a parent releasing 50 children", n);
+    let (n, ()) = measured(lab, generic, async move |b| {
+        settle(b, vec![Settle::fail(bad, "dead", Retry::Never)]).await;
+    })
+    .await;
+    read("settle of a dead parent cancelling 50 children", n);
+    let freed = claim(&lab.b, q, 50, LEASE).await;
+    assert_eq!(freed.len(), 50, "the freed children come first");
+    settle(
+        &lab.b,
+        freed
+            .into_iter()
+            .map(|j| Settle::complete(j.lease))
+            .collect(),
+    )
+    .await;
+
     // A page of the job list (SPEC M7), newest first, then one filtered by state.
     let (n, ()) = measured(lab, generic, async move |b| {
         let page = b.list_jobs(q, &JobFilter::all(), None, 50).await.unwrap();
