@@ -133,8 +133,7 @@ pub(crate) async fn settle(
     Ok(())
 }
 
-/// A stored parent: its batch, stage and state.
-pub(crate) type Parent = (Option<i64>, Option<i32>, JobState);
+pub(crate) use kit::Stored as Parent;
 
 /// The stored jobs the call's jobs run after, as they are now. Unfinished ones are
 /// locked `FOR KEY SHARE`, before the batches' lock as a settle locks its rows before
@@ -178,21 +177,6 @@ pub(crate) async fn parents(
     rows.into_iter()
         .map(|(id, b, st, state)| Ok((JobId(id), (b, st, state.parse()?))))
         .collect()
-}
-
-/// SPEC D5: each stored job `job` runs after is a job of its batch, at the same stage
-/// or a lower one.
-pub(crate) fn check(job: &NewJob, parents: &HashMap<JobId, Parent>) -> Result<()> {
-    let Some(batch) = job.batch else {
-        return Ok(());
-    };
-    for dep in &job.after {
-        if let relayq_core::After::Job(id) = dep {
-            let parent = parents.get(id).map(|p| (p.0, p.1));
-            kit::check_stored(*id, parent, batch.0, job.stage.unwrap_or(0))?;
-        }
-    }
-    Ok(())
 }
 
 /// New children's counts and policies; one with nothing left to wait for, without a
@@ -242,13 +226,7 @@ pub(crate) async fn store(
     .execute(&mut *c)
     .await
     .map_err(db)?;
-    let policy = |job: &NewJob| {
-        job.after_failure.unwrap_or_else(|| {
-            job.batch
-                .and_then(|b| batch_policy.get(&b.0).copied())
-                .unwrap_or_default()
-        })
-    };
+    let policy = |job: &NewJob| kit::policy(job, batch_policy);
     let starts = kit::starts(jobs, out, |id| stored.get(&id).map(|p| p.2), policy);
     let (mut ids, mut counts, mut policies) = (Vec::new(), Vec::new(), Vec::new());
     let (mut cancelled, mut whys) = (Vec::new(), Vec::new());

@@ -328,7 +328,7 @@ impl PostgresBackend {
             if let Some(r) = released.filter(|r| stage < *r) {
                 return Err(Error::StageClosed { stage, released: r });
             }
-            crate::after::check(job, parents)?;
+            relayq_core::kit::after::check_job(job, parents)?;
         }
         Ok(batches
             .into_iter()

@@ -145,8 +145,7 @@ pub(crate) const PARENTS: &str = "SELECT j.id, j.batch_id, j.stage, j.state
     FROM json_each(?1) AS p CROSS JOIN relayq_jobs AS j NOT INDEXED ON j.id = p.value
     WHERE j.queue = ?2";
 
-/// A stored parent as [`check`] reads it: its batch, stage and state.
-pub(crate) type Parent = (Option<i64>, Option<i32>, JobState);
+pub(crate) use kit::Stored as Parent;
 
 /// The stored jobs the call's jobs run after, by id, as they are now: read before the
 /// call writes anything, and checked job by job with its batch ([`check`]).
@@ -170,21 +169,6 @@ pub(crate) async fn parents(
     rows.into_iter()
         .map(|(id, b, s, st)| Ok((JobId(id), (b, s, st.parse()?))))
         .collect()
-}
-
-/// SPEC D5: each stored job `job` runs after is a job of its batch, at the same stage
-/// or a lower one.
-pub(crate) fn check(job: &NewJob, parents: &HashMap<JobId, Parent>) -> Result<()> {
-    let Some(batch) = job.batch else {
-        return Ok(());
-    };
-    for dep in &job.after {
-        if let relayq_core::After::Job(id) = dep {
-            let parent = parents.get(id).map(|p| (p.0, p.1));
-            kit::check_stored(*id, parent, batch.0, job.stage.unwrap_or(0))?;
-        }
-    }
-    Ok(())
 }
 
 /// New children's counts of unfinished parents and policies, from `[id, left,
@@ -235,13 +219,7 @@ pub(crate) async fn store(
     .execute(&mut *c)
     .await
     .map_err(db)?;
-    let policy = |job: &NewJob| {
-        job.after_failure.unwrap_or_else(|| {
-            job.batch
-                .and_then(|b| batch_policy.get(&b.0).copied())
-                .unwrap_or_default()
-        })
-    };
+    let policy = |job: &NewJob| kit::policy(job, batch_policy);
     let starts = kit::starts(jobs, out, |id| stored.get(&id).map(|p| p.2), policy);
     let (mut waits, mut cancels, mut free) = (Vec::new(), Vec::new(), Vec::new());
     for (i, start) in starts {

@@ -376,7 +376,7 @@ async fn check_batches(
                 released: i32::try_from(r).unwrap_or(i32::MAX),
             });
         }
-        after::check(job, parents)?;
+        relayq_core::kit::after::check_job(job, parents)?;
     }
     Ok((released, policies))
 }

@@ -35,6 +35,42 @@ pub fn check_stored(
     }
 }
 
+/// A stored parent as a backend reads it before an enqueue: its batch, stage and state.
+pub type Stored = (Option<i64>, Option<i32>, JobState);
+
+/// SPEC D5: each stored job `job` runs after, read into `parents`, is a job of its
+/// batch at the same stage or a lower one ([`check_stored`]); checked job by job, after
+/// the job's batch, so the first bad job of a call names the error on every backend.
+///
+/// # Errors
+/// [`Error::InvalidInput`] on `after`, naming the first bad parent.
+pub fn check_job(job: &NewJob, parents: &std::collections::HashMap<JobId, Stored>) -> Result<()> {
+    let Some(batch) = job.batch else {
+        return Ok(());
+    };
+    for dep in &job.after {
+        if let After::Job(id) = dep {
+            let parent = parents.get(id).map(|p| (p.0, p.1));
+            check_stored(*id, parent, batch.0, job.stage.unwrap_or(0))?;
+        }
+    }
+    Ok(())
+}
+
+/// SPEC D4: the policy `job` follows when a parent fails: its own, else its batch's
+/// (from `batches`, by batch id), else the default.
+#[must_use]
+pub fn policy(
+    job: &NewJob,
+    batches: &std::collections::HashMap<i64, AfterFailure>,
+) -> AfterFailure {
+    job.after_failure.unwrap_or_else(|| {
+        job.batch
+            .and_then(|b| batches.get(&b.0).copied())
+            .unwrap_or_default()
+    })
+}
+
 /// SPEC D5: a backend that does not keep dependencies refuses a batch policy for
 /// them other than the default, which it would not apply.
 ///
