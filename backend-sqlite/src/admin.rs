@@ -535,9 +535,11 @@ impl SqliteBackend {
         .fetch_all(&mut *tx)
         .await
         .map_err(db)?;
-        let mut n = 0;
+        // Every job listed is unfinished and ends cancelled: by its own cancel, or by
+        // that of a job it runs after (SPEC D4), which reaches it first. All count.
+        let n = ids.len() as u64;
         for id in ids {
-            n += u64::from(cancel(&mut tx, &batch.queue, id, now, why).await?);
+            cancel(&mut tx, &batch.queue, id, now, why).await?;
         }
         tx.commit().await.map_err(db)?;
         // Cancelling may hand a group to a job outside the batch.

@@ -752,7 +752,9 @@ local function enqueue_jobs(A, o0, n)
   -- Cancel policy (down what already runs after that child); one that succeeded, or
   -- failed under Run, counts for nothing. Jobs left waiting for nothing are freed once
   -- all are stored.
-  local freed = {}
+  -- Every count is stored before the first cancel below: a cancel may empty a stage,
+  -- and the release that follows readies the next stage's jobs that wait for nothing.
+  local freed, cancels = {}, {}
   for i = 0, n - 1 do
     local dep = deps[i]
     if dep and out[2 * i + 2] == 0 then
@@ -776,11 +778,17 @@ local function enqueue_jobs(A, o0, n)
       redis.call('HSET', jk(id), 'aft', table.concat(parents, ','), 'dl', s(left))
       if policy == 'run' then redis.call('HSET', jk(id), 'af', 'run') end
       if failed then
-        finish(id, 'cancelled', 'cancelled: job ' .. s(failed[1]) ..
-          ', which it runs after, ended ' .. failed[2])
+        cancels[#cancels + 1] = {id, failed}
       elseif left == 0 then
         freed[#freed + 1] = id
       end
+    end
+  end
+  for _, c in ipairs(cancels) do
+    -- Cancelled meanwhile, down the graph from an earlier one: it stays so.
+    if get(c[1], 'st') == 'blocked' then
+      finish(c[1], 'cancelled', 'cancelled: job ' .. s(c[2][1]) ..
+        ', which it runs after, ended ' .. c[2][2])
     end
   end
   for _, id in ipairs(freed) do

@@ -576,3 +576,53 @@ pub async fn d6_wait_for_one_job(env: &Env) -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// SPEC D2: a job cancelled at enqueue (its parent had failed) that empties its stage
+/// releases the next one, and a job of that stage waiting for another of the same call
+/// still waits for it.
+pub async fn d2_a_cancel_at_enqueue_starts_no_child_early(env: &Env) -> anyhow::Result<()> {
+    let b = env.backend();
+    let q = queue_name("d2early");
+    let batch = open(b, &q).await?;
+    let failed = enqueue(b, job(&q, &batch, "x")).await?;
+    ensure!(b.cancel_job(&q, failed).await?, "cancelled");
+    let made = enqueue_all(
+        b,
+        vec![
+            job(&q, &batch, "after x").after(failed),
+            NewJob::new(&q, b"waits".to_vec())
+                .in_batch(batch.id, 1)
+                .after_call(2),
+            NewJob::new(&q, b"first".to_vec()).in_batch(batch.id, 1),
+        ],
+    )
+    .await?;
+    expect_state(b, &q, made[0], JobState::Cancelled).await?;
+    expect_state(b, &q, made[1], JobState::Blocked).await?;
+    let mut held = claim_exactly(b, &q, &[made[2]]).await?;
+    complete(b, &mut held, made[2]).await?;
+    claim_exactly(b, &q, &[made[1]]).await?;
+    Ok(())
+}
+
+/// SPEC B7, D4: a batch's cancel counts every unfinished job it ends, those a cancelled
+/// job it runs after reached first included, whatever their ids' order.
+pub async fn d4_a_batch_cancel_counts_every_job(env: &Env) -> anyhow::Result<()> {
+    let b = env.backend();
+    let q = queue_name("d4count");
+    let batch = open(b, &q).await?;
+    // A child whose id is below its parent's, then a chain: a cancel that reaches a
+    // parent before its child cancels the child too, and the child still counts.
+    let mut jobs = vec![job(&q, &batch, "child of the next").after_call(1)];
+    jobs.push(job(&q, &batch, "parent"));
+    for i in 2..12 {
+        jobs.push(job(&q, &batch, &format!("chain {i}")).after_call(i - 1));
+    }
+    enqueue_all(b, jobs).await?;
+    let n = b.cancel_batch(&batch).await?;
+    ensure!(n == 12, "the cancel counts all 12 jobs, not {n}");
+    let progress = b.batch_progress(&batch).await?;
+    let cancelled: u64 = progress.stages.iter().map(|s| s.cancelled).sum();
+    ensure!(cancelled == 12, "all 12 cancelled: {progress:?}");
+    Ok(())
+}
