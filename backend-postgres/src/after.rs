@@ -13,6 +13,14 @@
 //! transactions doing one each would each see the other's change uncommitted and
 //! leave the child blocked. Both run under the batch's row lock, and each in a
 //! statement begun after taking it, so the later one sees what the earlier committed.
+//!
+//! An enqueue locks the stored parents it names (`FOR KEY SHARE`) before its batches,
+//! as a settle holds the rows it finishes before the batch: an enqueue of a child of a
+//! parent being settled waits, or is waited for, without a cycle. One cycle is left: a
+//! settle whose failed parent cancels a blocked child (under the batch's lock) while an
+//! enqueue names that child as a parent (holding its row, waiting for the batch).
+//! PostgreSQL breaks it after `deadlock_timeout` and the loser's call runs again
+//! (`retry_transient`; in `enqueue_in`, the caller's transaction gets the error).
 
 use std::collections::HashMap;
 
