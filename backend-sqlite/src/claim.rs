@@ -283,7 +283,8 @@ impl Claim for SqliteBackend {
         if let Some(p) = &paced {
             limit = i64::from(p.allowed);
         }
-        let expires_at = plus(now, req.lease);
+        // As stored (whole microseconds): the expiry the claimer sees is the one judged.
+        let expires_at = at(us(plus(now, req.lease)));
         let mut wake_in = None;
         let mut rows: Vec<Claimed> = if limit == 0 {
             Vec::new()

@@ -155,7 +155,10 @@ impl SqliteBackend {
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(db)?;
-        Ok((Write { tx, _turn: turn }, Utc::now()))
+        // In whole microseconds, as the database stores times: a lease expiry handed
+        // out finer than stored ended up to a microsecond after the one expiry is judged
+        // by, and a job could be taken over before the time its holder was told.
+        Ok((Write { tx, _turn: turn }, at(us(Utc::now()))))
     }
 
     fn notify(&self, queue: &str, kind: EventKind) {

@@ -106,7 +106,8 @@ impl Complete for SqliteBackend {
 
     async fn heartbeat_unchecked(&self, lease: &Lease, extend: Duration) -> Result<DateTime<Utc>> {
         let (mut tx, now) = self.write().await?;
-        let until = plus(now, extend);
+        // As stored (whole microseconds), like a claim's expiry.
+        let until = crate::at(us(plus(now, extend)));
         let held: Option<i64> = sqlx::query_scalar(HEARTBEAT)
             .bind(lease.job.0)
             .bind(lease.token.0.as_bytes().as_slice())
