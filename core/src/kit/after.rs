@@ -270,6 +270,30 @@ mod tests {
         );
     }
 
+    /// SPEC D5: a backend without dependencies refuses a batch policy other than the
+    /// default, on `after_failure`; the default passes.
+    #[test]
+    fn a_policy_is_refused_where_dependencies_are_not_kept() {
+        let plain = crate::NewBatch::new("q");
+        assert!(refuse_policy(&plain).is_ok());
+        let run = crate::NewBatch::new("q").after_failure(AfterFailure::Run);
+        let err = refuse_policy(&run).unwrap_err();
+        assert_eq!(err.invalid_field(), Some("after_failure"), "{err}");
+    }
+
+    /// SPEC D4: a job's own policy wins, else its batch's, else `Cancel`.
+    #[test]
+    fn a_job_follows_its_own_policy_else_its_batch_s() {
+        let b = BatchId(1);
+        let batches = std::collections::HashMap::from([(1, AfterFailure::Run)]);
+        let job = NewJob::new("q", vec![]).in_batch(b, 0);
+        assert_eq!(policy(&job, &batches), AfterFailure::Run);
+        let own = job.clone().after_failure(AfterFailure::Cancel);
+        assert_eq!(policy(&own, &batches), AfterFailure::Cancel);
+        let other = NewJob::new("q", vec![]).in_batch(BatchId(2), 0);
+        assert_eq!(policy(&other, &batches), AfterFailure::Cancel);
+    }
+
     #[test]
     fn stored_parents_must_share_the_batch_at_no_higher_stage() {
         let ok = check_stored(JobId(1), Some((Some(3), Some(1))), 3, 1);
