@@ -44,6 +44,7 @@ static BACKENDS: &[Built] = &[
     built!("redis", ["redis", "rediss"], relayq_redis::DRIVER),
     built!("redis", ["redis-cluster"], relayq_redis::CLUSTER_DRIVER),
     built!("mssql", ["mssql", "sqlserver"], relayq_mssql::DRIVER),
+    built!("mysql", ["mysql", "mariadb"], relayq_mysql::DRIVER),
     Built {
         feature: "",
         schemes: &["memory"],

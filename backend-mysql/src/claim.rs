@@ -1,0 +1,302 @@
+//! SPEC C: claims under the queue's shared lock, `FOR UPDATE SKIP LOCKED` over the
+//! claim index, then one `UPDATE` by primary key; SPEC C5: expired leases.
+
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use relayq_core::{
+    AttemptOutcome, BatchId, Claim, ClaimRequest, ClaimedJob, Error, JobId, JobState, Lease,
+    LeaseToken, Result, retry::retry_transient,
+};
+use sqlx::{MySql, QueryBuilder, Row as _, mysql::MySqlRow};
+
+use crate::{Conn, Ended, MysqlBackend, at, db, deadlocked, log_attempts, plus, promote};
+
+/// How often a handle looks for a queue's expired leases (SPEC C5 allows a few hundred
+/// milliseconds): the look is a write under the queue's exclusive lock.
+const EXPIRY_EVERY: Duration = Duration::from_millis(250);
+
+/// The queue's head: claimable jobs in order-key order, skipping those another claimer
+/// holds (SPEC C4). The index's equality prefix (`claim_queue`) holds only the queue's
+/// `ready` and `retrying` jobs and its order is the claim's, so `LIMIT` stops the read
+/// early and nothing is sorted; `FORCE INDEX` keeps stale statistics from choosing
+/// another plan.
+const CANDIDATES: &str = "SELECT id, attempts, payload, priority, run_at, max_attempts,
+        CAST(group_key AS CHAR), batch_id, stage, CAST(enqueued_by AS CHAR)
+    FROM relayq_jobs FORCE INDEX (relayq_jobs_claim)
+    WHERE claim_queue = ? AND run_at <= ?
+    ORDER BY priority, run_at, id LIMIT ?
+    FOR UPDATE SKIP LOCKED";
+
+/// The queue's running jobs, for `max_running`.
+const RUNNING_COUNT: &str = "SELECT COUNT(*) FROM relayq_jobs WHERE running_queue = ?";
+
+/// Whether any lease of the queue expired: a plain read, so that a claim takes the
+/// exclusive lock for expiry only when there is something to do. `NOW(6)` is constant
+/// in the statement, so the index's range applies.
+const ANY_EXPIRED: &str = "SELECT 1 FROM relayq_jobs
+    WHERE running_queue = ?
+      AND lease_expires_at <= CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED)
+    LIMIT 1";
+
+/// The queue's expired leases.
+const EXPIRED: &str = "SELECT id, attempts, max_attempts, CAST(group_key AS CHAR), batch_id,
+        stage, CAST(COALESCE(worker, '') AS CHAR), COALESCE(started_at, 0)
+    FROM relayq_jobs WHERE running_queue = ? AND lease_expires_at <= ?";
+
+/// One expired lease ended: retried or dead.
+const EXPIRE_ONE: &str = "UPDATE relayq_jobs SET state = ?, last_error = ?, finished_at = ?,
+        lease_token = NULL, lease_expires_at = NULL
+    WHERE id = ? AND state = 'running'";
+
+/// One row of [`CANDIDATES`].
+struct Candidate {
+    id: i64,
+    attempts: i64,
+    payload: Vec<u8>,
+    priority: i64,
+    run_at: i64,
+    max_attempts: i64,
+    group_key: Option<String>,
+    batch_id: Option<i64>,
+    stage: Option<i64>,
+    enqueued_by: Option<String>,
+}
+
+impl sqlx::FromRow<'_, MySqlRow> for Candidate {
+    fn from_row(row: &MySqlRow) -> sqlx::Result<Self> {
+        Ok(Self {
+            id: row.try_get(0)?,
+            attempts: row.try_get(1)?,
+            payload: row.try_get(2)?,
+            priority: row.try_get(3)?,
+            run_at: row.try_get(4)?,
+            max_attempts: row.try_get(5)?,
+            group_key: row.try_get(6)?,
+            batch_id: row.try_get(7)?,
+            stage: row.try_get(8)?,
+            enqueued_by: row.try_get(9)?,
+        })
+    }
+}
+
+#[async_trait]
+impl Claim for MysqlBackend {
+    async fn claim_unchecked(&self, req: ClaimRequest) -> Result<Vec<ClaimedJob>> {
+        self.expire_due(&req.queue).await?;
+        retry_transient(|| self.claim_once(&req), deadlocked).await
+    }
+}
+
+impl MysqlBackend {
+    async fn claim_once(&self, req: &ClaimRequest) -> Result<Vec<ClaimedJob>> {
+        let Some((mut tx, now, queue)) = self.claim_lock(&req.queue).await? else {
+            return Ok(Vec::new());
+        };
+        let mut limit = i64::from(req.limit);
+        if let Some(max) = queue.max_running {
+            let running: i64 = sqlx::query_scalar(RUNNING_COUNT)
+                .bind(&req.queue)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(db)?;
+            limit = limit.min(max - running);
+        }
+        if queue.paused || limit <= 0 {
+            tx.commit().await.map_err(db)?;
+            return Ok(Vec::new());
+        }
+        let rows: Vec<Candidate> = sqlx::query_as(CANDIDATES)
+            .bind(&req.queue)
+            .bind(now)
+            .bind(limit)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db)?;
+        if rows.is_empty() {
+            tx.commit().await.map_err(db)?;
+            return Ok(Vec::new());
+        }
+        let expires_at = plus(now, req.lease);
+        let tokens: Vec<uuid::Uuid> = rows.iter().map(|_| uuid::Uuid::new_v4()).collect();
+        take(&mut tx, &rows, &tokens, expires_at, &req.worker, now).await?;
+        tx.commit().await.map_err(db)?;
+        rows.into_iter()
+            .zip(tokens)
+            .map(|(r, token)| claimed(req, r, token, expires_at))
+            .collect()
+    }
+
+    /// Ends the queue's expired leases (SPEC C5), at most every [`EXPIRY_EVERY`] per
+    /// queue and handle, and only when a plain read finds one.
+    async fn expire_due(&self, queue: &str) -> Result<()> {
+        {
+            let mut last = self
+                .inner
+                .expiry
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let now = Instant::now();
+            match last.get(queue) {
+                Some(t) if now.duration_since(*t) < EXPIRY_EVERY => return Ok(()),
+                _ => {
+                    last.insert(queue.to_owned(), now);
+                }
+            }
+        }
+        let any: Option<i32> = sqlx::query_scalar(ANY_EXPIRED)
+            .bind(queue)
+            .fetch_optional(&self.inner.pool)
+            .await
+            .map_err(db)?;
+        if any.is_none() {
+            return Ok(());
+        }
+        retry_transient(
+            || async {
+                let (mut tx, now) = self.write(&[queue]).await?;
+                expire(&mut tx, queue, now).await?;
+                tx.commit().await.map_err(db)
+            },
+            deadlocked,
+        )
+        .await
+    }
+}
+
+/// Starts the attempts: each row running under its own token, by primary key.
+async fn take(
+    c: &mut Conn,
+    rows: &[Candidate],
+    tokens: &[uuid::Uuid],
+    expires_at: i64,
+    worker: &str,
+    now: i64,
+) -> Result<()> {
+    let mut q = QueryBuilder::<MySql>::new(
+        "UPDATE relayq_jobs SET state = 'running', attempts = attempts + 1, lease_expires_at = ",
+    );
+    q.push_bind(expires_at)
+        .push(", worker = ")
+        .push_bind(worker)
+        .push(", started_at = ")
+        .push_bind(now)
+        .push(", lease_token = CASE id");
+    for (r, t) in rows.iter().zip(tokens) {
+        q.push(" WHEN ")
+            .push_bind(r.id)
+            .push(" THEN ")
+            .push_bind(t.as_bytes().to_vec());
+    }
+    q.push(" END WHERE id IN (");
+    let mut ids = q.separated(", ");
+    for r in rows {
+        ids.push_bind(r.id);
+    }
+    q.push(")");
+    let done = q.build().execute(&mut *c).await.map_err(db)?;
+    if done.rows_affected() != rows.len() as u64 {
+        return Err(Error::backend("a claim started a different count of jobs"));
+    }
+    Ok(())
+}
+
+fn claimed(
+    req: &ClaimRequest,
+    r: Candidate,
+    token: uuid::Uuid,
+    expires_at: i64,
+) -> Result<ClaimedJob> {
+    Ok(ClaimedJob {
+        lease: Lease {
+            queue: req.queue.clone(),
+            job: JobId(r.id),
+            token: LeaseToken(token),
+            attempt: u32::try_from(r.attempts + 1).map_err(Error::backend)?,
+            expires_at: at(expires_at),
+            worker: req.worker.clone(),
+        },
+        payload: r.payload,
+        priority: i16::try_from(r.priority).map_err(Error::backend)?,
+        run_at: at(r.run_at),
+        max_attempts: u16::try_from(r.max_attempts).map_err(Error::backend)?,
+        group: r.group_key,
+        batch: r.batch_id.map(BatchId),
+        stage: r
+            .stage
+            .map(i32::try_from)
+            .transpose()
+            .map_err(Error::backend)?,
+        enqueued_by: r.enqueued_by,
+    })
+}
+
+type Expired = (
+    i64,
+    i64,
+    i64,
+    Option<String>,
+    Option<i64>,
+    Option<i64>,
+    String,
+    i64,
+);
+
+/// Ends the queue's expired leases inside a transaction holding its exclusive lock:
+/// a job with attempts left is retried, others are dead (SPEC C5), each attempt
+/// logged as expired, and what a dead one releases promoted. Returns (retried, dead).
+pub(crate) async fn expire(c: &mut Conn, queue: &str, now: i64) -> Result<(u64, u64)> {
+    let expired: Vec<Expired> = sqlx::query_as(EXPIRED)
+        .bind(queue)
+        .bind(now)
+        .fetch_all(&mut *c)
+        .await
+        .map_err(db)?;
+    let (mut requeued, mut dead) = (0, 0);
+    let mut touched = promote::Touched::default();
+    let error = "lease expired";
+    for (id, attempts, max_attempts, group, batch, stage, worker, started_at) in expired {
+        let retry = attempts < max_attempts;
+        let changed = sqlx::query(EXPIRE_ONE)
+            .bind(if retry { "retrying" } else { "dead" })
+            .bind(error)
+            .bind(if retry { None } else { Some(now) })
+            .bind(id)
+            .execute(&mut *c)
+            .await
+            .map_err(db)?
+            .rows_affected();
+        // A job dead earlier in this pass may have halted its batch, cancelling this
+        // one (its attempt logged then): it stays cancelled (SPEC B6).
+        if changed == 0 {
+            continue;
+        }
+        let ended = Ended {
+            job: id,
+            attempt: attempts,
+            worker: &worker,
+            started_at,
+            claimed_at: started_at,
+            ended_at: now,
+            outcome: AttemptOutcome::Expired,
+            error: Some(error),
+            output: None,
+        };
+        log_attempts(c, &[ended]).await?;
+        if retry {
+            requeued += 1;
+        } else {
+            dead += 1;
+            let finished = promote::Finished {
+                queue,
+                group: group.as_deref(),
+                batch,
+                stage,
+                state: JobState::Dead,
+            };
+            touched.finished(c, &finished, now).await?;
+        }
+    }
+    touched.promote(c).await?;
+    Ok((requeued, dead))
+}

@@ -1,0 +1,182 @@
+//! Transactions and the queue locks that order them (see the crate's documentation),
+//! and the first connection to a server.
+
+use relayq_core::{Error, Result};
+use sqlx::{
+    Connection, MySql, MySqlConnection, QueryBuilder, Row as _, mysql::MySqlConnectOptions,
+};
+
+use crate::{MysqlBackend, db};
+
+/// A transaction on a pooled connection.
+pub(crate) type Tx = sqlx::Transaction<'static, MySql>;
+
+/// A queue's settings, as its locked row holds them.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct QueueRow {
+    pub(crate) paused: bool,
+    pub(crate) max_running: Option<i64>,
+}
+
+impl MysqlBackend {
+    /// Begins a transaction that holds the rows of `queues` (made when missing)
+    /// exclusively, locked in name order; returns it and the server's time, read once
+    /// the locks are held (`SYSDATE`, not `NOW`: `NOW` is the statement's start, before
+    /// any wait for a lock), in whole microseconds.
+    pub(crate) async fn write(&self, queues: &[&str]) -> Result<(Tx, i64)> {
+        let mut names: Vec<&str> = queues.to_vec();
+        names.sort_unstable();
+        names.dedup();
+        let mut tx = self.inner.pool.begin().await.map_err(db)?;
+        let mut rows = lock(&mut tx, &names, Mode::Exclusive).await?;
+        if rows.len() < names.len() {
+            let missing: Vec<&str> = names
+                .iter()
+                .copied()
+                .filter(|n| !rows.iter().any(|(q, _, _)| q == n))
+                .collect();
+            let mut insert =
+                QueryBuilder::<MySql>::new("INSERT IGNORE INTO relayq_queues (queue) ");
+            insert.push_values(&missing, |mut b, q| {
+                b.push_bind(*q);
+            });
+            insert.build().execute(&mut *tx).await.map_err(db)?;
+            rows = lock(&mut tx, &names, Mode::Exclusive).await?;
+        }
+        let now = rows
+            .last()
+            .map(|r| r.2)
+            .ok_or_else(|| Error::backend("a queue's row was not found after it was made"))?;
+        Ok((tx, now))
+    }
+
+    /// Begins a claim's transaction: the queue's row held shared (so claims run beside
+    /// each other, and no write to the queue runs beside them), or exclusively when the
+    /// queue has `max_running` (claims then count its running jobs one at a time).
+    /// `None` when the queue was never written to: it has no jobs.
+    pub(crate) async fn claim_lock(&self, queue: &str) -> Result<Option<(Tx, i64, QueueRow)>> {
+        let mut tx = self.inner.pool.begin().await.map_err(db)?;
+        let row: Option<(bool, Option<i64>, i64)> = sqlx::query_as(
+            "SELECT paused, max_running, CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED)
+             FROM relayq_queues WHERE queue = ? LOCK IN SHARE MODE",
+        )
+        .bind(queue)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(db)?;
+        let Some((paused, max_running, mut now)) = row else {
+            return Ok(None);
+        };
+        if max_running.is_some() && !paused {
+            // Upgrading would deadlock with another claimer doing the same: start over
+            // with the exclusive lock.
+            tx.rollback().await.map_err(db)?;
+            let (again, at) = self.write(&[queue]).await?;
+            tx = again;
+            now = at;
+            let row: (bool, Option<i64>) =
+                sqlx::query_as("SELECT paused, max_running FROM relayq_queues WHERE queue = ?")
+                    .bind(queue)
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(db)?;
+            return Ok(Some((
+                tx,
+                now,
+                QueueRow {
+                    paused: row.0,
+                    max_running: row.1,
+                },
+            )));
+        }
+        Ok(Some((
+            tx,
+            now,
+            QueueRow {
+                paused,
+                max_running,
+            },
+        )))
+    }
+
+    /// The server's time, outside any transaction.
+    pub(crate) async fn now(&self) -> Result<i64> {
+        sqlx::query_scalar("SELECT CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED)")
+            .fetch_one(&self.inner.pool)
+            .await
+            .map_err(db)
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Mode {
+    Exclusive,
+}
+
+/// Locks the queues' rows that exist; each with the server's time after its lock.
+async fn lock(tx: &mut Tx, names: &[&str], mode: Mode) -> Result<Vec<(String, bool, i64)>> {
+    let mut q = QueryBuilder::<MySql>::new(
+        "SELECT CAST(queue AS CHAR), paused, CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED)
+         FROM relayq_queues WHERE queue IN (",
+    );
+    let mut list = q.separated(", ");
+    for n in names {
+        list.push_bind(*n);
+    }
+    q.push(") ORDER BY queue");
+    match mode {
+        Mode::Exclusive => q.push(" FOR UPDATE"),
+    };
+    let rows = q.build().fetch_all(&mut **tx).await.map_err(db)?;
+    rows.iter()
+        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?)))
+        .collect::<sqlx::Result<Vec<_>>>()
+        .map_err(db)
+}
+
+/// The first connection to the server, within `kit::probe`'s bound (SPEC X4).
+pub(crate) async fn probe(options: &MySqlConnectOptions) -> Result<MySqlConnection> {
+    let server = format!(
+        "the MySQL server at {}:{}",
+        options.get_host(),
+        options.get_port()
+    );
+    relayq_core::kit::probe(&server, MySqlConnection::connect_with(options), db).await
+}
+
+/// Refuses a server this backend cannot run on: MariaDB before 10.6 or MySQL before
+/// 8.0 (no `SKIP LOCKED`), or a binary log kept as statements, which `SKIP LOCKED`
+/// makes unsafe to replay (MariaDB's error 4175).
+pub(crate) async fn check_server(c: &mut MySqlConnection) -> Result<()> {
+    let (version, log_bin, format): (String, i64, String) =
+        sqlx::query_as("SELECT CAST(VERSION() AS CHAR), @@log_bin, CAST(@@binlog_format AS CHAR)")
+            .fetch_one(&mut *c)
+            .await
+            .map_err(db)?;
+    let mut parts = version
+        .split(|ch: char| !ch.is_ascii_digit())
+        .filter_map(|p| p.parse::<u32>().ok());
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    let mariadb = version.contains("MariaDB");
+    let old = if mariadb {
+        (major, minor) < (10, 6)
+    } else {
+        major < 8
+    };
+    if old {
+        return Err(Error::backend(format!(
+            "the server is {version}: relayq needs MariaDB 10.6 or MySQL 8.0 and later \
+             (SKIP LOCKED)"
+        ))
+        .from_backend("mysql"));
+    }
+    if log_bin == 1 && !format.eq_ignore_ascii_case("ROW") {
+        return Err(Error::backend(format!(
+            "the server logs statements (binlog_format={format}): relayq's claims use \
+             SKIP LOCKED, which only row-based logging replays safely; set \
+             binlog_format=ROW"
+        ))
+        .from_backend("mysql"));
+    }
+    Ok(())
+}
