@@ -32,7 +32,7 @@ const REACHED: &str = "SELECT sealed,
     FROM relayq_batches WHERE id = ? AND queue = ?";
 
 /// SPEC M1: the batch's row, for its progress. Text is cast to the connection's
-/// character set, which sqlx decodes as `String` (the columns are `utf8mb4_bin`).
+/// character set, which sqlx decodes as `String` (the columns are in a binary collation).
 const BATCH_SETTINGS: &str = "SELECT CAST(on_failure AS CHAR), sealed, failed, released_stage,
         created_at, CAST(name AS CHAR)
     FROM relayq_batches WHERE id = ? AND queue = ?";

@@ -127,6 +127,22 @@ impl MysqlBackend {
             .collect()
     }
 
+    /// The server's plan for the claim's read of `queue`'s head (`EXPLAIN
+    /// FORMAT=JSON`), for tests and for operators who want to see it on their data.
+    ///
+    /// # Errors
+    /// A backend error.
+    pub async fn explain_claim(&self, queue: &str, limit: u32) -> Result<String> {
+        let sql = format!("EXPLAIN FORMAT=JSON {CANDIDATES}");
+        sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+            .bind(queue)
+            .bind(i64::MAX)
+            .bind(i64::from(limit))
+            .fetch_one(&self.inner.pool)
+            .await
+            .map_err(db)
+    }
+
     /// Ends the queue's expired leases (SPEC C5), at most every [`EXPIRY_EVERY`] per
     /// queue and handle, and only when a plain read finds one.
     async fn expire_due(&self, queue: &str) -> Result<()> {

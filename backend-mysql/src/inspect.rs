@@ -167,8 +167,7 @@ impl MysqlBackend {
     /// statement, and each match is `NULL`-safe (a job of no batch or with no error
     /// matches no such filter). The payload and the error are searched as bytes (a
     /// match of UTF-8 text in UTF-8 text starts on a character, so byte for byte is
-    /// text for text), and the group compared as bytes: `utf8mb4_bin` pads, so `=`
-    /// alone would take `"g "` for `"g"`.
+    /// text for text), and the group compared as bytes, whatever the collation pads.
     async fn list_chunk(
         &self,
         queue: &str,

@@ -34,7 +34,7 @@ const PUT: &str = "INSERT INTO relayq_schedules (queue, name, definition, versio
     ON DUPLICATE KEY UPDATE definition = VALUES(definition), version = version + 1";
 
 /// SPEC S5: the queue's schedules by name. Text is cast to the connection's character
-/// set, which sqlx decodes as `String` (the columns are `utf8mb4_bin`).
+/// set, which sqlx decodes as `String` (the columns are in a binary collation).
 const LIST: &str = "SELECT CAST(name AS CHAR) AS name, CAST(definition AS CHAR) AS definition,
         version, mark, paused, last_slot, last_job, last_batch
     FROM relayq_schedules WHERE queue = ? ORDER BY name";
