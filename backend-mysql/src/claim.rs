@@ -44,10 +44,11 @@ const EXPIRED: &str = "SELECT id, attempts, max_attempts, CAST(group_key AS CHAR
         stage, CAST(COALESCE(worker, '') AS CHAR), COALESCE(started_at, 0)
     FROM relayq_jobs WHERE running_queue = ? AND lease_expires_at <= ?";
 
-/// One expired lease ended: retried or dead.
+/// One expired lease ended: retried or dead; not one a heartbeat extended since it was
+/// read.
 const EXPIRE_ONE: &str = "UPDATE relayq_jobs SET state = ?, last_error = ?, finished_at = ?,
         lease_token = NULL, lease_expires_at = NULL
-    WHERE id = ? AND state = 'running'";
+    WHERE id = ? AND state = 'running' AND lease_expires_at <= ?";
 
 /// One row of [`CANDIDATES`].
 struct Candidate {
@@ -278,6 +279,7 @@ pub(crate) async fn expire(c: &mut Conn, queue: &str, now: i64) -> Result<(u64, 
             .bind(error)
             .bind(if retry { None } else { Some(now) })
             .bind(id)
+            .bind(now)
             .execute(&mut *c)
             .await
             .map_err(db)?

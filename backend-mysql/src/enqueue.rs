@@ -21,6 +21,10 @@ const OPEN_BATCH_STAGE: &str = "SELECT sealed, failed, released_stage
 /// the server's `max_allowed_packet` (16 MiB by default on MariaDB, 64 MiB on MySQL).
 const INSERT_BYTES: usize = 4 << 20;
 
+/// The rows one insert takes at most: 12 values each, and a prepared statement takes
+/// at most 65,535 placeholders (error 1390).
+const INSERT_ROWS: usize = 4000;
+
 #[async_trait]
 impl Enqueue for MysqlBackend {
     fn limits(&self) -> Limits {
@@ -150,7 +154,7 @@ fn note(
 }
 
 /// Stores `jobs` and returns their ids in input order, in multi-row inserts of up to
-/// [`INSERT_BYTES`] of payload (a larger payload goes alone). InnoDB gives the rows of
+/// [`INSERT_ROWS`] jobs and [`INSERT_BYTES`] of payload (a larger payload goes alone). InnoDB gives the rows of
 /// one multi-row `INSERT ... VALUES` consecutive ids (steps of
 /// `auto_increment_increment`) from `LAST_INSERT_ID()`, in the order they are written,
 /// whatever its `innodb_autoinc_lock_mode`: the row count is known before the insert.
@@ -168,6 +172,7 @@ async fn insert_all(
         let mut bytes = 0;
         let n = rest
             .iter()
+            .take(INSERT_ROWS)
             .take_while(|j| {
                 bytes += j.payload.len();
                 bytes <= INSERT_BYTES

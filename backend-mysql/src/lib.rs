@@ -1,7 +1,7 @@
 //! # relayq-mysql
 //!
 //! The [relayq](https://docs.rs/relayq-core) backend on MariaDB (10.6 and later) and
-//! MySQL (8.0 and later), through sqlx's MySQL driver.
+//! MySQL (8.0.17 and later), through sqlx's MySQL driver.
 //!
 //! - **Sessions at READ COMMITTED.** Under MySQL's default REPEATABLE READ, locking
 //!   reads take next-key and gap locks on every index record they pass, the source of
@@ -155,6 +155,9 @@ impl MysqlBackend {
         }
         let options = MySqlConnectOptions::from_str(&url)
             .map_err(|e| Error::invalid("url", format!("not a MySQL URL: {e}")))?;
+        // Times are read as `UNIX_TIMESTAMP(SYSDATE(6))`, which goes through the
+        // session's time zone: in UTC it has no hour that repeats.
+        let options = options.timezone(Some(String::from("+00:00")));
         let mut first = lock::probe(&options).await?;
         lock::check_server(&mut first).await?;
         let name = match &config.schema {

@@ -145,7 +145,7 @@ pub(crate) async fn probe(options: &MySqlConnectOptions) -> Result<MySqlConnecti
 }
 
 /// Refuses a server this backend cannot run on: MariaDB before 10.6 or MySQL before
-/// 8.0 (no `SKIP LOCKED`), or a binary log kept as statements, which `SKIP LOCKED`
+/// 8.0.17 (no `SKIP LOCKED`, or no padless binary collation), or a binary log kept as statements, which `SKIP LOCKED`
 /// makes unsafe to replay (MariaDB's error 4175).
 pub(crate) async fn check_server(c: &mut MySqlConnection) -> Result<()> {
     let (version, log_bin, format): (String, i64, String) =
@@ -161,12 +161,12 @@ pub(crate) async fn check_server(c: &mut MySqlConnection) -> Result<()> {
     let old = if mariadb {
         (major, minor) < (10, 6)
     } else {
-        major < 8
+        (major, minor, parts.next().unwrap_or(0)) < (8, 0, 17)
     };
     if old {
         return Err(Error::backend(format!(
-            "the server is {version}: relayq needs MariaDB 10.6 or MySQL 8.0 and later \
-             (SKIP LOCKED)"
+            "the server is {version}: relayq needs MariaDB 10.6 or MySQL 8.0.17 and later \
+             (SKIP LOCKED, utf8mb4_0900_bin)"
         ))
         .from_backend("mysql"));
     }

@@ -171,7 +171,8 @@ pub(crate) async fn version(c: &mut MySqlConnection) -> Result<Option<usize>> {
 /// soon as its statements ran.
 pub(crate) async fn migrate(c: &mut MySqlConnection, name: &str) -> Result<()> {
     let lock = format!("relayq_migrate.{name}");
-    let got: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(?, ?)")
+    // Hashed: MySQL refuses a lock name over 64 characters.
+    let got: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(SHA1(?), ?)")
         .bind(&lock)
         .bind(MIGRATE_LOCK_SECS)
         .fetch_one(&mut *c)
@@ -183,7 +184,7 @@ pub(crate) async fn migrate(c: &mut MySqlConnection, name: &str) -> Result<()> {
         )));
     }
     let ran = run(c, name).await;
-    let released = sqlx::query("DO RELEASE_LOCK(?)")
+    let released = sqlx::query("DO RELEASE_LOCK(SHA1(?))")
         .bind(&lock)
         .execute(&mut *c)
         .await

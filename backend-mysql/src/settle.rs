@@ -75,25 +75,35 @@ impl Complete for MysqlBackend {
     }
 
     async fn heartbeat_unchecked(&self, lease: &Lease, extend: Duration) -> Result<DateTime<Utc>> {
-        let now = self.now().await?;
-        let until = plus(now, extend);
+        // The server's clock read in the statement, after the row's lock: a time read
+        // before (in another call, or before a wait for the lock) could extend a lease
+        // that an expiry pass had ended meanwhile.
+        let extend = i64::try_from(extend.as_micros()).unwrap_or(i64::MAX);
+        let mut tx = self.inner.pool.begin().await.map_err(db)?;
         let held = sqlx::query(
-            "UPDATE relayq_jobs SET lease_expires_at = ?
-             WHERE id = ? AND lease_token = ? AND state = 'running' AND lease_expires_at > ?
-               AND queue = ?",
+            "UPDATE relayq_jobs
+             SET lease_expires_at = CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED) + ?
+             WHERE id = ? AND lease_token = ? AND state = 'running' AND queue = ?
+               AND lease_expires_at > CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED)",
         )
-        .bind(until)
+        .bind(extend)
         .bind(lease.job.0)
         .bind(lease.token.0.as_bytes().as_slice())
-        .bind(now)
         .bind(&lease.queue)
-        .execute(&self.inner.pool)
+        .execute(&mut *tx)
         .await
         .map_err(db)?
         .rows_affected();
         if held == 0 {
             return Err(Error::StaleLease);
         }
+        let until: i64 =
+            sqlx::query_scalar("SELECT lease_expires_at FROM relayq_jobs WHERE id = ?")
+                .bind(lease.job.0)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(db)?;
+        tx.commit().await.map_err(db)?;
         Ok(at(until))
     }
 

@@ -271,6 +271,35 @@ async fn the_claim_plan_holds_in_every_statistics_state(url: String) {
     drop(&b).await;
 }
 
+/// The most jobs one call takes (10,000) go in several inserts (a prepared statement
+/// takes at most 65,535 placeholders): the ids come back in input order, each on its
+/// own job.
+async fn the_most_jobs_of_one_call_keep_their_order(url: String) {
+    let b = fresh(&url, "many").await;
+    let q = queue("many");
+    let n: u16 = 10_000;
+    let jobs = (0..n)
+        .map(|i| NewJob::new(&q, i.to_be_bytes().to_vec()))
+        .collect();
+    let ids: Vec<i64> = b
+        .enqueue(jobs)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.id.0)
+        .collect();
+    assert!(
+        ids.is_sorted() && ids.len() == usize::from(n),
+        "ids out of order"
+    );
+    for i in [0, 3999, 4000, 7999, 8000, usize::from(n) - 1] {
+        let info = b.job(&q, relayq_core::JobId(ids[i])).await.unwrap();
+        let want = u16::try_from(i).unwrap().to_be_bytes().to_vec();
+        assert_eq!(info.payload, want, "job {i}");
+    }
+    drop(&b).await;
+}
+
 relayq_conformance::server_tests! {
     server: SERVER,
     tests: [
@@ -278,5 +307,6 @@ relayq_conformance::server_tests! {
         claims_beside_a_held_snapshot,
         producers_at_the_tail_beside_claimers,
         the_claim_plan_holds_in_every_statistics_state,
+        the_most_jobs_of_one_call_keep_their_order,
     ],
 }

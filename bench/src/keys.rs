@@ -44,6 +44,9 @@ pub async fn keys(
         };
         rows.extend(
             crate::scenarios::each(targets, runs, &name, None, false, |b, scale| async move {
+                if !b.limits().limit_keys {
+                    return Ok(crate::scenarios::NOT_KEPT);
+                }
                 let n = (n / scale).max(1000);
                 once(b, n, (keys / scale).max(100), limited, prefetch).await
             })
@@ -153,6 +156,9 @@ pub async fn starvation(
         };
         let mut found =
             crate::scenarios::each(targets, runs, &name, None, false, |b, scale| async move {
+                if !b.limits().limit_keys {
+                    return Ok(crate::scenarios::NOT_KEPT);
+                }
                 waits(b, if hot { HOT / scale } else { 0 }, prefetch).await
             })
             .await?;

@@ -43,6 +43,9 @@ pub async fn rates(
         };
         rows.extend(
             crate::scenarios::each(targets, runs, &name, None, false, |b, scale| async move {
+                if count.is_some() && !b.limits().rates {
+                    return Ok(crate::scenarios::NOT_KEPT);
+                }
                 let jobs = if count == Some(2_000) {
                     jobs
                 } else {
@@ -110,6 +113,9 @@ pub async fn key_rates(
         };
         rows.extend(
             crate::scenarios::each(targets, runs, &name, None, false, |b, scale| async move {
+                if !(b.limits().limit_keys && b.limits().rates) {
+                    return Ok(crate::scenarios::NOT_KEPT);
+                }
                 let jobs = if keyed.keys == 20 {
                     jobs
                 } else {

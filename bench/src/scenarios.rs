@@ -43,6 +43,11 @@ pub(crate) type PeerJob<'a> = Option<(&'a Peers, &'a str, usize, u32)>;
 /// and reports medians. With `isolated`, each measurement gets a namespace of its own
 /// (schema, key prefix or file), removed afterwards: for scenarios that leave jobs
 /// behind, which would otherwise pile up under every later measurement.
+/// What a measure returns on a backend that refuses what it measures by design (a
+/// backend that keeps no limit keys): [`each`] leaves that target out of the scenario's
+/// rows and says so.
+pub(crate) const NOT_KEPT: f64 = f64::NAN;
+
 pub(crate) async fn each<F, Fut>(
     targets: &[Target],
     runs: usize,
@@ -91,13 +96,26 @@ where
             }
         }
     }
-    let ours = targets.iter().zip(samples).map(|(t, s)| Row {
-        scenario: scenario.to_owned(),
-        target: t.label().to_owned(),
-        value: median(s),
-        unit: "jobs/s",
-        note: String::new(),
-    });
+    let ours = targets
+        .iter()
+        .zip(samples)
+        .filter(|(t, s)| {
+            let kept = !s.iter().all(|v| v.is_nan());
+            if !kept {
+                crate::say(&format!(
+                    "{} keeps no such thing: {scenario} not run",
+                    t.label()
+                ));
+            }
+            kept
+        })
+        .map(|(t, s)| Row {
+            scenario: scenario.to_owned(),
+            target: t.label().to_owned(),
+            value: median(s),
+            unit: "jobs/s",
+            note: String::new(),
+        });
     let theirs = peers
         .iter()
         .zip(peer_samples)
