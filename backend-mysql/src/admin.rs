@@ -6,8 +6,8 @@
 //! has no `UPDATE ... RETURNING`, and refuses a subquery on the table it updates), and
 //! promotes what that releases (`promote::Touched`) before it commits. Each
 //! transaction runs again, whole, when it was a deadlock's victim or waited out a lock
-//! (`retry_transient`). This backend keeps no limit keys, rates or dependencies: a
-//! rate is refused (SPEC K8), and so is a key's limit or rate (SPEC K1, K12).
+//! (`retry_transient`). This backend keeps no limit keys yet: a key's limit or
+//! rate is refused (SPEC K1, K12).
 
 use std::time::Duration;
 
@@ -26,10 +26,21 @@ use crate::{
 /// Pauses, resumes or limits a queue in one statement: paused (`NULL` keeps it),
 /// then whether to set `max_running`, and its value. The upsert locks the queue's
 /// row, so a claim in progress finishes under the old settings first.
-const SET_QUEUE: &str = "INSERT INTO relayq_queues (queue, paused, max_running)
-    VALUES (?, COALESCE(?, FALSE), ?)
-    ON DUPLICATE KEY UPDATE paused = COALESCE(?, paused),
-                            max_running = IF(?, ?, max_running)";
+///
+/// A new rate starts afresh (SPEC K8): its next start is cleared with it; the same rate
+/// set again keeps it. `rate_tat` comes first: MySQL assigns left to right, each
+/// expression reading the columns set before it.
+const SET_QUEUE: &str = "INSERT INTO relayq_queues
+        (queue, paused, max_running, rate_count, rate_per_us, rate_burst)
+    VALUES (?, COALESCE(?, FALSE), ?, ?, ?, ?)
+    ON DUPLICATE KEY UPDATE
+        rate_tat = IF(? AND NOT (rate_count <=> ? AND rate_per_us <=> ? AND rate_burst <=> ?),
+                      NULL, rate_tat),
+        rate_count = IF(?, ?, rate_count),
+        rate_per_us = IF(?, ?, rate_per_us),
+        rate_burst = IF(?, ?, rate_burst),
+        paused = COALESCE(?, paused),
+        max_running = IF(?, ?, max_running)";
 
 /// A job by its primary key, as a cancel needs it; read under its queue's lock.
 const JOB_LIVE: &str = "SELECT id, state, group_key, batch_id, stage, attempts, worker,
@@ -172,6 +183,7 @@ async fn cancel(
     }
     for j in jobs {
         let finished = Finished {
+            id: j.id,
             queue,
             group: j.group_key.as_deref(),
             batch: j.batch_id,
@@ -189,6 +201,11 @@ async fn delete(c: &mut Conn, ids: &[i64]) -> Result<u64> {
     let mut deleted = 0;
     for chunk in ids.chunks(ID_CHUNK) {
         let mut q = QueryBuilder::<MySql>::new("DELETE FROM relayq_attempts WHERE job_id IN ");
+        push_ids(&mut q, chunk.iter().copied());
+        q.build().execute(&mut *c).await.map_err(db)?;
+        // A child's edges go with it (SPEC D). A parent deleted before its child
+        // leaves the edge, which nothing reads but the child's `after`.
+        let mut q = QueryBuilder::<MySql>::new("DELETE FROM relayq_job_deps WHERE child_id IN ");
         push_ids(&mut q, chunk.iter().copied());
         q.build().execute(&mut *c).await.map_err(db)?;
         let mut q = QueryBuilder::<MySql>::new("DELETE FROM relayq_jobs WHERE id IN ");
@@ -237,10 +254,28 @@ impl MysqlBackend {
     /// Stores `update`'s pause and `max_running`, leaving what it does not name.
     async fn set_queue(&self, queue: &str, update: &QueueUpdate) -> Result<()> {
         let max = update.max_running.flatten().map(i64::from);
+        let rate = update.rate.flatten();
+        let set = update.rate.is_some();
+        let count = rate.map(|r| i64::from(r.count));
+        let per = rate.map(|r| i64::try_from(r.per.as_micros()).unwrap_or(i64::MAX));
+        let burst = rate.map(|r| i64::from(r.burst));
         sqlx::query(SET_QUEUE)
             .bind(queue)
             .bind(update.paused)
             .bind(max)
+            .bind(count)
+            .bind(per)
+            .bind(burst)
+            .bind(set)
+            .bind(count)
+            .bind(per)
+            .bind(burst)
+            .bind(set)
+            .bind(count)
+            .bind(set)
+            .bind(per)
+            .bind(set)
+            .bind(burst)
             .bind(update.paused)
             .bind(update.max_running.is_some())
             .bind(max)
@@ -505,8 +540,6 @@ impl MysqlBackend {
 #[async_trait]
 impl Admin for MysqlBackend {
     async fn update_queue_unchecked(&self, queue: &str, update: QueueUpdate) -> Result<()> {
-        // No rates here: one is refused before anything is stored (SPEC K8).
-        relayq_core::validate::rate_kept(&update, &relayq_core::Enqueue::limits(self))?;
         retry_transient(|| self.set_queue(queue, &update), crate::deadlocked).await
     }
 

@@ -1,22 +1,20 @@
 //! SPEC B: batches and their stages (B1, B4, B5, M1). Opening and sealing write under
 //! the queue's lock (`lock.rs`); [`open_in`] and [`seal_in`] also serve a schedule's
 //! slot (SPEC S1), inside the transaction that fires it.
-//!
-//! This backend keeps no dependencies (SPEC D5): a batch's `after_failure` policy
-//! other than the default is refused, and its progress shows the default.
 
 use async_trait::async_trait;
 use relayq_core::{
-    AfterFailure, Batch, BatchId, BatchProgress, Error, JobState, NewBatch, OrderBarrier, Result,
-    StageProgress, WaitFor, retry::retry_transient,
+    Batch, BatchId, BatchProgress, Error, JobState, NewBatch, OrderBarrier, Result, StageProgress,
+    WaitFor, retry::retry_transient,
 };
 
 use crate::{Conn, MysqlBackend, at, db};
 
 /// SPEC B1: a new batch, unsealed, stamped with the server's time. Its id is the
 /// insert's (`last_insert_id`): MySQL has no `RETURNING`.
-const OPEN: &str = "INSERT INTO relayq_batches (queue, on_failure, created_at, name)
-    VALUES (?, ?, ?, ?)";
+const OPEN: &str = "INSERT INTO relayq_batches (queue, on_failure, created_at, name,
+        after_failure)
+    VALUES (?, ?, ?, ?, ?)";
 
 /// SPEC B4: no more jobs. Sealing twice matches the row again: sqlx asks the server
 /// for rows matched, not changed (`CLIENT_FOUND_ROWS`), so only an unknown batch
@@ -34,7 +32,7 @@ const REACHED: &str = "SELECT sealed,
 /// SPEC M1: the batch's row, for its progress. Text is cast to the connection's
 /// character set, which sqlx decodes as `String` (the columns are in a binary collation).
 const BATCH_SETTINGS: &str = "SELECT CAST(on_failure AS CHAR), sealed, failed, released_stage,
-        created_at, CAST(name AS CHAR)
+        created_at, CAST(name AS CHAR), CAST(after_failure AS CHAR)
     FROM relayq_batches WHERE id = ? AND queue = ?";
 
 /// SPEC B5, M1: the batch's jobs counted by stage and state, finished ones included,
@@ -43,21 +41,21 @@ const BATCH_COUNTS: &str = "SELECT stage, CAST(state AS CHAR), COUNT(*), MAX(fin
     FROM relayq_jobs WHERE batch_id = ? GROUP BY stage, state";
 
 /// The batch's settings as stored: on_failure, sealed, failed, released stage,
-/// created at, name.
-type Settings = (String, bool, bool, Option<i64>, i64, Option<String>);
+/// created at, name, dependency policy (SPEC D4).
+type Settings = (String, bool, bool, Option<i64>, i64, Option<String>, String);
 
 /// One group of [`BATCH_COUNTS`]: stage, state, jobs, the last of them to finish.
 type Count = (i64, String, i64, Option<i64>);
 
 /// Opens `batch` inside the caller's write transaction, which holds its queue's lock
-/// (SPEC B1); `now` is the server's time. Its `after_failure` is not stored: the
-/// caller refused any but the default.
+/// (SPEC B1, D4); `now` is the server's time.
 pub(crate) async fn open_in(c: &mut Conn, batch: &NewBatch, now: i64) -> Result<Batch> {
     let done = sqlx::query(OPEN)
         .bind(&batch.queue)
         .bind(batch.on_failure.as_str())
         .bind(now)
         .bind(batch.name.as_deref())
+        .bind(batch.after_failure.as_str())
         .execute(&mut *c)
         .await
         .map_err(db)?;
@@ -119,8 +117,6 @@ impl MysqlBackend {
 #[async_trait]
 impl OrderBarrier for MysqlBackend {
     async fn open_batch_unchecked(&self, batch: &NewBatch) -> Result<Batch> {
-        // Dependencies are not kept here: a policy for them would not apply (SPEC D5).
-        relayq_core::kit::after::refuse_policy(batch)?;
         retry_transient(|| self.open_once(batch), crate::deadlocked).await
     }
 
@@ -146,7 +142,7 @@ impl OrderBarrier for MysqlBackend {
     }
 
     async fn batch_progress_unchecked(&self, batch: &Batch) -> Result<BatchProgress> {
-        let (on_failure, sealed, failed, released, created_at, name) =
+        let (on_failure, sealed, failed, released, created_at, name, after_failure) =
             self.batch_settings(batch).await?;
         let counts: Vec<Count> = sqlx::query_as(BATCH_COUNTS)
             .bind(batch.id.0)
@@ -157,7 +153,7 @@ impl OrderBarrier for MysqlBackend {
         Ok(BatchProgress {
             batch: batch.clone(),
             on_failure: on_failure.parse()?,
-            after_failure: AfterFailure::default(),
+            after_failure: after_failure.parse()?,
             sealed,
             failed,
             released_stage: released

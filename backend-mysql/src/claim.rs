@@ -84,15 +84,19 @@ impl sqlx::FromRow<'_, MySqlRow> for Candidate {
 #[async_trait]
 impl Claim for MysqlBackend {
     async fn claim_unchecked(&self, req: ClaimRequest) -> Result<Vec<ClaimedJob>> {
+        Ok(self.claim_paced_unchecked(req).await?.jobs)
+    }
+
+    async fn claim_paced_unchecked(&self, req: ClaimRequest) -> Result<relayq_core::Claimed> {
         self.expire_due(&req.queue).await?;
         retry_transient(|| self.claim_once(&req), deadlocked).await
     }
 }
 
 impl MysqlBackend {
-    async fn claim_once(&self, req: &ClaimRequest) -> Result<Vec<ClaimedJob>> {
+    async fn claim_once(&self, req: &ClaimRequest) -> Result<relayq_core::Claimed> {
         let Some((mut tx, now, queue)) = self.claim_lock(&req.queue).await? else {
-            return Ok(Vec::new());
+            return Ok(relayq_core::Claimed::default());
         };
         let mut limit = i64::from(req.limit);
         if let Some(max) = queue.max_running {
@@ -105,27 +109,52 @@ impl MysqlBackend {
         }
         if queue.paused || limit <= 0 {
             tx.commit().await.map_err(db)?;
-            return Ok(Vec::new());
+            return Ok(relayq_core::Claimed::default());
         }
-        let rows: Vec<Candidate> = sqlx::query_as(CANDIDATES)
-            .bind(&req.queue)
-            .bind(now)
-            .bind(limit)
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(db)?;
-        if rows.is_empty() {
-            tx.commit().await.map_err(db)?;
-            return Ok(Vec::new());
+        // SPEC K9: the exclusive lock makes the rate's read and update one step.
+        let paced = queue.rate.map(|rate| {
+            let asked = u32::try_from(limit).unwrap_or(u32::MAX);
+            relayq_core::kit::rate::admit(&rate, queue.tat, now, asked)
+        });
+        if let Some(p) = &paced {
+            limit = i64::from(p.allowed);
         }
+        let rows: Vec<Candidate> = if limit == 0 {
+            Vec::new()
+        } else {
+            sqlx::query_as(CANDIDATES)
+                .bind(&req.queue)
+                .bind(now)
+                .bind(limit)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(db)?
+        };
         let expires_at = plus(now, req.lease);
         let tokens: Vec<uuid::Uuid> = rows.iter().map(|_| uuid::Uuid::new_v4()).collect();
-        take(&mut tx, &rows, &tokens, expires_at, &req.worker, now).await?;
+        if !rows.is_empty() {
+            take(&mut tx, &rows, &tokens, expires_at, &req.worker, now).await?;
+        }
+        let taken = u32::try_from(rows.len()).unwrap_or(u32::MAX);
+        let mut next_in = None;
+        if let Some(p) = paced {
+            if let Some(tat) = p.tat(taken) {
+                sqlx::query("UPDATE relayq_queues SET rate_tat = ? WHERE queue = ?")
+                    .bind(tat)
+                    .bind(&req.queue)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db)?;
+            }
+            next_in = p.next_in(taken);
+        }
         tx.commit().await.map_err(db)?;
-        rows.into_iter()
+        let jobs = rows
+            .into_iter()
             .zip(tokens)
             .map(|(r, token)| claimed(req, r, token, expires_at))
-            .collect()
+            .collect::<Result<Vec<_>>>()?;
+        Ok(relayq_core::Claimed::new(jobs, next_in))
     }
 
     /// The server's plan for the claim's read of `queue`'s head (`EXPLAIN
@@ -306,6 +335,7 @@ pub(crate) async fn expire(c: &mut Conn, queue: &str, now: i64) -> Result<(u64, 
         } else {
             dead += 1;
             let finished = promote::Finished {
+                id,
                 queue,
                 group: group.as_deref(),
                 batch,

@@ -4,17 +4,19 @@ use std::collections::{BTreeSet, HashMap};
 
 use async_trait::async_trait;
 use relayq_core::{
-    BatchId, Enqueue, Enqueued, Error, JobId, Limits, NewJob, Result, retry::retry_transient,
+    AfterFailure, BatchId, Enqueue, Enqueued, Error, JobId, Limits, NewJob, Result,
+    retry::retry_transient,
 };
 use sqlx::{MySql, QueryBuilder};
 
-use crate::{Conn, MysqlBackend, db, deadlocked, promote, us};
+use crate::{Conn, MysqlBackend, after, db, deadlocked, promote, us};
 
 /// The unfinished job of a dedupe key (SPEC E3): one probe of the unique index.
 const DUPLICATE: &str = "SELECT id FROM relayq_jobs WHERE queue = ? AND live_dedupe = ?";
 
 /// A batch of the queue: whether it takes jobs, and its released stage.
-const OPEN_BATCH_STAGE: &str = "SELECT sealed, failed, released_stage
+const OPEN_BATCH_STAGE: &str = "SELECT sealed, failed, released_stage,
+        CAST(after_failure AS CHAR)
     FROM relayq_batches WHERE id = ? AND queue = ?";
 
 /// The payload bytes one multi-row insert takes before the next one starts: far below
@@ -28,11 +30,11 @@ const INSERT_ROWS: usize = 4000;
 #[async_trait]
 impl Enqueue for MysqlBackend {
     fn limits(&self) -> Limits {
-        // No limit keys, rates or dependencies yet: core refuses them on their fields.
+        // No limit keys yet: core refuses them on their field.
         Limits {
             limit_keys: false,
-            rates: false,
-            dependencies: false,
+            rates: true,
+            dependencies: true,
             ..self.inner.limits
         }
     }
@@ -63,7 +65,8 @@ pub(crate) async fn enqueue_in(
     now: i64,
     step: i64,
 ) -> Result<Vec<Enqueued>> {
-    let released = check_batches(&mut *c, queue, jobs).await?;
+    let parents = after::parents(&mut *c, queue, jobs).await?;
+    let (released, policies) = check_batches(&mut *c, queue, jobs, &parents).await?;
     let (mut groups, mut batches) = (BTreeSet::new(), BTreeSet::new());
     let out = if jobs.iter().all(|j| j.dedupe_key.is_none()) {
         let ids = insert_all(&mut *c, queue, jobs, &released, now, step).await?;
@@ -103,12 +106,17 @@ pub(crate) async fn enqueue_in(
         }
         out
     };
+    // SPEC D: the call's edges, before any promotion, which reads each job's count.
+    let mut touched = promote::Touched::default();
+    let free = after::store(&mut *c, jobs, &out, &parents, &policies, &mut touched, now).await?;
     for batch in batches {
         promote::release_stage(&mut *c, batch).await?;
     }
     for group in groups {
         promote::settle_group(&mut *c, queue, &group).await?;
     }
+    touched.promote(&mut *c).await?;
+    after::ready(&mut *c, &free).await?;
     Ok(out)
 }
 
@@ -128,9 +136,9 @@ async fn duplicate(c: &mut Conn, queue: &str, job: &NewJob) -> Result<Option<i64
 /// The state a new job starts in. A job without a group is ready at once when it has
 /// no batch or joins its batch's released stage: nothing below that stage is
 /// unfinished (SPEC B3 turns lower ones away). Other jobs with a group or a batch
-/// start blocked; promotion decides.
+/// start blocked, as do jobs with dependencies (SPEC D2); promotion decides.
 fn first_state(job: &NewJob, released: &Released) -> &'static str {
-    if job.group.is_none() && !above_released(job, released) {
+    if job.group.is_none() && job.after.is_empty() && !above_released(job, released) {
         "ready"
     } else {
         "blocked"
@@ -211,19 +219,27 @@ async fn insert_all(
     Ok(ids)
 }
 
-/// SPEC E4, B3: every batch named exists in this queue, is open, not halted, and no
-/// job goes below its released stage. Checked before anything is written, job by job
-/// in input order, so the first bad job names the error (as on every backend).
-/// Returns each batch's released stage.
-async fn check_batches(c: &mut Conn, queue: &str, jobs: &[NewJob]) -> Result<Released> {
+/// SPEC E4, B3, D5: every batch named exists in this queue, is open, not halted, and
+/// no job goes below its released stage, and every stored job it runs after is of its
+/// batch at no higher stage. Checked before anything is written, job by job in input
+/// order, so the first bad job names the error (as on every backend). Returns each
+/// batch's released stage, and its dependency policy (SPEC D4).
+async fn check_batches(
+    c: &mut Conn,
+    queue: &str,
+    jobs: &[NewJob],
+    parents: &HashMap<JobId, after::Parent>,
+) -> Result<(Released, HashMap<i64, AfterFailure>)> {
     let mut released = Released::new();
+    let mut policies = HashMap::new();
     for job in jobs {
         let Some(batch) = job.batch else { continue };
         let high = match released.get(&batch) {
             Some(high) => *high,
             None => {
-                let high = open_batch_stage(c, queue, batch).await?;
+                let (high, policy) = open_batch_stage(c, queue, batch).await?;
                 released.insert(batch, high);
+                policies.insert(batch.0, policy);
                 high
             }
         };
@@ -234,8 +250,9 @@ async fn check_batches(c: &mut Conn, queue: &str, jobs: &[NewJob]) -> Result<Rel
                 released: i32::try_from(r).unwrap_or(i32::MAX),
             });
         }
+        relayq_core::kit::after::check_job(job, parents)?;
     }
-    Ok(released)
+    Ok((released, policies))
 }
 
 /// Each batch of an enqueue: its released stage, if any.
@@ -252,15 +269,19 @@ fn above_released(job: &NewJob, released: &Released) -> bool {
     })
 }
 
-/// The released stage of `batch`, if it can take jobs.
-async fn open_batch_stage(c: &mut Conn, queue: &str, batch: BatchId) -> Result<Option<i64>> {
-    let row: Option<(bool, bool, Option<i64>)> = sqlx::query_as(OPEN_BATCH_STAGE)
+/// The released stage of `batch`, if it can take jobs, and its dependency policy.
+async fn open_batch_stage(
+    c: &mut Conn,
+    queue: &str,
+    batch: BatchId,
+) -> Result<(Option<i64>, AfterFailure)> {
+    let row: Option<(bool, bool, Option<i64>, String)> = sqlx::query_as(OPEN_BATCH_STAGE)
         .bind(batch.0)
         .bind(queue)
         .fetch_optional(&mut *c)
         .await
         .map_err(db)?;
-    let (sealed, failed, stage) = row.ok_or_else(|| {
+    let (sealed, failed, stage, policy) = row.ok_or_else(|| {
         Error::invalid("batch", format!("batch {batch} is unknown in this queue"))
     })?;
     if sealed {
@@ -272,5 +293,5 @@ async fn open_batch_stage(c: &mut Conn, queue: &str, batch: BatchId) -> Result<O
             format!("batch {batch} halted after a dead job"),
         ));
     }
-    Ok(stage)
+    Ok((stage, policy.parse()?))
 }

@@ -25,7 +25,9 @@ const QUEUE_COUNTS: &str = "SELECT state, state = 'ready' AND run_at > n.now AS 
     WHERE queue = ? GROUP BY 1, 2";
 
 /// A queue's settings; no row means none were ever set.
-const QUEUE_SETTINGS: &str = "SELECT paused, max_running FROM relayq_queues WHERE queue = ?";
+const QUEUE_SETTINGS: &str = "SELECT paused, max_running, rate_count, rate_per_us, rate_burst,
+        rate_tat, CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED)
+    FROM relayq_queues WHERE queue = ?";
 
 /// The queues in use (SPEC M4): holding a job (a loose index scan of an index that
 /// starts with the queue, one probe per queue), a batch, a setting or a schedule.
@@ -33,7 +35,8 @@ const QUEUE_SETTINGS: &str = "SELECT paused, max_running FROM relayq_queues WHER
 /// and beats are not a use.
 const QUEUES: &str = "SELECT DISTINCT queue FROM relayq_jobs
     UNION SELECT queue FROM relayq_batches
-    UNION SELECT queue FROM relayq_queues WHERE paused OR max_running IS NOT NULL
+    UNION SELECT queue FROM relayq_queues
+        WHERE paused OR max_running IS NOT NULL OR rate_count IS NOT NULL
     UNION SELECT queue FROM relayq_schedules
     ORDER BY 1";
 
@@ -144,7 +147,11 @@ impl MysqlBackend {
     }
 
     /// The job's row and its ended attempts, read as one moment ([`JOB`]).
-    async fn job_rows(&self, queue: &str, id: JobId) -> Result<(JobRow, Vec<AttemptRow>)> {
+    async fn job_rows(
+        &self,
+        queue: &str,
+        id: JobId,
+    ) -> Result<(JobRow, Vec<AttemptRow>, Vec<i64>)> {
         let mut tx = self.inner.pool.begin().await.map_err(db)?;
         let row: Option<JobRow> = sqlx::query_as(JOB)
             .bind(id.0)
@@ -158,8 +165,16 @@ impl MysqlBackend {
             .fetch_all(&mut *tx)
             .await
             .map_err(db)?;
+        // The jobs it runs after (SPEC D).
+        let after: Vec<i64> = sqlx::query_scalar(
+            "SELECT parent_id FROM relayq_job_deps WHERE child_id = ? ORDER BY parent_id",
+        )
+        .bind(id.0)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db)?;
         tx.commit().await.map_err(db)?;
-        Ok((row, attempts))
+        Ok((row, attempts, after))
     }
 
     /// Up to `take` of the queue's jobs below id `below`, newest first, each with
@@ -222,17 +237,29 @@ impl Inspect for MysqlBackend {
             .fetch_all(&self.inner.pool)
             .await
             .map_err(db)?;
-        let settings: Option<(bool, Option<i64>)> = sqlx::query_as(QUEUE_SETTINGS)
+        type Settings = (
+            bool,
+            Option<i64>,
+            Option<i64>,
+            Option<i64>,
+            Option<i64>,
+            Option<i64>,
+            i64,
+        );
+        let settings: Option<Settings> = sqlx::query_as(QUEUE_SETTINGS)
             .bind(queue)
             .fetch_optional(&self.inner.pool)
             .await
             .map_err(db)?;
-        let (paused, max_running) = settings.unwrap_or((false, None));
-        // No rates here: `rate` and `rate_next` stay `None` (SPEC K8).
+        let (paused, max_running, count, per, burst, tat, now) =
+            settings.unwrap_or((false, None, None, None, None, None, 0));
+        let rate = relayq_core::kit::rate::stored(count, per, burst);
         let mut stats = QueueStats {
             queue: queue.to_owned(),
             paused,
             max_running: max_running.map(num).transpose()?,
+            rate,
+            rate_next: rate.and_then(|r| relayq_core::kit::rate::next_start(&r, tat, now).map(at)),
             ..QueueStats::default()
         };
         stats.oldest_ready = rows.iter().filter_map(|r| r.3).min().map(at);
@@ -255,7 +282,7 @@ impl Inspect for MysqlBackend {
     }
 
     async fn job_unchecked(&self, queue: &str, id: JobId) -> Result<JobInfo> {
-        let (row, attempts) =
+        let (row, attempts, after) =
             retry_transient(|| self.job_rows(queue, id), crate::deadlocked).await?;
         let mut log = attempts
             .into_iter()
@@ -308,9 +335,9 @@ impl Inspect for MysqlBackend {
             last_error: row.last_error,
             attempt_log: log,
             progress: row.progress.as_deref().and_then(Progress::from_stored),
-            // No limit keys nor dependencies here (SPEC K1, D5 refuse them).
+            // No limit keys here (SPEC K1 refuses them).
             limit_key: None,
-            after: Vec::new(),
+            after: after.into_iter().map(JobId).collect(),
         })
     }
 

@@ -31,6 +31,7 @@
 //! [`connect`]: MysqlBackend::connect
 
 mod admin;
+mod after;
 mod barrier;
 mod claim;
 mod driver;

@@ -16,6 +16,38 @@ pub(crate) type Tx = sqlx::Transaction<'static, MySql>;
 pub(crate) struct QueueRow {
     pub(crate) paused: bool,
     pub(crate) max_running: Option<i64>,
+    /// Its rate (SPEC K8), and when the rate's next start is due.
+    pub(crate) rate: Option<relayq_core::Rate>,
+    pub(crate) tat: Option<i64>,
+}
+
+/// A queue's row as a claim reads it, the server's time last.
+const QUEUE_ROW: &str = "SELECT paused, max_running, rate_count, rate_per_us, rate_burst,
+        rate_tat, CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED)
+    FROM relayq_queues WHERE queue = ?";
+
+type Row = (
+    bool,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+    i64,
+);
+
+fn queue_row(r: Row) -> (QueueRow, i64) {
+    let (paused, max_running, count, per, burst, tat, now) = r;
+    let rate = relayq_core::kit::rate::stored(count, per, burst);
+    (
+        QueueRow {
+            paused,
+            max_running,
+            rate,
+            tat,
+        },
+        now,
+    )
 }
 
 impl MysqlBackend {
@@ -52,51 +84,34 @@ impl MysqlBackend {
 
     /// Begins a claim's transaction: the queue's row held shared (so claims run beside
     /// each other, and no write to the queue runs beside them), or exclusively when the
-    /// queue has `max_running` (claims then count its running jobs one at a time).
-    /// `None` when the queue was never written to: it has no jobs.
+    /// queue has `max_running` or a rate (claims then count its running jobs and move
+    /// its rate one at a time). `None` when the queue was never written to: it has no
+    /// jobs.
     pub(crate) async fn claim_lock(&self, queue: &str) -> Result<Option<(Tx, i64, QueueRow)>> {
         let mut tx = self.inner.pool.begin().await.map_err(db)?;
-        let row: Option<(bool, Option<i64>, i64)> = sqlx::query_as(
-            "SELECT paused, max_running, CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED)
-             FROM relayq_queues WHERE queue = ? LOCK IN SHARE MODE",
-        )
-        .bind(queue)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(db)?;
-        let Some((paused, max_running, mut now)) = row else {
+        let shared = format!("{QUEUE_ROW} LOCK IN SHARE MODE");
+        let row: Option<Row> = sqlx::query_as(sqlx::AssertSqlSafe(shared))
+            .bind(queue)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(db)?;
+        let Some((row, now)) = row.map(queue_row) else {
             return Ok(None);
         };
-        if max_running.is_some() && !paused {
-            // Upgrading would deadlock with another claimer doing the same: start over
-            // with the exclusive lock.
-            tx.rollback().await.map_err(db)?;
-            let (again, at) = self.write(&[queue]).await?;
-            tx = again;
-            now = at;
-            let row: (bool, Option<i64>) =
-                sqlx::query_as("SELECT paused, max_running FROM relayq_queues WHERE queue = ?")
-                    .bind(queue)
-                    .fetch_one(&mut *tx)
-                    .await
-                    .map_err(db)?;
-            return Ok(Some((
-                tx,
-                now,
-                QueueRow {
-                    paused: row.0,
-                    max_running: row.1,
-                },
-            )));
+        if (row.max_running.is_none() && row.rate.is_none()) || row.paused {
+            return Ok(Some((tx, now, row)));
         }
-        Ok(Some((
-            tx,
-            now,
-            QueueRow {
-                paused,
-                max_running,
-            },
-        )))
+        // Upgrading would deadlock with another claimer doing the same: start over with
+        // the exclusive lock, and read the row again under it.
+        tx.rollback().await.map_err(db)?;
+        let (mut tx, _) = self.write(&[queue]).await?;
+        let row: Row = sqlx::query_as(QUEUE_ROW)
+            .bind(queue)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(db)?;
+        let (row, now) = queue_row(row);
+        Ok(Some((tx, now, row)))
     }
 
     /// The server's time, outside any transaction.

@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use relayq_core::{JobState, Result};
 
-use crate::{Conn, db};
+use crate::{Conn, after, db};
 
 /// A job of the batch at or below the lowest stage a transaction finished.
 const STAGE_BELOW: &str = "SELECT 1 FROM relayq_jobs
@@ -55,9 +55,10 @@ const STAGE_FLOOR: &str = "SELECT MIN(stage) FROM relayq_jobs WHERE live_batch =
 const RAISE_STAGE: &str = "UPDATE relayq_batches SET released_stage = ?
     WHERE id = ? AND (released_stage IS NULL OR released_stage < ?)";
 
-/// The released stage's ungrouped jobs become ready.
+/// The released stage's ungrouped jobs with no parent left become ready (SPEC D3).
 const RELEASE_UNGROUPED: &str = "UPDATE relayq_jobs SET state = 'ready'
-    WHERE live_batch = ? AND stage = ? AND state = 'blocked' AND group_key IS NULL";
+    WHERE live_batch = ? AND stage = ? AND state = 'blocked' AND group_key IS NULL
+      AND deps_left = 0";
 
 /// The groups with a job in the released stage.
 const STAGE_GROUPS: &str = "SELECT DISTINCT CAST(queue AS CHAR), CAST(group_key AS CHAR)
@@ -68,10 +69,11 @@ const STAGE_GROUPS: &str = "SELECT DISTINCT CAST(queue AS CHAR), CAST(group_key 
 const GROUP_BUSY: &str = "SELECT id FROM relayq_jobs
     WHERE queue = ? AND holding_group = ? AND state IN ('running', 'retrying') LIMIT 1";
 
-/// The group's earliest job whose stage is released (SPEC G4): the group index in
-/// order, each batch job checked against its batch's floor.
+/// The group's earliest job whose stage is released and whose parents finished (SPEC
+/// G4, D3): the group index in order, each batch job checked against its batch's floor.
 const GROUP_HEAD: &str = "SELECT j.id FROM relayq_jobs j
     WHERE j.queue = ? AND j.live_group = ? AND j.state IN ('ready', 'blocked')
+      AND j.deps_left = 0
       AND (j.batch_id IS NULL OR j.stage <= (
            SELECT MIN(s.stage) FROM relayq_jobs s WHERE s.live_batch = j.batch_id))
     ORDER BY j.priority, j.run_at, j.id LIMIT 1";
@@ -86,6 +88,7 @@ const GROUP_PROMOTE: &str = "UPDATE relayq_jobs SET state = 'ready'
 
 /// Where a job that just finished sat.
 pub(crate) struct Finished<'a> {
+    pub(crate) id: i64,
     pub(crate) queue: &'a str,
     pub(crate) group: Option<&'a str>,
     pub(crate) batch: Option<i64>,
@@ -102,6 +105,10 @@ pub(crate) struct Touched {
     /// Batch → the lowest stage of a job it finished.
     batches: BTreeMap<i64, i64>,
     groups: BTreeSet<(String, String)>,
+    /// Finished jobs of a batch, for the jobs that run after them (SPEC D).
+    parents: after::Parents,
+    /// The transaction's time, for what its dependencies cancel.
+    now: Option<i64>,
 }
 
 impl Touched {
@@ -113,8 +120,12 @@ impl Touched {
         job: &Finished<'_>,
         now: i64,
     ) -> Result<()> {
-        if let (Some(batch), Some(stage), JobState::Dead) = (job.batch, job.stage, job.state) {
-            self.halt(c, batch, stage, now).await?;
+        if let (Some(batch), Some(stage)) = (job.batch, job.stage) {
+            if job.state == JobState::Dead {
+                self.halt(c, batch, stage, now).await?;
+            }
+            self.parents.finished(job.id, job.state);
+            self.now = Some(now);
         }
         self.cancelled(job.queue, job.group, job.batch, job.stage);
         Ok(())
@@ -146,8 +157,13 @@ impl Touched {
     /// Releases each batch's next stage (SPEC B2), then gives each group its holder
     /// (SPEC G2). A batch with an unfinished job at a stage no higher than the lowest
     /// one finished keeps its floor: one probe instead of the release's reads.
-    pub(crate) async fn promote(self, c: &mut Conn) -> Result<()> {
-        for (batch, low) in self.batches {
+    pub(crate) async fn promote(mut self, c: &mut Conn) -> Result<()> {
+        // Dependencies first: what they cancel may finish a stage.
+        let mut parents = std::mem::take(&mut self.parents);
+        if let Some(now) = self.now {
+            parents.settle(c, &mut self, now).await?;
+        }
+        for (batch, low) in std::mem::take(&mut self.batches) {
             let below: Option<i32> = sqlx::query_scalar(STAGE_BELOW)
                 .bind(batch)
                 .bind(low)
@@ -158,6 +174,7 @@ impl Touched {
                 release_stage(c, batch).await?;
             }
         }
+        parents.ready(c).await?;
         for (queue, group) in self.groups {
             settle_group(c, &queue, &group).await?;
         }

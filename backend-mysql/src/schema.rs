@@ -21,12 +21,13 @@ use crate::db;
 
 /// The statements of each migration, in order; `relayq_schema.version` records how
 /// many migrations ran.
-pub(crate) const MIGRATIONS: &[&[&str]] = &[&[
-    "CREATE TABLE IF NOT EXISTS relayq_schema (
+pub(crate) const MIGRATIONS: &[&[&str]] = &[
+    &[
+        "CREATE TABLE IF NOT EXISTS relayq_schema (
         id      TINYINT NOT NULL PRIMARY KEY,
         version INT     NOT NULL
     ) ENGINE = InnoDB",
-    "CREATE TABLE IF NOT EXISTS relayq_jobs (
+        "CREATE TABLE IF NOT EXISTS relayq_jobs (
         id               BIGINT       NOT NULL AUTO_INCREMENT PRIMARY KEY,
         queue            VARCHAR(128) NOT NULL,
         state            VARCHAR(16)  NOT NULL,
@@ -83,8 +84,8 @@ pub(crate) const MIGRATIONS: &[&[&str]] = &[&[
         KEY relayq_jobs_state (queue, state, finished_at),
         KEY relayq_jobs_list (queue, id)
     ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = {collate}",
-    // The execution log: one row per ended attempt (the running one lives on the job).
-    "CREATE TABLE IF NOT EXISTS relayq_attempts (
+        // The execution log: one row per ended attempt (the running one lives on the job).
+        "CREATE TABLE IF NOT EXISTS relayq_attempts (
         id         BIGINT       NOT NULL AUTO_INCREMENT PRIMARY KEY,
         job_id     BIGINT       NOT NULL,
         attempt    BIGINT       NOT NULL,
@@ -97,14 +98,14 @@ pub(crate) const MIGRATIONS: &[&[&str]] = &[&[
         claimed_at BIGINT,
         KEY relayq_attempts_job (job_id, id)
     ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = {collate}",
-    // One row per queue that was ever written: its settings, and the lock every write
-    // to the queue takes first (see `lib.rs`).
-    "CREATE TABLE IF NOT EXISTS relayq_queues (
+        // One row per queue that was ever written: its settings, and the lock every write
+        // to the queue takes first (see `lib.rs`).
+        "CREATE TABLE IF NOT EXISTS relayq_queues (
         queue       VARCHAR(128) NOT NULL PRIMARY KEY,
         paused      BOOLEAN      NOT NULL DEFAULT FALSE,
         max_running BIGINT
     ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = {collate}",
-    "CREATE TABLE IF NOT EXISTS relayq_batches (
+        "CREATE TABLE IF NOT EXISTS relayq_batches (
         id             BIGINT       NOT NULL AUTO_INCREMENT PRIMARY KEY,
         queue          VARCHAR(128) NOT NULL,
         name           VARCHAR(255),
@@ -116,9 +117,9 @@ pub(crate) const MIGRATIONS: &[&[&str]] = &[&[
         created_at     BIGINT       NOT NULL,
         KEY relayq_batches_queue (queue, id)
     ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = {collate}",
-    // Schedules (SPEC S): `mark` is the last slot handled; a slot fires only by moving
-    // it forward, in the transaction that stores the slot's jobs.
-    "CREATE TABLE IF NOT EXISTS relayq_schedules (
+        // Schedules (SPEC S): `mark` is the last slot handled; a slot fires only by moving
+        // it forward, in the transaction that stores the slot's jobs.
+        "CREATE TABLE IF NOT EXISTS relayq_schedules (
         queue      VARCHAR(128) NOT NULL,
         name       VARCHAR(255) NOT NULL,
         definition MEDIUMTEXT   NOT NULL,
@@ -130,15 +131,41 @@ pub(crate) const MIGRATIONS: &[&[&str]] = &[&[
         last_batch BIGINT,
         PRIMARY KEY (queue, name)
     ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = {collate}",
-    // Each worker's last beat to a queue it serves (SPEC M9).
-    "CREATE TABLE IF NOT EXISTS relayq_workers (
+        // Each worker's last beat to a queue it serves (SPEC M9).
+        "CREATE TABLE IF NOT EXISTS relayq_workers (
         queue     VARCHAR(128) NOT NULL,
         name      VARCHAR(255) NOT NULL,
         beat      MEDIUMTEXT   NOT NULL,
         last_seen BIGINT       NOT NULL,
         PRIMARY KEY (queue, name)
     ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = {collate}",
-]];
+    ],
+    &[
+        // SPEC D: dependencies between jobs of one batch. Each edge says a child runs after
+        // a parent; the key leads with the parent, which a settle looks up. A job's
+        // `deps_left` counts its parents not yet finished: a child becomes ready only at 0
+        // (and when its stage and group allow).
+        "CREATE TABLE IF NOT EXISTS relayq_job_deps (
+        parent_id BIGINT NOT NULL,
+        child_id  BIGINT NOT NULL,
+        PRIMARY KEY (parent_id, child_id),
+        KEY relayq_job_deps_child (child_id, parent_id)
+    ) ENGINE = InnoDB",
+        "ALTER TABLE relayq_jobs
+        ADD COLUMN deps_left BIGINT NOT NULL DEFAULT 0,
+        ADD COLUMN after_failure VARCHAR(8)",
+        "ALTER TABLE relayq_batches
+        ADD COLUMN after_failure VARCHAR(8) NOT NULL DEFAULT 'cancel'",
+        // A queue's rate (SPEC K8): at most rate_count starts per rate_per_us microseconds,
+        // rate_burst of them at once; rate_tat is when the next start is due in the generic
+        // cell rate algorithm (microseconds since the epoch, NULL before the first).
+        "ALTER TABLE relayq_queues
+        ADD COLUMN rate_count BIGINT,
+        ADD COLUMN rate_per_us BIGINT,
+        ADD COLUMN rate_burst BIGINT,
+        ADD COLUMN rate_tat BIGINT",
+    ],
+];
 
 /// The version this code writes and reads.
 pub(crate) const SCHEMA_VERSION: usize = MIGRATIONS.len();
@@ -202,10 +229,17 @@ async fn run(c: &mut MySqlConnection, name: &str) -> Result<()> {
     {
         for sql in *statements {
             let sql = sql.replace("{collate}", collate);
-            sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+            match sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
                 .execute(&mut *c)
                 .await
-                .map_err(db)?;
+            {
+                // A column a migration cut short had added already (MySQL has no `ADD
+                // COLUMN IF NOT EXISTS`; tables are made `IF NOT EXISTS`).
+                Err(e) if duplicate_column(&e) => {}
+                done => {
+                    done.map_err(db)?;
+                }
+            }
         }
         sqlx::query(
             "INSERT INTO relayq_schema (id, version) VALUES (1, ?)
@@ -217,6 +251,13 @@ async fn run(c: &mut MySqlConnection, name: &str) -> Result<()> {
         .map_err(db)?;
     }
     Ok(())
+}
+
+/// MySQL's "duplicate column name" (1060).
+fn duplicate_column(e: &sqlx::Error) -> bool {
+    e.as_database_error()
+        .and_then(|d| d.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>())
+        .is_some_and(|d| d.number() == 1060)
 }
 
 /// The binary collation without trailing-space padding: under `utf8mb4_bin` (a `PAD

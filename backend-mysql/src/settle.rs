@@ -288,6 +288,7 @@ async fn settle_one(
     }
     if matches!(state, JobState::Succeeded | JobState::Dead) {
         let f = promote::Finished {
+            id: s.lease.job.0,
             queue: &s.lease.queue,
             group: group.as_deref(),
             batch,

@@ -13,6 +13,8 @@ impl Driven for Mysql {
         Capability::Unreachable,
         Capability::ConnectionCut,
         Capability::Schema,
+        Capability::Dependencies,
+        Capability::Rates,
     ];
 
     fn url(server: Option<&str>) -> String {

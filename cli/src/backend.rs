@@ -174,10 +174,27 @@ mod tests {
         assert!(!e.contains("s3cretpw"), "{e}");
     }
 
+    /// `mysql://` and `mariadb://` reach the MySQL backend: with nothing listening, the
+    /// error is the connection's, without the password.
+    #[tokio::test]
+    async fn mysql_urls_reach_the_mysql_backend() {
+        for scheme in ["mysql", "mariadb"] {
+            let url = format!("{scheme}://root:s3cretpw@127.0.0.1:1/test");
+            let e = open_err(&url, Use::Create).await;
+            assert!(
+                e.contains(&format!(
+                    "cannot open \"{scheme}://root:***@127.0.0.1:1/test\""
+                )),
+                "{e}"
+            );
+            assert!(!e.contains("s3cretpw"), "{e}");
+        }
+    }
+
     #[tokio::test]
     async fn unknown_schemes_and_plain_paths_are_clear_errors() {
-        let e = open_err("mysql://x", Use::Create).await;
-        assert!(e.contains("unknown scheme mysql://"), "{e}");
+        let e = open_err("oracle://x", Use::Create).await;
+        assert!(e.contains("unknown scheme oracle://"), "{e}");
         let e = open_err("relayq.db", Use::Create).await;
         assert!(e.contains("not a database URL"), "{e}");
     }

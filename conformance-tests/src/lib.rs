@@ -230,7 +230,8 @@ impl Env {
 }
 
 /// Calls `$callback! { module::case, ... }` with every case of the suite. This is the
-/// one list of cases; `=> Capability` after a case names the [`Capability`] it needs.
+/// one list of cases; `=> Capability` after a case names the [`Capability`] it needs
+/// (`=> A & B` for several).
 #[macro_export]
 macro_rules! for_each_case {
     ($($callback:ident)::+ ! $( ( $($args:tt)* ) )?) => {
@@ -304,7 +305,7 @@ macro_rules! for_each_case {
             keys::k7_why_names_a_full_key => LimitKeys,
             rates::k8_bad_rates_are_refused => Rates,
             rates::k9_no_window_holds_more_than_the_count => Rates,
-            rates::k9_a_rate_and_key_limits_combine => Rates,
+            rates::k9_a_rate_and_key_limits_combine => Rates & LimitKeys,
             rates::k9_the_default_burst_lets_a_claim_take_many => Rates,
             rates::k10_a_cut_claim_names_the_wait => Rates,
             rates::k10_only_the_rate_names_a_wait => Rates,
@@ -401,16 +402,14 @@ macro_rules! for_each_case {
 #[must_use]
 pub fn cases() -> &'static [runner::Case] {
     macro_rules! list {
-        ($($module:ident :: $case:ident $(=> $needs:ident)?),* $(,)?) => {
+        ($($module:ident :: $case:ident $(=> $($needs:ident)&+)?),* $(,)?) => {
             &[$(runner::Case {
                 module: stringify!($module),
                 name: stringify!($case),
-                needs: list!(@needs $($needs)?),
+                needs: &[$($(Capability::$needs),+)?],
                 run: |env| Box::pin(cases::$module::$case(env)),
             }),*]
         };
-        (@needs) => { None };
-        (@needs $needs:ident) => { Some(Capability::$needs) };
     }
     for_each_case!(list!)
 }

@@ -31,8 +31,8 @@ pub struct Case {
     pub module: &'static str,
     /// Its name, which starts with the rule it checks.
     pub name: &'static str,
-    /// The capability it needs, if any.
-    pub needs: Option<Capability>,
+    /// The capabilities it needs (none for most).
+    pub needs: &'static [Capability],
     /// The case itself.
     pub run: for<'a> fn(&'a Env) -> LocalBoxFuture<'a, anyhow::Result<()>>,
 }
@@ -127,9 +127,7 @@ fn runtime(workers: usize) -> std::io::Result<Runtime> {
 
 fn case_trial<S: Subject>(case: Case, shared: Shared<S>) -> Trial {
     Trial::ignorable_test(case.name, move || {
-        if let Some(needs) = case.needs
-            && !S::CAPABILITIES.contains(&needs)
-        {
+        if let Some(needs) = case.needs.iter().find(|c| !S::CAPABILITIES.contains(c)) {
             return Ok(Completion::ignored_with(format!(
                 "needs the {needs} capability, which {} does not declare",
                 S::NAME
