@@ -44,13 +44,13 @@ const SET_QUEUE: &str = "INSERT INTO relayq_queues
 
 /// A job by its primary key, as a cancel needs it; read under its queue's lock.
 const JOB_LIVE: &str = "SELECT id, state, group_key, batch_id, stage, attempts, worker,
-        started_at
+        started_at, limit_key, parked
     FROM relayq_jobs WHERE id = ? AND queue = ?";
 
 /// SPEC B7: a batch's unfinished jobs (`relayq_jobs_stage`, whose `live_batch` holds
 /// them only), highest stage first.
 const BATCH_LIVE: &str = "SELECT id, state, group_key, batch_id, stage, attempts, worker,
-        started_at
+        started_at, limit_key, parked
     FROM relayq_jobs WHERE live_batch = ? ORDER BY stage DESC, id DESC";
 
 /// SPEC B7: seals the batch (no job joins it from now on); no row when the batch is
@@ -69,7 +69,7 @@ const PURGE_BATCHES: &str = "SELECT DISTINCT batch_id FROM relayq_jobs
 /// SPEC B9: the next 100 unfinished jobs of no batch up to the newest, last in claim
 /// order first.
 const PURGE_LIVE: &str = "SELECT id, state, group_key, batch_id, stage, attempts, worker,
-        started_at
+        started_at, limit_key, parked
     FROM relayq_jobs
     WHERE queue = ? AND state IN ('ready', 'blocked', 'running', 'retrying')
       AND batch_id IS NULL AND id <= ?
@@ -115,6 +115,8 @@ struct Live {
     attempts: i64,
     worker: Option<String>,
     started_at: Option<i64>,
+    limit_key: Option<String>,
+    parked: bool,
 }
 
 /// A dead job as a retry reads it.
@@ -182,6 +184,13 @@ async fn cancel(
         log_attempts(c, chunk).await?;
     }
     for j in jobs {
+        // A running keyed job frees its key's slot; an unparked waiting one may be the
+        // one a freed slot put back, and passes its turn on (SPEC K2, K4).
+        let state = j.state.parse::<JobState>()?;
+        let waiting = matches!(state, JobState::Ready | JobState::Retrying) && !j.parked;
+        if state == JobState::Running || waiting {
+            crate::keys::freed(c, queue, j.limit_key.as_deref()).await?;
+        }
         let finished = Finished {
             id: j.id,
             queue,
@@ -543,17 +552,30 @@ impl Admin for MysqlBackend {
         retry_transient(|| self.set_queue(queue, &update), crate::deadlocked).await
     }
 
-    /// SPEC K1: refused, as a job with a limit key is (`Limits::limit_keys` is false).
     async fn set_key_limit_unchecked(
         &self,
-        _queue: &str,
-        _key: Option<&str>,
-        _limit: Option<u32>,
+        queue: &str,
+        key: Option<&str>,
+        limit: Option<u32>,
     ) -> Result<()> {
-        Err(Error::invalid(
-            "limit_key",
-            "the MySQL backend does not keep limit keys yet",
-        ))
+        retry_transient(
+            || self.set_key_limit_once(queue, key, limit),
+            crate::deadlocked,
+        )
+        .await
+    }
+
+    async fn set_key_rate_unchecked(
+        &self,
+        queue: &str,
+        key: Option<&str>,
+        rate: Option<relayq_core::Rate>,
+    ) -> Result<()> {
+        retry_transient(
+            || self.set_key_rate_once(queue, key, rate),
+            crate::deadlocked,
+        )
+        .await
     }
 
     async fn cancel_job_unchecked(&self, queue: &str, id: JobId) -> Result<bool> {

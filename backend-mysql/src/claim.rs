@@ -41,7 +41,8 @@ const ANY_EXPIRED: &str = "SELECT 1 FROM relayq_jobs
 
 /// The queue's expired leases.
 const EXPIRED: &str = "SELECT id, attempts, max_attempts, CAST(group_key AS CHAR), batch_id,
-        stage, CAST(COALESCE(worker, '') AS CHAR), COALESCE(started_at, 0)
+        stage, CAST(COALESCE(worker, '') AS CHAR), COALESCE(started_at, 0),
+        CAST(limit_key AS CHAR)
     FROM relayq_jobs WHERE running_queue = ? AND lease_expires_at <= ?";
 
 /// One expired lease ended: retried or dead; not one a heartbeat extended since it was
@@ -50,9 +51,10 @@ const EXPIRE_ONE: &str = "UPDATE relayq_jobs SET state = ?, last_error = ?, fini
         lease_token = NULL, lease_expires_at = NULL
     WHERE id = ? AND state = 'running' AND lease_expires_at <= ?";
 
-/// One row of [`CANDIDATES`].
-struct Candidate {
-    id: i64,
+/// One row of [`CANDIDATES`], and the token it is started with.
+pub(crate) struct Candidate {
+    pub(crate) id: i64,
+    token: uuid::Uuid,
     attempts: i64,
     payload: Vec<u8>,
     priority: i64,
@@ -67,6 +69,7 @@ struct Candidate {
 impl sqlx::FromRow<'_, MySqlRow> for Candidate {
     fn from_row(row: &MySqlRow) -> sqlx::Result<Self> {
         Ok(Self {
+            token: uuid::Uuid::nil(),
             id: row.try_get(0)?,
             attempts: row.try_get(1)?,
             payload: row.try_get(2)?,
@@ -119,22 +122,25 @@ impl MysqlBackend {
         if let Some(p) = &paced {
             limit = i64::from(p.allowed);
         }
+        let mut wake_in = None;
         let rows: Vec<Candidate> = if limit == 0 {
             Vec::new()
+        } else if queue.keyed {
+            let (rows, wake) = crate::keys::claim_keyed(&mut tx, req, limit, now, &queue).await?;
+            wake_in = wake;
+            rows
         } else {
-            sqlx::query_as(CANDIDATES)
+            let mut rows: Vec<Candidate> = sqlx::query_as(CANDIDATES)
                 .bind(&req.queue)
                 .bind(now)
                 .bind(limit)
                 .fetch_all(&mut *tx)
                 .await
-                .map_err(db)?
+                .map_err(db)?;
+            start(&mut tx, &mut rows, req, now).await?;
+            rows
         };
         let expires_at = plus(now, req.lease);
-        let tokens: Vec<uuid::Uuid> = rows.iter().map(|_| uuid::Uuid::new_v4()).collect();
-        if !rows.is_empty() {
-            take(&mut tx, &rows, &tokens, expires_at, &req.worker, now).await?;
-        }
         let taken = u32::try_from(rows.len()).unwrap_or(u32::MAX);
         let mut next_in = None;
         if let Some(p) = paced {
@@ -151,10 +157,9 @@ impl MysqlBackend {
         tx.commit().await.map_err(db)?;
         let jobs = rows
             .into_iter()
-            .zip(tokens)
-            .map(|(r, token)| claimed(req, r, token, expires_at))
+            .map(|r| claimed(req, r, expires_at))
             .collect::<Result<Vec<_>>>()?;
-        Ok(relayq_core::Claimed::new(jobs, next_in))
+        Ok(relayq_core::Claimed::new(jobs, next_in).waking_in(wake_in))
     }
 
     /// The server's plan for the claim's read of `queue`'s head (`EXPLAIN
@@ -210,33 +215,38 @@ impl MysqlBackend {
     }
 }
 
-/// Starts the attempts: each row running under its own token, by primary key.
-async fn take(
+/// Starts the attempts of `rows`, read under the claim's locks: each running under a
+/// new random token (kept in the row), by primary key. Nothing for no rows.
+pub(crate) async fn start(
     c: &mut Conn,
-    rows: &[Candidate],
-    tokens: &[uuid::Uuid],
-    expires_at: i64,
-    worker: &str,
+    rows: &mut [Candidate],
+    req: &ClaimRequest,
     now: i64,
 ) -> Result<()> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    for r in rows.iter_mut() {
+        r.token = uuid::Uuid::new_v4();
+    }
     let mut q = QueryBuilder::<MySql>::new(
         "UPDATE relayq_jobs SET state = 'running', attempts = attempts + 1, lease_expires_at = ",
     );
-    q.push_bind(expires_at)
+    q.push_bind(plus(now, req.lease))
         .push(", worker = ")
-        .push_bind(worker)
+        .push_bind(&req.worker)
         .push(", started_at = ")
         .push_bind(now)
         .push(", lease_token = CASE id");
-    for (r, t) in rows.iter().zip(tokens) {
+    for r in rows.iter() {
         q.push(" WHEN ")
             .push_bind(r.id)
             .push(" THEN ")
-            .push_bind(t.as_bytes().to_vec());
+            .push_bind(r.token.as_bytes().to_vec());
     }
     q.push(" END WHERE id IN (");
     let mut ids = q.separated(", ");
-    for r in rows {
+    for r in rows.iter() {
         ids.push_bind(r.id);
     }
     q.push(")");
@@ -247,17 +257,12 @@ async fn take(
     Ok(())
 }
 
-fn claimed(
-    req: &ClaimRequest,
-    r: Candidate,
-    token: uuid::Uuid,
-    expires_at: i64,
-) -> Result<ClaimedJob> {
+fn claimed(req: &ClaimRequest, r: Candidate, expires_at: i64) -> Result<ClaimedJob> {
     Ok(ClaimedJob {
         lease: Lease {
             queue: req.queue.clone(),
             job: JobId(r.id),
-            token: LeaseToken(token),
+            token: LeaseToken(r.token),
             attempt: u32::try_from(r.attempts + 1).map_err(Error::backend)?,
             expires_at: at(expires_at),
             worker: req.worker.clone(),
@@ -286,6 +291,7 @@ type Expired = (
     Option<i64>,
     String,
     i64,
+    Option<String>,
 );
 
 /// Ends the queue's expired leases inside a transaction holding its exclusive lock:
@@ -301,7 +307,7 @@ pub(crate) async fn expire(c: &mut Conn, queue: &str, now: i64) -> Result<(u64, 
     let (mut requeued, mut dead) = (0, 0);
     let mut touched = promote::Touched::default();
     let error = "lease expired";
-    for (id, attempts, max_attempts, group, batch, stage, worker, started_at) in expired {
+    for (id, attempts, max_attempts, group, batch, stage, worker, started_at, key) in expired {
         let retry = attempts < max_attempts;
         let changed = sqlx::query(EXPIRE_ONE)
             .bind(if retry { "retrying" } else { "dead" })
@@ -330,6 +336,7 @@ pub(crate) async fn expire(c: &mut Conn, queue: &str, now: i64) -> Result<(u64, 
             output: None,
         };
         log_attempts(c, &[ended]).await?;
+        crate::keys::freed(c, queue, key.as_deref()).await?;
         if retry {
             requeued += 1;
         } else {

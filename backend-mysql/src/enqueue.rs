@@ -23,16 +23,15 @@ const OPEN_BATCH_STAGE: &str = "SELECT sealed, failed, released_stage,
 /// the server's `max_allowed_packet` (16 MiB by default on MariaDB, 64 MiB on MySQL).
 const INSERT_BYTES: usize = 4 << 20;
 
-/// The rows one insert takes at most: 12 values each, and a prepared statement takes
+/// The rows one insert takes at most: 13 values each, and a prepared statement takes
 /// at most 65,535 placeholders (error 1390).
 const INSERT_ROWS: usize = 4000;
 
 #[async_trait]
 impl Enqueue for MysqlBackend {
     fn limits(&self) -> Limits {
-        // No limit keys yet: core refuses them on their field.
         Limits {
-            limit_keys: false,
+            limit_keys: true,
             rates: true,
             dependencies: true,
             ..self.inner.limits
@@ -117,6 +116,7 @@ pub(crate) async fn enqueue_in(
     }
     touched.promote(&mut *c).await?;
     after::ready(&mut *c, &free).await?;
+    crate::keys::park_new(&mut *c, queue, jobs, &out, now).await?;
     Ok(out)
 }
 
@@ -190,7 +190,7 @@ async fn insert_all(
         let (chunk, after) = rest.split_at(n);
         let mut q = QueryBuilder::<MySql>::new(
             "INSERT INTO relayq_jobs (queue, state, payload, priority, run_at, max_attempts,
-                 group_key, batch_id, stage, dedupe_key, enqueued_by, created_at) ",
+                 group_key, batch_id, stage, dedupe_key, enqueued_by, created_at, limit_key) ",
         );
         q.push_values(chunk, |mut b, job| {
             b.push_bind(queue)
@@ -204,7 +204,8 @@ async fn insert_all(
                 .push_bind(job.batch.map(|_| i64::from(job.stage.unwrap_or(0))))
                 .push_bind(job.dedupe_key.as_deref())
                 .push_bind(job.enqueued_by.as_deref())
-                .push_bind(now);
+                .push_bind(now)
+                .push_bind(job.limit_key.as_deref());
         });
         let done = q.build().execute(&mut *c).await.map_err(db)?;
         if done.rows_affected() != chunk.len() as u64 {

@@ -47,7 +47,7 @@ const QUEUES: &str = "SELECT DISTINCT queue FROM relayq_jobs
 const JOB: &str = "SELECT id, state, run_at > CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED)
         AS future, payload, priority, run_at, attempts, max_attempts, group_key, batch_id,
         stage, dedupe_key, enqueued_by, created_at, finished_at, last_error, worker,
-        started_at, progress
+        started_at, progress, limit_key
     FROM relayq_jobs WHERE id = ? AND queue = ? LOCK IN SHARE MODE";
 
 /// A job's ended attempts, oldest first, through `relayq_attempts_job`.
@@ -105,6 +105,7 @@ struct JobRow {
     worker: Option<String>,
     started_at: Option<i64>,
     progress: Option<String>,
+    limit_key: Option<String>,
 }
 
 #[derive(sqlx::FromRow)]
@@ -335,15 +336,13 @@ impl Inspect for MysqlBackend {
             last_error: row.last_error,
             attempt_log: log,
             progress: row.progress.as_deref().and_then(Progress::from_stored),
-            // No limit keys here (SPEC K1 refuses them).
-            limit_key: None,
+            limit_key: row.limit_key,
             after: after.into_iter().map(JobId).collect(),
         })
     }
 
-    /// No key has a limit here: this backend does not keep limit keys yet (SPEC K1).
-    async fn key_limits_unchecked(&self, _queue: &str) -> Result<KeyLimits> {
-        Ok(KeyLimits::default())
+    async fn key_limits_unchecked(&self, queue: &str) -> Result<KeyLimits> {
+        self.key_limits_of(queue).await
     }
 
     async fn running_unchecked(&self, queue: &str) -> Result<Vec<RunningJob>> {

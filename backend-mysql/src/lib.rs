@@ -38,6 +38,8 @@ mod driver;
 mod enqueue;
 mod error;
 mod inspect;
+mod key_rates;
+mod keys;
 mod lock;
 mod promote;
 mod schedules;

@@ -19,11 +19,18 @@ pub(crate) struct QueueRow {
     /// Its rate (SPEC K8), and when the rate's next start is due.
     pub(crate) rate: Option<relayq_core::Rate>,
     pub(crate) tat: Option<i64>,
+    /// Whether it has key limits or key rates (SPEC K), and the default limit.
+    pub(crate) keyed: bool,
+    pub(crate) key_limit: Option<i64>,
+    /// Whether it has key rates (SPEC K12), and the default one.
+    pub(crate) key_rated: bool,
+    pub(crate) key_rate: Option<relayq_core::Rate>,
 }
 
 /// A queue's row as a claim reads it, the server's time last.
 const QUEUE_ROW: &str = "SELECT paused, max_running, rate_count, rate_per_us, rate_burst,
-        rate_tat, CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED)
+        rate_tat, keyed, key_limit, key_rated, key_rate_count, key_rate_per_us, key_rate_burst,
+        CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED)
     FROM relayq_queues WHERE queue = ?";
 
 type Row = (
@@ -33,18 +40,30 @@ type Row = (
     Option<i64>,
     Option<i64>,
     Option<i64>,
+    bool,
+    Option<i64>,
+    bool,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
     i64,
 );
 
 fn queue_row(r: Row) -> (QueueRow, i64) {
-    let (paused, max_running, count, per, burst, tat, now) = r;
+    let (paused, max_running, count, per, burst, tat, keyed, key_limit, key_rated, kc, kp, kb, now) =
+        r;
     let rate = relayq_core::kit::rate::stored(count, per, burst);
+    let key_rate = relayq_core::kit::rate::stored(kc, kp, kb);
     (
         QueueRow {
             paused,
             max_running,
             rate,
             tat,
+            keyed,
+            key_limit,
+            key_rated,
+            key_rate,
         },
         now,
     )
@@ -84,8 +103,8 @@ impl MysqlBackend {
 
     /// Begins a claim's transaction: the queue's row held shared (so claims run beside
     /// each other, and no write to the queue runs beside them), or exclusively when the
-    /// queue has `max_running` or a rate (claims then count its running jobs and move
-    /// its rate one at a time). `None` when the queue was never written to: it has no
+    /// queue has `max_running`, a rate or key limits (claims then count its running
+    /// jobs, each key's, and move its rate one at a time). `None` when the queue was never written to: it has no
     /// jobs.
     pub(crate) async fn claim_lock(&self, queue: &str) -> Result<Option<(Tx, i64, QueueRow)>> {
         let mut tx = self.inner.pool.begin().await.map_err(db)?;
@@ -98,7 +117,7 @@ impl MysqlBackend {
         let Some((row, now)) = row.map(queue_row) else {
             return Ok(None);
         };
-        if (row.max_running.is_none() && row.rate.is_none()) || row.paused {
+        if (row.max_running.is_none() && row.rate.is_none() && !row.keyed) || row.paused {
             return Ok(Some((tx, now, row)));
         }
         // Upgrading would deadlock with another claimer doing the same: start over with

@@ -78,9 +78,22 @@ const GROUP_HEAD: &str = "SELECT j.id FROM relayq_jobs j
            SELECT MIN(s.stage) FROM relayq_jobs s WHERE s.live_batch = j.batch_id))
     ORDER BY j.priority, j.run_at, j.id LIMIT 1";
 
-/// Every ready job of the group but the head is blocked.
-const GROUP_DEMOTE: &str = "UPDATE relayq_jobs SET state = 'blocked'
+/// Every ready job of the group but the head is blocked, and leaves its parking: when
+/// it is promoted again its key may have room, and no slot would free to put it back.
+const GROUP_DEMOTE: &str = "UPDATE relayq_jobs SET state = 'blocked', parked = FALSE
     WHERE queue = ? AND holding_group = ? AND state = 'ready' AND NOT (id <=> ?)";
+
+/// The keys of the unparked ready jobs [`GROUP_DEMOTE`] is about to block: each may be
+/// the one a freed slot put back, and passes its turn on (SPEC K4).
+const DEMOTED_KEYS: &str = "SELECT CAST(limit_key AS CHAR) FROM relayq_jobs
+    WHERE queue = ? AND holding_group = ? AND state = 'ready' AND NOT (id <=> ?)
+      AND limit_key IS NOT NULL AND NOT parked";
+
+/// The keys of the halted stage's running and unparked waiting jobs, whose slots the
+/// halt frees (SPEC K2, K4).
+const HALT_KEYS: &str = "SELECT CAST(queue AS CHAR), CAST(limit_key AS CHAR) FROM relayq_jobs
+    WHERE live_batch = ? AND stage = ? AND limit_key IS NOT NULL
+      AND (state = 'running' OR (state IN ('ready', 'retrying') AND NOT parked))";
 
 /// The head is ready.
 const GROUP_PROMOTE: &str = "UPDATE relayq_jobs SET state = 'ready'
@@ -216,6 +229,12 @@ impl Touched {
             .fetch_all(&mut *c)
             .await
             .map_err(db)?;
+        let keys: Vec<(String, String)> = sqlx::query_as(HALT_KEYS)
+            .bind(batch)
+            .bind(stage)
+            .fetch_all(&mut *c)
+            .await
+            .map_err(db)?;
         sqlx::query(HALT_STAGE)
             .bind(now)
             .bind(batch)
@@ -223,6 +242,9 @@ impl Touched {
             .execute(&mut *c)
             .await
             .map_err(db)?;
+        for (queue, key) in keys {
+            crate::keys::freed(c, &queue, Some(&key)).await?;
+        }
         for (queue, group) in groups {
             self.group(&queue, &group);
         }
@@ -287,6 +309,13 @@ pub(crate) async fn settle_group(c: &mut Conn, queue: &str, group: &str) -> Resu
         .fetch_optional(&mut *c)
         .await
         .map_err(db)?;
+    let keys: Vec<String> = sqlx::query_scalar(DEMOTED_KEYS)
+        .bind(queue)
+        .bind(group)
+        .bind(head)
+        .fetch_all(&mut *c)
+        .await
+        .map_err(db)?;
     sqlx::query(GROUP_DEMOTE)
         .bind(queue)
         .bind(group)
@@ -294,6 +323,9 @@ pub(crate) async fn settle_group(c: &mut Conn, queue: &str, group: &str) -> Resu
         .execute(&mut *c)
         .await
         .map_err(db)?;
+    for key in keys {
+        crate::keys::freed(c, queue, Some(&key)).await?;
+    }
     if let Some(head) = head {
         sqlx::query(GROUP_PROMOTE)
             .bind(head)

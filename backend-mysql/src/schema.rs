@@ -165,6 +165,63 @@ pub(crate) const MIGRATIONS: &[&[&str]] = &[
         ADD COLUMN rate_burst BIGINT,
         ADD COLUMN rate_tat BIGINT",
     ],
+    &[
+        // Limit keys (SPEC K). A job's key, and whether a claim set it aside ("parked")
+        // because its key was full: a parked job leaves the claim index, so claims stop
+        // reading a full key's waiting jobs, however many there are (SPEC K4).
+        "ALTER TABLE relayq_jobs
+            ADD COLUMN limit_key VARCHAR(255),
+            ADD COLUMN parked BOOLEAN NOT NULL DEFAULT FALSE",
+        // The claim index's prefix leaves parked jobs out; the key of a parked waiting
+        // job finds the earliest one to put back, that of an unparked one the jobs an
+        // enqueue counts ahead of its own; running jobs are counted per key.
+        "ALTER TABLE relayq_jobs
+            DROP INDEX relayq_jobs_claim,
+            DROP COLUMN claim_queue,
+            ADD COLUMN claim_queue VARCHAR(128) GENERATED ALWAYS AS
+                (CASE WHEN state IN ('ready', 'retrying') AND NOT parked THEN queue END) STORED,
+            ADD COLUMN parked_key VARCHAR(255) GENERATED ALWAYS AS
+                (CASE WHEN state IN ('ready', 'retrying') AND parked THEN limit_key END) STORED,
+            ADD COLUMN waiting_key VARCHAR(255) GENERATED ALWAYS AS
+                (CASE WHEN state IN ('ready', 'retrying') AND NOT parked THEN limit_key END)
+                STORED,
+            ADD KEY relayq_jobs_key_waiting (queue, waiting_key, priority, run_at, id),
+            ADD KEY relayq_jobs_claim (claim_queue, priority, run_at, id),
+            ADD KEY relayq_jobs_parked (queue, parked_key, priority, run_at, id),
+            ADD KEY relayq_jobs_key_running (running_queue, limit_key)",
+        // The limit of every key without one of its own, and whether the queue has
+        // key limits at all (its claims then count keys).
+        // The rate of every key without one of its own (SPEC K12), as a queue's rate is
+        // stored; `keyed` says the queue has key limits or key rates at all, and
+        // `key_rated` key rates (its claims then count keys, or judge their rates).
+        "ALTER TABLE relayq_queues
+            ADD COLUMN key_limit BIGINT,
+            ADD COLUMN key_rate_count BIGINT,
+            ADD COLUMN key_rate_per_us BIGINT,
+            ADD COLUMN key_rate_burst BIGINT,
+            ADD COLUMN keyed BOOLEAN NOT NULL DEFAULT FALSE,
+            ADD COLUMN key_rated BOOLEAN NOT NULL DEFAULT FALSE",
+        // One row per key that has a rate: its own (NULL under the default), when its
+        // next start is due (`tat`), and when a claim that parked its jobs for the rate
+        // set them to go back (`wake_at`).
+        "CREATE TABLE IF NOT EXISTS relayq_key_rates (
+            queue       VARCHAR(128) NOT NULL,
+            limit_key   VARCHAR(255) NOT NULL,
+            rate_count  BIGINT,
+            rate_per_us BIGINT,
+            rate_burst  BIGINT,
+            tat         BIGINT,
+            wake_at     BIGINT,
+            PRIMARY KEY (queue, limit_key),
+            KEY relayq_key_rates_wake (queue, wake_at)
+        ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = {collate}",
+        "CREATE TABLE IF NOT EXISTS relayq_key_limits (
+            queue     VARCHAR(128) NOT NULL,
+            limit_key VARCHAR(255) NOT NULL,
+            max       BIGINT       NOT NULL,
+            PRIMARY KEY (queue, limit_key)
+        ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = {collate}",
+    ],
 ];
 
 /// The version this code writes and reads.

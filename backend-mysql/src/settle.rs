@@ -16,7 +16,8 @@ use crate::{Conn, Ended, MysqlBackend, at, db, deadlocked, log_attempts, plus, p
 /// The row of a lease that holds: same job, same token, still running, not expired
 /// (SPEC L1), in the queue the lease names.
 const HELD: &str = "SELECT attempts, max_attempts, budget, run_at, CAST(group_key AS CHAR),
-        batch_id, stage, CAST(COALESCE(worker, '') AS CHAR), COALESCE(started_at, 0)
+        batch_id, stage, CAST(COALESCE(worker, '') AS CHAR), COALESCE(started_at, 0),
+        CAST(limit_key AS CHAR)
     FROM relayq_jobs
     WHERE id = ? AND lease_token = ? AND state = 'running' AND lease_expires_at > ?
       AND queue = ?";
@@ -32,6 +33,7 @@ type Held = (
     Option<i64>,
     String,
     i64,
+    Option<String>,
 );
 
 /// A fenced settle's new state, by primary key.
@@ -197,7 +199,8 @@ async fn settle_one(
         .fetch_optional(&mut *c)
         .await
         .map_err(db)?;
-    let Some((attempts, max_attempts, budget, run_at, group, batch, stage, worker, started)) = row
+    let Some((attempts, max_attempts, budget, run_at, group, batch, stage, worker, started, key)) =
+        row
     else {
         return Ok(Err(Error::StaleLease));
     };
@@ -280,6 +283,8 @@ async fn settle_one(
         output: s.output.as_deref(),
     };
     log_attempts(c, &[ended]).await?;
+    // Its key's slot is free (SPEC K2).
+    crate::keys::freed(c, &s.lease.queue, key.as_deref()).await?;
     if let (Settled::Released, Some(group), JobState::Ready) = (settled, group.as_deref(), state) {
         // A released job no longer holds its group: an earlier job of the group whose
         // stage was released meanwhile goes first (SPEC G2). A released retry holds it

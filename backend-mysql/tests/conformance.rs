@@ -15,6 +15,9 @@ impl Driven for Mysql {
         Capability::Schema,
         Capability::Dependencies,
         Capability::Rates,
+        Capability::LimitKeys,
+        Capability::KeyRates,
+        Capability::KeyBacklogs,
     ];
 
     fn url(server: Option<&str>) -> String {
