@@ -40,7 +40,8 @@ const SET_QUEUE: &str = "INSERT INTO relayq_queues
         rate_per_us = IF(?, ?, rate_per_us),
         rate_burst = IF(?, ?, rate_burst),
         paused = COALESCE(?, paused),
-        max_running = IF(?, ?, max_running)";
+        max_running = IF(?, ?, max_running),
+        changes = changes + 1";
 
 /// A job by its primary key, as a cancel needs it; read under its queue's lock.
 const JOB_LIVE: &str = "SELECT id, state, group_key, batch_id, stage, attempts, worker,

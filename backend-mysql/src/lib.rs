@@ -20,8 +20,9 @@
 //! - **Deadlocks and lock-wait timeouts** (1213, 1205) are transient, and each write
 //!   runs again up to a bounded number of times with jitter
 //!   (`relayq_core::retry::retry_transient`).
-//! - **Wake-ups by polling**: MySQL cannot notify, so `Events::subscribe` returns
-//!   `None` and workers poll with backoff.
+//! - **Wake-ups by polling**: MySQL cannot notify, so each write counts itself in its
+//!   queue's row, and a task per subscribed handle reads the counts, every 20 ms while
+//!   they move and up to every 250 ms when they do not (`listen.rs`).
 //! - **Time** is the server's clock (`SYSDATE(6)`, read once a transaction holds its
 //!   locks), stored as microseconds since the epoch.
 //! - **Replication**: `SKIP LOCKED` is unsafe for statement-based replication; a server
@@ -40,6 +41,7 @@ mod error;
 mod inspect;
 mod key_rates;
 mod keys;
+mod listen;
 mod lock;
 mod promote;
 mod schedules;
@@ -125,6 +127,9 @@ struct Inner {
     id_step: i64,
     /// When this handle last looked for expired leases, per queue (SPEC C5).
     expiry: Mutex<HashMap<String, Instant>>,
+    /// Its subscribers, and the task that wakes them (`listen.rs`).
+    events: Arc<relayq_core::EventBus>,
+    listen: relayq_core::kit::wake::ListenTask,
 }
 
 impl MysqlBackend {
@@ -205,6 +210,8 @@ impl MysqlBackend {
                 limits: config.limits,
                 id_step: id_step.max(1),
                 expiry: Mutex::default(),
+                events: Arc::default(),
+                listen: relayq_core::kit::wake::ListenTask::default(),
             }),
         })
     }
@@ -287,8 +294,12 @@ impl MysqlBackend {
 }
 
 impl Events for MysqlBackend {
+    /// Wakes subscribers by polling each queue's count of writes (`listen.rs`).
     fn subscribe(&self) -> Option<tokio::sync::broadcast::Receiver<relayq_core::Event>> {
-        None
+        let rx = self.inner.events.subscribe();
+        let (pool, events) = (self.inner.pool.clone(), self.inner.events.clone());
+        self.inner.listen.start(|| listen::poll(pool, events));
+        Some(rx)
     }
 }
 

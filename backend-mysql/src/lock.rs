@@ -75,6 +75,12 @@ impl MysqlBackend {
     /// the locks are held (`SYSDATE`, not `NOW`: `NOW` is the statement's start, before
     /// any wait for a lock), in whole microseconds.
     pub(crate) async fn write(&self, queues: &[&str]) -> Result<(Tx, i64)> {
+        self.write_with(queues, true).await
+    }
+
+    /// [`write`](Self::write), counting the write for pollers (`listen.rs`) or not (a
+    /// claim, which wakes no one).
+    async fn write_with(&self, queues: &[&str], count: bool) -> Result<(Tx, i64)> {
         let mut names: Vec<&str> = queues.to_vec();
         names.sort_unstable();
         names.dedup();
@@ -98,6 +104,20 @@ impl MysqlBackend {
             .last()
             .map(|r| r.2)
             .ok_or_else(|| Error::backend("a queue's row was not found after it was made"))?;
+        // Counted for the handles that wake their subscribers by polling (`listen.rs`):
+        // the rows are this transaction's already, so it waits for nothing.
+        if !count {
+            return Ok((tx, now));
+        }
+        let mut bump = QueryBuilder::<MySql>::new(
+            "UPDATE relayq_queues SET changes = changes + 1 WHERE queue IN (",
+        );
+        let mut list = bump.separated(", ");
+        for n in &names {
+            list.push_bind(*n);
+        }
+        list.push_unseparated(")");
+        bump.build().execute(&mut *tx).await.map_err(db)?;
         Ok((tx, now))
     }
 
@@ -123,7 +143,7 @@ impl MysqlBackend {
         // Upgrading would deadlock with another claimer doing the same: start over with
         // the exclusive lock, and read the row again under it.
         tx.rollback().await.map_err(db)?;
-        let (mut tx, _) = self.write(&[queue]).await?;
+        let (mut tx, _) = self.write_with(&[queue], false).await?;
         let row: Row = sqlx::query_as(QUEUE_ROW)
             .bind(queue)
             .fetch_one(&mut *tx)

@@ -201,6 +201,9 @@ pub(crate) const MIGRATIONS: &[&[&str]] = &[
             ADD COLUMN key_rate_burst BIGINT,
             ADD COLUMN keyed BOOLEAN NOT NULL DEFAULT FALSE,
             ADD COLUMN key_rated BOOLEAN NOT NULL DEFAULT FALSE",
+        // Every write to the queue counts itself here, under the row lock it holds:
+        // handles poll the counts to wake their subscribers (`listen.rs`).
+        "ALTER TABLE relayq_queues ADD COLUMN changes BIGINT NOT NULL DEFAULT 0",
         // One row per key that has a rate: its own (NULL under the default), when its
         // next start is due (`tat`), and when a claim that parked its jobs for the rate
         // set them to go back (`wake_at`).

@@ -10,6 +10,7 @@ impl Driven for Mysql {
     const NAME: &'static str = "mysql";
     const DRIVER: &'static relayq_core::Driver = &relayq_mysql::DRIVER;
     const CAPABILITIES: &'static [Capability] = &[
+        Capability::Notifications,
         Capability::Unreachable,
         Capability::ConnectionCut,
         Capability::Schema,
