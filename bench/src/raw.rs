@@ -6,6 +6,9 @@
 //!   its own.
 //! - Redis: one script pops 50 with `ZPOPMIN` (and marks them running), one script
 //!   acknowledges the 50.
+//! - MariaDB/MySQL: in a transaction at READ COMMITTED, `SELECT ... FOR UPDATE SKIP
+//!   LOCKED` of 50 on `(queue, state, priority, run_at, id)`, then one `UPDATE` of the
+//!   50 by id; then one `DELETE` of the 50, each loop on a connection of its own.
 
 use std::time::Instant;
 
@@ -23,6 +26,7 @@ pub async fn loops(targets: &[Target], n: usize, runs: usize) -> anyhow::Result<
             samples.push(match t {
                 Target::Postgres(url) => postgres(url, n).await?,
                 Target::Redis(url) => redis_loop(url, n).await?,
+                Target::Other(driver, url) if driver.name == "mysql" => mysql(url, n).await?,
                 _ => continue,
             });
         }
@@ -96,6 +100,91 @@ async fn postgres(url: &str, n: usize) -> anyhow::Result<f64> {
                     }
                     sqlx::query("DELETE FROM relayq_bench_raw.jobs WHERE id = ANY($1)")
                         .bind(&ids)
+                        .execute(&mut *conn)
+                        .await?;
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await??;
+    }
+    Ok(n as f64 / start.elapsed().as_secs_f64())
+}
+
+#[allow(clippy::cast_precision_loss)]
+async fn mysql(url: &str, n: usize) -> anyhow::Result<f64> {
+    use sqlx::Executor as _;
+    let base = url.split('?').next().unwrap_or(url);
+    let pool = sqlx::mysql::MySqlPoolOptions::new()
+        .max_connections(u32::try_from(LOOPS)? + 1)
+        .after_connect(|c, _| {
+            Box::pin(async move {
+                c.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                    .await?;
+                Ok(())
+            })
+        })
+        .connect(base)
+        .await?;
+    sqlx::raw_sql(
+        "CREATE TABLE IF NOT EXISTS relayq_bench_raw_jobs (
+             id BIGINT AUTO_INCREMENT PRIMARY KEY, queue VARCHAR(128) NOT NULL,
+             state VARCHAR(16) NOT NULL, priority INT NOT NULL, run_at DATETIME(6) NOT NULL,
+             payload BLOB NOT NULL,
+             KEY jobs_ready (queue, state, priority, run_at, id)) ENGINE = InnoDB",
+    )
+    .execute(&pool)
+    .await?;
+    let q = format!("raw-{}", std::process::id());
+    for chunk in 0..n.div_ceil(1000) {
+        let size = (n - chunk * 1000).min(1000);
+        let mut insert = sqlx::QueryBuilder::<sqlx::MySql>::new(
+            "INSERT INTO relayq_bench_raw_jobs (queue, state, priority, run_at, payload) ",
+        );
+        insert.push_values(0..size, |mut b, _| {
+            b.push_bind(&q)
+                .push("'ready', 0, NOW(6)")
+                .push_bind(vec![b'x'; 100]);
+        });
+        insert.build().execute(&pool).await?;
+    }
+    let mut conns = Vec::with_capacity(LOOPS);
+    for _ in 0..LOOPS {
+        conns.push(pool.acquire().await?);
+    }
+    let start = Instant::now();
+    let tasks: Vec<_> = conns
+        .into_iter()
+        .map(|mut conn| {
+            let q = q.clone();
+            tokio::spawn(async move {
+                loop {
+                    let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+                    let ids: Vec<i64> = sqlx::query_scalar(
+                        "SELECT id FROM relayq_bench_raw_jobs
+                         WHERE queue = ? AND state = 'ready' AND run_at <= NOW(6)
+                         ORDER BY priority, run_at, id LIMIT 50
+                         FOR UPDATE SKIP LOCKED",
+                    )
+                    .bind(&q)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                    if ids.is_empty() {
+                        tx.commit().await?;
+                        return anyhow::Ok(());
+                    }
+                    let list = ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
+                    // The ids are this loop's own numbers, written into the text.
+                    let set = format!(
+                        "UPDATE relayq_bench_raw_jobs SET state = 'running' WHERE id IN ({list})"
+                    );
+                    sqlx::raw_sql(sqlx::AssertSqlSafe(set))
+                        .execute(&mut *tx)
+                        .await?;
+                    tx.commit().await?;
+                    let delete = format!("DELETE FROM relayq_bench_raw_jobs WHERE id IN ({list})");
+                    sqlx::raw_sql(sqlx::AssertSqlSafe(delete))
                         .execute(&mut *conn)
                         .await?;
                 }
