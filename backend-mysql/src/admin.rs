@@ -82,9 +82,9 @@ const PRUNABLE: &str = "SELECT id FROM relayq_jobs
     WHERE queue = ? AND state IN ('succeeded', 'dead', 'cancelled') AND finished_at <= ?
     LIMIT ?";
 
-/// SPEC M3: sealed batches with no job left. The subquery reads `relayq_jobs`, not the
-/// table it deletes from; each batch's check is one probe of `relayq_jobs_batch`.
-const PRUNE_BATCHES: &str = "DELETE FROM relayq_batches WHERE queue = ? AND sealed
+/// SPEC M3: sealed batches with no job left, read plainly and deleted by id
+/// (`by_id.rs`); each batch's check is one probe of `relayq_jobs_batch`.
+const PRUNE_BATCHES: &str = "SELECT id FROM relayq_batches WHERE queue = ? AND sealed
     AND NOT EXISTS (SELECT 1 FROM relayq_jobs WHERE batch_id = relayq_batches.id)";
 
 /// SPEC M3: takes the queue's maintenance lock, if free, at once: a named lock of the
@@ -537,11 +537,16 @@ impl MysqlBackend {
     /// queue's lock, so that no enqueue into one is under way.
     async fn prune_batches_tx(&self, queue: &str) -> Result<()> {
         let (mut tx, _) = self.write(&[queue]).await?;
-        sqlx::query(PRUNE_BATCHES)
+        let gone: Vec<i64> = sqlx::query_scalar(PRUNE_BATCHES)
             .bind(queue)
-            .execute(&mut *tx)
+            .fetch_all(&mut *tx)
             .await
             .map_err(db)?;
+        for chunk in gone.chunks(ID_CHUNK) {
+            let mut q = QueryBuilder::<MySql>::new("DELETE FROM relayq_batches WHERE id IN ");
+            push_ids(&mut q, chunk.iter().copied());
+            q.build().execute(&mut *tx).await.map_err(db)?;
+        }
         tx.commit().await.map_err(db)?;
         Ok(())
     }

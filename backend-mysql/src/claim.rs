@@ -16,17 +16,25 @@ use crate::{Conn, Ended, MysqlBackend, at, db, deadlocked, log_attempts, plus, p
 /// milliseconds): the look is a write under the queue's exclusive lock.
 const EXPIRY_EVERY: Duration = Duration::from_millis(250);
 
-/// The queue's head: claimable jobs in order-key order, skipping those another claimer
-/// holds (SPEC C4). The index's equality prefix (`claim_queue`) holds only the queue's
-/// `ready` and `retrying` jobs and its order is the claim's, so `LIMIT` stops the read
-/// early and nothing is sorted; `FORCE INDEX` keeps stale statistics from choosing
-/// another plan.
-const CANDIDATES: &str = "SELECT id, attempts, payload, priority, run_at, max_attempts,
-        CAST(group_key AS CHAR), batch_id, stage, CAST(enqueued_by AS CHAR)
-    FROM relayq_jobs FORCE INDEX (relayq_jobs_claim)
+/// The queue's head: claimable jobs in order-key order. The index's equality prefix
+/// (`claim_queue`) holds only the queue's `ready` and `retrying` jobs and its order is
+/// the claim's, so `LIMIT` stops the read early and nothing is sorted; `FORCE INDEX`
+/// keeps stale statistics from choosing another plan. A plain read: a locking one
+/// would also lock the entry past the queue's last, another queue's job, which that
+/// queue's claims would then skip ([`TAKE`] locks by id).
+const CANDIDATES: &str = "SELECT id FROM relayq_jobs FORCE INDEX (relayq_jobs_claim)
     WHERE claim_queue = ? AND run_at <= ?
-    ORDER BY priority, run_at, id LIMIT ?
-    FOR UPDATE SKIP LOCKED";
+    ORDER BY priority, run_at, id LIMIT ?";
+
+/// The candidates still claimable, locked by primary key, skipping those another
+/// claimer holds (SPEC C4); the `IN (...)` list follows.
+const TAKE: &str = "SELECT id, attempts, payload, priority, run_at, max_attempts,
+        CAST(group_key AS CHAR), batch_id, stage, CAST(enqueued_by AS CHAR)
+    FROM relayq_jobs WHERE claim_queue = ";
+
+/// Rounds of [`CANDIDATES`] and [`TAKE`] per claim at most: each round reads past the
+/// jobs other claimers took meanwhile.
+const TAKE_ROUNDS: usize = 3;
 
 /// The queue's running jobs, for `max_running`.
 const RUNNING_COUNT: &str = "SELECT COUNT(*) FROM relayq_jobs WHERE running_queue = ?";
@@ -130,13 +138,7 @@ impl MysqlBackend {
             wake_in = wake;
             rows
         } else {
-            let mut rows: Vec<Candidate> = sqlx::query_as(CANDIDATES)
-                .bind(&req.queue)
-                .bind(now)
-                .bind(limit)
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(db)?;
+            let mut rows = take_head(&mut tx, &req.queue, limit, now).await?;
             start(&mut tx, &mut rows, req, now).await?;
             rows
         };
@@ -213,6 +215,51 @@ impl MysqlBackend {
         )
         .await
     }
+}
+
+/// Up to `limit` of the queue's claimable jobs in order-key order, each locked: the
+/// head read plainly, then its jobs locked by id, skipping those another claimer holds
+/// (SPEC C3, C4). A round that came back short reads past what it found.
+async fn take_head(c: &mut Conn, queue: &str, limit: i64, now: i64) -> Result<Vec<Candidate>> {
+    let mut taken: Vec<Candidate> = Vec::new();
+    let mut seen = 0;
+    for _ in 0..TAKE_ROUNDS {
+        let want = limit - i64::try_from(taken.len()).unwrap_or(0);
+        let head: Vec<i64> = sqlx::query_scalar(CANDIDATES)
+            .bind(queue)
+            .bind(now)
+            .bind(seen + want)
+            .fetch_all(&mut *c)
+            .await
+            .map_err(db)?;
+        let fresh: Vec<i64> = head
+            .iter()
+            .copied()
+            .skip(usize::try_from(seen).unwrap_or(0))
+            .collect();
+        if fresh.is_empty() {
+            break;
+        }
+        let mut q = QueryBuilder::<MySql>::new(TAKE);
+        q.push_bind(queue)
+            .push(" AND run_at <= ")
+            .push_bind(now)
+            .push(" AND id IN (");
+        let mut list = q.separated(", ");
+        for id in &fresh {
+            list.push_bind(*id);
+        }
+        list.push_unseparated(") FOR UPDATE SKIP LOCKED");
+        let rows: Vec<Candidate> = q.build_query_as().fetch_all(&mut *c).await.map_err(db)?;
+        let got = rows.len();
+        taken.extend(rows);
+        seen = i64::try_from(head.len()).unwrap_or(i64::MAX);
+        if i64::try_from(taken.len()).unwrap_or(0) >= limit || got == fresh.len() {
+            break;
+        }
+    }
+    taken.sort_unstable_by_key(|r| (r.priority, r.run_at, r.id));
+    Ok(taken)
 }
 
 /// Starts the attempts of `rows`, read under the claim's locks: each running under a

@@ -13,10 +13,6 @@ use crate::{Conn, MysqlBackend, db};
 const WOKEN: &str = "SELECT CAST(limit_key AS CHAR), rate_count, rate_per_us, rate_burst, tat
     FROM relayq_key_rates WHERE queue = ? AND wake_at <= ?";
 
-/// Puts back up to `?` of a key's earliest parked jobs.
-const UNPARK_FIRST: &str = "UPDATE relayq_jobs SET parked = FALSE
-    WHERE queue = ? AND parked_key = ? ORDER BY priority, run_at, id LIMIT ?";
-
 /// A key's rate moved by a claim: its next start, and when its parked jobs go back.
 const MOVED: &str = "INSERT INTO relayq_key_rates (queue, limit_key, tat, wake_at)
     VALUES (?, ?, ?, ?)
@@ -25,8 +21,7 @@ const MOVED: &str = "INSERT INTO relayq_key_rates (queue, limit_key, tat, wake_a
 
 /// A woken key with jobs still parked: its next wake.
 const STILL_PARKED: &str = "UPDATE relayq_key_rates SET wake_at = ?
-    WHERE queue = ? AND limit_key = ? AND wake_at IS NULL
-      AND EXISTS (SELECT 1 FROM relayq_jobs WHERE queue = ? AND parked_key = ?)";
+    WHERE queue = ? AND limit_key = ? AND wake_at IS NULL";
 
 /// A key's stored rate state, as a claim reads it.
 pub(crate) struct KeyRate {
@@ -84,13 +79,14 @@ pub(crate) async fn wake(
     let woken: Vec<KeyRate> = woken.into_iter().map(key_rate).collect();
     for k in &woken {
         let burst = k.rate(default).map_or(1, |r| i64::from(r.burst));
-        sqlx::query(UNPARK_FIRST)
+        let first: Vec<i64> = sqlx::query_scalar(crate::keys::PARKED_FIRST)
             .bind(queue)
             .bind(&k.key)
             .bind(burst)
-            .execute(&mut *c)
+            .fetch_all(&mut *c)
             .await
             .map_err(db)?;
+        crate::keys::unpark(c, &first).await?;
         sqlx::query("UPDATE relayq_key_rates SET wake_at = NULL WHERE queue = ? AND limit_key = ?")
             .bind(queue)
             .bind(&k.key)
@@ -130,10 +126,18 @@ pub(crate) async fn after_claim(
         else {
             continue;
         };
-        sqlx::query(STILL_PARKED)
-            .bind(at)
+        let parked: Option<i64> = sqlx::query_scalar(crate::keys::PARKED_FIRST)
             .bind(queue)
             .bind(&k.key)
+            .bind(1_i64)
+            .fetch_optional(&mut *c)
+            .await
+            .map_err(db)?;
+        if parked.is_none() {
+            continue;
+        }
+        sqlx::query(STILL_PARKED)
+            .bind(at)
             .bind(queue)
             .bind(&k.key)
             .execute(&mut *c)
@@ -237,16 +241,7 @@ impl MysqlBackend {
                     .map_err(db)?;
             }
         }
-        sqlx::query(
-            "UPDATE relayq_jobs SET parked = FALSE
-             WHERE queue = ? AND parked_key IS NOT NULL AND (? IS NULL OR parked_key = ?)",
-        )
-        .bind(queue)
-        .bind(key)
-        .bind(key)
-        .execute(&mut *tx)
-        .await
-        .map_err(db)?;
+        crate::keys::unpark_all(&mut tx, queue, key).await?;
         crate::keys::refresh_keyed(&mut tx, queue).await?;
         tx.commit().await.map_err(db)
     }

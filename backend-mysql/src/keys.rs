@@ -28,19 +28,46 @@ const SCAN_EXTRA: i64 = 256;
 /// Reads per claim at most.
 const SCAN_ROUNDS: usize = 8;
 
-/// A keyed claim's candidates: the head of the claim index, with each job's key.
+/// A keyed claim's candidates: the head of the claim index, with each job's key, read
+/// plainly: the claim holds the queue's lock exclusively, so no other claim or write
+/// changes them, and a locking read would also lock the entry past the queue's last
+/// (another queue's job: `by_id.rs`).
 const CANDIDATES: &str = "SELECT id, attempts, payload, priority, run_at, max_attempts,
         CAST(group_key AS CHAR), batch_id, stage, CAST(enqueued_by AS CHAR),
         CAST(limit_key AS CHAR)
     FROM relayq_jobs FORCE INDEX (relayq_jobs_claim)
     WHERE claim_queue = ? AND run_at <= ?
-    ORDER BY priority, run_at, id LIMIT ?
-    FOR UPDATE";
+    ORDER BY priority, run_at, id LIMIT ?";
 
-/// Puts back the earliest parked job of a key: MySQL updates one row in index order
-/// with `ORDER BY ... LIMIT`, so no subquery reads the table it changes.
-const UNPARK_ONE: &str = "UPDATE relayq_jobs SET parked = FALSE
-    WHERE queue = ? AND parked_key = ? ORDER BY priority, run_at, id LIMIT 1";
+/// The earliest parked jobs of a key, up to `?` (put back by id: `by_id.rs`).
+pub(crate) const PARKED_FIRST: &str = "SELECT id FROM relayq_jobs
+    WHERE queue = ? AND parked_key = ? ORDER BY priority, run_at, id LIMIT ?";
+
+/// Puts back the parked jobs `ids`.
+pub(crate) async fn unpark(c: &mut Conn, ids: &[i64]) -> Result<()> {
+    crate::by_id::update(c, ids, |q| {
+        q.push("UPDATE relayq_jobs SET parked = FALSE");
+    })
+    .await?;
+    Ok(())
+}
+
+/// The queue's parked jobs, of key `key` only when given, go back to the claim index
+/// after a change of its key limits or rates: the next claim parks again those still
+/// held (SPEC K3, K12).
+pub(crate) async fn unpark_all(c: &mut Conn, queue: &str, key: Option<&str>) -> Result<()> {
+    let ids: Vec<i64> = sqlx::query_scalar(
+        "SELECT id FROM relayq_jobs
+         WHERE queue = ? AND parked_key IS NOT NULL AND (? IS NULL OR parked_key = ?)",
+    )
+    .bind(queue)
+    .bind(key)
+    .bind(key)
+    .fetch_all(&mut *c)
+    .await
+    .map_err(db)?;
+    unpark(c, &ids).await
+}
 
 /// Sets the queue's `keyed` and `key_rated` from what it keeps, after a change of its
 /// key limits or rates (the claim reads them in the queue's row).
@@ -162,13 +189,14 @@ pub(crate) async fn park_new(
 /// earliest parked job of its key goes back to the claim index. Nothing for no key.
 pub(crate) async fn freed(c: &mut Conn, queue: &str, key: Option<&str>) -> Result<()> {
     let Some(key) = key else { return Ok(()) };
-    sqlx::query(UNPARK_ONE)
+    let first: Vec<i64> = sqlx::query_scalar(PARKED_FIRST)
         .bind(queue)
         .bind(key)
-        .execute(&mut *c)
+        .bind(1_i64)
+        .fetch_all(&mut *c)
         .await
         .map_err(db)?;
-    Ok(())
+    unpark(c, &first).await
 }
 
 /// Each key's limit (its own, else `default`) and running jobs, jobs held ahead in a
@@ -355,13 +383,7 @@ impl MysqlBackend {
         .execute(&mut *tx)
         .await
         .map_err(db)?;
-        sqlx::query(
-            "UPDATE relayq_jobs SET parked = FALSE WHERE queue = ? AND parked_key IS NOT NULL",
-        )
-        .bind(queue)
-        .execute(&mut *tx)
-        .await
-        .map_err(db)?;
+        unpark_all(&mut tx, queue, None).await?;
         refresh_keyed(&mut tx, queue).await?;
         tx.commit().await.map_err(db)
     }

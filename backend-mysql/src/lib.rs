@@ -34,7 +34,9 @@
 mod admin;
 mod after;
 mod barrier;
+mod by_id;
 mod claim;
+mod complete_all;
 mod driver;
 mod enqueue;
 mod error;

@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use relayq_core::{JobState, Result};
 
-use crate::{Conn, after, db};
+use crate::{Conn, after, by_id, db};
 
 /// A job of the batch at or below the lowest stage a transaction finished.
 const STAGE_BELOW: &str = "SELECT 1 FROM relayq_jobs
@@ -27,8 +27,8 @@ const STAGE_BELOW: &str = "SELECT 1 FROM relayq_jobs
 const HALT_BATCH: &str =
     "UPDATE relayq_batches SET failed = TRUE WHERE id = ? AND on_failure = 'halt' AND NOT failed";
 
-/// SPEC B6: the halted batch's jobs of later stages are cancelled.
-const HALT_JOBS: &str = "UPDATE relayq_jobs SET state = 'cancelled', finished_at = ?
+/// SPEC B6: the halted batch's jobs of later stages, to be cancelled.
+const HALT_JOBS: &str = "SELECT id FROM relayq_jobs
     WHERE live_batch = ? AND stage > ? AND state IN ('ready', 'blocked')";
 
 /// SPEC B6, L5: the halted stage's running attempts, closed as cancelled.
@@ -42,11 +42,9 @@ const HALT_LOG: &str = "INSERT INTO relayq_attempts
 const HALT_GROUPS: &str = "SELECT DISTINCT CAST(queue AS CHAR), CAST(group_key AS CHAR)
     FROM relayq_jobs WHERE live_batch = ? AND stage = ? AND group_key IS NOT NULL";
 
-/// SPEC B6, B8: the halted stage's unfinished jobs are cancelled, running ones losing
-/// their leases.
-const HALT_STAGE: &str = "UPDATE relayq_jobs
-    SET state = 'cancelled', finished_at = ?, lease_token = NULL, lease_expires_at = NULL
-    WHERE live_batch = ? AND stage = ?";
+/// SPEC B6, B8: the halted stage's unfinished jobs, to be cancelled, running ones
+/// losing their leases.
+const HALT_STAGE: &str = "SELECT id FROM relayq_jobs WHERE live_batch = ? AND stage = ?";
 
 /// The batch's lowest unfinished stage: one probe of the stage index.
 const STAGE_FLOOR: &str = "SELECT MIN(stage) FROM relayq_jobs WHERE live_batch = ?";
@@ -55,8 +53,8 @@ const STAGE_FLOOR: &str = "SELECT MIN(stage) FROM relayq_jobs WHERE live_batch =
 const RAISE_STAGE: &str = "UPDATE relayq_batches SET released_stage = ?
     WHERE id = ? AND (released_stage IS NULL OR released_stage < ?)";
 
-/// The released stage's ungrouped jobs with no parent left become ready (SPEC D3).
-const RELEASE_UNGROUPED: &str = "UPDATE relayq_jobs SET state = 'ready'
+/// The released stage's ungrouped jobs with no parent left, to become ready (SPEC D3).
+const RELEASE_UNGROUPED: &str = "SELECT id FROM relayq_jobs
     WHERE live_batch = ? AND stage = ? AND state = 'blocked' AND group_key IS NULL
       AND deps_left = 0";
 
@@ -78,9 +76,8 @@ const GROUP_HEAD: &str = "SELECT j.id FROM relayq_jobs j
            SELECT MIN(s.stage) FROM relayq_jobs s WHERE s.live_batch = j.batch_id))
     ORDER BY j.priority, j.run_at, j.id LIMIT 1";
 
-/// Every ready job of the group but the head is blocked, and leaves its parking: when
-/// it is promoted again its key may have room, and no slot would free to put it back.
-const GROUP_DEMOTE: &str = "UPDATE relayq_jobs SET state = 'blocked', parked = FALSE
+/// Every ready job of the group but the head, to be blocked.
+const GROUP_DEMOTE: &str = "SELECT id FROM relayq_jobs
     WHERE queue = ? AND holding_group = ? AND state = 'ready' AND NOT (id <=> ?)";
 
 /// The keys of the unparked ready jobs [`GROUP_DEMOTE`] is about to block: each may be
@@ -208,13 +205,17 @@ impl Touched {
         if halted == 0 {
             return Ok(());
         }
-        sqlx::query(HALT_JOBS)
-            .bind(now)
+        let later: Vec<i64> = sqlx::query_scalar(HALT_JOBS)
             .bind(batch)
             .bind(stage)
-            .execute(&mut *c)
+            .fetch_all(&mut *c)
             .await
             .map_err(db)?;
+        by_id::update(c, &later, |q| {
+            q.push("UPDATE relayq_jobs SET state = 'cancelled', finished_at = ")
+                .push_bind(now);
+        })
+        .await?;
         sqlx::query(HALT_LOG)
             .bind(now)
             .bind(relayq_core::cancelled_by::HALT)
@@ -235,13 +236,20 @@ impl Touched {
             .fetch_all(&mut *c)
             .await
             .map_err(db)?;
-        sqlx::query(HALT_STAGE)
-            .bind(now)
+        let halted: Vec<i64> = sqlx::query_scalar(HALT_STAGE)
             .bind(batch)
             .bind(stage)
-            .execute(&mut *c)
+            .fetch_all(&mut *c)
             .await
             .map_err(db)?;
+        by_id::update(c, &halted, |q| {
+            q.push(
+                "UPDATE relayq_jobs SET lease_token = NULL, lease_expires_at = NULL,
+                     state = 'cancelled', finished_at = ",
+            )
+            .push_bind(now);
+        })
+        .await?;
         for (queue, key) in keys {
             crate::keys::freed(c, &queue, Some(&key)).await?;
         }
@@ -273,12 +281,16 @@ pub(crate) async fn release_stage(c: &mut Conn, batch: i64) -> Result<()> {
     if raised == 0 {
         return Ok(());
     }
-    sqlx::query(RELEASE_UNGROUPED)
+    let released: Vec<i64> = sqlx::query_scalar(RELEASE_UNGROUPED)
         .bind(batch)
         .bind(floor)
-        .execute(&mut *c)
+        .fetch_all(&mut *c)
         .await
         .map_err(db)?;
+    by_id::update(c, &released, |q| {
+        q.push("UPDATE relayq_jobs SET state = 'ready'");
+    })
+    .await?;
     let groups: Vec<(String, String)> = sqlx::query_as(STAGE_GROUPS)
         .bind(batch)
         .bind(floor)
@@ -316,13 +328,19 @@ pub(crate) async fn settle_group(c: &mut Conn, queue: &str, group: &str) -> Resu
         .fetch_all(&mut *c)
         .await
         .map_err(db)?;
-    sqlx::query(GROUP_DEMOTE)
+    let demoted: Vec<i64> = sqlx::query_scalar(GROUP_DEMOTE)
         .bind(queue)
         .bind(group)
         .bind(head)
-        .execute(&mut *c)
+        .fetch_all(&mut *c)
         .await
         .map_err(db)?;
+    // Blocked, a job leaves its parking: when it is promoted again its key may have
+    // room, and no slot would free to put it back.
+    by_id::update(c, &demoted, |q| {
+        q.push("UPDATE relayq_jobs SET state = 'blocked', parked = FALSE");
+    })
+    .await?;
     for key in keys {
         crate::keys::freed(c, queue, Some(&key)).await?;
     }

@@ -57,16 +57,21 @@ impl Complete for MysqlBackend {
             || async {
                 let (mut tx, now) = self.write(&queues).await?;
                 let mut touched = promote::Touched::default();
-                let mut out = Vec::with_capacity(settles.len());
-                let mut seen = HashSet::with_capacity(settles.len());
-                for s in &settles {
-                    // A lease given twice counts once: the later ones find it settled.
-                    if !seen.insert((s.lease.job, s.lease.token)) {
-                        out.push(Err(Error::StaleLease));
-                        continue;
+                let out = if crate::complete_all::alone(&settles) {
+                    crate::complete_all::complete_all(&mut tx, &settles, now, &mut touched).await?
+                } else {
+                    let mut out = Vec::with_capacity(settles.len());
+                    let mut seen = HashSet::with_capacity(settles.len());
+                    for s in &settles {
+                        // A lease given twice counts once: the later ones find it settled.
+                        if !seen.insert((s.lease.job, s.lease.token)) {
+                            out.push(Err(Error::StaleLease));
+                            continue;
+                        }
+                        out.push(settle_one(&mut tx, s, now, &mut touched).await?);
                     }
-                    out.push(settle_one(&mut tx, s, now, &mut touched).await?);
-                }
+                    out
+                };
                 touched.promote(&mut tx).await?;
                 tx.commit().await.map_err(db)?;
                 Ok(out)
