@@ -6,8 +6,8 @@
 //! has no `UPDATE ... RETURNING`, and refuses a subquery on the table it updates), and
 //! promotes what that releases (`promote::Touched`) before it commits. Each
 //! transaction runs again, whole, when it was a deadlock's victim or waited out a lock
-//! (`retry_transient`). This backend keeps no limit keys yet: a key's limit or
-//! rate is refused (SPEC K1, K12).
+//! (`retry_transient`). Key limits and key rates are in `keys.rs` and
+//! `key_rates.rs`.
 
 use std::time::Duration;
 

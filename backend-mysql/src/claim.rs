@@ -1,5 +1,6 @@
-//! SPEC C: claims under the queue's shared lock, `FOR UPDATE SKIP LOCKED` over the
-//! claim index, then one `UPDATE` by primary key; SPEC C5: expired leases.
+//! SPEC C: claims under the queue's shared lock: the head read plainly on the claim
+//! index, its jobs locked by id `FOR UPDATE SKIP LOCKED`, then started in one `UPDATE`
+//! by primary key; SPEC C5: expired leases.
 
 use std::time::{Duration, Instant};
 

@@ -14,9 +14,10 @@
 //!   does; claims lock the row shared, so they run beside each other and never wait
 //!   for another claimer (SPEC C4), only for a write in progress. A call that writes to
 //!   several queues (a settle of many leases) locks them in name order.
-//! - **Claims** take the queue's head with `SELECT ... FOR UPDATE SKIP LOCKED` on an
-//!   index whose equality prefix and order are the claim's (`schema.rs`), then
-//!   `UPDATE` those rows by primary key: MySQL has no `UPDATE ... RETURNING`.
+//! - **Claims** read the queue's head plainly on an index whose equality prefix and
+//!   order are the claim's (`schema.rs`), lock those jobs by id `FOR UPDATE SKIP
+//!   LOCKED`, then `UPDATE` them by primary key: MySQL has no `UPDATE ... RETURNING`.
+//!   Every write changes rows by primary key too (`by_id.rs` says why).
 //! - **Deadlocks and lock-wait timeouts** (1213, 1205) are transient, and each write
 //!   runs again up to a bounded number of times with jitter
 //!   (`relayq_core::retry::retry_transient`).

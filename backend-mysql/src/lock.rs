@@ -198,15 +198,24 @@ pub(crate) async fn probe(options: &MySqlConnectOptions) -> Result<MySqlConnecti
     relayq_core::kit::probe(&server, MySqlConnection::connect_with(options), db).await
 }
 
-/// Refuses a server this backend cannot run on: MariaDB before 10.6 or MySQL before
-/// 8.0.17 (no `SKIP LOCKED`, or no padless binary collation), or a binary log kept as statements, which `SKIP LOCKED`
-/// makes unsafe to replay (MariaDB's error 4175).
+/// Refuses a server this backend cannot run on ([`refusal`]).
 pub(crate) async fn check_server(c: &mut MySqlConnection) -> Result<()> {
     let (version, log_bin, format): (String, i64, String) =
         sqlx::query_as("SELECT CAST(VERSION() AS CHAR), @@log_bin, CAST(@@binlog_format AS CHAR)")
             .fetch_one(&mut *c)
             .await
             .map_err(db)?;
+    match refusal(&version, log_bin == 1, &format) {
+        Some(why) => Err(Error::backend(why).from_backend("mysql")),
+        None => Ok(()),
+    }
+}
+
+/// Why a server cannot run this backend, if it cannot: MariaDB before 10.6 or MySQL
+/// before 8.0.17 (no `SKIP LOCKED`, or no padless binary collation), or a binary log
+/// kept as statements, which `SKIP LOCKED` makes unsafe to replay (MariaDB's error
+/// 4175).
+fn refusal(version: &str, log_bin: bool, format: &str) -> Option<String> {
     let mut parts = version
         .split(|ch: char| !ch.is_ascii_digit())
         .filter_map(|p| p.parse::<u32>().ok());
@@ -218,19 +227,50 @@ pub(crate) async fn check_server(c: &mut MySqlConnection) -> Result<()> {
         (major, minor, parts.next().unwrap_or(0)) < (8, 0, 17)
     };
     if old {
-        return Err(Error::backend(format!(
+        return Some(format!(
             "the server is {version}: relayq needs MariaDB 10.6 or MySQL 8.0.17 and later \
              (SKIP LOCKED, utf8mb4_0900_bin)"
-        ))
-        .from_backend("mysql"));
+        ));
     }
-    if log_bin == 1 && !format.eq_ignore_ascii_case("ROW") {
-        return Err(Error::backend(format!(
+    if log_bin && !format.eq_ignore_ascii_case("ROW") {
+        return Some(format!(
             "the server logs statements (binlog_format={format}): relayq's claims use \
              SKIP LOCKED, which only row-based logging replays safely; set \
              binlog_format=ROW"
-        ))
-        .from_backend("mysql"));
+        ));
     }
-    Ok(())
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::refusal;
+
+    #[test]
+    fn servers_without_skip_locked_or_a_padless_collation_are_refused() {
+        for old in ["10.5.23-MariaDB", "5.7.44-log", "8.0.16"] {
+            let why = refusal(old, false, "ROW").expect(old);
+            assert!(why.contains(old) && why.contains("MariaDB 10.6"), "{why}");
+        }
+        for fine in [
+            "10.6.0-MariaDB",
+            "10.11.19-MariaDB-0+deb12u1",
+            "8.0.17",
+            "8.4.3",
+            "9.1.0",
+        ] {
+            assert_eq!(refusal(fine, false, "ROW"), None, "{fine}");
+        }
+    }
+
+    #[test]
+    fn a_binary_log_of_statements_is_refused_and_one_of_rows_is_not() {
+        for format in ["STATEMENT", "MIXED"] {
+            let why = refusal("10.11.19-MariaDB", true, format).expect(format);
+            assert!(why.contains("binlog_format=ROW"), "{why}");
+        }
+        assert_eq!(refusal("10.11.19-MariaDB", true, "row"), None);
+        // No binary log: nothing is replayed, whatever the format says.
+        assert_eq!(refusal("10.11.19-MariaDB", false, "MIXED"), None);
+    }
 }
