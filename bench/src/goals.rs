@@ -30,6 +30,9 @@ struct Drain {
     server: &'static str,
     share: f64,
     peers: &'static [(&'static str, f64)],
+    /// Peers the worker as a user gets it (automatic prefetch) should beat by a factor
+    /// at every concurrency of the sweep.
+    defaults: &'static [(&'static str, f64)],
 }
 
 const DRAINS: [Drain; 2] = [
@@ -37,11 +40,13 @@ const DRAINS: [Drain; 2] = [
         server: "postgres",
         share: 0.60,
         peers: &[("graphile-worker", 1.5), ("apalis-postgres", 10.0)],
+        defaults: &[("graphile-worker", 1.0), ("apalis-postgres", 3.0)],
     },
     Drain {
         server: "redis",
         share: 0.40,
         peers: &[("apalis-redis", 1.5)],
+        defaults: &[],
     },
 ];
 
@@ -140,12 +145,16 @@ fn drains(rows: &[Row], run: &Run) -> Vec<Verdict> {
         server,
         share,
         peers,
+        defaults,
     } in DRAINS
     {
+        // The fixed prefetch's row, not the floor's (`prefetch 0`).
         let ours = rows
             .iter()
             .find(|r| {
-                r.target == server && r.scenario.starts_with("drain, concurrency 16, prefetch")
+                r.target == server
+                    && r.scenario.starts_with("drain, concurrency 16, prefetch ")
+                    && !r.scenario.ends_with(" prefetch 0")
             })
             .map(|r| r.value);
         let raw = value(rows, "raw drain, 16 loops of 50", server);
@@ -179,6 +188,26 @@ fn drains(rows: &[Row], run: &Run) -> Vec<Verdict> {
                 };
                 let goal = format!("{server} drain >= {times}x {peer} at its fastest ({c}{count})");
                 out.push(at_least(goal, ours / best, times, false));
+            }
+        }
+        out.extend(by_default(rows, server, defaults, full));
+    }
+    out
+}
+
+/// The default worker's sweep rows against each peer's at the same concurrency.
+fn by_default(rows: &[Row], server: &str, peers: &[(&str, f64)], full: bool) -> Vec<Verdict> {
+    let mut out = Vec::new();
+    for &(peer, times) in peers {
+        for c in SWEEP {
+            let name = format!("drain, concurrency {c}");
+            let goal = format!("{server} default worker >= {times}x {peer} at concurrency {c}");
+            match (value(rows, &name, server), value(rows, &name, peer)) {
+                (Some(ours), Some(theirs)) => {
+                    out.push(at_least(goal, ours / theirs, times, false));
+                }
+                _ if full => out.push(not_measured(goal)),
+                _ => {}
             }
         }
     }

@@ -173,7 +173,10 @@ async fn main() -> anyhow::Result<()> {
         }
         let jobs = if concurrency == 16 { n } else { n / share };
         if !alone || on("drain") || on("drain16") {
-            add(scenarios::drain(&targets, &peers, jobs, concurrency, 0, runs).await?);
+            // The worker as a user gets it (automatic prefetch), beside the peers; then
+            // claiming only for free slots (`prefetch(0)`), its floor.
+            add(scenarios::drain(&targets, &peers, jobs, concurrency, None, runs).await?);
+            add(scenarios::drain(&targets, &peers, jobs, concurrency, Some(0), runs).await?);
         }
         if concurrency == 16 {
             // The same drain with the worker's opt-in prefetch, the counterpart of the
@@ -182,7 +185,8 @@ async fn main() -> anyhow::Result<()> {
                 add(paired::drain_and_raw(&targets, &peers, jobs, args.prefetch, runs).await?);
                 raw_done = true;
             } else {
-                add(scenarios::drain(&targets, &peers, jobs, 16, args.prefetch, runs).await?);
+                let prefetch = Some(args.prefetch);
+                add(scenarios::drain(&targets, &peers, jobs, 16, prefetch, runs).await?);
             }
         }
     }

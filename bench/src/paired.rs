@@ -20,7 +20,7 @@ pub async fn drain_and_raw(
     let mut drains = Vec::new();
     let mut raws = Vec::new();
     for _ in 0..runs {
-        drains.push(scenarios::drain(targets, peers, n, 16, prefetch, 1).await?);
+        drains.push(scenarios::drain(targets, peers, n, 16, Some(prefetch), 1).await?);
         raws.push(raw::loops(targets, n, 1).await?);
     }
     for server in SERVERS {

@@ -156,8 +156,9 @@ async fn keyed_once(
         let at = job.lease.expires_at - lease;
         c.lock().expect("claims").push((job.payload.clone(), at));
     };
-    let r = crate::scenarios::run_worker_seeing(b.clone(), &q, n, 16, prefetch, Some(LEASE), see)
-        .await?;
+    let r =
+        crate::scenarios::run_worker_seeing(b.clone(), &q, n, 16, Some(prefetch), Some(LEASE), see)
+            .await?;
     crate::scenarios::clean(&*b, &q).await?;
     if let Some(rate) = limit {
         let mut by_key: HashMap<Vec<u8>, Vec<DateTime<Utc>>> = HashMap::new();
@@ -213,8 +214,9 @@ async fn once(
     let see = move |job: &ClaimedJob| {
         c.lock().expect("claims").push(job.lease.expires_at - lease);
     };
-    let r = crate::scenarios::run_worker_seeing(b.clone(), &q, n, 16, prefetch, Some(LEASE), see)
-        .await?;
+    let r =
+        crate::scenarios::run_worker_seeing(b.clone(), &q, n, 16, Some(prefetch), Some(LEASE), see)
+            .await?;
     crate::scenarios::clean(&*b, &q).await?;
     if let Some(rate) = limit {
         let mut claims = std::mem::take(&mut *claims.lock().expect("claims"));

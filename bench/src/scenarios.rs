@@ -207,37 +207,34 @@ pub async fn enqueue(
     Ok(rows)
 }
 
-/// Scenario 2: `n` pre-enqueued no-op jobs drained by a worker of `concurrency` that
-/// claims `prefetch` jobs ahead of its free slots; the clock stops when the worker has
-/// stopped with every outcome stored. Peers run only the rows without prefetch (their
-/// own settings already fetch ahead, see `peers.rs`).
+/// Scenario 2: `n` pre-enqueued no-op jobs drained by a worker of `concurrency`, as a
+/// user gets it (`None`: the automatic prefetch) or claiming a fixed `prefetch` ahead
+/// of its free slots (`Some(0)`: only for free slots); the clock stops when the worker
+/// has stopped with every outcome stored. Peers run the default rows (their own
+/// settings already fetch ahead, see `peers.rs`).
 pub async fn drain(
     targets: &[Target],
     peers: &Peers,
     n: usize,
     concurrency: u32,
-    prefetch: u32,
+    prefetch: Option<u32>,
     runs: usize,
 ) -> anyhow::Result<Vec<Row>> {
     let name = match prefetch {
-        0 => format!("drain, concurrency {concurrency}"),
-        p => format!("drain, concurrency {concurrency}, prefetch {p}"),
+        None => format!("drain, concurrency {concurrency}"),
+        Some(p) => format!("drain, concurrency {concurrency}, prefetch {p}"),
     };
-    let peer = (prefetch == 0).then_some((peers, "drain", n, concurrency));
+    let peer = prefetch
+        .is_none()
+        .then_some((peers, "drain", n, concurrency));
     each(targets, runs, &name, peer, false, |b, scale| async move {
         let n = (n / scale).max(1000);
         let q = queue("drain");
         for _ in 0..n.div_ceil(1000) {
             b.enqueue((0..1000).map(|_| job(&q)).collect()).await?;
         }
-        let r = run_worker(
-            b.clone(),
-            &q,
-            n.div_ceil(1000) * 1000,
-            concurrency,
-            prefetch,
-        )
-        .await?;
+        let n = n.div_ceil(1000) * 1000;
+        let r = run_worker_seeing(b.clone(), &q, n, concurrency, prefetch, None, |_| {}).await?;
         clean(&*b, &q).await?;
         Ok(r)
     })
@@ -253,17 +250,17 @@ pub(crate) async fn run_worker(
     concurrency: u32,
     prefetch: u32,
 ) -> anyhow::Result<f64> {
-    run_worker_seeing(b, q, n, concurrency, prefetch, None, |_| {}).await
+    run_worker_seeing(b, q, n, concurrency, Some(prefetch), None, |_| {}).await
 }
 
-/// [`run_worker`] with the worker's lease set when given, calling `see` with each job
-/// as its handler starts.
+/// [`run_worker`] with the worker's default prefetch when `prefetch` is `None`, its
+/// lease set when given, calling `see` with each job as its handler starts.
 pub(crate) async fn run_worker_seeing(
     b: Arc<dyn Backend>,
     q: &str,
     n: usize,
     concurrency: u32,
-    prefetch: u32,
+    prefetch: Option<u32>,
     lease: Option<Duration>,
     see: impl Fn(&ClaimedJob) + Send + Sync + 'static,
 ) -> anyhow::Result<f64> {
@@ -271,9 +268,10 @@ pub(crate) async fn run_worker_seeing(
     let all_done = Arc::new(Notify::new());
     let (d, a, see) = (done.clone(), all_done.clone(), Arc::new(see));
     let start = Instant::now();
-    let mut builder = Worker::builder(b, [q.to_owned()])
-        .concurrency(concurrency)
-        .prefetch(prefetch);
+    let mut builder = Worker::builder(b, [q.to_owned()]).concurrency(concurrency);
+    if let Some(prefetch) = prefetch {
+        builder = builder.prefetch(prefetch);
+    }
     if let Some(lease) = lease {
         builder = builder.lease(lease);
     }

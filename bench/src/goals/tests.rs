@@ -100,6 +100,55 @@ fn drain_goals_take_the_prefetch_row_against_the_raw_loop_and_the_peers() {
 }
 
 #[test]
+fn the_default_worker_is_judged_against_each_peer_at_its_own_concurrency() {
+    let rows = vec![
+        // The floor's row comes first and is not the prefetch row.
+        row("drain, concurrency 16, prefetch 0", "postgres", 1_000.0),
+        row("drain, concurrency 16, prefetch 256", "postgres", 60_000.0),
+        row("drain, concurrency 1", "postgres", 9_000.0),
+        row("drain, concurrency 1, prefetch 0", "postgres", 99_000.0),
+        row("drain, concurrency 4", "postgres", 12_000.0),
+        row("drain, concurrency 1", "graphile-worker", 10_000.0),
+        row("drain, concurrency 4", "graphile-worker", 12_000.0),
+        row("drain, concurrency 16", "graphile-worker", 40_000.0),
+        row("drain, concurrency 4", "apalis-postgres", 3_000.0),
+    ];
+    let vs = judge(&rows, &part());
+    let c16 = judged(
+        &vs,
+        "postgres drain >= 1.5x graphile-worker at concurrency 16",
+    );
+    assert_eq!(c16, ("1.500x", true));
+    let c1 = judged(
+        &vs,
+        "postgres default worker >= 1x graphile-worker at concurrency 1",
+    );
+    assert_eq!(c1, ("0.900x", false));
+    let c4 = judged(
+        &vs,
+        "postgres default worker >= 1x graphile-worker at concurrency 4",
+    );
+    assert_eq!(c4, ("1.000x", true));
+    let apalis = judged(
+        &vs,
+        "postgres default worker >= 3x apalis-postgres at concurrency 4",
+    );
+    assert_eq!(apalis, ("4.000x", true));
+    // Our concurrency 16 without its default row: left out of a part.
+    assert!(
+        vs.iter()
+            .all(|v| !v.goal.contains("at concurrency 16") || !v.goal.contains("default"))
+    );
+    // A run of everything says what it did not measure.
+    let vs = judge(&rows, &all(Duration::from_secs(1)));
+    let c64 = judged(
+        &vs,
+        "postgres default worker >= 1x graphile-worker at concurrency 64",
+    );
+    assert_eq!(c64, ("not measured", false));
+}
+
+#[test]
 fn a_peers_fastest_row_is_labelled_with_its_share_of_the_jobs() {
     let sweep = |c16: f64| {
         vec![
