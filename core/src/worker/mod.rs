@@ -216,10 +216,11 @@ impl WorkerBuilder {
     /// 0 claims only for free slots, as SPEC W1 describes.
     ///
     /// Default: automatic. The worker holds ahead as many jobs as its slots take in
-    /// four claim round trips, measured as it runs, at most 256: about none for long
-    /// jobs or fast claims, and up to 256 when short jobs wait on slow claims (a
-    /// server whose claim index is full of dead rows, for instance). Set a number to
-    /// fix it, 0 to turn it off.
+    /// four claim round trips or 25 ms, whichever is longer, measured as it runs, at
+    /// most 256: none for long jobs, and up to 256 for short ones, whether claims are
+    /// fast (fewer, larger claims leave the server and the worker more time for jobs)
+    /// or slow (a server whose claim index is full of dead rows, for instance). Set a
+    /// number to fix it, 0 to turn it off.
     ///
     /// With short jobs a worker otherwise spends a claim round trip per handful of
     /// jobs; a buffer lets freed slots start the next job at once while claims (up to
