@@ -84,6 +84,10 @@ struct Args {
     /// Seconds per phase of the `phases` scenario.
     #[arg(long, default_value_t = 30)]
     phase_seconds: u64,
+    /// The producer rates of the `phases` scenario, jobs/s (comma-separated); default
+    /// 500, 2000 and 5000 (500 with `--quick`).
+    #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    phase_rates: Vec<u64>,
     /// Leave the peers (apalis, graphile_worker) out.
     #[arg(long)]
     no_peers: bool,
@@ -240,7 +244,11 @@ async fn main() -> anyhow::Result<()> {
     if args.only.iter().any(|o| o == "phases") {
         // Not part of `--all`: three rates of three phases take minutes each.
         let phase = std::time::Duration::from_secs(if quick { 5 } else { args.phase_seconds });
-        let rates: &[u64] = if quick { &[500] } else { &[500, 2_000, 5_000] };
+        let rates: &[u64] = match (&args.phase_rates[..], quick) {
+            ([], true) => &[500],
+            ([], false) => &[500, 2_000, 5_000],
+            (chosen, _) => chosen,
+        };
         rows.extend(phases::phases(&targets, &peers, rates, phase).await?);
     }
     if on("burst") {

@@ -2,10 +2,13 @@
 //! the independent long-horizon PostgreSQL queue benchmark: `clean` (steady producer
 //! and worker), `idle-in-tx` (a second session holds `BEGIN; SELECT txid_current();`
 //! open, so vacuum cannot remove the rows each job leaves dead), `recovery` (that
-//! transaction ended). The producer enqueues every 10 ms what the rate owes; one
+//! transaction ended), and between those two `rr-readers` (four sessions hold
+//! REPEATABLE READ snapshots: one read `jobs`, one `finished`, one `queues`, one an
+//! unrelated catalog table). The producer enqueues every 10 ms what the rate owes; one
 //! `Worker` with default settings (16 slots, automatic prefetch) runs 1 ms jobs of
-//! 256 bytes. Per phase: completions per second (mean, and the minimum over 5 s
-//! windows), claim p50 and p99, the backlog at the end, and on PostgreSQL the dead
+//! 256 bytes, each stamped with the time it was enqueued. Per phase: completions per
+//! second (mean, and the minimum over 5 s windows), claim p50 and p99, pickup p50 and
+//! p99 (enqueue to the handler's start), the backlog at the end, and on PostgreSQL the dead
 //! rows and size of `jobs`; for `recovery`, the seconds until the backlog was gone.
 //! Against the suite's own PostgreSQL (autovacuum on, `.ci/run`). SQLite and Redis run
 //! the same phases without a transaction to hold, as a check that nothing regressed.
@@ -14,7 +17,7 @@
 
 use std::{
     sync::{
-        Arc,
+        Arc, Mutex,
         atomic::{AtomicU64, Ordering},
     },
     time::{Duration, Instant},
@@ -38,7 +41,7 @@ pub(crate) const PAYLOAD: usize = 256;
 pub(crate) const TICK: Duration = Duration::from_millis(10);
 /// Completion rates are judged over windows this long.
 const WINDOW: u64 = 5;
-pub(crate) const PHASES: [&str; 3] = ["clean", "idle-in-tx", "recovery"];
+pub(crate) const PHASES: [&str; 4] = ["clean", "idle-in-tx", "rr-readers", "recovery"];
 
 pub async fn phases(
     targets: &[Target],
@@ -87,6 +90,36 @@ pub async fn phases(
 pub(crate) struct Counts {
     pub(crate) enqueued: AtomicU64,
     pub(crate) done: AtomicU64,
+    /// Milliseconds from each job's enqueue to its start, in this phase.
+    pub(crate) pickups: Mutex<Vec<f64>>,
+}
+
+impl Counts {
+    /// A job stamped by [`stamped`] started now.
+    pub(crate) fn picked(&self, payload: &[u8]) {
+        let Some(at) = payload.get(..8).and_then(|b| b.try_into().ok()) else {
+            return;
+        };
+        let waited = u64::try_from(now_micros() - i64::from_le_bytes(at)).unwrap_or(0);
+        let ms = as_f64(waited) / 1000.0;
+        self.pickups.lock().expect("not poisoned").push(ms);
+    }
+
+    pub(crate) fn take_pickups(&self) -> Vec<f64> {
+        std::mem::take(&mut *self.pickups.lock().expect("not poisoned"))
+    }
+}
+
+/// Microseconds since the epoch, on the machine's clock (producer and worker share it).
+fn now_micros() -> i64 {
+    chrono::Utc::now().timestamp_micros()
+}
+
+/// A [`PAYLOAD`]-byte payload that starts with the time it was made.
+pub(crate) fn stamped() -> Vec<u8> {
+    let mut p = vec![b'x'; PAYLOAD];
+    p[..8].copy_from_slice(&now_micros().to_le_bytes());
+    p
 }
 
 async fn once(t: &Target, rate: u64, phase: Duration) -> anyhow::Result<Vec<Row>> {
@@ -97,8 +130,9 @@ async fn once(t: &Target, rate: u64, phase: Duration) -> anyhow::Result<Vec<Row>
     let c = counts.clone();
     let worker = Worker::builder(timed.clone(), [q.clone()])
         .concurrency(SLOTS)
-        .handler(move |_job: ClaimedJob| {
+        .handler(move |job: ClaimedJob| {
             let c = c.clone();
+            c.picked(&job.payload);
             async move {
                 tokio::time::sleep(Duration::from_millis(1)).await;
                 c.done.fetch_add(1, Ordering::Relaxed);
@@ -111,15 +145,20 @@ async fn once(t: &Target, rate: u64, phase: Duration) -> anyhow::Result<Vec<Row>
     let mut rows = Vec::new();
     let scenario = |phase: &str, what: &str| format!("phases {rate}/s, {phase}: {what}");
     for name in PHASES {
-        let held = match (name, t) {
-            ("idle-in-tx", Target::Postgres(url)) => Some(hold(url).await?),
-            _ => None,
+        let held = match (t, &cleanup) {
+            (Target::Postgres(url), Cleanup::Schema(_, schema)) => {
+                let tables = ["jobs", "finished", "queues"].map(|t| format!("\"{schema}\".{t}"));
+                pin(name, url, &tables).await?
+            }
+            _ => Vec::new(),
         };
         timed.take();
+        counts.take_pickups();
         let samples = sample(&counts, phase).await;
-        if let Some(c) = held {
+        for c in held {
             c.close().await?;
         }
+        let pickups = counts.take_pickups();
         let claims: Vec<f64> = timed
             .take()
             .iter()
@@ -132,6 +171,8 @@ async fn once(t: &Target, rate: u64, phase: Duration) -> anyhow::Result<Vec<Row>
             ("done/s min 5 s", min, "jobs/s"),
             ("claim p50", median(claims.clone()), "ms"),
             ("claim p99", percentile(claims, 0.99), "ms"),
+            ("pickup p50", median(pickups.clone()), "ms"),
+            ("pickup p99", percentile(pickups, 0.99), "ms"),
             ("backlog at end", as_f64(backlog), "jobs"),
         ];
         if name == "recovery" {
@@ -172,9 +213,7 @@ async fn produce(b: Arc<dyn relayq::Backend>, q: String, rate: u64, counts: Arc<
         if n == 0 {
             continue;
         }
-        let jobs: Vec<NewJob> = (0..n)
-            .map(|_| NewJob::new(&q, vec![b'x'; PAYLOAD]))
-            .collect();
+        let jobs: Vec<NewJob> = (0..n).map(|_| NewJob::new(&q, stamped())).collect();
         if b.enqueue(jobs).await.is_ok() {
             counts.enqueued.fetch_add(n, Ordering::Relaxed);
         }
@@ -189,6 +228,36 @@ pub(crate) async fn hold(url: &str) -> anyhow::Result<sqlx::PgConnection> {
         .execute(&mut c)
         .await?;
     Ok(c)
+}
+
+/// The sessions that pin vacuum's horizon through `phase`: for `idle-in-tx` one
+/// transaction with an id; for `rr-readers` four REPEATABLE READ transactions, each
+/// having read one of `tables` (up to three) or, the last, a catalog table unrelated
+/// to the queue. None for the other phases.
+pub(crate) async fn pin(
+    phase: &str,
+    url: &str,
+    tables: &[String],
+) -> anyhow::Result<Vec<sqlx::PgConnection>> {
+    match phase {
+        "idle-in-tx" => Ok(vec![hold(url).await?]),
+        "rr-readers" => {
+            let mut read: Vec<&str> = tables.iter().map(String::as_str).take(3).collect();
+            read.push("pg_catalog.pg_class");
+            let mut held = Vec::new();
+            for table in read {
+                let mut c = sqlx::PgConnection::connect(url).await?;
+                let sql =
+                    format!("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM {table};");
+                sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+                    .execute(&mut c)
+                    .await?;
+                held.push(c);
+            }
+            Ok(held)
+        }
+        _ => Ok(Vec::new()),
+    }
 }
 
 /// (seconds since the phase began, enqueued, done) once a second.

@@ -12,8 +12,7 @@ use std::{
 use crate::{
     Row, median,
     phases::{
-        Counts, PAYLOAD, PHASES, SLOTS, TICK, as_f64, drained_after, hold, percentile, rates,
-        sample,
+        Counts, PHASES, SLOTS, TICK, as_f64, drained_after, percentile, pin, rates, sample, stamped,
     },
 };
 
@@ -48,16 +47,14 @@ pub async fn once(url: &str, rate: u64, phase: Duration) -> anyhow::Result<Vec<R
     tasks.push(tokio::spawn(produce(pool.clone(), rate, counts.clone())));
     let mut rows = Vec::new();
     for name in PHASES {
-        let held = if name == "idle-in-tx" {
-            Some(hold(url).await?)
-        } else {
-            None
-        };
+        let held = pin(name, url, &[TABLE.to_owned()]).await?;
         claims.lock().expect("not poisoned").clear();
+        counts.take_pickups();
         let samples = sample(&counts, phase).await;
-        if let Some(c) = held {
+        for c in held {
             sqlx::Connection::close(c).await?;
         }
+        let pickups = counts.take_pickups();
         let took: Vec<f64> = std::mem::take(&mut *claims.lock().expect("not poisoned"));
         let (mean, min) = rates(&samples);
         let backlog = samples.last().map_or(0, |s| s.1.saturating_sub(s.2));
@@ -66,6 +63,8 @@ pub async fn once(url: &str, rate: u64, phase: Duration) -> anyhow::Result<Vec<R
             ("done/s min 5 s", min, "jobs/s"),
             ("claim p50", median(took.clone()), "ms"),
             ("claim p99", percentile(took, 0.99), "ms"),
+            ("pickup p50", median(pickups.clone()), "ms"),
+            ("pickup p99", percentile(pickups, 0.99), "ms"),
             ("backlog at end", as_f64(backlog), "jobs"),
         ];
         if name == "recovery" {
@@ -99,8 +98,7 @@ async fn produce(pool: sqlx::PgPool, rate: u64, counts: Arc<Counts>) -> anyhow::
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let insert = format!(
         "INSERT INTO {TABLE} (state, run_at, payload)
-         SELECT 'ready', now(), convert_to(repeat('x', {PAYLOAD}), 'UTF8')
-         FROM generate_series(1, $1)"
+         SELECT 'ready', now(), $2 FROM generate_series(1, $1)"
     );
     loop {
         tick.tick().await;
@@ -113,6 +111,8 @@ async fn produce(pool: sqlx::PgPool, rate: u64, counts: Arc<Counts>) -> anyhow::
         }
         sqlx::query(sqlx::AssertSqlSafe(insert.as_str()))
             .bind(i64::try_from(n)?)
+            // One stamp for the tick's jobs: they are enqueued together.
+            .bind(stamped())
             .execute(&pool)
             .await?;
         counts.enqueued.fetch_add(n, Ordering::Relaxed);
@@ -128,19 +128,24 @@ async fn consume(
         "WITH c AS MATERIALIZED (
              SELECT id FROM {TABLE} WHERE state = 'ready' AND run_at <= now()
              ORDER BY run_at, id LIMIT 16 FOR UPDATE SKIP LOCKED)
-         UPDATE {TABLE} j SET state = 'running' FROM c WHERE j.id = c.id RETURNING j.id"
+         UPDATE {TABLE} j SET state = 'running' FROM c WHERE j.id = c.id
+         RETURNING j.id, j.payload"
     );
     let delete = format!("DELETE FROM {TABLE} WHERE id = ANY($1)");
     let mut conn = pool.acquire().await?;
     loop {
         let start = Instant::now();
-        let ids: Vec<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(claim.as_str()))
+        let got: Vec<(i64, Vec<u8>)> = sqlx::query_as(sqlx::AssertSqlSafe(claim.as_str()))
             .fetch_all(&mut *conn)
             .await?;
         claims
             .lock()
             .expect("not poisoned")
             .push(start.elapsed().as_secs_f64() * 1000.0);
+        let ids: Vec<i64> = got.iter().map(|(id, _)| *id).collect();
+        for (_, payload) in &got {
+            counts.picked(payload);
+        }
         if ids.is_empty() {
             tokio::time::sleep(Duration::from_millis(10)).await;
             continue;

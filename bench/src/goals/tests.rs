@@ -278,10 +278,12 @@ fn the_phases_are_judged_per_rate_on_postgres() {
             1_900.0,
         ),
         row("phases 2000/s, idle-in-tx: claim p99", "postgres", 140.0),
+        row("phases 2000/s, rr-readers: pickup p99", "postgres", 100.0),
+        row("phases 2000/s, rr-readers: pickup p50", "postgres", 300.0),
         row(
             "phases 2000/s, recovery: backlog gone after",
             "postgres",
-            3.0,
+            6.0,
         ),
         row("phases 2000/s, clean: done/s mean", "sqlite", 10.0),
     ];
@@ -290,7 +292,10 @@ fn the_phases_are_judged_per_rate_on_postgres() {
     assert!(verdict(&vs, &goal("clean: done/s >= 98% of the rate")).met);
     assert!(!verdict(&vs, &goal("idle-in-tx: done/s >= 98% of the rate")).met);
     assert!(!verdict(&vs, &goal("idle-in-tx: claim p99 <= 100 ms")).met);
-    assert!(verdict(&vs, &goal("recovery: backlog gone within 15 s")).met);
+    // Exactly at the bound is met; a p50 is not judged.
+    assert!(verdict(&vs, &goal("rr-readers: pickup p99 <= 100 ms")).met);
+    assert!(!vs.iter().any(|v| v.goal.contains("pickup p50")));
+    assert!(!verdict(&vs, &goal("recovery: backlog gone within 5 s")).met);
     assert!(
         !vs.iter().any(|v| v.goal.contains("sqlite")),
         "SQLite is a check, not judged"
