@@ -67,7 +67,7 @@ pub async fn once(url: &str, rate: u64, phase: Duration) -> anyhow::Result<Vec<R
             ("pickup p99", percentile(pickups, 0.99), "ms"),
             ("backlog at end", as_f64(backlog), "jobs"),
         ];
-        if name == "recovery" {
+        if name.ends_with("recovery") {
             figures.push(("backlog gone after", drained_after(&samples, rate), "s"));
         }
         let (dead, bytes) = crate::phases::jobs_table(&pool, "relayq_bench_raw_phases").await?;

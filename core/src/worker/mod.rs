@@ -217,7 +217,8 @@ impl WorkerBuilder {
     ///
     /// Default: automatic. The worker holds ahead as many jobs as its slots take in
     /// four claim round trips or 25 ms, whichever is longer, measured as it runs, at
-    /// most 256: none for long jobs, and up to 256 for short ones, whether claims are
+    /// most 256: none for long jobs (with 16 slots, jobs of 0.4 s or more; more slots
+    /// take more jobs a second), and up to 256 for short ones, whether claims are
     /// fast (fewer, larger claims leave the server and the worker more time for jobs)
     /// or slow (a server whose claim index is full of dead rows, for instance). Set a
     /// number to fix it, 0 to turn it off.
