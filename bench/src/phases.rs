@@ -8,8 +8,9 @@
 //! `Worker` with default settings (16 slots, automatic prefetch) runs 1 ms jobs of
 //! 256 bytes, each stamped with the time it was enqueued. Per phase: completions per
 //! second (mean, and the minimum over 5 s windows), claim p50 and p99, pickup p50 and
-//! p99 (enqueue to the handler's start), the backlog at the end, and on PostgreSQL the dead
-//! rows and size of `jobs`; for `recovery`, the seconds until the backlog was gone.
+//! p99 (enqueue to the handler's start), the backlog at the end, and on PostgreSQL the
+//! dead rows and size of `jobs`; for `recovery` and `rr-recovery`, the seconds until
+//! the backlog was gone.
 //! Against the suite's own PostgreSQL (autovacuum on, `.ci/run`). SQLite and Redis run
 //! the same phases without a transaction to hold, as a check that nothing regressed.
 //! With the peers built, graphile_worker runs them too, after the raw loop at each rate

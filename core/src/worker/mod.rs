@@ -217,7 +217,7 @@ impl WorkerBuilder {
     ///
     /// Default: automatic. The worker holds ahead as many jobs as its slots take in
     /// four claim round trips or 25 ms, whichever is longer, measured as it runs, at
-    /// most 256: none for long jobs (with 16 slots, jobs of 0.4 s or more; more slots
+    /// most 256: none for long jobs (with 16 slots, jobs longer than 0.4 s; more slots
     /// take more jobs a second), and up to 256 for short ones, whether claims are
     /// fast (fewer, larger claims leave the server and the worker more time for jobs)
     /// or slow (a server whose claim index is full of dead rows, for instance). Set a
@@ -229,8 +229,8 @@ impl WorkerBuilder {
     /// hundred is a good start (the benchmark runs with 256, `docs/BENCHMARKS.md`).
     /// Larger claims cost a SQL server less per job (each claim carries a fixed cost of
     /// planning and round trips): on PostgreSQL, 1,000 drained 15–20% faster than 256,
-    /// at the price of one worker holding more of the queue. Leave it at 0 for long jobs, or where several workers should share a
-    /// small queue evenly.
+    /// at the price of one worker holding more of the queue. Leave it at 0 for long
+    /// jobs, or where several workers should share a small queue evenly.
     ///
     /// # Behavior
     /// - Buffered jobs are leased: no other worker can take them, they count under the

@@ -15,9 +15,9 @@
 //! And at least what the slots take in [`FLOOR`]: a claim pays a fixed cost on the
 //! server and in the worker whatever it brings, and where both share a few cores that
 //! cost is taken from the jobs. Four round trips of a fast claim are a few jobs, so a
-//! worker of one slot running no-op jobs claimed every few jobs and drained 13,000
-//! jobs/s where graphile_worker, fetching 100 at a time, drained 33,000 on the same
-//! server. A worker of long jobs still rounds to 0 (16 slots of jobs over 0.4 s).
+//! worker of short jobs went back to the server every few jobs, where peers that fetch
+//! a hundred at a time drained faster. A worker of long jobs still rounds to 0 (with
+//! 16 slots, jobs longer than 0.4 s).
 //!
 //! Nor more than the slots take in half the buffer's hold (one heartbeat interval):
 //! a job held longer goes back unrun. Without that bound slow claims fed themselves:
@@ -168,16 +168,17 @@ mod tests {
 
     #[test]
     fn fast_claims_still_bring_the_slots_work_of_the_floor() {
-        // One slot starting 10,000 jobs/s, claims of 0.3 ms: four round trips would be
-        // 12 jobs; the floor asks for 250.
+        // SPEC W1: one slot starting 10,000 jobs/s, claims of 0.3 ms: four round trips
+        // would be 12 jobs; the floor (25 ms of the slots' work) asks for 250.
         let pace = paced(30, Duration::from_micros(300), Duration::from_millis(3));
         assert_eq!(pace.target(), 250);
     }
 
     #[test]
     fn slots_that_fill_at_once_are_not_taken_for_a_fast_rate() {
-        // 64 slots of 2 s jobs that end together: every 2 s one claim after the quiet
-        // spell, then 64 starts within 13 ms, a claim returning every 0.2 ms.
+        // SPEC W1 (0 for long jobs): 64 slots of 2 s jobs that end together: every 2 s
+        // one claim after the quiet spell, then 64 starts within 13 ms, a claim
+        // returning every 0.2 ms.
         let mut now = Instant::now();
         let mut pace = Pace::new(now, Duration::from_secs(10));
         for _ in 0..10 {
